@@ -1,0 +1,59 @@
+#pragma once
+// AllocatorHook: connects an AllocationRecorder to c10's memory-reporting slot.
+//
+// This header names no torch type, so the bindings include it without pulling in the profiler
+// headers; the torch side lives in allocator_hook.cpp.
+
+#include "torchleak/recorder.h"
+
+#include <cstddef>
+#include <memory>
+#include <thread>
+
+namespace torchleak {
+
+// Fills `out` with the allocating thread's Python stack, innermost first, and returns how many
+// frames it wrote (0 when the thread holds no GIL or has no Python frames). It runs inside the
+// allocator hook: it must be noexcept, must not allocate tensors and must not take the GIL.
+using FrameCaptureFn = size_t (*)(RawFrame* out, size_t capacity) noexcept;
+
+class AllocatorHook {
+  public:
+    enum class Removal { Removed, Deferred, AlreadyRemoved };
+
+    // Pushes a reporter under PROFILER_STATE on the calling thread. Throws StateError when a
+    // profiler state (torch.profiler) is already active on this thread: torch casts whatever
+    // sits in that slot to its own state type, so nothing may be pushed on top of it.
+    static std::shared_ptr<AllocatorHook> install(std::shared_ptr<AllocationRecorder> recorder,
+                                                  FrameCaptureFn capture);
+    ~AllocatorHook();
+    AllocatorHook(const AllocatorHook&) = delete;
+    AllocatorHook& operator=(const AllocatorHook&) = delete;
+
+    // Stops recording at once. Pops the reporter if it is on top of the thread's debug-info
+    // stack; otherwise (torch.profiler was started inside and is still running) the pop is
+    // deferred until it is on top again, because c10's pop removes whatever is on top.
+    // Must run on the installing thread.
+    Removal remove() noexcept;
+    bool active() const noexcept;
+    // True while our reporter is the nearest PROFILER_STATE on this thread (not shadowed).
+    bool onTop() const noexcept;
+    void setCaptureStacks(bool on) noexcept;
+    bool captureStacks() const noexcept;
+    std::thread::id thread() const noexcept { return d_thread; }
+
+    // Pops deferred reporters of the calling thread that are on top again; returns how many
+    // are still waiting.
+    static size_t retryDeferredRemovals() noexcept;
+    static size_t pendingRemovals() noexcept;
+
+    struct Impl;
+
+  private:
+    explicit AllocatorHook(std::shared_ptr<Impl> impl);
+    std::shared_ptr<Impl> d_impl;
+    std::thread::id d_thread;
+    bool d_removed = false;
+};
+
+}  // namespace torchleak

@@ -1,0 +1,112 @@
+#pragma once
+// The plain data model of a torchleak report. Nothing here knows about torch or Python: the
+// recorder fills it from allocator events, the inspect layer adds paths, the report layer writes
+// it as `torchleak.report/1`. Field names follow the JSON contract in design.md.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace torchleak {
+
+enum class Verdict { Leak, Warmup, Plateau, Transient, Fragmentation, Allowed };
+enum class Severity { Critical, Warning, Info };
+enum class BoundaryKind { Explicit, OptimizerStep, Repeat, Cell };
+
+std::string_view toString(Verdict v) noexcept;
+std::string_view toString(Severity s) noexcept;
+std::string_view toString(BoundaryKind b) noexcept;
+// Throw SchemaError for a name that is not part of the schema.
+Verdict verdictFromString(std::string_view s);
+Severity severityFromString(std::string_view s);
+BoundaryKind boundaryFromString(std::string_view s);
+
+// One decoded stack frame. `cell` is the IPython execution count when the frame is a notebook
+// cell; `user` is false for torch, the standard library and torchleak itself.
+struct Frame {
+    std::string file;
+    int line = 0;
+    std::string function;
+    std::optional<int> cell;
+    bool user = true;
+};
+
+struct PathStep {
+    std::string kind;  // root, attr, index, key, grad_fn, next_functions, saved, ctx, base, grad,
+                       // closure, frame (design.md; new kinds may be added)
+    std::string label;
+    std::string type;
+};
+
+struct Holder {
+    std::string path_text;
+    std::string type;
+    double growth_per_iteration = 0.0;
+};
+
+struct Trend {
+    double slope_bytes_per_iteration = 0.0;
+    double r2 = 0.0;
+    double p_value = 1.0;
+};
+
+struct Finding {
+    Verdict verdict = Verdict::Transient;
+    Frame site;
+    std::vector<Frame> stack;  // innermost first
+    std::string device;
+    std::optional<std::string> dtype;
+    std::optional<std::vector<int64_t>> shape;
+    std::optional<std::string> autograd_node;  // set when allocated inside backward
+    uint64_t count = 0;         // live blocks of this site at the last boundary
+    uint64_t total_bytes = 0;   // their bytes
+    int64_t bytes_per_iteration = 0;
+    std::vector<int64_t> series;  // live bytes of this site at every boundary
+    std::vector<PathStep> path;
+    std::string path_text;
+    std::optional<Holder> holder;
+    std::string suggestion;
+    Severity severity = Severity::Info;
+    Trend trend;
+    double confidence = 0.0;
+};
+
+struct DeviceTimeline {
+    std::string device;
+    uint64_t capacity_bytes = 0;
+    std::vector<int64_t> allocated;  // at every boundary
+    std::vector<int64_t> reserved;   // at every boundary (CPU: equal to allocated, no reserve)
+    std::vector<int64_t> peak;       // highest allocated within each iteration
+    int64_t leak_bytes_per_iteration = 0;
+    std::optional<int64_t> projected_oom_iteration;
+};
+
+struct Recommendation {
+    std::string priority;  // high, medium, low
+    std::string text;
+    std::vector<int> findings;  // indices into Report::findings
+};
+
+struct Summary {
+    int score = 100;
+    std::string grade = "A";
+    std::vector<std::string> critical_issues;
+    std::vector<Recommendation> recommendations;
+};
+
+struct Report {
+    std::string torch_version;
+    std::string python_version;
+    int iterations = 0;
+    int warmup = 0;
+    BoundaryKind boundary = BoundaryKind::Explicit;
+    std::vector<DeviceTimeline> devices;
+    std::vector<Finding> findings;
+    Summary summary;
+    std::vector<std::string> warnings;  // e.g. events missed while torch.profiler was on top
+    uint64_t events_recorded = 0;
+};
+
+}  // namespace torchleak

@@ -1,0 +1,137 @@
+#pragma once
+// AllocationRecorder: the state behind the allocator hook.
+//
+// It keeps the live-block table, the interned stacks and per-device totals, and at every
+// iteration boundary takes a BoundarySnapshot: the live bytes of every allocation site group
+// (stack, autograd node, device). The recorder is plain C++ with no torch or Python in it, so
+// Catch2 drives it with synthetic events; TorchMemoryReporter (torch_reporter.h) feeds it from
+// c10's memory-reporting hook.
+//
+// Concurrency: recordAlloc/recordFree may be called from any thread that inherited the
+// reporter (the tracking thread, autograd workers, CUDA allocator callers holding the device
+// mutex). They take one short std::mutex, never throw, never call back into torch or Python,
+// and allocate only when a table grows or a new stack appears. Everything else (boundaries,
+// snapshots, iteration over live blocks) is called by the tracking thread with the GIL held.
+
+#include "torchleak/live_block_table.h"
+#include "torchleak/stack_table.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <vector>
+
+namespace torchleak {
+
+struct GroupKey {
+    StackToken stack = 0;
+    NodeToken node = 0;
+    DeviceKey device;
+    bool operator==(const GroupKey&) const = default;
+};
+
+struct GroupSample {
+    GroupKey key;
+    uint64_t bytes = 0;              // live bytes of the group at this boundary
+    uint64_t count = 0;              // live blocks
+    uint64_t bornThisIteration = 0;  // of those bytes, allocated during the iteration just ended
+    uint32_t oldestIteration = 0;    // birth iteration of its oldest live block
+    uintptr_t largestBlock = 0;      // an example block, to describe dtype and shape
+    uint64_t largestBlockSize = 0;
+};
+
+struct DeviceSample {
+    DeviceKey device;
+    int64_t allocated = 0;  // allocator total when the allocator reports one, else tracked bytes
+    int64_t reserved = 0;
+    int64_t peak = 0;       // highest `allocated` seen during the iteration
+    bool allocatorTotals = false;
+};
+
+struct BoundarySnapshot {
+    uint32_t iteration = 0;  // the iteration this boundary ends (0-based)
+    std::vector<GroupSample> groups;
+    std::vector<DeviceSample> devices;
+    bool shadowed = false;  // another profiler state was on top at some point in the iteration
+};
+
+class AllocationRecorder {
+  public:
+    // Called once per newly interned stack, under the recorder's lock, on the thread whose
+    // capture produced the frames: the bindings take a reference on each code object here.
+    using StackRetainFn = void (*)(std::span<const RawFrame> frames) noexcept;
+
+    AllocationRecorder();
+    AllocationRecorder(const AllocationRecorder&) = delete;
+    AllocationRecorder& operator=(const AllocationRecorder&) = delete;
+
+    void setStackRetainer(StackRetainFn fn) noexcept { d_retain = fn; }
+
+    // ---- hot path: any thread, noexcept, lock held for a table update only ----------------
+    void recordAlloc(uintptr_t ptr,
+                     uint64_t size,
+                     DeviceKey device,
+                     std::span<const RawFrame> frames,
+                     const char* nodeTypeName,
+                     int64_t allocatorAllocated,
+                     int64_t allocatorReserved,
+                     bool allocatorTotals) noexcept;
+    void recordFree(uintptr_t ptr,
+                    DeviceKey device,
+                    int64_t allocatorAllocated,
+                    int64_t allocatorReserved,
+                    bool allocatorTotals) noexcept;
+    void noteShadowed() noexcept { d_shadowed.store(true, std::memory_order_relaxed); }
+
+    // ---- slow path: the tracking thread ---------------------------------------------------
+    // Ends the current iteration: snapshots the live blocks by group and starts the next.
+    const BoundarySnapshot& markBoundary();
+    uint32_t iteration() const noexcept { return d_iteration.load(std::memory_order_relaxed); }
+    const std::vector<BoundarySnapshot>& boundaries() const noexcept { return d_boundaries; }
+
+    // Visits every live block with the lock held; fn must not allocate tensors.
+    void forEachLiveBlock(const std::function<void(uintptr_t, const BlockRecord&)>& fn) const;
+    std::vector<RawFrame> stackFrames(StackToken token) const;
+    std::string nodeName(NodeToken token) const;
+    std::vector<RawFrame> allInternedFrames() const;
+
+    uint64_t eventCount() const noexcept { return d_events.load(std::memory_order_relaxed); }
+    uint64_t droppedEvents() const noexcept { return d_dropped.load(std::memory_order_relaxed); }
+    size_t liveBlockCount() const;
+    size_t stackCount() const;
+
+  private:
+    struct DeviceState {
+        DeviceKey device;
+        int64_t tracked = 0;  // bytes of live tracked blocks
+        int64_t allocatorAllocated = 0;
+        int64_t allocatorReserved = 0;
+        int64_t peak = 0;
+        bool allocatorTotals = false;
+    };
+    static constexpr size_t kMaxDevices = 32;
+
+    DeviceState* deviceState(DeviceKey device) noexcept;
+    void updateTotals(DeviceState& st,
+                      int64_t allocatorAllocated,
+                      int64_t allocatorReserved,
+                      bool allocatorTotals) noexcept;
+
+    mutable std::mutex d_mutex;
+    LiveBlockTable d_live;
+    StackTable d_stacks;
+    NodeNameTable d_nodes;
+    DeviceState d_devices[kMaxDevices];
+    size_t d_deviceCount = 0;
+    StackRetainFn d_retain = nullptr;
+    std::atomic<uint32_t> d_iteration{0};
+    std::atomic<uint64_t> d_events{0};
+    std::atomic<uint64_t> d_dropped{0};
+    std::atomic<bool> d_shadowed{false};
+    uint64_t d_sequence = 0;
+    std::vector<BoundarySnapshot> d_boundaries;
+};
+
+}  // namespace torchleak

@@ -1,0 +1,225 @@
+#include "torchleak/allocator_hook.h"
+
+#include "torchleak/errors.h"
+
+#include <algorithm>
+#include <atomic>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <mutex>
+#include <torch/csrc/profiler/orchestration/observer.h>
+#include <typeinfo>
+#include <vector>
+#if __has_include(<torch/csrc/autograd/node.h>)
+#    include <torch/csrc/autograd/node.h>  // torch >= 2.12: Node moved here
+#else
+#    include <torch/csrc/autograd/function.h>
+#endif
+
+namespace torchleak {
+
+namespace {
+
+constexpr size_t kMaxFrames = 48;
+
+using torch::profiler::impl::ActiveProfilerType;
+using torch::profiler::impl::ProfilerConfig;
+using torch::profiler::impl::ProfilerState;
+using torch::profiler::impl::ProfilerStateBase;
+
+// True while this thread is inside our reportMemoryUsage: anything that allocates through c10
+// from inside the hook (it should not happen) is dropped instead of recursing.
+thread_local bool t_inHook = false;
+
+}  // namespace
+
+// The object that sits in c10's PROFILER_STATE slot.
+//
+// It must be a ProfilerStateBase: torch reads `config()` of whatever is in that slot on hot
+// paths (every autograd.Function.apply asks profilerEnabled()), so a bare
+// MemoryReportingInfoBase there would be undefined behaviour. With a Disabled config,
+// profilerEnabled() is false and torch.profiler may still start on top of it.
+//
+// Concurrency: reportMemoryUsage runs on every thread that inherited this reporter through
+// at::ThreadLocalState (the tracking thread, autograd engine workers, at::launch tasks), for
+// CUDA while the caching allocator holds its per-device mutex, for CPU after c10's reporter
+// released its mutex. So it is noexcept, takes no GIL, calls no torch API that can allocate
+// or lock (get_current_node() reads a thread_local), and serialises only on the recorder's
+// own short mutex. Stack capture reads the Python frames of the calling thread only when that
+// thread holds the GIL (the capture function checks).
+struct AllocatorHook::Impl final : public ProfilerStateBase {
+    Impl(std::shared_ptr<AllocationRecorder> recorder, FrameCaptureFn capture)
+        : ProfilerStateBase(ProfilerConfig(ProfilerState::Disabled)),
+          d_recorder(std::move(recorder)),
+          d_capture(capture) {}
+
+    bool memoryProfilingEnabled() const override {
+        return d_enabled.load(std::memory_order_relaxed);
+    }
+    ActiveProfilerType profilerType() override { return ActiveProfilerType::NONE; }
+
+    void reportMemoryUsage(void* ptr,
+                           int64_t allocSize,
+                           size_t totalAllocated,
+                           size_t totalReserved,
+                           c10::Device device) noexcept override {
+        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook) {
+            return;
+        }
+        t_inHook = true;
+        DeviceKey key{static_cast<int8_t>(device.type()), static_cast<int8_t>(device.index())};
+        // CPU reports count only blocks c10 saw while profiling and no reserve; the device
+        // allocators report their real totals.
+        bool totals = !device.is_cpu();
+        auto allocated = static_cast<int64_t>(totalAllocated);
+        auto reserved = static_cast<int64_t>(totalReserved);
+        if (allocSize >= 0) {
+            RawFrame frames[kMaxFrames];
+            size_t depth = 0;
+            // CUDA stacks come from PyTorch's own history recording (looked up at report
+            // time): walking frames here would run under the allocator's device mutex.
+            if (d_captureStacks.load(std::memory_order_relaxed) && d_capture != nullptr &&
+                device.is_cpu()) {
+                depth = d_capture(frames, kMaxFrames);
+            }
+            const char* nodeType = nullptr;
+            if (auto node = torch::autograd::get_current_node()) {
+                nodeType = typeid(*node).name();
+            }
+            d_recorder->recordAlloc(reinterpret_cast<uintptr_t>(ptr),
+                                    static_cast<uint64_t>(allocSize), key,
+                                    std::span<const RawFrame>(frames, depth), nodeType, allocated,
+                                    reserved, totals);
+        } else {
+            d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
+                                   totals);
+        }
+        t_inHook = false;
+    }
+
+    void reportOutOfMemory(int64_t, size_t, size_t, c10::Device) noexcept override {
+        // An OOM raises in the caller; the report built afterwards still shows what was live.
+    }
+
+    std::shared_ptr<AllocationRecorder> d_recorder;
+    FrameCaptureFn d_capture;
+    std::atomic<bool> d_enabled{true};
+    std::atomic<bool> d_captureStacks{true};
+};
+
+namespace {
+
+struct Deferred {
+    std::shared_ptr<AllocatorHook::Impl> impl;
+    std::thread::id thread;
+};
+std::mutex g_deferredMutex;
+std::vector<Deferred> g_deferred;
+
+// The top of this thread's debug-info stack, when it is a PROFILER_STATE entry.
+std::shared_ptr<c10::DebugInfoBase>
+peekProfilerState() noexcept {
+    try {
+        return c10::ThreadLocalDebugInfo::_peek(c10::DebugInfoKind::PROFILER_STATE);
+    } catch (...) {
+        return nullptr;  // the top entry is of another kind (or there is none)
+    }
+}
+
+bool
+popIfOnTop(const std::shared_ptr<AllocatorHook::Impl>& impl) noexcept {
+    auto top = peekProfilerState();
+    if (top.get() != impl.get()) {
+        return false;
+    }
+    try {
+        c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+    } catch (...) {
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+AllocatorHook::AllocatorHook(std::shared_ptr<Impl> impl)
+    : d_impl(std::move(impl)), d_thread(std::this_thread::get_id()) {}
+
+std::shared_ptr<AllocatorHook>
+AllocatorHook::install(std::shared_ptr<AllocationRecorder> recorder, FrameCaptureFn capture) {
+    retryDeferredRemovals();
+    if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr) {
+        throw StateError(
+            "a profiler (torch.profiler or another tool) is active on this thread; torchleak "
+            "cannot install its allocator hook under it. Start torchleak first, or outside the "
+            "profiler");
+    }
+    auto impl = std::make_shared<Impl>(std::move(recorder), capture);
+    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, impl);
+    return std::shared_ptr<AllocatorHook>(new AllocatorHook(impl));
+}
+
+AllocatorHook::~AllocatorHook() { remove(); }
+
+AllocatorHook::Removal
+AllocatorHook::remove() noexcept {
+    if (d_removed) {
+        return Removal::AlreadyRemoved;
+    }
+    d_removed = true;
+    d_impl->d_enabled.store(false, std::memory_order_relaxed);
+    if (popIfOnTop(d_impl)) {
+        return Removal::Removed;
+    }
+    try {
+        std::lock_guard<std::mutex> lock(g_deferredMutex);
+        g_deferred.push_back({d_impl, d_thread});
+    } catch (...) {
+        // Without room to remember it, the disabled reporter stays in the chain: it records
+        // nothing and torch keeps working.
+    }
+    return Removal::Deferred;
+}
+
+bool
+AllocatorHook::active() const noexcept {
+    return !d_removed;
+}
+
+bool
+AllocatorHook::onTop() const noexcept {
+    return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == d_impl.get();
+}
+
+void
+AllocatorHook::setCaptureStacks(bool on) noexcept {
+    d_impl->d_captureStacks.store(on, std::memory_order_relaxed);
+}
+
+bool
+AllocatorHook::captureStacks() const noexcept {
+    return d_impl->d_captureStacks.load(std::memory_order_relaxed);
+}
+
+size_t
+AllocatorHook::retryDeferredRemovals() noexcept {
+    std::lock_guard<std::mutex> lock(g_deferredMutex);
+    auto self = std::this_thread::get_id();
+    // LIFO: the most recently deferred reporter is the one nearest the top.
+    for (auto it = g_deferred.rbegin(); it != g_deferred.rend();) {
+        if (it->thread == self && popIfOnTop(it->impl)) {
+            it = std::make_reverse_iterator(g_deferred.erase(std::next(it).base()));
+        } else {
+            ++it;
+        }
+    }
+    return g_deferred.size();
+}
+
+size_t
+AllocatorHook::pendingRemovals() noexcept {
+    std::lock_guard<std::mutex> lock(g_deferredMutex);
+    return g_deferred.size();
+}
+
+}  // namespace torchleak

@@ -1,0 +1,271 @@
+#include "torchleak/report_json.h"
+
+#include "torchleak/errors.h"
+
+#include <nlohmann/json.hpp>
+
+namespace torchleak {
+
+using nlohmann::json;
+
+std::string_view
+toString(Verdict v) noexcept {
+    switch (v) {
+    case Verdict::Leak: return "leak";
+    case Verdict::Warmup: return "warmup";
+    case Verdict::Plateau: return "plateau";
+    case Verdict::Transient: return "transient";
+    case Verdict::Fragmentation: return "fragmentation";
+    case Verdict::Allowed: return "allowed";
+    }
+    return "transient";
+}
+
+std::string_view
+toString(Severity s) noexcept {
+    switch (s) {
+    case Severity::Critical: return "critical";
+    case Severity::Warning: return "warning";
+    case Severity::Info: return "info";
+    }
+    return "info";
+}
+
+std::string_view
+toString(BoundaryKind b) noexcept {
+    switch (b) {
+    case BoundaryKind::Explicit: return "explicit";
+    case BoundaryKind::OptimizerStep: return "optimizer_step";
+    case BoundaryKind::Repeat: return "repeat";
+    case BoundaryKind::Cell: return "cell";
+    }
+    return "explicit";
+}
+
+namespace {
+template <typename Enum, size_t N>
+Enum
+enumFromString(std::string_view s, const Enum (&values)[N], const char* what) {
+    for (Enum v : values) {
+        if (toString(v) == s) {
+            return v;
+        }
+    }
+    throw SchemaError(std::string("unknown ") + what + " '" + std::string(s) + "'");
+}
+}  // namespace
+
+Verdict
+verdictFromString(std::string_view s) {
+    static const Verdict all[] = {Verdict::Leak,      Verdict::Warmup,        Verdict::Plateau,
+                                  Verdict::Transient, Verdict::Fragmentation, Verdict::Allowed};
+    return enumFromString(s, all, "verdict");
+}
+
+Severity
+severityFromString(std::string_view s) {
+    static const Severity all[] = {Severity::Critical, Severity::Warning, Severity::Info};
+    return enumFromString(s, all, "severity");
+}
+
+BoundaryKind
+boundaryFromString(std::string_view s) {
+    static const BoundaryKind all[] = {BoundaryKind::Explicit, BoundaryKind::OptimizerStep,
+                                       BoundaryKind::Repeat, BoundaryKind::Cell};
+    return enumFromString(s, all, "boundary");
+}
+
+namespace {
+
+json
+frameJson(const Frame& f, bool withCell) {
+    json j = {{"file", f.file}, {"line", f.line}, {"function", f.function}};
+    if (withCell) {
+        j["cell"] = f.cell ? json(*f.cell) : json(nullptr);
+    } else if (f.cell) {
+        j["cell"] = *f.cell;
+    }
+    j["user"] = f.user;
+    return j;
+}
+
+Frame
+frameFrom(const json& j) {
+    Frame f;
+    f.file = j.at("file").get<std::string>();
+    f.line = j.at("line").get<int>();
+    f.function = j.at("function").get<std::string>();
+    if (j.contains("cell") && !j["cell"].is_null()) {
+        f.cell = j["cell"].get<int>();
+    }
+    f.user = j.value("user", true);
+    return f;
+}
+
+template <typename T>
+json
+optionalJson(const std::optional<T>& v) {
+    return v ? json(*v) : json(nullptr);
+}
+
+}  // namespace
+
+std::string
+toJson(const Report& r, int indent) {
+    json j;
+    j["schema_version"] = kReportSchema;
+    j["torch_version"] = r.torch_version;
+    j["python_version"] = r.python_version;
+    j["iterations"] = r.iterations;
+    j["warmup"] = r.warmup;
+    j["boundary"] = toString(r.boundary);
+    j["events_recorded"] = r.events_recorded;
+    j["warnings"] = r.warnings;
+    j["devices"] = json::array();
+    for (const DeviceTimeline& d : r.devices) {
+        j["devices"].push_back({{"device", d.device},
+                                {"capacity_bytes", d.capacity_bytes},
+                                {"allocated", d.allocated},
+                                {"reserved", d.reserved},
+                                {"peak", d.peak},
+                                {"leak_bytes_per_iteration", d.leak_bytes_per_iteration},
+                                {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)}});
+    }
+    j["findings"] = json::array();
+    for (const Finding& f : r.findings) {
+        json fj;
+        fj["verdict"] = toString(f.verdict);
+        fj["site"] = frameJson(f.site, true);
+        fj["stack"] = json::array();
+        for (const Frame& fr : f.stack) {
+            fj["stack"].push_back(frameJson(fr, false));
+        }
+        fj["device"] = f.device;
+        fj["dtype"] = optionalJson(f.dtype);
+        fj["shape"] = optionalJson(f.shape);
+        fj["autograd_node"] = optionalJson(f.autograd_node);
+        fj["count"] = f.count;
+        fj["total_bytes"] = f.total_bytes;
+        fj["bytes_per_iteration"] = f.bytes_per_iteration;
+        fj["series"] = f.series;
+        fj["path"] = json::array();
+        for (const PathStep& p : f.path) {
+            fj["path"].push_back({{"kind", p.kind}, {"label", p.label}, {"type", p.type}});
+        }
+        fj["path_text"] = f.path_text;
+        if (f.holder) {
+            fj["holder"] = {{"path_text", f.holder->path_text},
+                            {"type", f.holder->type},
+                            {"growth_per_iteration", f.holder->growth_per_iteration}};
+        } else {
+            fj["holder"] = nullptr;
+        }
+        fj["suggestion"] = f.suggestion;
+        fj["severity"] = toString(f.severity);
+        fj["trend"] = {{"slope_bytes_per_iteration", f.trend.slope_bytes_per_iteration},
+                       {"r2", f.trend.r2},
+                       {"p_value", f.trend.p_value}};
+        fj["confidence"] = f.confidence;
+        j["findings"].push_back(std::move(fj));
+    }
+    json recs = json::array();
+    for (const Recommendation& rec : r.summary.recommendations) {
+        recs.push_back({{"priority", rec.priority}, {"text", rec.text}, {"findings", rec.findings}});
+    }
+    j["summary"] = {{"score", r.summary.score},
+                    {"grade", r.summary.grade},
+                    {"critical_issues", r.summary.critical_issues},
+                    {"recommendations", recs}};
+    // Replace invalid UTF-8 (a file name from a foreign file system) rather than throwing.
+    return j.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+Report
+reportFromJson(const std::string& text) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::parse_error& e) {
+        throw SchemaError(std::string("report is not JSON: ") + e.what());
+    }
+    if (!j.is_object() || j.value("schema_version", "") != kReportSchema) {
+        throw SchemaError("not a torchleak.report/1 document (schema_version missing or "
+                          "different)");
+    }
+    try {
+        Report r;
+        r.torch_version = j.value("torch_version", "");
+        r.python_version = j.value("python_version", "");
+        r.iterations = j.at("iterations").get<int>();
+        r.warmup = j.value("warmup", 0);
+        r.boundary = boundaryFromString(j.at("boundary").get<std::string>());
+        r.events_recorded = j.value("events_recorded", uint64_t{0});
+        r.warnings = j.value("warnings", std::vector<std::string>{});
+        for (const json& d : j.at("devices")) {
+            DeviceTimeline t;
+            t.device = d.at("device").get<std::string>();
+            t.capacity_bytes = d.value("capacity_bytes", uint64_t{0});
+            t.allocated = d.at("allocated").get<std::vector<int64_t>>();
+            t.reserved = d.at("reserved").get<std::vector<int64_t>>();
+            t.peak = d.value("peak", std::vector<int64_t>{});
+            t.leak_bytes_per_iteration = d.value("leak_bytes_per_iteration", int64_t{0});
+            if (d.contains("projected_oom_iteration") && !d["projected_oom_iteration"].is_null()) {
+                t.projected_oom_iteration = d["projected_oom_iteration"].get<int64_t>();
+            }
+            r.devices.push_back(std::move(t));
+        }
+        for (const json& fj : j.at("findings")) {
+            Finding f;
+            f.verdict = verdictFromString(fj.at("verdict").get<std::string>());
+            f.site = frameFrom(fj.at("site"));
+            for (const json& s : fj.at("stack")) {
+                f.stack.push_back(frameFrom(s));
+            }
+            f.device = fj.at("device").get<std::string>();
+            if (!fj.at("dtype").is_null()) {
+                f.dtype = fj["dtype"].get<std::string>();
+            }
+            if (!fj.at("shape").is_null()) {
+                f.shape = fj["shape"].get<std::vector<int64_t>>();
+            }
+            if (fj.contains("autograd_node") && !fj["autograd_node"].is_null()) {
+                f.autograd_node = fj["autograd_node"].get<std::string>();
+            }
+            f.count = fj.at("count").get<uint64_t>();
+            f.total_bytes = fj.at("total_bytes").get<uint64_t>();
+            f.bytes_per_iteration = fj.at("bytes_per_iteration").get<int64_t>();
+            f.series = fj.at("series").get<std::vector<int64_t>>();
+            for (const json& p : fj.at("path")) {
+                f.path.push_back({p.at("kind").get<std::string>(), p.at("label").get<std::string>(),
+                                  p.value("type", "")});
+            }
+            f.path_text = fj.value("path_text", "");
+            if (fj.contains("holder") && !fj["holder"].is_null()) {
+                const json& h = fj["holder"];
+                f.holder = Holder{h.at("path_text").get<std::string>(), h.value("type", ""),
+                                  h.value("growth_per_iteration", 0.0)};
+            }
+            f.suggestion = fj.value("suggestion", "");
+            f.severity = severityFromString(fj.at("severity").get<std::string>());
+            const json& t = fj.at("trend");
+            f.trend = {t.at("slope_bytes_per_iteration").get<double>(), t.at("r2").get<double>(),
+                       t.at("p_value").get<double>()};
+            f.confidence = fj.at("confidence").get<double>();
+            r.findings.push_back(std::move(f));
+        }
+        const json& s = j.at("summary");
+        r.summary.score = s.at("score").get<int>();
+        r.summary.grade = s.at("grade").get<std::string>();
+        r.summary.critical_issues = s.at("critical_issues").get<std::vector<std::string>>();
+        for (const json& rec : s.at("recommendations")) {
+            r.summary.recommendations.push_back({rec.at("priority").get<std::string>(),
+                                                 rec.at("text").get<std::string>(),
+                                                 rec.value("findings", std::vector<int>{})});
+        }
+        return r;
+    } catch (const json::exception& e) {
+        throw SchemaError(std::string("malformed torchleak.report/1 document: ") + e.what());
+    }
+}
+
+}  // namespace torchleak

@@ -1,0 +1,216 @@
+#include "frame_capture.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <regex>
+#include <thread>
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+// CPython 3.11 and 3.12 keep their frames in _PyInterpreterFrame records linked from the
+// thread state. Reading them needs the internal headers, confined to this file.
+#    define TORCHLEAK_INTERPRETER_FRAMES 1
+#    ifndef Py_BUILD_CORE
+#        define Py_BUILD_CORE 1
+#    endif
+#    include <internal/pycore_frame.h>
+#    undef Py_BUILD_CORE
+#else
+#    define TORCHLEAK_INTERPRETER_FRAMES 0
+#endif
+
+namespace torchleak::python {
+
+namespace {
+std::atomic<PyThreadState*> g_mainThreadState{nullptr};
+std::mutex g_pendingMutex;
+std::vector<uintptr_t> g_pendingRetains;
+bool g_pendingCallScheduled = false;  // guarded by g_pendingMutex
+
+int
+runPendingRetains(void*) {
+    drainPendingRetains();
+    return 0;
+}
+}  // namespace
+
+void
+noteMainThread() noexcept {
+    g_mainThreadState.store(PyGILState_GetThisThreadState());
+}
+
+const char*
+captureStrategy() noexcept {
+    return TORCHLEAK_INTERPRETER_FRAMES ? "interpreter-frames" : "frame-objects";
+}
+
+size_t
+capturePythonStack(RawFrame* out, size_t capacity) noexcept {
+    // Pure C++ threads (autograd device workers) have no thread state and no Python stack;
+    // their allocations are named by autograd node.
+    PyThreadState* tstate = PyGILState_GetThisThreadState();
+    if (tstate == nullptr || !Py_IsInitialized()) {
+        return 0;
+    }
+    bool holdsGil = PyGILState_Check() != 0;
+    if (!holdsGil && tstate != g_mainThreadState.load(std::memory_order_relaxed)) {
+        return 0;  // a pending call could not take references in time for this thread
+    }
+    size_t n = 0;
+#if TORCHLEAK_INTERPRETER_FRAMES
+    _PyInterpreterFrame* frame = tstate->cframe != nullptr ? tstate->cframe->current_frame : nullptr;
+    while (frame != nullptr && n < capacity) {
+        if (!_PyFrame_IsIncomplete(frame)) {
+            PyCodeObject* code = frame->f_code;
+            int offset = _PyInterpreterFrame_LASTI(frame) * static_cast<int>(sizeof(_Py_CODEUNIT));
+            out[n++] = RawFrame{reinterpret_cast<uintptr_t>(code), offset};
+        }
+        frame = frame->previous;
+    }
+#else
+    if (!holdsGil) {
+        return 0;  // the public frame API creates objects: GIL holders only
+    }
+    PyFrameObject* frame = PyThreadState_GetFrame(tstate);  // new reference
+    while (frame != nullptr && n < capacity) {
+        PyCodeObject* code = PyFrame_GetCode(frame);  // new reference, kept alive by the frame
+        out[n++] = RawFrame{reinterpret_cast<uintptr_t>(code), PyFrame_GetLasti(frame)};
+        Py_DECREF(code);
+        PyFrameObject* back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+    Py_XDECREF(frame);
+#endif
+    return n;
+}
+
+void
+retainCodeObjects(std::span<const RawFrame> frames) noexcept {
+    // Called under the recorder lock by the thread whose capture just produced these frames.
+    if (PyGILState_Check() != 0) {
+        for (const RawFrame& f : frames) {
+            Py_INCREF(reinterpret_cast<PyObject*>(f.code));
+        }
+        return;
+    }
+    std::lock_guard<std::mutex> lock(g_pendingMutex);
+    try {
+        for (const RawFrame& f : frames) {
+            g_pendingRetains.push_back(f.code);
+        }
+    } catch (...) {
+        return;  // out of memory: the next boundary drains what was queued
+    }
+    if (!g_pendingCallScheduled) {
+        // Callable without the GIL; runs on the main thread with the GIL at its next
+        // eval-breaker check.
+        g_pendingCallScheduled = Py_AddPendingCall(&runPendingRetains, nullptr) == 0;
+    }
+}
+
+void
+drainPendingRetains() noexcept {
+    std::vector<uintptr_t> codes;
+    {
+        std::lock_guard<std::mutex> lock(g_pendingMutex);
+        codes.swap(g_pendingRetains);
+        g_pendingCallScheduled = false;
+    }
+    for (uintptr_t code : codes) {
+        Py_INCREF(reinterpret_cast<PyObject*>(code));
+    }
+}
+
+void
+releaseCodeObjects(const std::vector<RawFrame>& frames) noexcept {
+    if (!Py_IsInitialized()) {
+        return;
+    }
+    for (const RawFrame& f : frames) {
+        Py_DECREF(reinterpret_cast<PyObject*>(f.code));
+    }
+}
+
+std::string
+utf8(PyObject* text) {
+    if (text == nullptr || !PyUnicode_Check(text)) {
+        return {};
+    }
+    PyObject* bytes = PyUnicode_AsEncodedString(text, "utf-8", "replace");
+    if (bytes == nullptr) {
+        PyErr_Clear();
+        return {};
+    }
+    std::string out(PyBytes_AS_STRING(bytes), static_cast<size_t>(PyBytes_GET_SIZE(bytes)));
+    Py_DECREF(bytes);
+    return out;
+}
+
+const PythonStackSymbolizer::CodeInfo&
+PythonStackSymbolizer::info(PyCodeObject* code) {
+    auto it = d_cache.find(code);
+    if (it != d_cache.end()) {
+        return it->second;
+    }
+    CodeInfo ci;
+    PyObject* filename = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_filename");
+    PyObject* qualname = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_qualname");
+    if (qualname == nullptr) {
+        PyErr_Clear();
+        qualname = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
+    }
+    if (filename == nullptr || qualname == nullptr) {
+        PyErr_Clear();
+    }
+    ci.file = utf8(filename);
+    ci.function = utf8(qualname);
+    Py_XDECREF(filename);
+    Py_XDECREF(qualname);
+
+    static const std::regex kIpythonInput(R"(^<ipython-input-(\d+)-)");
+    std::smatch m;
+    if (std::regex_search(ci.file, m, kIpythonInput)) {
+        ci.cell = std::stoi(m[1].str());
+    }
+    if (!ci.cell) {
+        if (!ci.file.empty() && ci.file.front() == '<') {
+            ci.user = ci.file.rfind("<stdin>", 0) == 0 || ci.file.rfind("<string>", 0) == 0;
+        }
+        size_t libraryMatch = 0, userMatch = 0;
+        for (const std::string& prefix : d_filter.libraryPrefixes) {
+            if (!prefix.empty() && ci.file.rfind(prefix, 0) == 0) {
+                libraryMatch = std::max(libraryMatch, prefix.size());
+            }
+        }
+        for (const std::string& prefix : d_filter.userPrefixes) {
+            if (!prefix.empty() && ci.file.rfind(prefix, 0) == 0) {
+                userMatch = std::max(userMatch, prefix.size());
+            }
+        }
+        if (libraryMatch > userMatch) {
+            ci.user = false;
+        }
+    }
+    return d_cache.emplace(code, std::move(ci)).first->second;
+}
+
+std::vector<Frame>
+PythonStackSymbolizer::symbolize(std::span<const RawFrame> frames) {
+    std::vector<Frame> out;
+    out.reserve(frames.size());
+    for (const RawFrame& raw : frames) {
+        auto* code = reinterpret_cast<PyCodeObject*>(raw.code);
+        const CodeInfo& ci = info(code);
+        Frame f;
+        f.file = ci.file;
+        f.function = ci.function;
+        f.cell = ci.cell;
+        f.user = ci.user;
+        f.line = PyCode_Addr2Line(code, raw.offset);
+        out.push_back(std::move(f));
+    }
+    return out;
+}
+
+}  // namespace torchleak::python

@@ -1,0 +1,72 @@
+#pragma once
+// Python stack capture for the allocator hook, and decoding of captured frames.
+//
+// capturePythonStack is the FrameCaptureFn the hook calls: it records (code object, bytecode
+// offset) pairs of the calling thread's frames, innermost first.
+//
+// torch releases the GIL inside every operator, so allocations usually arrive on a thread that
+// does not hold it. That thread's own frame chain is frozen while it runs C++ (only the owning
+// thread pushes or pops its frames, and each frame holds a strong reference to its code), so
+// reading it is safe; touching reference counts is not. Hence:
+//  * with the GIL, or on the main thread: read the frame chain (CPython 3.11/3.12: the
+//    interpreter's _PyInterpreterFrame list, no frame objects materialised; other versions:
+//    the public frame API, GIL holders only);
+//  * new stacks take a reference on their code objects at once if the GIL is held, otherwise
+//    through Py_AddPendingCall, which the main thread runs with the GIL at its next
+//    eval-breaker check: right after the operator returns, while every captured frame is
+//    still alive. Boundaries and stop() drain what is left.
+// Other threads that do not hold the GIL get no Python stack.
+
+#include "torchleak/analysis.h"
+#include "torchleak/stack_table.h"
+
+#include <Python.h>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace torchleak::python {
+
+size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept;
+void retainCodeObjects(std::span<const RawFrame> frames) noexcept;
+// The following need the GIL.
+void drainPendingRetains() noexcept;
+void releaseCodeObjects(const std::vector<RawFrame>& frames) noexcept;
+// Records the calling thread as the main thread (module import time).
+void noteMainThread() noexcept;
+// The name of the capture strategy compiled in ("interpreter-frames" or "frame-objects").
+const char* captureStrategy() noexcept;
+
+// Which files are not user code: torch, the standard library and torchleak itself. A frame's
+// file is compared by prefix; "<frozen ...>" and "<string>" style names are never user code
+// unless they are notebook cells.
+// The longest matching prefix decides, so site-packages inside a stdlib directory (no
+// virtualenv) stays user code while torch inside it does not.
+struct FrameFilter {
+    std::vector<std::string> libraryPrefixes;
+    std::vector<std::string> userPrefixes;
+};
+
+// Decodes frames with the GIL held; caches per code object for one report.
+class PythonStackSymbolizer final : public StackSymbolizer {
+  public:
+    explicit PythonStackSymbolizer(FrameFilter filter) : d_filter(std::move(filter)) {}
+    std::vector<Frame> symbolize(std::span<const RawFrame> frames) override;
+
+  private:
+    struct CodeInfo {
+        std::string file;
+        std::string function;
+        std::optional<int> cell;
+        bool user = true;
+    };
+    const CodeInfo& info(PyCodeObject* code);
+
+    FrameFilter d_filter;
+    std::unordered_map<PyCodeObject*, CodeInfo> d_cache;
+};
+
+// UTF-8 of a str object; lone surrogates and other unencodable text become U+FFFD.
+std::string utf8(PyObject* text);
+
+}  // namespace torchleak::python

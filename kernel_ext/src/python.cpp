@@ -1,0 +1,127 @@
+// torchleak._core: the one seam between the C++ core and Python. This file only binds; it is
+// also the only place where C++ exceptions become Python exceptions (see registerExceptions,
+// tested by tests/python/test_errors.py).
+
+#include "frame_capture.h"
+#include "tracking_session.h"
+#include "torchleak/allocator_hook.h"
+#include "torchleak/errors.h"
+#include "torchleak/report_json.h"
+
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+using namespace torchleak;
+
+namespace {
+
+void
+registerExceptions(py::module_& m) {
+    static py::exception<SchemaError> schemaError(m, "ReportSchemaError", PyExc_ValueError);
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) {
+                std::rethrow_exception(p);
+            }
+        } catch (const SchemaError& e) {
+            py::set_error(schemaError, e.what());
+        } catch (const StateError& e) {
+            py::set_error(PyExc_RuntimeError, e.what());
+        } catch (const InvalidArgument& e) {
+            py::set_error(PyExc_ValueError, e.what());
+        } catch (const IoError& e) {
+            py::set_error(PyExc_OSError, e.what());
+        } catch (const Error& e) {
+            py::set_error(PyExc_RuntimeError, e.what());
+        }
+    });
+}
+
+BoundaryKind
+parseBoundary(const std::string& name) {
+    try {
+        return boundaryFromString(name);
+    } catch (const SchemaError&) {
+        throw InvalidArgument("boundary must be one of explicit, optimizer_step, repeat, cell; got '" +
+                              name + "'");
+    }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "torchleak's C++ core: allocator hook, recorder, analysis and report.";
+    registerExceptions(m);
+    python::noteMainThread();
+
+    py::class_<python::TrackingSession>(m, "Session")
+        .def(py::init<bool>(), py::arg("capture_stacks") = true)
+        .def("start", &python::TrackingSession::start)
+        .def("start_paused", &python::TrackingSession::startPaused)
+        .def("step", &python::TrackingSession::step)
+        .def("pause", &python::TrackingSession::pause)
+        .def("resume", &python::TrackingSession::resume)
+        .def_property_readonly("paused", &python::TrackingSession::paused)
+        .def("stop", &python::TrackingSession::stop)
+        .def_property_readonly("active", &python::TrackingSession::active)
+        .def_property_readonly("hook_on_top", &python::TrackingSession::hookOnTop)
+        .def_property_readonly("iterations", &python::TrackingSession::iterations)
+        .def_property_readonly("events", &python::TrackingSession::events)
+        .def_property_readonly("live_blocks", &python::TrackingSession::liveBlocks)
+        .def_property_readonly("stacks", &python::TrackingSession::stacks)
+        .def("set_capture_stacks", &python::TrackingSession::setCaptureStacks)
+        .def(
+            "report_json",
+            [](python::TrackingSession& self, const std::string& torchVersion,
+               const std::string& pythonVersion, int warmup, const std::string& boundary,
+               uint64_t minBytes, const std::map<std::string, uint64_t>& capacities,
+               const std::vector<std::string>& warnings,
+               const std::vector<std::string>& libraryPrefixes,
+               const std::vector<std::string>& userPrefixes, int indent) {
+                if (warmup < 0) {
+                    throw InvalidArgument("warmup must be >= 0");
+                }
+                ReportInputs in;
+                in.torch_version = torchVersion;
+                in.python_version = pythonVersion;
+                in.warmup = warmup;
+                in.boundary = parseBoundary(boundary);
+                in.thresholds.min_bytes = minBytes;
+                in.warnings = warnings;
+                for (const auto& [name, capacity] : capacities) {
+                    DeviceInfo d;
+                    d.name = name;
+                    d.capacity_bytes = capacity;
+                    auto colon = name.find(':');
+                    std::string type = name.substr(0, colon);
+                    d.key.type = type == "cpu" ? 0 : type == "cuda" ? 1 : -1;
+                    d.key.index = colon == std::string::npos
+                                      ? -1
+                                      : static_cast<int8_t>(std::stoi(name.substr(colon + 1)));
+                    in.devices.push_back(d);
+                }
+                python::FrameFilter filter{libraryPrefixes, userPrefixes};
+                return self.reportJson(in, filter, indent);
+            },
+            py::arg("torch_version"), py::arg("python_version"), py::arg("warmup"),
+            py::arg("boundary"), py::arg("min_bytes") = 0,
+            py::arg("capacities") = std::map<std::string, uint64_t>{},
+            py::arg("warnings") = std::vector<std::string>{},
+            py::arg("library_prefixes") = std::vector<std::string>{},
+            py::arg("user_prefixes") = std::vector<std::string>{}, py::arg("indent") = -1);
+
+    m.def(
+        "normalize_report",
+        [](const std::string& text, int indent) { return toJson(reportFromJson(text), indent); },
+        py::arg("text"), py::arg("indent") = -1,
+        "Parse a torchleak.report/1 document with the C++ schema and write it back.");
+    m.def("capture_strategy", &python::captureStrategy);
+    m.def("profiler_state_installed", []() {
+        return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr;
+    }, "True when anything (torchleak or torch.profiler) sits in this thread's PROFILER_STATE slot.");
+    m.def("pending_hook_removals", &AllocatorHook::pendingRemovals);
+    m.def("retry_deferred_removals", &AllocatorHook::retryDeferredRemovals);
+    m.attr("SCHEMA_VERSION") = kReportSchema;
+}

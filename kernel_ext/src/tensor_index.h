@@ -1,0 +1,28 @@
+#pragma once
+// LiveTensorIndex: which tensor lives in which allocator block, from the tensors Python's gc
+// can see (and their .grad). Used at report time to give a finding its dtype and shape.
+// It stores descriptions only, never a tensor, so building it keeps nothing alive.
+
+#include "torchleak/analysis.h"
+
+#include <unordered_map>
+
+namespace torchleak::python {
+
+class LiveTensorIndex final : public BlockDescriber {
+  public:
+    // Needs the GIL. Walks gc.get_objects() once.
+    static LiveTensorIndex scan();
+    std::optional<BlockDescription> describe(uintptr_t block) override;
+    size_t size() const noexcept { return d_byBlock.size(); }
+
+    struct Entry {
+        BlockDescription description;
+        uint64_t bytes = 0;  // the view that covers most of the block describes it best
+    };
+
+  private:
+    std::unordered_map<uintptr_t, Entry> d_byBlock;
+};
+
+}  // namespace torchleak::python

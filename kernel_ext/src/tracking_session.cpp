@@ -1,0 +1,152 @@
+#include "tracking_session.h"
+
+#include "tensor_index.h"
+#include "torchleak/errors.h"
+#include "torchleak/report_json.h"
+
+#include <atomic>
+
+namespace torchleak::python {
+
+namespace {
+std::atomic<TrackingSession*> g_active{nullptr};
+}
+
+TrackingSession::TrackingSession(bool captureStacks)
+    : d_recorder(std::make_shared<AllocationRecorder>()), d_captureStacks(captureStacks) {
+    d_recorder->setStackRetainer(&retainCodeObjects);
+}
+
+TrackingSession::~TrackingSession() {
+    stop();
+    if (!d_codeReleased && Py_IsInitialized()) {
+        drainPendingRetains();
+        // The recorder may outlive us in a reporter that a torch thread still holds; it keeps
+        // the raw pointers but never dereferences them after the hook is disabled.
+        releaseCodeObjects(d_recorder->allInternedFrames());
+        d_codeReleased = true;
+    }
+}
+
+void
+TrackingSession::start() {
+    if (d_hook || d_stopped || d_paused) {
+        throw StateError("this tracking session was already started; start a new one");
+    }
+    TrackingSession* expected = nullptr;
+    if (!g_active.compare_exchange_strong(expected, this)) {
+        throw StateError("torchleak is already tracking in this process: nested or concurrent "
+                         "track()/check() is not supported; finish the active one first");
+    }
+    try {
+        d_hook = AllocatorHook::install(d_recorder, &capturePythonStack);
+        d_hook->setCaptureStacks(d_captureStacks);
+    } catch (...) {
+        g_active.store(nullptr);
+        throw;
+    }
+}
+
+bool
+TrackingSession::startPaused() {
+    TrackingSession* expected = nullptr;
+    if (d_hook || d_stopped || d_paused || !g_active.compare_exchange_strong(expected, this)) {
+        throw StateError("torchleak is already tracking in this process: nested or concurrent "
+                         "track()/check() is not supported; finish the active one first");
+    }
+    d_paused = true;
+    d_recorder->noteShadowed();
+    return true;
+}
+
+void
+TrackingSession::step() {
+    if (!active()) {
+        throw StateError("step() outside an active tracking session");
+    }
+    if (d_paused || !d_hook->onTop()) {
+        d_recorder->noteShadowed();
+    }
+    drainPendingRetains();
+    d_recorder->markBoundary();
+}
+
+std::string
+TrackingSession::pause() {
+    if (!active() || d_paused) {
+        return "not-active";
+    }
+    d_paused = true;
+    d_recorder->noteShadowed();
+    drainPendingRetains();
+    auto removal = d_hook->remove();
+    return removal == AllocatorHook::Removal::Deferred ? "deferred" : "paused";
+}
+
+void
+TrackingSession::resume() {
+    if (!d_paused || d_stopped) {
+        return;
+    }
+    d_hook = AllocatorHook::install(d_recorder, &capturePythonStack);
+    d_hook->setCaptureStacks(d_captureStacks);
+    d_paused = false;
+    d_recorder->noteShadowed();
+}
+
+std::string
+TrackingSession::stop() {
+    if (d_stopped) {
+        return "already-stopped";
+    }
+    if (!d_hook) {
+        if (!d_paused) {
+            return "not-started";
+        }
+        d_stopped = true;  // started paused and never resumed
+        TrackingSession* self = this;
+        g_active.compare_exchange_strong(self, nullptr);
+        return "removed";
+    }
+    d_stopped = true;
+    drainPendingRetains();
+    if (!d_paused && !d_hook->onTop()) {
+        d_recorder->noteShadowed();
+    }
+    auto removal = d_hook->remove();
+    TrackingSession* self = this;
+    g_active.compare_exchange_strong(self, nullptr);
+    if (d_paused) {
+        return "removed";  // the hook was already taken out by pause()
+    }
+    return removal == AllocatorHook::Removal::Deferred ? "deferred" : "removed";
+}
+
+bool
+TrackingSession::active() const noexcept {
+    return (d_hook || d_paused) && !d_stopped;
+}
+
+bool
+TrackingSession::hookOnTop() const noexcept {
+    return d_hook && d_hook->onTop();
+}
+
+void
+TrackingSession::setCaptureStacks(bool on) noexcept {
+    d_captureStacks = on;
+    if (d_hook) {
+        d_hook->setCaptureStacks(on);
+    }
+}
+
+std::string
+TrackingSession::reportJson(const ReportInputs& inputs, const FrameFilter& filter, int indent) {
+    drainPendingRetains();
+    PythonStackSymbolizer symbolizer(filter);
+    LiveTensorIndex tensors = LiveTensorIndex::scan();
+    Report report = buildReport(*d_recorder, inputs, symbolizer, tensors);
+    return toJson(report, indent);
+}
+
+}  // namespace torchleak::python

@@ -1,0 +1,54 @@
+#pragma once
+// TrackingSession: one torchleak.track() or check() run. It owns the recorder, installs and
+// removes the allocator hook on the tracking thread, marks iteration boundaries and builds the
+// report. At most one session is active per process: two hooks would see the same events and
+// the second push would shadow the first.
+
+#include "frame_capture.h"
+#include "torchleak/allocator_hook.h"
+#include "torchleak/analysis.h"
+#include "torchleak/recorder.h"
+
+#include <memory>
+#include <string>
+
+namespace torchleak::python {
+
+class TrackingSession {
+  public:
+    explicit TrackingSession(bool captureStacks);
+    ~TrackingSession();
+    TrackingSession(const TrackingSession&) = delete;
+    TrackingSession& operator=(const TrackingSession&) = delete;
+
+    void start();               // throws StateError if a session is active or a profiler is on
+    bool startPaused();         // active but not recording: resume() once the profiler stops
+    void step();                // ends an iteration
+    // Steps aside for another profiler on this thread (torch.profiler refuses to start while
+    // anything sits in PROFILER_STATE) and comes back after it. Events in between are lost;
+    // the iterations concerned are marked in the report.
+    std::string pause();        // "paused", "deferred" or "not-active"
+    void resume();
+    bool paused() const noexcept { return d_paused; }
+    std::string stop();         // "removed", "deferred" or "not-started"/"already-stopped"
+    bool active() const noexcept;
+    bool hookOnTop() const noexcept;
+    uint32_t iterations() const noexcept { return d_recorder->iteration(); }
+    uint64_t events() const noexcept { return d_recorder->eventCount(); }
+    size_t liveBlocks() const { return d_recorder->liveBlockCount(); }
+    size_t stacks() const { return d_recorder->stackCount(); }
+    void setCaptureStacks(bool on) noexcept;
+
+    // Needs the GIL.
+    std::string reportJson(const ReportInputs& inputs, const FrameFilter& filter, int indent);
+
+  private:
+    std::shared_ptr<AllocationRecorder> d_recorder;
+    std::shared_ptr<AllocatorHook> d_hook;
+    bool d_captureStacks;
+    bool d_stopped = false;
+    bool d_paused = false;
+    bool d_codeReleased = false;
+};
+
+}  // namespace torchleak::python

@@ -1,0 +1,22 @@
+"""torchleak: find tensor memory leaks in PyTorch programs.
+
+For every leak it answers where the memory was allocated (file:line), why it is still alive, and
+whether it really is a leak (its growth across iterations).
+
+    import torchleak
+
+    with torchleak.track() as tracker:
+        for batch in data:
+            train_step(batch)          # optimizer.step() marks an iteration by itself
+    print(tracker.report())
+
+    report = torchleak.check(train_step, model, batch, iterations=20, warmup=2)
+"""
+
+import torch  # noqa: F401  (loads libtorch before the extension that links it)
+
+from ._report import Finding, Report
+from ._tracking import Tracker, check, step, track
+
+__all__ = ["Finding", "Report", "Tracker", "check", "step", "track", "__version__"]
+__version__ = "0.1.0"

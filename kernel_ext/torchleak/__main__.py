@@ -1,0 +1,135 @@
+"""python -m torchleak run script.py [ARGS...] [--json PATH] [--html PATH] [--fail-on-leak]
+
+Runs a script under torchleak.track() and prints the report. Iterations end at every
+optimizer.step() and torchleak.step() in the script.
+
+Exit status: 0 no leak (or no --fail-on-leak), 1 leak found with --fail-on-leak, 2 usage error,
+3 the run failed: the script raised or exited non-zero (its traceback is printed and the report
+is still written), or torchleak could not track (e.g. torch.profiler already active).
+"""
+
+import os
+import runpy
+import sys
+import traceback
+
+USAGE = ("usage: python -m torchleak run script.py [ARGS...] [--json PATH] [--html PATH] "
+         "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet] [-- SCRIPT_ARGS...]")
+
+EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_SCRIPT_FAILED = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    pass
+
+
+def _int_option(name, value):
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} needs an integer, got {value!r}") from None
+    if number < 0:
+        raise UsageError(f"{name} must be >= 0, got {number}")
+    return number
+
+
+def parse_run_args(argv):
+    """Options of `run` may stand before or after the script; everything after `--` belongs to
+    the script untouched."""
+    opts = {"json": None, "html": None, "fail_on_leak": False, "warmup": 0, "min_bytes": 0,
+            "quiet": False}
+    script, script_args = None, []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            script_args.extend(argv[i + 1:])
+            break
+        if arg in ("--json", "--html", "--warmup", "--min-bytes"):
+            if i + 1 >= len(argv):
+                raise UsageError(f"{arg} needs a value")
+            value = argv[i + 1]
+            if arg == "--json":
+                opts["json"] = value
+            elif arg == "--html":
+                opts["html"] = value
+            elif arg == "--warmup":
+                opts["warmup"] = _int_option(arg, value)
+            else:
+                opts["min_bytes"] = _int_option(arg, value)
+            i += 2
+            continue
+        if arg == "--fail-on-leak":
+            opts["fail_on_leak"] = True
+        elif arg == "--quiet":
+            opts["quiet"] = True
+        elif script is None:
+            if arg.startswith("-"):
+                raise UsageError(f"unknown option {arg!r}")
+            script = arg
+        else:
+            script_args.append(arg)
+        i += 1
+    if script is None:
+        raise UsageError("no script given")
+    if not os.path.isfile(script):
+        raise UsageError(f"no such script: {script}")
+    return script, script_args, opts
+
+
+def run(argv):
+    script, script_args, opts = parse_run_args(argv)
+    import torchleak
+
+    status = EXIT_OK
+    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    sys.argv = [script] + script_args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    tracker = torchleak.track(warmup=opts["warmup"], min_bytes=opts["min_bytes"])
+    try:
+        with tracker:
+            try:
+                runpy.run_path(script, run_name="__main__")
+            except SystemExit as exc:
+                if exc.code not in (None, 0):
+                    status = EXIT_SCRIPT_FAILED
+            except BaseException:  # noqa: BLE001 - the script's failure, reported below
+                traceback.print_exc()
+                status = EXIT_SCRIPT_FAILED
+    finally:
+        sys.argv = saved_argv
+        if sys.path and sys.path[0] != saved_path0:
+            sys.path.pop(0)
+    report = tracker.report()
+    if not opts["quiet"]:
+        print(report)
+    for key in ("json", "html"):
+        if opts[key]:
+            report.save(opts[key])
+    if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
+        status = EXIT_LEAK
+    return status
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        print(__doc__.split("\n\n", 1)[1].strip())
+        return EXIT_OK if argv else EXIT_USAGE
+    if argv[0] != "run":
+        print(f"torchleak: unknown command {argv[0]!r}\n{USAGE}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run(argv[1:])
+    except UsageError as exc:
+        print(f"torchleak: {exc}\n{USAGE}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - torchleak itself failed; never exit 1 (= leak)
+        traceback.print_exc()
+        print(f"torchleak: could not complete the run: {exc}", file=sys.stderr)
+        return EXIT_SCRIPT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""track(), check() and step(): glue between Python and the C++ recorder (torchleak._core)."""
+
+import os
+import site
+import sys
+import sysconfig
+import threading
+import warnings
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from . import _core
+from ._report import Report
+
+_profiler_module = sys.modules["torch.autograd.profiler"]
+
+_BOUNDARIES = ("auto", "explicit", "optimizer_step", "repeat", "cell")
+_active = None  # the Tracker whose session is recording, if any
+
+
+def _library_prefixes():
+    """Files whose frames are never a finding's site: torch, the standard library, torchleak."""
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(__file__)]
+    paths = sysconfig.get_paths()
+    dirs += [paths.get("stdlib"), paths.get("platstdlib")]
+    return _with_realpaths(dirs)
+
+
+def _user_prefixes():
+    """Third-party and user packages inside a standard-library directory stay user code."""
+    dirs = []
+    try:
+        dirs += site.getsitepackages()
+    except AttributeError:  # some embedded interpreters
+        pass
+    dirs.append(getattr(site, "USER_SITE", None))
+    return _with_realpaths(dirs)
+
+
+def _with_realpaths(dirs):
+    out = []
+    for d in dirs:
+        if not d:
+            continue
+        for variant in (d, os.path.realpath(d)):
+            prefix = variant.rstrip(os.sep) + os.sep
+            if prefix not in out:
+                out.append(prefix)
+    return out
+
+
+def _capacities():
+    caps = {}
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            caps[f"cuda:{i}"] = int(torch.cuda.get_device_properties(i).total_memory)
+    return caps
+
+
+class Tracker:
+    """Records tensor allocations between `with torchleak.track()` and the end of the block.
+
+    Iterations end at every ``optimizer.step()`` and at every ``torchleak.step()``. Once
+    ``torchleak.step()`` has been called, optimizer steps no longer end iterations, so loops
+    with gradient accumulation can mark their own boundaries.
+    """
+
+    def __init__(self, *, warmup=0, min_bytes=0, capture_stacks=True, boundary="auto"):
+        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
+            raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+        if not isinstance(min_bytes, int) or isinstance(min_bytes, bool) or min_bytes < 0:
+            raise ValueError(f"min_bytes must be an int >= 0, got {min_bytes!r}")
+        if boundary not in _BOUNDARIES:
+            raise ValueError(f"boundary must be one of {', '.join(_BOUNDARIES)}; got {boundary!r}")
+        self.warmup = warmup
+        self.min_bytes = min_bytes
+        self._capture_stacks = bool(capture_stacks)
+        self._boundary = boundary
+        self._kind = "optimizer_step" if boundary == "auto" else boundary
+        self._explicit_seen = False
+        self._session = None
+        self._optimizer_hook = None
+        self._warnings = []
+        self._report = None
+
+    # -- context manager ---------------------------------------------------------------------
+    def __enter__(self):
+        global _active
+        if _active is not None:
+            raise RuntimeError(
+                "torchleak is already tracking: nested or concurrent track()/check() is not "
+                "supported; finish the active one first")
+        if self._session is not None:
+            raise RuntimeError("a Tracker can be used once; create a new one with torchleak.track()")
+        _core.retry_deferred_removals()
+        session = _core.Session(self._capture_stacks)
+        if _core.profiler_state_installed():
+            # torch.profiler (or another tool) owns the slot; nothing may be pushed on top of
+            # it. Record from the moment it stops.
+            session.start_paused()
+            msg = ("torch.profiler is active on this thread: torchleak records nothing until "
+                   "it stops")
+            self._warnings.append(msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        else:
+            session.start()
+        self._session = session
+        self._thread = threading.get_ident()
+        _active = self
+        self._wrap_profiler_hooks()
+        if self._boundary in ("auto", "optimizer_step"):
+            try:
+                self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+            except BaseException:
+                self._stop()
+                raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._stop()
+        return False
+
+    # torch.profiler refuses to start while anything sits in PROFILER_STATE, so step aside when
+    # it starts on this thread and come back when it stops. torch calls these two module
+    # functions right before enabling and right after disabling its profiler.
+    def _wrap_profiler_hooks(self):
+        original_start = _profiler_module._run_on_profiler_start
+        original_stop = _profiler_module._run_on_profiler_stop
+        tracker = self
+
+        def on_profiler_start():
+            session = tracker._session
+            if (session is not None and session.active and not session.paused
+                    and threading.get_ident() == tracker._thread):
+                session.pause()
+                msg = ("torch.profiler ran inside torchleak.track(): allocations made while it "
+                       "was on were not recorded")
+                if msg not in tracker._warnings:
+                    tracker._warnings.append(msg)
+            return original_start()
+
+        def on_profiler_stop():
+            result = original_stop()
+            session = tracker._session
+            if (session is not None and session.active and session.paused
+                    and threading.get_ident() == tracker._thread
+                    and not _core.profiler_state_installed()):
+                session.resume()
+            return result
+
+        self._profiler_originals = (original_start, original_stop)
+        _profiler_module._run_on_profiler_start = on_profiler_start
+        _profiler_module._run_on_profiler_stop = on_profiler_stop
+
+    def _unwrap_profiler_hooks(self):
+        originals = getattr(self, "_profiler_originals", None)
+        if originals is not None:
+            _profiler_module._run_on_profiler_start, _profiler_module._run_on_profiler_stop = originals
+            self._profiler_originals = None
+
+    def _stop(self):
+        global _active
+        self._unwrap_profiler_hooks()
+        try:
+            if self._optimizer_hook is not None:
+                self._optimizer_hook.remove()
+                self._optimizer_hook = None
+        finally:
+            session = self._session
+            if session is not None and session.active:
+                # A run with no boundary at all still reports what it left alive.
+                if session.iterations == 0 and session.events > 0:
+                    session.step()
+                if session.stop() == "deferred":
+                    msg = ("another tool pushed a profiler state on top of torchleak's hook and "
+                           "is still running: torchleak stopped recording and removes its hook "
+                           "once that state is gone")
+                    self._warnings.append(msg)
+                    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            if _active is self:
+                _active = None
+
+    # -- boundaries ---------------------------------------------------------------------------
+    def _on_optimizer_step(self, optimizer, args, kwargs):
+        if not self._explicit_seen and self._session is not None and self._session.active:
+            self._session.step()
+
+    def step(self):
+        """End the current iteration."""
+        if self._session is None or not self._session.active:
+            raise RuntimeError("step() outside an active torchleak.track() block")
+        if self._boundary == "auto" and not self._explicit_seen:
+            self._kind = "explicit"
+        self._explicit_seen = True
+        self._session.step()
+
+    @property
+    def iterations(self):
+        return 0 if self._session is None else self._session.iterations
+
+    @property
+    def active(self):
+        return self._session is not None and self._session.active
+
+    # -- report -------------------------------------------------------------------------------
+    def report(self, *, warmup=None):
+        """The report of what was recorded so far (or of the whole run after the block)."""
+        if self._session is None:
+            raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
+        if self._report is not None and warmup is None and not self.active:
+            return self._report
+        text = self._session.report_json(
+            torch_version=torch.__version__,
+            python_version=".".join(map(str, sys.version_info[:3])),
+            warmup=self.warmup if warmup is None else warmup,
+            boundary=self._kind,
+            min_bytes=self.min_bytes,
+            capacities=_capacities(),
+            warnings=list(self._warnings),
+            library_prefixes=_library_prefixes(),
+            user_prefixes=_user_prefixes(),
+        )
+        report = Report(text)
+        if not self.active and warmup is None:
+            self._report = report
+        return report
+
+
+def track(*, warmup=0, min_bytes=0, capture_stacks=True, boundary="auto"):
+    """Track tensor allocations in a ``with`` block; see :class:`Tracker`."""
+    return Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
+                   boundary=boundary)
+
+
+def step():
+    """Mark the end of an iteration in the active ``torchleak.track()`` block."""
+    if _active is None:
+        raise RuntimeError("torchleak.step() called outside torchleak.track()")
+    _active.step()
+
+
+def check(fn, *args, iterations=20, warmup=0, min_bytes=0, capture_stacks=True, **kwargs):
+    """Run ``fn(*args, **kwargs)`` ``iterations`` times, each run an iteration, and report.
+
+    The first ``warmup`` runs are recorded but not judged. If ``fn`` raises (an OOM, a bug,
+    KeyboardInterrupt), the hooks are removed, the report of what was seen is attached to the
+    exception as ``torchleak_report`` and the exception propagates.
+    """
+    if not callable(fn):
+        raise TypeError(f"check() needs a callable, got {type(fn).__name__}")
+    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+        raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
+    if not isinstance(warmup, int) or isinstance(warmup, bool) or not 0 <= warmup < iterations:
+        raise ValueError(f"warmup must be an int with 0 <= warmup < iterations, got {warmup!r}")
+    tracker = Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
+                      boundary="repeat")
+    failure = None
+    with tracker:
+        for i in range(iterations):
+            try:
+                fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - reported, then re-raised below
+                failure = exc
+                tracker._warnings.append(
+                    f"stopped in iteration {i} of {iterations} by {type(exc).__name__}: {exc}")
+                break
+            tracker._session.step()
+    report = tracker.report()
+    if failure is not None:
+        try:
+            failure.torchleak_report = report
+        except (AttributeError, TypeError):
+            pass
+        raise failure
+    return report

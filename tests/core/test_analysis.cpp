@@ -1,0 +1,175 @@
+#include "torchleak/analysis.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+
+using namespace torchleak;
+
+namespace {
+
+constexpr DeviceKey kCpu{0, -1};
+constexpr int64_t MiB = 1 << 20;
+
+// Frames whose `code` encodes (file index, line): the test's stand-in for Python code objects.
+class FakeSymbolizer final : public StackSymbolizer {
+  public:
+    std::vector<Frame> symbolize(std::span<const RawFrame> frames) override {
+        std::vector<Frame> out;
+        for (const RawFrame& r : frames) {
+            Frame f;
+            bool library = r.code >= 0x1000;
+            f.file = library ? "/site-packages/torch/nn/modules/linear.py" : "train.py";
+            f.line = r.offset;
+            f.function = library ? "forward" : "step";
+            f.user = !library;
+            out.push_back(f);
+        }
+        return out;
+    }
+};
+
+class FakeDescriber final : public BlockDescriber {
+  public:
+    std::optional<BlockDescription> describe(uintptr_t) override {
+        return BlockDescription{"float32", {512, 512}};
+    }
+};
+
+SiteSeries
+series(std::vector<int64_t> bytes, std::vector<int64_t> born, std::vector<uint32_t> oldest) {
+    return SiteSeries{std::move(bytes), std::move(born), std::move(oldest)};
+}
+
+}  // namespace
+
+TEST_CASE("fitLine recovers an exact ramp") {
+    std::vector<double> y = {1, 3, 5, 7, 9};
+    LineFit fit = fitLine(y);
+    REQUIRE(fit.slope == Approx(2.0));
+    REQUIRE(fit.intercept == Approx(1.0));
+    REQUIRE(fit.r2 == Approx(1.0));
+    REQUIRE(fit.p_value == 0.0);
+}
+
+TEST_CASE("fitLine on a flat series finds no trend") {
+    std::vector<double> y = {4, 4, 4, 4};
+    LineFit fit = fitLine(y);
+    REQUIRE(fit.slope == Approx(0.0));
+    REQUIRE(fit.p_value == 1.0);
+}
+
+TEST_CASE("Student t p-values match known values") {
+    // t = 2.228 at 10 degrees of freedom is the two-sided 5% point.
+    REQUIRE(studentTwoSidedP(2.228, 10) == Approx(0.05).margin(1e-3));
+    REQUIRE(studentTwoSidedP(0.0, 5) == Approx(1.0));
+    REQUIRE(studentTwoSidedP(1e9, 5) < 1e-12);
+}
+
+TEST_CASE("classify: a ramp is a leak with its exact slope") {
+    auto c = classify(series({MiB, 2 * MiB, 3 * MiB, 4 * MiB, 5 * MiB}, {MiB, MiB, MiB, MiB, MiB},
+                             {0, 0, 0, 0, 0}),
+                      0);
+    REQUIRE(c.verdict == Verdict::Leak);
+    REQUIRE(c.bytes_per_iteration == MiB);
+    REQUIRE(c.confidence == Approx(1.0));
+}
+
+TEST_CASE("classify: created in the first iteration, then constant, is warm-up") {
+    auto c = classify(series({6 * MiB, 6 * MiB, 6 * MiB, 6 * MiB}, {6 * MiB, 0, 0, 0}, {0, 0, 0, 0}),
+                      0);
+    REQUIRE(c.verdict == Verdict::Warmup);
+    REQUIRE(c.bytes_per_iteration == 0);
+}
+
+TEST_CASE("classify: replaced every iteration is transient") {
+    auto c = classify(series({MiB, MiB, MiB, MiB}, {MiB, MiB, MiB, MiB}, {0, 1, 2, 3}), 0);
+    REQUIRE(c.verdict == Verdict::Transient);
+}
+
+TEST_CASE("classify: freed by the end is transient") {
+    auto c = classify(series({MiB, 2 * MiB, 0}, {MiB, MiB, 0}, {0, 0, 0}), 0);
+    REQUIRE(c.verdict == Verdict::Transient);
+}
+
+TEST_CASE("classify: grows then stops is a plateau") {
+    auto c = classify(series({MiB, 2 * MiB, 3 * MiB, 3 * MiB, 3 * MiB, 3 * MiB, 3 * MiB},
+                             {MiB, MiB, MiB, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0}),
+                      0);
+    REQUIRE(c.verdict == Verdict::Plateau);
+}
+
+TEST_CASE("classify: warm-up boundaries are not judged") {
+    // Iteration 0 creates 8 MiB of state; after that 1 MiB per iteration leaks.
+    auto c = classify(series({8 * MiB, 9 * MiB, 10 * MiB, 11 * MiB}, {8 * MiB, MiB, MiB, MiB},
+                             {0, 0, 0, 0}),
+                      1);
+    REQUIRE(c.verdict == Verdict::Leak);
+    REQUIRE(c.bytes_per_iteration == MiB);
+}
+
+TEST_CASE("buildReport: one leaking site, attributed to the innermost user frame") {
+    AllocationRecorder rec;
+    // user frame train.py:42 calls into a library frame (torch) that allocates.
+    std::vector<RawFrame> stack = {{0x1000, 120}, {0x1, 42}, {0x2, 7}};
+    std::vector<RawFrame> temp = {{0x3, 50}};
+    for (uint32_t i = 0; i < 6; ++i) {
+        rec.recordAlloc(0x100000 + i * 0x1000, MiB, kCpu, stack, nullptr, 0, 0, false);
+        rec.recordAlloc(0x900000, 4 * MiB, kCpu, temp, nullptr, 0, 0, false);
+        rec.recordFree(0x900000, kCpu, 0, 0, false);
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ReportInputs in;
+    in.torch_version = "2.13.0";
+    in.boundary = BoundaryKind::Repeat;
+    in.devices = {{kCpu, "cpu", 64ull << 30}};
+    Report r = buildReport(rec, in, sym, desc);
+    REQUIRE(r.iterations == 6);
+    REQUIRE(r.findings.size() == 1);
+    const Finding& f = r.findings[0];
+    REQUIRE(f.verdict == Verdict::Leak);
+    REQUIRE(f.site.file == "train.py");
+    REQUIRE(f.site.line == 42);
+    REQUIRE(f.stack.size() == 3);
+    REQUIRE_FALSE(f.stack[0].user);
+    REQUIRE(f.count == 6);
+    REQUIRE(f.bytes_per_iteration == MiB);
+    REQUIRE(f.total_bytes == 6 * MiB);
+    REQUIRE(f.series == std::vector<int64_t>{MiB, 2 * MiB, 3 * MiB, 4 * MiB, 5 * MiB, 6 * MiB});
+    REQUIRE(f.dtype == "float32");
+    REQUIRE(f.shape == std::vector<int64_t>{512, 512});
+    REQUIRE(r.devices.size() == 1);
+    REQUIRE(r.devices[0].leak_bytes_per_iteration == MiB);
+    REQUIRE(r.devices[0].projected_oom_iteration == 6 + (64 * 1024 - 6));
+    REQUIRE(r.devices[0].peak[0] == 5 * MiB);
+    REQUIRE(r.summary.score < 100);
+}
+
+TEST_CASE("buildReport: an empty run has no findings and a perfect score") {
+    AllocationRecorder rec;
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    Report r = buildReport(rec, ReportInputs{}, sym, desc);
+    REQUIRE(r.iterations == 0);
+    REQUIRE(r.findings.empty());
+    REQUIRE(r.devices.empty());
+    REQUIRE(r.summary.score == 100);
+    REQUIRE(r.summary.grade == "A");
+}
+
+TEST_CASE("buildReport: backward allocations are named by their autograd node") {
+    AllocationRecorder rec;
+    for (uint32_t i = 0; i < 4; ++i) {
+        rec.recordAlloc(0x200000 + i * 0x1000, 1024, kCpu, {},
+                        "N5torch8autograd9generated11MmBackward0E", 0, 0, false);
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    Report r = buildReport(rec, ReportInputs{}, sym, desc);
+    REQUIRE(r.findings.size() == 1);
+    REQUIRE(r.findings[0].site.function == "MmBackward0");
+    REQUIRE(r.findings[0].autograd_node == "MmBackward0");
+    REQUIRE(r.findings[0].verdict == Verdict::Leak);
+}

@@ -1,0 +1,103 @@
+#include "torchleak/errors.h"
+#include "torchleak/report_json.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+using namespace torchleak;
+
+namespace {
+
+Report
+hostileReport() {
+    Report r;
+    r.torch_version = "2.13.0";
+    r.python_version = "3.11.7";
+    r.iterations = 3;
+    r.boundary = BoundaryKind::Repeat;
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.site = {"dir \"quoted\"/<script>alert('x')</script>.py", 42, "step</td>&amp;", std::nullopt, true};
+    f.stack = {f.site, {"/torch/nn/modules/module.py", 1, "_call_impl", std::nullopt, false}};
+    f.device = "cpu";
+    f.dtype = "float32";
+    f.shape = std::vector<int64_t>{256, 1024};
+    f.count = 3;
+    f.total_bytes = 3 << 20;
+    f.bytes_per_iteration = 1 << 20;
+    f.series = {1 << 20, 2 << 20, 3 << 20};
+    f.path = {{"root", "losses\n\t\\", "list"}, {"index", "[2]", "Tensor"}};
+    f.path_text = "losses[2]";
+    f.holder = Holder{"losses", "list", 1.0};
+    f.suggestion = "store loss.item() — not the tensor \u2714";
+    f.severity = Severity::Warning;
+    f.trend = {1048576.0, 1.0, 0.0};
+    f.confidence = 0.99;
+    r.findings.push_back(f);
+    DeviceTimeline d;
+    d.device = "cpu";
+    d.capacity_bytes = 1ull << 34;
+    d.allocated = {1, 2, 3};
+    d.reserved = {1, 2, 3};
+    d.leak_bytes_per_iteration = 1 << 20;
+    d.projected_oom_iteration = 16384;
+    r.devices.push_back(d);
+    r.summary.score = 80;
+    r.summary.grade = "B";
+    r.summary.critical_issues = {"<b>bold</b>"};
+    r.summary.recommendations = {{"high", "fix \"it\"", {0}}};
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("JSON has the contract's field names and parses back with nlohmann") {
+    std::string text = toJson(hostileReport());
+    auto j = nlohmann::json::parse(text);
+    REQUIRE(j["schema_version"] == "torchleak.report/1");
+    REQUIRE(j["boundary"] == "repeat");
+    const auto& f = j["findings"][0];
+    REQUIRE(f["verdict"] == "leak");
+    REQUIRE(f["site"]["file"] == "dir \"quoted\"/<script>alert('x')</script>.py");
+    REQUIRE(f["site"]["cell"].is_null());
+    REQUIRE(f["path"][0]["label"] == "losses\n\t\\");
+    REQUIRE(f["holder"]["path_text"] == "losses");
+    REQUIRE(f["trend"]["slope_bytes_per_iteration"] == 1048576.0);
+    REQUIRE(j["devices"][0]["projected_oom_iteration"] == 16384);
+    REQUIRE(j["summary"]["recommendations"][0]["findings"][0] == 0);
+}
+
+TEST_CASE("JSON round-trips through reportFromJson unchanged") {
+    Report r = hostileReport();
+    std::string once = toJson(r);
+    Report back = reportFromJson(once);
+    REQUIRE(toJson(back) == once);
+    REQUIRE(back.findings[0].site.file == r.findings[0].site.file);
+    REQUIRE(back.findings[0].suggestion == r.findings[0].suggestion);
+}
+
+TEST_CASE("Invalid UTF-8 in a file name is replaced, not thrown") {
+    Report r = hostileReport();
+    r.findings[0].site.file = std::string("bad\xff\xfe.py");
+    std::string text = toJson(r);
+    auto j = nlohmann::json::parse(text);
+    REQUIRE(j["findings"][0]["site"]["file"].get<std::string>().find("bad") == 0);
+}
+
+TEST_CASE("Documents that are not torchleak.report/1 are rejected with SchemaError") {
+    REQUIRE_THROWS_AS(reportFromJson("not json"), SchemaError);
+    REQUIRE_THROWS_AS(reportFromJson("{}"), SchemaError);
+    REQUIRE_THROWS_AS(reportFromJson(R"({"schema_version": "torchleak.report/2"})"), SchemaError);
+    REQUIRE_THROWS_AS(reportFromJson(R"({"schema_version": "torchleak.report/1"})"), SchemaError);
+    std::string text = toJson(hostileReport());
+    auto j = nlohmann::json::parse(text);
+    j["findings"][0]["verdict"] = "maybe";
+    REQUIRE_THROWS_AS(reportFromJson(j.dump()), SchemaError);
+}
+
+TEST_CASE("An empty report is valid JSON") {
+    Report r;
+    auto j = nlohmann::json::parse(toJson(r));
+    REQUIRE(j["findings"].empty());
+    REQUIRE(j["iterations"] == 0);
+}

@@ -1,0 +1,90 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+MiB = 1 << 20
+LEAKY = """\
+import torch
+import torchleak
+history = []
+for i in range(6):
+    history.append(torch.ones(256, 1024))  # the leak
+    torchleak.step()
+"""
+CLEAN = """\
+import torch
+import torchleak
+for i in range(6):
+    x = torch.ones(256, 1024) * 2
+    torchleak.step()
+"""
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "torchleak", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def test_leaky_script_fails_with_fail_on_leak_and_writes_json(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LEAKY)
+    out = tmp_path / "out.json"
+    html = tmp_path / "out.html"
+    proc = run_cli("run", str(script), "--json", str(out), "--html", str(html), "--fail-on-leak")
+    assert proc.returncode == 1, proc.stderr
+    assert "LEAK" in proc.stdout and "train.py:5" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["schema_version"] == "torchleak.report/1"
+    (leak,) = [f for f in report["findings"] if f["verdict"] == "leak"]
+    assert leak["site"]["file"] == str(script) and leak["site"]["line"] == 5
+    assert leak["bytes_per_iteration"] == MiB
+    assert html.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_leaky_script_without_fail_on_leak_exits_0(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LEAKY)
+    assert run_cli("run", str(script), "--quiet").returncode == 0
+
+
+def test_clean_script_exits_0(tmp_path):
+    script = tmp_path / "clean.py"
+    script.write_text(CLEAN)
+    proc = run_cli("run", "--fail-on-leak", str(script))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_script_arguments_after_double_dash_reach_the_script(tmp_path):
+    script = tmp_path / "args.py"
+    script.write_text("import sys\nassert sys.argv[1:] == ['--json', 'x', 'y'], sys.argv\n")
+    proc = run_cli("run", str(script), "--quiet", "--", "--json", "x", "y")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_failing_script_exits_3_and_still_reports(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("import torch\nkeep = torch.ones(10)\nraise RuntimeError('script bug')\n")
+    out = tmp_path / "r.json"
+    proc = run_cli("run", str(script), "--json", str(out))
+    assert proc.returncode == 3
+    assert "script bug" in proc.stderr
+    assert json.loads(out.read_text())["schema_version"] == "torchleak.report/1"
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["frobnicate"],
+    ["run"],
+    ["run", "--json"],
+    ["run", "--warmup", "x", "s.py"],
+    ["run", "--bogus", "s.py"],
+    ["run", "does-not-exist.py"],
+])
+def test_bad_arguments_print_usage_and_exit_2(args, tmp_path):
+    (tmp_path / "s.py").write_text("pass\n")
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "usage: python -m torchleak run" in proc.stdout + proc.stderr

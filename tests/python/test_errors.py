@@ -1,0 +1,48 @@
+"""The one translation table from C++ exceptions to Python exceptions (kernel_ext/src/python.cpp)."""
+import pytest
+
+from torchleak import _core, _testing
+
+
+@pytest.mark.parametrize("kind, exc_type", [
+    ("state", RuntimeError),
+    ("invalid", ValueError),
+    ("schema", _core.ReportSchemaError),
+    ("io", OSError),
+    ("base", RuntimeError),
+    ("std", RuntimeError),
+])
+def test_cpp_exceptions_become_these_python_exceptions(kind, exc_type):
+    with pytest.raises(exc_type, match="from C++|error"):
+        _testing.raise_error(kind)
+
+
+def test_schema_error_is_a_value_error():
+    assert issubclass(_core.ReportSchemaError, ValueError)
+
+
+def test_bad_report_inputs_are_value_errors():
+    session = _core.Session()
+    with pytest.raises(ValueError, match="boundary"):
+        session.report_json(torch_version="x", python_version="y", warmup=0, boundary="weekly")
+    with pytest.raises(ValueError, match="warmup"):
+        session.report_json(torch_version="x", python_version="y", warmup=-1, boundary="repeat")
+
+
+def test_session_misuse_is_a_runtime_error():
+    session = _core.Session()
+    with pytest.raises(RuntimeError, match="outside"):
+        session.step()
+    session.start()
+    try:
+        with pytest.raises(RuntimeError, match="already"):
+            session.start()
+    finally:
+        assert session.stop() == "removed"
+
+
+def test_stack_capture_sees_python_frames():
+    def nested(depth):
+        return nested(depth - 1) if depth else _testing.capture_depth()
+
+    assert nested(10) >= 11
