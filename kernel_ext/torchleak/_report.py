@@ -156,6 +156,15 @@ def _source_line(frame):
         return ""
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _is_tool_frame(frame):
+    """torchleak's own frames and the runpy trampoline: kept in JSON, hidden in text."""
+    name = frame.get("file") or ""
+    return name.startswith(_PACKAGE_DIR) or name == "<frozen runpy>"
+
+
 def _device_line(d, iterations):
     alloc = d.get("allocated") or [0]
     line = f"{d['device']}: {format_bytes(alloc[-1])} tracked live at the end"
@@ -213,7 +222,7 @@ def render_text(data):
             h = f["holder"]
             out.append(f"  holder: {h['path_text']} ({h['type']}, "
                        f"+{h['growth_per_iteration']:g} per iteration)")
-        stack = [fr for fr in f.get("stack", [])][:6]
+        stack = [fr for fr in f.get("stack", []) if not _is_tool_frame(fr)][:6]
         if stack:
             out.append("  stack (innermost first):")
             for fr in stack:

@@ -1,0 +1,69 @@
+# The two README commands are `make demo` and `make test`. Both set everything up themselves,
+# idempotently, on a fresh Debian machine as root: Debian packages, the virtualenv at .venv
+# with torch==2.13.0, and the build installed into it.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_SPEC ?= torch==2.13.0
+DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++
+PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy
+CORE_BUILD := build/core-tests
+STAMPS := build/stamps
+
+.PHONY: demo test test-core test-python bench deps debian-packages venv install leak-cases format clean
+
+demo: install
+	@echo "== a training loop that keeps every step's loss with its graph =="
+	$(PY) -m torchleak run notebooks/leaky_training.py
+
+test: install test-core test-python
+
+test-core: debian-packages
+	cmake -S . -B $(CORE_BUILD) -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
+	      -DTORCHLEAK_WARNINGS_AS_ERRORS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(CORE_BUILD) -j2
+	cd $(CORE_BUILD) && ctest --output-on-failure
+
+test-python: install
+	$(PY) -m pytest -q tests/python
+
+bench: install
+	$(PY) bench/bench_overhead.py
+
+leak-cases: install
+	$(PY) ../shared/leak-cases/run.py
+
+deps: debian-packages venv
+
+debian-packages: $(STAMPS)/debian
+$(STAMPS)/debian:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@mkdir -p $(STAMPS) && touch $@
+
+venv: $(STAMPS)/venv
+$(STAMPS)/venv:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check "$(TORCH_SPEC)" $(PY_PACKAGES)
+	@mkdir -p $(STAMPS) && touch $@
+
+# Rebuilt whenever a C++, build or package file changed; pip's build directory keeps it
+# incremental. --no-build-isolation: compile against the torch in the virtualenv.
+SOURCES := $(shell find core kernel_ext -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.py' \)) CMakeLists.txt pyproject.toml
+install: $(STAMPS)/install
+$(STAMPS)/install: $(STAMPS)/debian $(STAMPS)/venv $(SOURCES)
+	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps .
+	$(PY) -c "import torchleak; print('torchleak', torchleak.__version__, 'built against torch', __import__('torch').__version__)"
+	@touch $@
+
+format:
+	clang-format -i $$(find core kernel_ext/src tests/core -name '*.h' -o -name '*.cpp')
+
+clean:
+	rm -rf build
