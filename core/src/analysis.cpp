@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unistd.h>
 #include <unordered_map>
+#include <unordered_set>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xtensor.hpp>
 
@@ -253,6 +254,15 @@ struct SiteAccumulator {
     uintptr_t example = 0;
     uint64_t exampleSize = 0;
     GroupKey exampleKey;
+    std::vector<GroupKey> groups;
+};
+
+struct GroupKeyHash {
+    size_t operator()(const GroupKey& k) const noexcept {
+        return (static_cast<size_t>(k.stack) * 0x9E3779B97F4A7C15ull) ^
+               (static_cast<size_t>(k.node) << 16) ^ static_cast<size_t>(static_cast<uint8_t>(k.device.type)) ^
+               (static_cast<size_t>(static_cast<uint8_t>(k.device.index)) << 8);
+    }
 };
 
 std::string
@@ -317,6 +327,22 @@ defaultSuggestion(const Finding& f) {
            ".detach() or .item() copies, or clear the container";
 }
 
+bool
+heldByMachinery(const Finding& f) {
+    if (f.path.empty()) {
+        return false;
+    }
+    const std::string& root = f.path.front().label;
+    bool outputCache = root.rfind("Out[", 0) == 0 || root == "_" || root == "__" || root == "___" ||
+                       (root.size() > 1 && root[0] == '_' &&
+                        std::all_of(root.begin() + 1, root.end(), ::isdigit));
+    bool lastException = root.rfind("<last exception>", 0) == 0;
+    // Only when C++ keeps a known Python-level object (a tensor or a custom Function's ctx):
+    // a bare "<held only from C++>" may be one of torch's own caches.
+    bool cppGraph = f.retention == Retention::CppOnly && !f.path.front().type.empty();
+    return outputCache || lastException || cppGraph;
+}
+
 void
 summarize(Report& report) {
     Summary s;
@@ -361,7 +387,8 @@ Report
 buildReport(const AllocationRecorder& recorder,
             const ReportInputs& inputs,
             StackSymbolizer& symbolizer,
-            BlockDescriber& describer) {
+            BlockDescriber& describer,
+            RetentionExplainer* explainer) {
     Report report;
     report.torch_version = inputs.torch_version;
     report.python_version = inputs.python_version;
@@ -426,6 +453,9 @@ buildReport(const AllocationRecorder& recorder,
                 acc.series.born.assign(n, 0);
                 acc.series.oldest.assign(n, std::numeric_limits<uint32_t>::max());
             }
+            if (std::find(acc.groups.begin(), acc.groups.end(), g.key) == acc.groups.end()) {
+                acc.groups.push_back(g.key);
+            }
             acc.series.bytes[b] += static_cast<int64_t>(g.bytes);
             acc.series.born[b] += static_cast<int64_t>(g.bornThisIteration);
             acc.series.oldest[b] = std::min(acc.series.oldest[b], g.oldestIteration);
@@ -450,6 +480,7 @@ buildReport(const AllocationRecorder& recorder,
     recorder.forEachLiveBlock(
         [&](uintptr_t ptr, const BlockRecord& rec) { liveNow.emplace(ptr, rec); });
 
+    std::vector<const SiteAccumulator*> findingSites;
     for (auto& [key, acc] : sites) {
         int64_t maxBytes = *std::max_element(acc.series.bytes.begin(), acc.series.bytes.end());
         if (maxBytes <= 0 || static_cast<uint64_t>(maxBytes) < inputs.thresholds.min_bytes) {
@@ -488,15 +519,139 @@ buildReport(const AllocationRecorder& recorder,
         f.severity = severityOf(f, report.iterations, inputs.thresholds);
         f.suggestion = defaultSuggestion(f);
         report.findings.push_back(std::move(f));
+        findingSites.push_back(&acc);
     }
-    std::stable_sort(report.findings.begin(), report.findings.end(),
-                     [](const Finding& a, const Finding& b) {
-                         bool la = a.verdict == Verdict::Leak, lb = b.verdict == Verdict::Leak;
-                         if (la != lb) {
-                             return la;
-                         }
-                         return a.total_bytes > b.total_bytes;
-                     });
+    {
+        std::vector<size_t> order(report.findings.size());
+        for (size_t i = 0; i < order.size(); ++i) {
+            order[i] = i;
+        }
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            const Finding& fa = report.findings[a];
+            const Finding& fb = report.findings[b];
+            bool la = fa.verdict == Verdict::Leak, lb = fb.verdict == Verdict::Leak;
+            if (la != lb) {
+                return la;
+            }
+            return fa.total_bytes > fb.total_bytes;
+        });
+        std::vector<Finding> sorted;
+        std::vector<const SiteAccumulator*> sortedSites;
+        for (size_t i : order) {
+            sorted.push_back(std::move(report.findings[i]));
+            sortedSites.push_back(findingSites[i]);
+        }
+        report.findings = std::move(sorted);
+        findingSites = std::move(sortedSites);
+    }
+
+    if (explainer != nullptr && !report.findings.empty()) {
+        std::unordered_map<GroupKey, size_t, GroupKeyHash> findingOf;
+        for (size_t i = 0; i < findingSites.size(); ++i) {
+            for (const GroupKey& k : findingSites[i]->groups) {
+                findingOf.emplace(k, i);
+            }
+        }
+        std::vector<std::vector<std::pair<uint64_t, uintptr_t>>> blocksOf(report.findings.size());
+        std::vector<uintptr_t> allBlocks;
+        for (const auto& [ptr, rec] : liveNow) {
+            auto it = findingOf.find(GroupKey{rec.stack, rec.node, rec.device});
+            if (it != findingOf.end()) {
+                blocksOf[it->second].emplace_back(rec.sequence, ptr);
+                allBlocks.push_back(ptr);
+            }
+        }
+        auto paths = explainer->explain(allBlocks);
+        std::unordered_set<uintptr_t> normalized;
+        auto siteOfBlock = [&](uintptr_t block) -> std::optional<Frame> {
+            auto live = liveNow.find(block);
+            if (live == liveNow.end()) {
+                return std::nullopt;
+            }
+            const auto& frames = framesOf(live->second.stack);
+            auto user = std::find_if(frames.begin(), frames.end(),
+                                     [](const Frame& fr) { return fr.user; });
+            if (user != frames.end()) {
+                return *user;
+            }
+            if (live->second.node) {
+                Frame fr;
+                fr.file = "<backward>";
+                fr.function = recorder.nodeName(live->second.node);
+                fr.user = false;
+                return fr;
+            }
+            return std::nullopt;
+        };
+        for (size_t i = 0; i < report.findings.size(); ++i) {
+            Finding& f = report.findings[i];
+            auto& blocks = blocksOf[i];
+            std::sort(blocks.begin(), blocks.end(), std::greater<>());  // newest first
+            // The representative is the newest block from before the last iteration: the last
+            // iteration's own blocks may just be the current state (model.last_hidden), while
+            // older survivors are alive only because of what leaks.
+            std::vector<const std::vector<PathStep>*> all;
+            const BlockPath* representative = nullptr;
+            const BlockPath* newest = nullptr;
+            uint32_t lastIteration = n > 0 ? static_cast<uint32_t>(n - 1) : 0;
+            for (const auto& [seq, ptr] : blocks) {
+                auto it = paths.find(ptr);
+                if (it == paths.end()) {
+                    continue;
+                }
+                if (!normalized.count(ptr)) {
+                    it->second.steps = normalizePath(std::move(it->second.steps));
+                    normalized.insert(ptr);
+                }
+                all.push_back(&it->second.steps);
+                if (newest == nullptr) {
+                    newest = &it->second;
+                }
+                if (representative == nullptr && liveNow.at(ptr).iteration < lastIteration) {
+                    representative = &it->second;
+                }
+            }
+            if (representative == nullptr) {
+                representative = newest;
+            }
+            if (representative == nullptr) {
+                continue;
+            }
+            f.retention = representative->retention;
+            f.path = representative->steps;
+            for (PathStep& step : f.path) {
+                if (step.tensor && step.tensor->block != 0) {
+                    step.tensor->site = siteOfBlock(step.tensor->block);
+                }
+            }
+            f.path_text = pathText(f.path);
+            double growthIterations =
+                static_cast<double>(std::max(1, report.iterations - std::max(inputs.warmup, 0)));
+            if (f.retention == Retention::Reachable) {
+                f.holder = chooseHolder(f.path, all, growthIterations);
+            }
+            // design.md, "What counts as a leak": memory that only notebook machinery (Out[n],
+            // the last exception) or only C++ (an autograd graph no Python object reaches)
+            // keeps is a leak even without growth: the user can no longer free it by name.
+            if (f.verdict != Verdict::Leak && f.total_bytes > 0 && heldByMachinery(f)) {
+                f.verdict = Verdict::Leak;
+                f.confidence = 0.9;
+                f.severity = severityOf(f, report.iterations, inputs.thresholds);
+            }
+            std::string specific = suggestFix(f);
+            if (!specific.empty()) {
+                f.suggestion = specific;
+            }
+        }
+        std::stable_sort(report.findings.begin(), report.findings.end(),
+                         [](const Finding& a, const Finding& b) {
+                             bool la = a.verdict == Verdict::Leak, lb = b.verdict == Verdict::Leak;
+                             if (la != lb) {
+                                 return la;
+                             }
+                             return a.total_bytes > b.total_bytes;
+                         });
+    }
 
     // Devices, in the order they first appeared.
     std::vector<DeviceKey> order;

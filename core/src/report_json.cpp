@@ -68,6 +68,13 @@ severityFromString(std::string_view s) {
     return enumFromString(s, all, "severity");
 }
 
+Retention
+retentionFromString(std::string_view s) {
+    static const Retention all[] = {Retention::Reachable, Retention::Cycle, Retention::Unnamed,
+                                    Retention::CppOnly, Retention::Unknown};
+    return enumFromString(s, all, "retention");
+}
+
 BoundaryKind
 boundaryFromString(std::string_view s) {
     static const BoundaryKind all[] = {BoundaryKind::Explicit, BoundaryKind::OptimizerStep,
@@ -150,8 +157,21 @@ toJson(const Report& r, int indent) {
         fj["series"] = f.series;
         fj["path"] = json::array();
         for (const PathStep& p : f.path) {
-            fj["path"].push_back({{"kind", p.kind}, {"label", p.label}, {"type", p.type}});
+            json step = {{"kind", p.kind}, {"label", p.label}, {"type", p.type}};
+            if (!p.note.empty()) {
+                step["note"] = p.note;
+            }
+            if (p.tensor) {
+                step["tensor"] = {{"dtype", p.tensor->dtype},
+                                  {"shape", p.tensor->shape},
+                                  {"device", p.tensor->device},
+                                  {"nbytes", p.tensor->nbytes},
+                                  {"site", p.tensor->site ? frameJson(*p.tensor->site, true)
+                                                          : json(nullptr)}};
+            }
+            fj["path"].push_back(std::move(step));
         }
+        fj["retention"] = toString(f.retention);
         fj["path_text"] = f.path_text;
         if (f.holder) {
             fj["holder"] = {{"path_text", f.holder->path_text},
@@ -236,9 +256,26 @@ reportFromJson(const std::string& text) {
             f.bytes_per_iteration = fj.at("bytes_per_iteration").get<int64_t>();
             f.series = fj.at("series").get<std::vector<int64_t>>();
             for (const json& p : fj.at("path")) {
-                f.path.push_back({p.at("kind").get<std::string>(), p.at("label").get<std::string>(),
-                                  p.value("type", "")});
+                PathStep step;
+                step.kind = p.at("kind").get<std::string>();
+                step.label = p.at("label").get<std::string>();
+                step.type = p.value("type", "");
+                step.note = p.value("note", "");
+                if (p.contains("tensor") && !p["tensor"].is_null()) {
+                    const json& t = p["tensor"];
+                    TensorInfo info;
+                    info.dtype = t.value("dtype", "");
+                    info.shape = t.value("shape", std::vector<int64_t>{});
+                    info.device = t.value("device", "");
+                    info.nbytes = t.value("nbytes", uint64_t{0});
+                    if (t.contains("site") && !t["site"].is_null()) {
+                        info.site = frameFrom(t["site"]);
+                    }
+                    step.tensor = info;
+                }
+                f.path.push_back(std::move(step));
             }
+            f.retention = retentionFromString(fj.value("retention", "unknown"));
             f.path_text = fj.value("path_text", "");
             if (fj.contains("holder") && !fj["holder"].is_null()) {
                 const json& h = fj["holder"];

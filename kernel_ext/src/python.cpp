@@ -7,6 +7,7 @@
 #include "torchleak/allocator_hook.h"
 #include "torchleak/errors.h"
 #include "torchleak/report_json.h"
+#include "torchleak/retention.h"
 
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <pybind11/pybind11.h>
@@ -37,6 +38,33 @@ registerExceptions(py::module_& m) {
             py::set_error(PyExc_RuntimeError, e.what());
         }
     });
+}
+
+std::vector<python::NamedRoot>
+namedRoots(const py::list& roots) {
+    std::vector<python::NamedRoot> out;
+    for (const py::handle& item : roots) {
+        auto t = py::reinterpret_borrow<py::tuple>(item);
+        if (t.size() != 4) {
+            throw InvalidArgument("a root is a (label, kind, note, object) tuple");
+        }
+        out.push_back({t[0].cast<std::string>(), t[1].cast<std::string>(), t[2].cast<std::string>(),
+                       t[3].ptr()});
+    }
+    return out;
+}
+
+py::dict
+walkStatsDict(const python::WalkStats& s) {
+    py::dict d;
+    d["python_objects"] = s.pythonObjects;
+    d["tensors"] = s.tensors;
+    d["autograd_nodes"] = s.autogradNodes;
+    d["reached"] = s.reached;
+    d["unreached"] = s.unreached;
+    d["second_phase"] = s.secondPhase;
+    d["seconds"] = s.seconds;
+    return d;
 }
 
 BoundaryKind
@@ -79,7 +107,8 @@ PYBIND11_MODULE(_core, m) {
                uint64_t minBytes, const std::map<std::string, uint64_t>& capacities,
                const std::vector<std::string>& warnings,
                const std::vector<std::string>& libraryPrefixes,
-               const std::vector<std::string>& userPrefixes, int indent) {
+               const std::vector<std::string>& userPrefixes, const py::list& roots, bool explain,
+               int indent) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -103,14 +132,38 @@ PYBIND11_MODULE(_core, m) {
                     in.devices.push_back(d);
                 }
                 python::FrameFilter filter{libraryPrefixes, userPrefixes};
-                return self.reportJson(in, filter, indent);
+                // `roots` (the Python list) keeps every root object alive during the walk.
+                return self.reportJson(in, filter, namedRoots(roots), explain, indent);
             },
             py::arg("torch_version"), py::arg("python_version"), py::arg("warmup"),
             py::arg("boundary"), py::arg("min_bytes") = 0,
             py::arg("capacities") = std::map<std::string, uint64_t>{},
             py::arg("warnings") = std::vector<std::string>{},
             py::arg("library_prefixes") = std::vector<std::string>{},
-            py::arg("user_prefixes") = std::vector<std::string>{}, py::arg("indent") = -1);
+            py::arg("user_prefixes") = std::vector<std::string>{}, py::arg("roots") = py::list(),
+            py::arg("explain") = true, py::arg("indent") = -1)
+        .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
+            return walkStatsDict(self.lastWalk());
+        });
+
+    m.def(
+        "find_paths",
+        [](const py::list& roots, const std::vector<uintptr_t>& blocks) {
+            python::RetainingPathFinder finder(namedRoots(roots));
+            auto paths = finder.explain(blocks);
+            py::dict out;
+            for (const auto& [block, path] : paths) {
+                py::list steps;
+                for (const PathStep& s : path.steps) {
+                    steps.append(py::make_tuple(s.kind, s.label, s.type, s.note));
+                }
+                out[py::int_(block)] = py::make_tuple(std::string(toString(path.retention)),
+                                                      pathText(path.steps), steps);
+            }
+            return py::make_tuple(out, walkStatsDict(finder.stats()));
+        },
+        py::arg("roots"), py::arg("blocks"),
+        "Retaining paths from (label, kind, note, object) roots to the given storage pointers.");
 
     m.def(
         "normalize_report",

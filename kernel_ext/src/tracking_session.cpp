@@ -141,11 +141,17 @@ TrackingSession::setCaptureStacks(bool on) noexcept {
 }
 
 std::string
-TrackingSession::reportJson(const ReportInputs& inputs, const FrameFilter& filter, int indent) {
+TrackingSession::reportJson(const ReportInputs& inputs,
+                            const FrameFilter& filter,
+                            std::vector<NamedRoot> roots,
+                            bool explain,
+                            int indent) {
     drainPendingRetains();
     PythonStackSymbolizer symbolizer(filter);
     LiveTensorIndex tensors = LiveTensorIndex::scan();
-    Report report = buildReport(*d_recorder, inputs, symbolizer, tensors);
+    RetainingPathFinder finder(std::move(roots));
+    Report report = buildReport(*d_recorder, inputs, symbolizer, tensors, explain ? &finder : nullptr);
+    d_lastWalk = finder.stats();
     return toJson(report, indent);
 }
 

@@ -5,6 +5,7 @@
 // the second push would shadow the first.
 
 #include "frame_capture.h"
+#include "heap_walker.h"
 #include "torchleak/allocator_hook.h"
 #include "torchleak/analysis.h"
 #include "torchleak/recorder.h"
@@ -40,7 +41,13 @@ class TrackingSession {
     void setCaptureStacks(bool on) noexcept;
 
     // Needs the GIL.
-    std::string reportJson(const ReportInputs& inputs, const FrameFilter& filter, int indent);
+    // With roots, findings get retaining paths; without, the walk is skipped.
+    std::string reportJson(const ReportInputs& inputs,
+                           const FrameFilter& filter,
+                           std::vector<NamedRoot> roots,
+                           bool explain,
+                           int indent);
+    const WalkStats& lastWalk() const noexcept { return d_lastWalk; }
 
   private:
     std::shared_ptr<AllocationRecorder> d_recorder;
@@ -49,6 +56,7 @@ class TrackingSession {
     bool d_stopped = false;
     bool d_paused = false;
     bool d_codeReleased = false;
+    WalkStats d_lastWalk;
 };
 
 }  // namespace torchleak::python

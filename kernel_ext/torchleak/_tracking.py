@@ -10,7 +10,7 @@ import warnings
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from . import _core
+from . import _core, _roots
 from ._report import Report
 
 _profiler_module = sys.modules["torch.autograd.profiler"]
@@ -204,12 +204,17 @@ class Tracker:
         return self._session is not None and self._session.active
 
     # -- report -------------------------------------------------------------------------------
-    def report(self, *, warmup=None):
-        """The report of what was recorded so far (or of the whole run after the block)."""
+    def report(self, *, warmup=None, paths=True):
+        """The report of what was recorded so far (or of the whole run after the block).
+
+        With ``paths`` (the default) every finding gets its retaining path from a named root.
+        """
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         if self._report is not None and warmup is None and not self.active:
             return self._report
+        library, user = _library_prefixes(), _user_prefixes()
+        roots = _roots.collect(library, user) if paths else []
         text = self._session.report_json(
             torch_version=torch.__version__,
             python_version=".".join(map(str, sys.version_info[:3])),
@@ -218,9 +223,12 @@ class Tracker:
             min_bytes=self.min_bytes,
             capacities=_capacities(),
             warnings=list(self._warnings),
-            library_prefixes=_library_prefixes(),
-            user_prefixes=_user_prefixes(),
+            library_prefixes=library,
+            user_prefixes=user,
+            roots=roots,
+            explain=bool(paths),
         )
+        del roots
         report = Report(text)
         if not self.active and warmup is None:
             self._report = report

@@ -26,7 +26,15 @@ hostileReport() {
     f.total_bytes = 3 << 20;
     f.bytes_per_iteration = 1 << 20;
     f.series = {1 << 20, 2 << 20, 3 << 20};
-    f.path = {{"root", "losses\n\t\\", "list"}, {"index", "[2]", "Tensor"}};
+    PathStep root{"root", "losses\n\t\\", "list", "", std::nullopt};
+    PathStep item{"index", "[2]", "Tensor", "<script>", TensorInfo{}};
+    item.tensor->dtype = "float32";
+    item.tensor->shape = {4, 4};
+    item.tensor->device = "cpu";
+    item.tensor->nbytes = 64;
+    item.tensor->site = Frame{"a.py", 3, "f", std::nullopt, true};
+    f.path = {root, item};
+    f.retention = Retention::Reachable;
     f.path_text = "losses[2]";
     f.holder = Holder{"losses", "list", 1.0};
     f.suggestion = "store loss.item() — not the tensor \u2714";
@@ -62,6 +70,11 @@ TEST_CASE("JSON has the contract's field names and parses back with nlohmann") {
     REQUIRE(f["site"]["cell"].is_null());
     REQUIRE(f["path"][0]["label"] == "losses\n\t\\");
     REQUIRE(f["holder"]["path_text"] == "losses");
+    REQUIRE(f["retention"] == "reachable");
+    REQUIRE(f["path"][1]["tensor"]["shape"][0] == 4);
+    REQUIRE(f["path"][1]["tensor"]["site"]["line"] == 3);
+    REQUIRE(f["path"][1]["note"] == "<script>");
+    REQUIRE_FALSE(f["path"][0].contains("tensor"));
     REQUIRE(f["trend"]["slope_bytes_per_iteration"] == 1048576.0);
     REQUIRE(j["devices"][0]["projected_oom_iteration"] == 16384);
     REQUIRE(j["summary"]["recommendations"][0]["findings"][0] == 0);

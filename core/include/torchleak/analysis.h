@@ -5,6 +5,7 @@
 
 #include "torchleak/model.h"
 #include "torchleak/recorder.h"
+#include "torchleak/retention.h"
 
 #include <cstdint>
 #include <optional>
@@ -85,11 +86,13 @@ struct ReportInputs {
     std::vector<std::string> warnings;
 };
 
-// Builds the report of a recording: one finding per site group, biggest leaks first.
+// Builds the report of a recording: one finding per site group, biggest leaks first. With an
+// explainer, every finding also gets its retaining path, holder and a specific suggestion.
 Report buildReport(const AllocationRecorder& recorder,
                    const ReportInputs& inputs,
                    StackSymbolizer& symbolizer,
-                   BlockDescriber& describer);
+                   BlockDescriber& describer,
+                   RetentionExplainer* explainer = nullptr);
 
 std::string deviceName(DeviceKey key);
 // The memory limit of this process: the cgroup limit when there is one, else physical memory.

@@ -33,12 +33,35 @@ struct Frame {
     bool user = true;
 };
 
+// A tensor met on a retaining path.
+struct TensorInfo {
+    std::string dtype;
+    std::vector<int64_t> shape;
+    std::string device;
+    uint64_t nbytes = 0;         // of its storage
+    uintptr_t block = 0;         // the storage's data pointer (not serialised)
+    std::optional<Frame> site;   // where its storage was allocated, when torchleak saw it
+};
+
 struct PathStep {
     std::string kind;  // root, attr, index, key, grad_fn, next_functions, saved, ctx, base, grad,
-                       // closure, frame (design.md; new kinds may be added)
-    std::string label;
+                       // closure, frame, ref (design.md; new kinds may be added)
+    std::string label;  // the pasteable fragment: "losses", "[3]", ".grad_fn", "['k']"
     std::string type;
+    std::string note;   // what the label cannot say: "local 'x' in train_step", "closure variable 'buf'"
+    std::optional<TensorInfo> tensor;
 };
+
+// How the leaked memory is kept alive.
+enum class Retention {
+    Reachable,     // from a named root (a global, a local, Out[n], the last exception ...)
+    Cycle,         // only by a reference cycle: gc.collect() would free it
+    Unnamed,       // by Python objects outside the walked roots (library state, C extensions)
+    CppOnly,       // by no Python object at all: C++ holds it (autograd graph, a C++ cache)
+    Unknown,       // not inspected
+};
+std::string_view toString(Retention r) noexcept;
+Retention retentionFromString(std::string_view s);
 
 struct Holder {
     std::string path_text;
@@ -68,6 +91,7 @@ struct Finding {
     std::string path_text;
     std::optional<Holder> holder;
     std::string suggestion;
+    Retention retention = Retention::Unknown;
     Severity severity = Severity::Info;
     Trend trend;
     double confidence = 0.0;

@@ -1,0 +1,47 @@
+#pragma once
+// Why a finding's memory is still alive: retaining paths per block (found by the inspect layer,
+// which walks the Python heap and the autograd graph), and what the core makes of them: the
+// representative path, the holder (the container the fix belongs to) and a suggestion.
+
+#include "torchleak/model.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace torchleak {
+
+struct BlockPath {
+    Retention retention = Retention::Unknown;
+    std::vector<PathStep> steps;  // from the root to the tensor whose storage is the block
+};
+
+// Implemented by the bindings: one call per report with every block of every finding.
+class RetentionExplainer {
+  public:
+    virtual ~RetentionExplainer() = default;
+    virtual std::unordered_map<uintptr_t, BlockPath> explain(const std::vector<uintptr_t>& blocks) = 0;
+};
+
+// "losses[3].grad_fn": the labels joined, in the syntax a user can paste.
+std::string pathText(const std::vector<PathStep>& steps);
+
+// The first container on `representative` through which the finding's blocks fan out (one
+// more element per iteration for a list that keeps a loss per step). `paths` are all the
+// finding's paths; growth is the fan-out divided by `iterations`.
+std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
+                                   const std::vector<const std::vector<PathStep>*>& paths,
+                                   double iterations);
+
+// Shows nn.Module internals the way users write them: `._parameters['weight']` becomes
+// `.weight`, `._modules['0']` becomes `[0]`.
+std::vector<PathStep> normalizePath(std::vector<PathStep> steps);
+
+// A fix specific to the path's pattern, or a general one.
+std::string suggestFix(const Finding& finding);
+
+bool isGrowableContainer(const std::string& typeName);
+
+}  // namespace torchleak

@@ -1,0 +1,53 @@
+#pragma once
+// RetainingPathFinder: why is this block still alive?
+//
+// A breadth-first walk from named roots (globals, locals of live frames, Out[n], the last
+// exception; collected by the Python layer) over the Python heap *and* the autograd graph, so
+// the first time a tensor whose storage is a leaked block is reached, the path to it is a
+// shortest one. Python edges come from tp_traverse and the containers' own items; autograd
+// edges (grad_fn, next_functions, saved variables, custom Function ctx, AccumulateGrad's
+// variable, .grad) are read in C++, because Python's gc cannot see them.
+//
+// Rules: the walk runs with the GIL and calls no user code (no __getattr__, __repr__,
+// properties, __instancecheck__ or unpack hooks); it takes references only on objects it
+// creates itself and drops them before returning; labels are computed only for the paths
+// that are reported. Blocks no root reaches are explained in a second phase: a reference cycle
+// that gc.collect() would free, memory held by objects outside the roots, or by C++ alone.
+
+#include "torchleak/retention.h"
+
+#include <Python.h>
+#include <string>
+#include <vector>
+
+namespace torchleak::python {
+
+struct NamedRoot {
+    std::string label;  // pasteable ("losses", "mymodule.cache", "Out") or "<...>" text
+    std::string kind;   // "root" or "frame"
+    std::string note;   // "local 'x' in train_step (train.py:12)"
+    PyObject* object;   // borrowed: the caller keeps it alive during the walk
+};
+
+struct WalkStats {
+    size_t pythonObjects = 0;
+    size_t tensors = 0;
+    size_t autogradNodes = 0;
+    size_t reached = 0;
+    size_t unreached = 0;
+    bool secondPhase = false;
+    double seconds = 0.0;
+};
+
+class RetainingPathFinder final : public RetentionExplainer {
+  public:
+    explicit RetainingPathFinder(std::vector<NamedRoot> roots) : d_roots(std::move(roots)) {}
+    std::unordered_map<uintptr_t, BlockPath> explain(const std::vector<uintptr_t>& blocks) override;
+    const WalkStats& stats() const noexcept { return d_stats; }
+
+  private:
+    std::vector<NamedRoot> d_roots;
+    WalkStats d_stats;
+};
+
+}  // namespace torchleak::python

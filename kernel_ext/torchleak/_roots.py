@@ -1,0 +1,133 @@
+"""Named roots for the retaining-path walk: the names a user recognises.
+
+Collecting them is glue (it reads module dicts and frames, and runs no user code); the walk
+itself is C++ (`torchleak._core`). Order matters: the walk is breadth first and the first root
+to reach a tensor names its path, so the user's own names come before notebook machinery.
+"""
+
+import os
+import sys
+import threading
+
+_TOOL_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _skip_name(name):
+    return name.startswith("__") and name.endswith("__")
+
+
+def _ipython_shell():
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return None
+    try:
+        return ipython.get_ipython()
+    except Exception:  # noqa: BLE001 - no shell, or a broken one: no notebook roots
+        return None
+
+
+def _is_library_file(path, library_prefixes, user_prefixes):
+    """torch, the standard library, torchleak, and installed packages are not user code."""
+    if not path or path.startswith("<"):
+        return not path or not (path.startswith("<ipython-input") or path.startswith("<stdin>"))
+    real = os.path.realpath(path)
+    for candidate in (path, real):
+        if any(candidate.startswith(p) for p in library_prefixes):
+            return True
+        if any(candidate.startswith(p) for p in user_prefixes):
+            return True  # site-packages: third-party code, not the user's
+    return False
+
+
+def _frame_label(frame):
+    code = frame.f_code
+    return f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+
+
+def collect(library_prefixes, user_prefixes):
+    roots = []
+    seen_namespaces = set()
+    shell = _ipython_shell()
+    main = sys.modules.get("__main__")
+
+    def add_namespace(prefix, namespace, *, notebook=False):
+        if id(namespace) in seen_namespaces:
+            return
+        seen_namespaces.add(id(namespace))
+        late = []
+        for name, value in list(namespace.items()):
+            if not isinstance(name, str) or _skip_name(name) or type(value).__name__ == "module":
+                continue
+            if notebook and name in ("In", "_ih", "_oh", "_dh", "exit", "quit", "get_ipython"):
+                continue
+            label = f"{prefix}{name}"
+            # Notebook machinery last, so `losses` beats `Out[3]` for the same tensor. Each
+            # output is its own root, named as the user sees it; `_3` and `_` are aliases.
+            if notebook and name == "Out" and isinstance(value, dict):
+                late[:0] = [(f"Out[{k}]", "root", "IPython output cache", v)
+                            for k, v in list(value.items())]
+            elif notebook and name.startswith("_"):
+                if not name[1:].isdigit():
+                    late.append((label, "root", "IPython output cache", value))
+            else:
+                roots.append((label, "root", "", value))
+        roots.extend(late)
+
+    if shell is not None:
+        add_namespace("", shell.user_ns, notebook=True)
+    if main is not None:
+        add_namespace("", vars(main))
+    for modname, module in list(sys.modules.items()):
+        if module is None or modname == "__main__" or modname.startswith("torchleak"):
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        path = namespace.get("__file__")
+        if not isinstance(path, str) or _is_library_file(path, library_prefixes, user_prefixes):
+            continue
+        add_namespace(f"{modname}.", namespace)
+
+    # Locals of live frames in user code, innermost last (outer frames name things first).
+    current = threading.get_ident()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    for ident, top in sys._current_frames().items():
+        chain = []
+        frame = top
+        while frame is not None:
+            chain.append(frame)
+            frame = frame.f_back
+        for frame in reversed(chain):
+            path = frame.f_code.co_filename
+            if path.startswith(_TOOL_DIR) or _is_library_file(path, library_prefixes, user_prefixes):
+                continue
+            if frame.f_globals is frame.f_locals:
+                continue  # module level: already a namespace root
+            where = _frame_label(frame)
+            if ident != current:
+                where += f" in thread {names.get(ident, ident)!r}"
+            for name, value in list(frame.f_locals.items()):
+                if type(value).__name__ == "module":
+                    continue
+                roots.append((name, "frame", f"local '{name}' in {where}", value))
+        del chain, frame
+
+    # The last exception keeps its traceback, and with it every failed frame's locals.
+    exc = sys.__dict__.get("last_exc") or sys.__dict__.get("last_value")
+    tb = sys.__dict__.get("last_traceback")
+    if tb is None and exc is not None:
+        tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        code = frame.f_code
+        if not code.co_filename.startswith(_TOOL_DIR):
+            for name, value in list(frame.f_locals.items()):
+                if type(value).__name__ == "module" or (frame.f_globals is frame.f_locals):
+                    continue
+                roots.append((f"<last exception> frame {code.co_name}: local '{name}'", "frame",
+                              f"kept by sys.last_traceback ({os.path.basename(code.co_filename)}:"
+                              f"{tb.tb_lineno})", value))
+        tb = tb.tb_next
+    if exc is not None:
+        roots.append(("<last exception>", "root", "sys.last_value", exc))
+    return roots

@@ -1,0 +1,117 @@
+#include "torchleak/retention.h"
+
+#include <catch2/catch.hpp>
+
+using namespace torchleak;
+
+namespace {
+PathStep
+step(const char* kind, const char* label, const char* type) {
+    return PathStep{kind, label, type, "", std::nullopt};
+}
+std::vector<PathStep>
+lossPath(int i) {
+    return {step("root", "losses", "list"), step("index", ("[" + std::to_string(i) + "]").c_str(), "Tensor"),
+            step("grad_fn", ".grad_fn", "MeanBackward0"),
+            step("next_functions", ".next_functions[0][0]", "MmBackward0"),
+            step("saved", "._saved_self", "Tensor")};
+}
+}  // namespace
+
+TEST_CASE("pathText joins labels into pasteable Python") {
+    REQUIRE(pathText(lossPath(7)) == "losses[7].grad_fn.next_functions[0][0]._saved_self");
+    REQUIRE(pathText({}).empty());
+}
+
+TEST_CASE("The holder is the list that gains one element per iteration") {
+    std::vector<std::vector<PathStep>> all;
+    for (int i = 0; i < 10; ++i) {
+        all.push_back(lossPath(i));
+    }
+    std::vector<const std::vector<PathStep>*> ptrs;
+    for (auto& p : all) {
+        ptrs.push_back(&p);
+    }
+    auto h = chooseHolder(all.back(), ptrs, 10.0);
+    REQUIRE(h);
+    REQUIRE(h->path_text == "losses");
+    REQUIRE(h->type == "list");
+    REQUIRE(h->growth_per_iteration == 1.0);
+}
+
+TEST_CASE("A dict of lists: the holder is the list, not the dict with one key") {
+    std::vector<std::vector<PathStep>> all;
+    for (int i = 0; i < 4; ++i) {
+        all.push_back({step("frame", "state", "Trainer"), step("attr", ".metrics", "dict"),
+                       step("key", "['loss']", "list"),
+                       step("index", ("[" + std::to_string(i) + "]").c_str(), "Tensor")});
+    }
+    std::vector<const std::vector<PathStep>*> ptrs;
+    for (auto& p : all) {
+        ptrs.push_back(&p);
+    }
+    auto h = chooseHolder(all[0], ptrs, 4.0);
+    REQUIRE(h);
+    REQUIRE(h->path_text == "state.metrics['loss']");
+    REQUIRE(h->growth_per_iteration == 1.0);
+}
+
+TEST_CASE("No container on the path: no holder") {
+    std::vector<PathStep> p = {step("root", "val_loss", "Tensor"), step("grad_fn", ".grad_fn", "AddBackward0")};
+    std::vector<const std::vector<PathStep>*> ptrs = {&p};
+    REQUIRE_FALSE(chooseHolder(p, ptrs, 5.0));
+}
+
+TEST_CASE("Suggestions follow the pattern of the path") {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.retention = Retention::Reachable;
+    f.path = lossPath(3);
+    f.holder = Holder{"losses", "list", 1.0};
+    REQUIRE(suggestFix(f).find("loss.detach() or loss.item()") != std::string::npos);
+
+    f.holder.reset();
+    f.path = {step("root", "model", "Net"), step("attr", ".last_hidden", "Tensor")};
+    REQUIRE(suggestFix(f).find("attribute") != std::string::npos);
+
+    f.path = {step("root", "Out[7]", "Tensor")};
+    REQUIRE(suggestFix(f).find("%reset -f out") != std::string::npos);
+
+    f.retention = Retention::Cycle;
+    f.path = {step("root", "<reference cycle>", "Tensor"), step("grad_fn", ".grad_fn", "FnBackward"),
+              step("ctx", ".out", "Tensor")};
+    REQUIRE(suggestFix(f).find("save_for_backward") != std::string::npos);
+
+    f.verdict = Verdict::Warmup;
+    REQUIRE(suggestFix(f).empty());
+}
+
+TEST_CASE("A module's parameter dict is not a growing holder, and reads as model.weight") {
+    std::vector<std::vector<PathStep>> all;
+    for (const char* name : {"['weight']", "['bias']"}) {
+        all.push_back(normalizePath({step("root", "model", "Linear"), step("attr", "._parameters", "dict"),
+                                     step("key", name, "Parameter"), step("grad", ".grad", "Tensor")}));
+    }
+    REQUIRE(pathText(all[0]) == "model.weight.grad");
+    REQUIRE(all[0][1].kind == "attr");
+    std::vector<const std::vector<PathStep>*> ptrs = {&all[0], &all[1]};
+    auto raw = std::vector<PathStep>{step("root", "model", "Linear"), step("attr", "._parameters", "dict"),
+                                     step("key", "['w']", "Tensor")};
+    REQUIRE_FALSE(chooseHolder(raw, ptrs, 20.0));
+    auto seq = normalizePath({step("root", "net", "Sequential"), step("attr", "._modules", "dict"),
+                              step("key", "['0']", "Linear"), step("attr", ".out", "Tensor")});
+    REQUIRE(pathText(seq) == "net[0].out");
+}
+
+TEST_CASE("create_graph suggestion needs a .grad that has a graph") {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.retention = Retention::Reachable;
+    f.path = {step("root", "w", "Parameter"), step("grad", ".grad", "Tensor"),
+              step("grad_fn", ".grad_fn", "MmBackward0")};
+    REQUIRE(suggestFix(f).find("create_graph") != std::string::npos);
+    f.path = {step("root", "outs", "list"), step("index", "[3]", "Tensor"), step("grad_fn", ".grad_fn", "X"),
+              step("attr", ".variable", "Tensor"), step("grad", ".grad", "Tensor")};
+    f.holder = Holder{"outs", "list", 1.0};
+    REQUIRE(suggestFix(f).find("loss.detach()") != std::string::npos);
+}

@@ -1,0 +1,273 @@
+"""Retaining paths: why is this tensor still alive (issue 3)."""
+import contextlib
+import dataclasses
+import gc
+import io
+
+import pytest
+import torch
+
+import torchleak
+from torchleak import _core
+
+MiB = 1 << 20
+
+
+def kinds(finding):
+    return [step["kind"] for step in finding.path]
+
+
+def test_loss_list_keeps_activations_through_the_graph():
+    w = torch.randn(512, 512, requires_grad=True)
+    x = torch.randn(256, 512)
+    losses = []
+
+    def step():
+        h = torch.tanh(x @ w)  # saved by TanhBackward0 as its result
+        losses.append(h.sum())
+
+    report = torchleak.check(step, iterations=6)
+    leak = max(report.leaks, key=lambda f: f.total_bytes)
+    assert leak.bytes_per_iteration == 256 * 512 * 4
+    assert leak.retention == "reachable"
+    assert leak.path_text.startswith("losses[4].grad_fn")
+    assert {"grad_fn", "saved"} <= set(kinds(leak))
+    assert leak.holder == {"path_text": "losses", "type": "list", "growth_per_iteration": 1.0}
+    assert "loss.detach() or loss.item()" in leak.suggestion
+    last = leak.path[-1]
+    assert last["tensor"]["shape"] == [256, 512] and last["tensor"]["dtype"] == "float32"
+    assert last["tensor"]["site"]["line"] == step.__code__.co_firstlineno + 1
+
+
+class StageOut(torch.autograd.Function):
+    """Keeps its activation as a ctx attribute (the Fast-LLM #486 mechanism)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        stage_out = x * 3
+        ctx.stage_out = stage_out  # the bug
+        return stage_out.sum(dim=1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad[:, None].expand_as(ctx.stage_out) * 3
+
+
+@dataclasses.dataclass
+class MicroBatchMetrics:
+    outputs: dict = dataclasses.field(default_factory=lambda: {"stage": []})
+
+
+def test_custom_function_ctx_attribute_through_a_dataclass_dict_of_lists():
+    x = torch.randn(512, 512, requires_grad=True)
+    metrics = MicroBatchMetrics()  # held by this frame's local variable
+
+    def step():
+        metrics.outputs["stage"].append(StageOut.apply(x))
+
+    report = torchleak.check(step, iterations=5)
+    leak = max(report.leaks, key=lambda f: f.total_bytes)
+    assert leak.bytes_per_iteration == MiB
+    assert leak.path_text.startswith("metrics.outputs['stage'][3].grad_fn.stage_out"), leak.path_text
+    assert leak.path[0]["kind"] == "frame"
+    assert "ctx" in kinds(leak)
+    assert leak.holder["path_text"] == "metrics.outputs['stage']"
+    assert leak.holder["growth_per_iteration"] == 1.0
+    assert "save_for_backward" in leak.suggestion
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(256, 256)
+        self.last_hidden = torch.zeros(128, 256)
+
+    def forward(self, x):
+        # keeps every step's result alive through TanhBackward0's saved result
+        self.last_hidden = torch.tanh(self.lin(x) + self.last_hidden)
+        return self.last_hidden
+
+
+def test_module_attribute():
+    model = Net()
+    x = torch.randn(128, 256)
+    report = torchleak.check(lambda: model(x), iterations=5)
+    leak = max(report.leaks, key=lambda f: f.total_bytes)
+    assert leak.path_text.startswith("model.last_hidden"), leak.path_text
+    assert kinds(leak)[:3] == ["frame", "attr", "grad_fn"]
+    assert "saved" in kinds(leak)
+
+
+def test_closure_captured_by_a_forward_hook():
+    model = torch.nn.Linear(256, 1024)
+
+    def make_hook():
+        buf = []
+
+        def hook(module, inputs, output):
+            buf.append(output.detach())
+        return hook
+
+    handle = model.register_forward_hook(make_hook())
+    try:
+        x = torch.randn(256, 256)
+        report = torchleak.check(lambda: model(x), iterations=4)
+    finally:
+        handle.remove()
+    (leak,) = report.leaks
+    assert "closure" in kinds(leak)
+    closure = next(s for s in leak.path if s["kind"] == "closure")
+    assert "'buf'" in closure["note"]
+    assert ".__closure__[0].cell_contents[2]" in leak.path_text
+    assert leak.holder["growth_per_iteration"] == 1.0
+
+
+def test_a_small_view_keeps_its_base_alive():
+    keep = []
+
+    def step():
+        big = torch.randn(1024, 256)  # 1 MiB
+        keep.append(big[0])           # 1 KiB view of it
+
+    report = torchleak.check(step, iterations=5)
+    (leak,) = report.leaks
+    assert leak.bytes_per_iteration == MiB
+    assert leak.path_text == "keep[3]"
+    last = leak.path[-1]
+    assert last["tensor"]["shape"] == [256] and last["tensor"]["nbytes"] == MiB
+    assert "._base" in last["note"]
+
+
+def test_reference_cycle_freed_only_by_gc_collect():
+    gc.disable()
+    try:
+        def step():
+            node = {"t": torch.ones(256, 1024)}
+            node["self"] = node  # a cycle, dropped at once
+
+        report = torchleak.check(step, iterations=4)
+        (leak,) = report.leaks
+        assert leak.retention == "cycle"
+        assert leak.path_text.startswith("<reference cycle>")
+        assert "gc.collect()" in leak.suggestion
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+class SaveViewOfOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x * 2
+        ctx.save_for_backward(out[:])  # a view of the output: a C++ reference cycle
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def test_memory_held_only_from_cpp():
+    w = torch.randn(256, 1024, requires_grad=True)
+    report = torchleak.check(lambda: SaveViewOfOutput.apply(w), iterations=4)
+    (leak,) = report.leaks
+    assert leak.retention == "cpp_only"
+    assert leak.path_text == "<Tensor held only from C++>"
+    assert "only C++ refers to this tensor" in leak.path[0]["note"]
+    assert leak.site["line"] == SaveViewOfOutput.forward.__code__.co_firstlineno + 2
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
+    cfg = Config()
+    cfg.HistoryManager.hist_file = ":memory:"
+    sh = InteractiveShell.instance(config=cfg)
+    yield sh
+    sh.reset()
+    InteractiveShell.clear_instance()
+    import sys
+    for name in ("last_value", "last_traceback", "last_type", "last_exc"):
+        sys.__dict__.pop(name, None)
+
+
+def run(shell, source):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return shell.run_cell(source, store_history=True)
+
+
+def test_notebook_output_cache(shell):
+    run(shell, "import torch")
+    with torchleak.track() as tracker:
+        for _ in range(3):
+            run(shell, "torch.ones(256, 1024)")  # displayed: kept in Out[n]
+            torchleak.step()
+    leaks = tracker.report().leaks
+    # every displayed tensor is its own cell's site, held only by the output cache
+    assert len(leaks) == 3
+    for leak in leaks:
+        assert leak.path_text.startswith("Out["), leak.path_text
+        assert leak.site["cell"] is not None
+        assert "%reset -f out" in leak.suggestion
+
+
+def test_last_exception_keeps_the_failed_frame(shell):
+    run(shell, "import torch\ndef train_step():\n    x = torch.ones(1024, 1024)\n    raise ValueError('bad batch')\n")
+    with torchleak.track() as tracker:
+        run(shell, "train_step()")
+        torchleak.step()
+    report = tracker.report()
+    (finding,) = [f for f in report.findings if f.total_bytes == 4 * MiB]
+    assert finding.verdict == "leak"  # held only by the last exception, even without growth
+    assert finding.path_text == "<last exception> frame train_step: local 'x'"
+    assert finding.path[0]["kind"] == "frame"
+    assert "sys.last_value" in finding.suggestion
+
+
+def test_find_paths_directly_and_the_walk_keeps_nothing_alive():
+    import weakref
+    t = torch.ones(64, 64)
+    holder = {"a": [t]}
+    block = t.untyped_storage().data_ptr()
+    paths, stats = _core.find_paths([("holder", "root", "", holder)], [block])
+    retention, text, steps = paths[block]
+    assert (retention, text) == ("reachable", "holder['a'][0]")
+    assert stats["python_objects"] >= 2
+    ref = weakref.ref(t)
+    del t, holder, paths, steps
+    gc.collect()
+    assert ref() is None
+
+
+class Sneaky:
+    """Every attribute access or repr would run user code: the walk must not trigger them."""
+
+    calls = []
+
+    def __init__(self, t):
+        self.t = t
+
+    def __getattribute__(self, name):
+        Sneaky.calls.append(name)
+        return object.__getattribute__(self, name)
+
+    def __repr__(self):
+        Sneaky.calls.append("repr")
+        return "Sneaky"
+
+    @property
+    def __class__(self):
+        Sneaky.calls.append("__class__")
+        return Sneaky
+
+
+def test_walk_runs_no_user_code():
+    t = torch.ones(32, 32)
+    obj = Sneaky(t)
+    block = t.untyped_storage().data_ptr()
+    Sneaky.calls.clear()
+    paths, _ = _core.find_paths([("obj", "root", "", {Sneaky: obj, "k": obj})], [block])
+    assert paths[block][1] in ("obj['k'].t", "obj[<type key>].t")
+    assert Sneaky.calls == []
