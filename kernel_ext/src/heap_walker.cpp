@@ -55,42 +55,54 @@ struct WalkNode {
 constexpr uint32_t kNoParent = UINT32_MAX;
 
 // Visited set: open addressing over tagged pointers (the low two bits hold the node kind).
+// Fibonacci hashing takes the top bits of the product, where consecutive allocator addresses
+// are spread best; a load of up to 3/4 keeps the table (the walk's main cache cost) small.
 class PointerSet {
   public:
-    PointerSet() : d_slots(1 << 16, 0), d_mask((1 << 16) - 1) {}
+    explicit PointerSet(size_t capacity = 1 << 16) {
+        d_bits = 4;
+        while ((size_t{1} << d_bits) < capacity) {
+            ++d_bits;
+        }
+        d_slots.assign(size_t{1} << d_bits, 0);
+    }
     bool insert(uintptr_t key) {
-        if ((d_size + 1) * 2 > d_slots.size()) {
+        if ((d_size + 1) * 4 > d_slots.size() * 3) {
             grow();
         }
-        size_t i = hash(key) & d_mask;
+        size_t mask = d_slots.size() - 1;
+        size_t i = hash(key);
         while (d_slots[i] != 0) {
             if (d_slots[i] == key) {
                 return false;
             }
-            i = (i + 1) & d_mask;
+            i = (i + 1) & mask;
         }
         d_slots[i] = key;
         ++d_size;
         return true;
     }
     bool contains(uintptr_t key) const {
-        size_t i = hash(key) & d_mask;
+        size_t mask = d_slots.size() - 1;
+        size_t i = hash(key);
         while (d_slots[i] != 0) {
             if (d_slots[i] == key) {
                 return true;
             }
-            i = (i + 1) & d_mask;
+            i = (i + 1) & mask;
         }
         return false;
     }
 
   private:
-    static size_t hash(uintptr_t k) { return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 20); }
+    size_t hash(uintptr_t k) const {
+        return static_cast<size_t>((static_cast<uint64_t>(k) * 0x9E3779B97F4A7C15ull) >> (64 - d_bits));
+    }
     void grow() {
         std::vector<uintptr_t> old;
         old.swap(d_slots);
-        d_slots.assign(old.size() * 2, 0);
-        d_mask = d_slots.size() - 1;
+        ++d_bits;
+        d_slots.assign(size_t{1} << d_bits, 0);
         d_size = 0;
         for (uintptr_t k : old) {
             if (k != 0) {
@@ -99,9 +111,26 @@ class PointerSet {
         }
     }
     std::vector<uintptr_t> d_slots;
-    size_t d_mask;
+    unsigned d_bits = 16;
     size_t d_size = 0;
 };
+
+// std::type_index hashes the mangled name; a node's type_info address is enough, cached here
+// for the few dozen node types a program uses.
+SavedVisitFn
+savedVisitorFor(const Node* node) {
+    static std::unordered_map<const std::type_info*, SavedVisitFn> cache;
+    const std::type_info* type = &typeid(*node);
+    auto it = cache.find(type);
+    if (it != cache.end()) {
+        return it->second;
+    }
+    const auto& table = generatedSavedVariableVisitors();
+    auto found = table.find(std::type_index(*type));
+    SavedVisitFn fn = found == table.end() ? nullptr : found->second;
+    cache.emplace(type, fn);
+    return fn;
+}
 
 uintptr_t
 tag(const void* p, NodeKind k) {
@@ -258,7 +287,9 @@ isIdentifier(const std::string& s) {
 class Walk {
   public:
     Walk(const std::unordered_set<uintptr_t>& targets, PointerSet& visited, WalkStats& stats)
-        : d_targets(targets), d_visited(visited), d_stats(stats) {}
+        : d_targets(targets), d_visited(visited), d_stats(stats) {
+        d_nodes.reserve(1 << 20);  // untouched pages cost nothing; regrowth copies
+    }
     ~Walk() {
         for (PyObject* o : d_temporaries) {
             Py_DECREF(o);
@@ -310,7 +341,10 @@ class Walk {
             // Objects that cannot hold references (str, int, ...) and modules or builtin
             // types (whose contents are library state, walked as roots if they are user
             // modules) are leaves.
-            if (!PyObject_IS_GC(obj) || PyModule_Check(obj) || PyCode_Check(obj) ||
+            // PyType_IS_GC is a flag test; PyObject_IS_GC is an exported call per object. An
+            // object gc has untracked (a tuple or dict of atomic values) cannot reach a tensor.
+            if (!PyType_IS_GC(Py_TYPE(obj)) || !PyObject_GC_IsTracked(obj) || PyModule_Check(obj) ||
+                PyCode_Check(obj) ||
                 (PyType_Check(obj) &&
                  !(reinterpret_cast<PyTypeObject*>(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE))) {
                 return;
@@ -380,9 +414,7 @@ class Walk {
                 push(e.function.get(), NodeKind::Autograd, i, Edge::NextFunction, k, nullptr);
             }
         }
-        const auto& table = generatedSavedVariableVisitors();
-        auto it = table.find(std::type_index(typeid(*node)));
-        if (it != table.end()) {
+        if (SavedVisitFn visit = savedVisitorFor(node)) {
             struct Visitor final : SavedVariableVisitor {
                 Walk* walk;
                 uint32_t from;
@@ -398,7 +430,7 @@ class Walk {
             } visitor;
             visitor.walk = this;
             visitor.from = i;
-            it->second(*node, visitor);
+            visit(*node, visitor);
             return;
         }
         if (auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
@@ -419,6 +451,27 @@ class Walk {
     }
 
     void expandPython(uint32_t i, PyObject* obj) {
+        // The common containers first: exact type tests are cheaper than subtype tests.
+        if (PyDict_Check(obj)) {
+            Py_ssize_t pos = 0, ordinal = 0;
+            PyObject *key, *value;
+            while (PyDict_Next(obj, &pos, &key, &value)) {
+                push(value, NodeKind::Python, i, Edge::DictValue, static_cast<uint32_t>(ordinal), nullptr);
+                if (!PyUnicode_Check(key)) {
+                    push(key, NodeKind::Python, i, Edge::DictKey, static_cast<uint32_t>(ordinal), nullptr);
+                }
+                ++ordinal;
+            }
+            return;
+        }
+        if (PyList_Check(obj) || PyTuple_Check(obj)) {
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+            PyObject** items = PySequence_Fast_ITEMS(obj);
+            for (Py_ssize_t k = 0; k < n; ++k) {
+                push(items[k], NodeKind::Python, i, Edge::SeqItem, static_cast<uint32_t>(k), nullptr);
+            }
+            return;
+        }
         if (isTensor(obj)) {
             const at::Tensor& t = THPVariable_Unpack(obj);
             // Mark the TensorImpl too, so the same tensor met again from C++ is not walked twice.
@@ -440,26 +493,6 @@ class Walk {
         }
         if (isCppFunctionWrapper(obj)) {
             push(nodeOfWrapper(obj), NodeKind::Autograd, i, Edge::NodeOf, 0, nullptr);
-            return;
-        }
-        if (PyDict_Check(obj)) {
-            Py_ssize_t pos = 0, ordinal = 0;
-            PyObject *key, *value;
-            while (PyDict_Next(obj, &pos, &key, &value)) {
-                push(value, NodeKind::Python, i, Edge::DictValue, static_cast<uint32_t>(ordinal), nullptr);
-                if (!PyUnicode_Check(key)) {
-                    push(key, NodeKind::Python, i, Edge::DictKey, static_cast<uint32_t>(ordinal), nullptr);
-                }
-                ++ordinal;
-            }
-            return;
-        }
-        if (PyList_Check(obj) || PyTuple_Check(obj)) {
-            Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
-            PyObject** items = PySequence_Fast_ITEMS(obj);
-            for (Py_ssize_t k = 0; k < n; ++k) {
-                push(items[k], NodeKind::Python, i, Edge::SeqItem, static_cast<uint32_t>(k), nullptr);
-            }
             return;
         }
         if (PyFunction_Check(obj)) {
@@ -556,10 +589,27 @@ class PathBuilder {
             chain.push_back(k);
         }
         std::reverse(chain.begin(), chain.end());
+        // A path through a long graph (an RNN unrolled over thousands of steps) keeps its
+        // first and last steps; the middle is summarised in one step.
+        constexpr size_t kKeep = 24;
+        size_t elideFrom = chain.size(), elideTo = chain.size();
+        if (chain.size() > 2 * kKeep + 1) {
+            elideFrom = kKeep;
+            elideTo = chain.size() - kKeep;
+        }
         std::vector<PathStep> steps;
         for (size_t c = 0; c < chain.size(); ++c) {
             const WalkNode& n = d_nodes[chain[c]];
             if (dropRoot && c == 0) {
+                continue;
+            }
+            if (c == elideFrom) {
+                PathStep gap;
+                gap.kind = "elided";
+                gap.label = "...";
+                gap.note = std::to_string(elideTo - elideFrom) + " steps elided";
+                steps.push_back(std::move(gap));
+                c = elideTo - 1;
                 continue;
             }
             if (n.edge == Edge::AttrDict || n.edge == Edge::CtxOf || n.edge == Edge::NodeOf) {
@@ -869,7 +919,7 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
     if (targets.empty()) {
         return result;
     }
-    PointerSet visited;
+    PointerSet visited(1 << 21);
     d_stats = WalkStats{};
 
     // Phase 1: from the named roots.
