@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unistd.h>
 #include <unordered_map>
+#include <tuple>
 #include <unordered_set>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xtensor.hpp>
@@ -552,12 +553,16 @@ buildReport(const AllocationRecorder& recorder,
                 findingOf.emplace(k, i);
             }
         }
-        std::vector<std::vector<std::pair<uint64_t, uintptr_t>>> blocksOf(report.findings.size());
+        // Per finding: (birth iteration, size, sequence, block), so that sorting puts the
+        // newest iteration first and, within it, the biggest block (the bytes that matter,
+        // not a scalar allocated on the same line).
+        using Candidate = std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t>;
+        std::vector<std::vector<Candidate>> blocksOf(report.findings.size());
         std::vector<uintptr_t> allBlocks;
         for (const auto& [ptr, rec] : liveNow) {
             auto it = findingOf.find(GroupKey{rec.stack, rec.node, rec.device});
             if (it != findingOf.end()) {
-                blocksOf[it->second].emplace_back(rec.sequence, ptr);
+                blocksOf[it->second].emplace_back(rec.iteration, rec.size, rec.sequence, ptr);
                 allBlocks.push_back(ptr);
             }
         }
@@ -586,7 +591,7 @@ buildReport(const AllocationRecorder& recorder,
         for (size_t i = 0; i < report.findings.size(); ++i) {
             Finding& f = report.findings[i];
             auto& blocks = blocksOf[i];
-            std::sort(blocks.begin(), blocks.end(), std::greater<>());  // newest first
+            std::sort(blocks.begin(), blocks.end(), std::greater<>());
             // The representative is the newest block from before the last iteration: the last
             // iteration's own blocks may just be the current state (model.last_hidden), while
             // older survivors are alive only because of what leaks.
@@ -594,7 +599,7 @@ buildReport(const AllocationRecorder& recorder,
             const BlockPath* representative = nullptr;
             const BlockPath* newest = nullptr;
             uint32_t lastIteration = n > 0 ? static_cast<uint32_t>(n - 1) : 0;
-            for (const auto& [seq, ptr] : blocks) {
+            for (const auto& [birth, size, seq, ptr] : blocks) {
                 auto it = paths.find(ptr);
                 if (it == paths.end()) {
                     continue;
@@ -607,7 +612,7 @@ buildReport(const AllocationRecorder& recorder,
                 if (newest == nullptr) {
                     newest = &it->second;
                 }
-                if (representative == nullptr && liveNow.at(ptr).iteration < lastIteration) {
+                if (representative == nullptr && birth < lastIteration) {
                     representative = &it->second;
                 }
             }
@@ -625,6 +630,12 @@ buildReport(const AllocationRecorder& recorder,
                 }
             }
             f.path_text = pathText(f.path);
+            // Blocks only autograd holds have no Python tensor for the describer; the path's
+            // last tensor is one of them.
+            if (!f.dtype && !f.path.empty() && f.path.back().tensor) {
+                f.dtype = f.path.back().tensor->dtype;
+                f.shape = f.path.back().tensor->shape;
+            }
             double growthIterations =
                 static_cast<double>(std::max(1, report.iterations - std::max(inputs.warmup, 0)));
             if (f.retention == Retention::Reachable) {

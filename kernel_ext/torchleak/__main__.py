@@ -8,10 +8,11 @@ Exit status: 0 no leak (or no --fail-on-leak), 1 leak found with --fail-on-leak,
 is still written), or torchleak could not track (e.g. torch.profiler already active).
 """
 
+import builtins
 import os
-import runpy
 import sys
 import traceback
+import types
 
 USAGE = ("usage: python -m torchleak run script.py [ARGS...] [--json PATH] [--html PATH] "
          "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet] [-- SCRIPT_ARGS...]")
@@ -77,30 +78,51 @@ def parse_run_args(argv):
     return script, script_args, opts
 
 
+def _script_module(script):
+    """A fresh `__main__` for the script, as `python script.py` would make it."""
+    module = types.ModuleType("__main__")
+    module.__file__ = os.path.abspath(script)
+    module.__builtins__ = builtins
+    module.__loader__ = None
+    module.__spec__ = None
+    return module
+
+
 def run(argv):
     script, script_args, opts = parse_run_args(argv)
     import torchleak
 
+    with open(script, "rb") as fh:
+        source = fh.read()
+    try:
+        code = compile(source, script, "exec")
+    except SyntaxError as exc:
+        raise UsageError(f"cannot compile {script}: {exc}") from None
+
     status = EXIT_OK
-    saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
+    module = _script_module(script)
     sys.argv = [script] + script_args
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.modules["__main__"] = module
     tracker = torchleak.track(warmup=opts["warmup"], min_bytes=opts["min_bytes"])
     try:
         with tracker:
             try:
-                runpy.run_path(script, run_name="__main__")
+                exec(code, module.__dict__)
             except SystemExit as exc:
                 if exc.code not in (None, 0):
                     status = EXIT_SCRIPT_FAILED
             except BaseException:  # noqa: BLE001 - the script's failure, reported below
                 traceback.print_exc()
                 status = EXIT_SCRIPT_FAILED
+        # Built while the script's globals are still __main__, so paths start at its names.
+        report = tracker.report()
     finally:
         sys.argv = saved_argv
-        if sys.path and sys.path[0] != saved_path0:
+        sys.modules["__main__"] = saved_main
+        if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(script)):
             sys.path.pop(0)
-    report = tracker.report()
     if not opts["quiet"]:
         print(report)
     for key in ("json", "html"):

@@ -179,6 +179,27 @@ def _device_line(d, iterations):
     return line
 
 
+def _tensor_text(t):
+    text = f"{t.get('dtype')} {list(t.get('shape') or [])} {format_bytes(t.get('nbytes'))}"
+    if t.get("site"):
+        text += f", allocated at {site_text(t['site'])}"
+    return text
+
+
+def _path_lines(path, limit=14):
+    """The chain from the root to the tensor, one step a line, long middles cut."""
+    steps = list(path)
+    if len(steps) > limit:
+        steps = steps[:limit // 2] + [{"kind": "elided", "label": "...",
+                                       "note": f"{len(path) - limit + 1} more steps"}] + steps[-(limit // 2 - 1):]
+    lines = []
+    for step in steps:
+        what = _tensor_text(step["tensor"]) if step.get("tensor") else step.get("type", "")
+        note = f"  ({step['note']})" if step.get("note") else ""
+        lines.append(f"      {step['label']:<34s} {what}{note}")
+    return lines
+
+
 def render_text(data):
     findings = data.get("findings", [])
     leaks = [f for f in findings if f["verdict"] == "leak"]
@@ -216,12 +237,13 @@ def render_text(data):
             out.append(f"  growth: {format_bytes(series[0])} -> {format_bytes(series[-1])} over "
                        f"{len(series)} iterations (r2 {trend.get('r2', 0):.2f}, "
                        f"p {trend.get('p_value', 1):.2g}, confidence {f.get('confidence', 0):.2f})")
-        if f.get("path_text"):
-            out.append(f"  held by: {f['path_text']}")
+        if f.get("path"):
+            out.append(f"  why alive ({f.get('retention', 'unknown')}): {f.get('path_text')}")
+            out.extend(_path_lines(f["path"]))
         if f.get("holder"):
             h = f["holder"]
             out.append(f"  holder: {h['path_text']} ({h['type']}, "
-                       f"+{h['growth_per_iteration']:g} per iteration)")
+                       f"+{h['growth_per_iteration']:.2g} per iteration)")
         stack = [fr for fr in f.get("stack", []) if not _is_tool_frame(fr)][:6]
         if stack:
             out.append("  stack (innermost first):")
@@ -234,8 +256,9 @@ def render_text(data):
         out.append("")
         out.append("Not leaks:")
         for f in others:
+            held = f"  held by {f['path_text']}" if f.get("path_text") else ""
             out.append(f"  {f['verdict']:<10s} {format_bytes(f['total_bytes']):>10s} at "
-                       f"{site_text(f['site'])} in {f['site'].get('function')}")
+                       f"{site_text(f['site'])} in {f['site'].get('function')}{held}")
     return "\n".join(out)
 
 
@@ -312,8 +335,15 @@ def render_html(data):
             details = [f"<div>{_e(f['count'])} block(s), {_e(tensor)} on {_e(f['device'])}</div>"]
             if f.get("autograd_node"):
                 details.append(f"<div>allocated in backward by <code>{_e(f['autograd_node'])}</code></div>")
-            if f.get("path_text"):
-                details.append(f"<div>held by <code>{_e(f['path_text'])}</code></div>")
+            if f.get("path"):
+                steps = "".join(
+                    f"<li><code>{_e(step.get('label'))}</code> <span class=muted>{_e(step.get('kind'))}</span> "
+                    f"{_e(_tensor_text(step['tensor']) if step.get('tensor') else step.get('type', ''))}"
+                    f"{' &mdash; ' + _e(step['note']) if step.get('note') else ''}</li>"
+                    for step in f["path"])
+                details.append(f"<div>held by <code>{_e(f['path_text'])}</code> "
+                               f"({_e(f.get('retention', 'unknown'))})</div>"
+                               f"<details><summary>retaining path</summary><ol>{steps}</ol></details>")
             if f.get("holder"):
                 details.append(f"<div>holder <code>{_e(f['holder']['path_text'])}</code></div>")
             if f.get("suggestion"):

@@ -41,6 +41,8 @@ def test_leaky_script_fails_with_fail_on_leak_and_writes_json(tmp_path):
     (leak,) = [f for f in report["findings"] if f["verdict"] == "leak"]
     assert leak["site"]["file"] == str(script) and leak["site"]["line"] == 5
     assert leak["bytes_per_iteration"] == MiB
+    assert leak["path_text"] == "history[4]"  # the script's global, by name
+    assert leak["holder"]["path_text"] == "history"
     assert html.read_text().startswith("<!DOCTYPE html>")
 
 
