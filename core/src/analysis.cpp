@@ -128,40 +128,175 @@ fitLine(std::span<const double> values) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Robust trend
+
+double
+theilSenSlope(std::span<const double> y) {
+    const size_t n = y.size();
+    if (n < 2) {
+        return 0.0;
+    }
+    std::vector<double> slopes;
+    if (n <= 400) {
+        slopes.reserve(n * (n - 1) / 2);
+        for (size_t i = 0; i < n; ++i) {
+            for (size_t j = i + 1; j < n; ++j) {
+                slopes.push_back((y[j] - y[i]) / static_cast<double>(j - i));
+            }
+        }
+    } else {
+        // Long runs: pairs half a run apart keep it O(n) and still robust.
+        size_t gap = n / 2;
+        for (size_t i = 0; i + gap < n; ++i) {
+            slopes.push_back((y[i + gap] - y[i]) / static_cast<double>(gap));
+        }
+    }
+    auto mid = slopes.begin() + static_cast<std::ptrdiff_t>(slopes.size() / 2);
+    std::nth_element(slopes.begin(), mid, slopes.end());
+    double upper = *mid;
+    if (slopes.size() % 2 == 1) {
+        return upper;
+    }
+    double lower = *std::max_element(slopes.begin(), mid);
+    return (lower + upper) / 2.0;
+}
+
+double
+mannKendallIncreasingP(std::span<const double> y) {
+    const size_t n = y.size();
+    if (n < 3) {
+        return 1.0;
+    }
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) {
+        for (size_t j = i + 1; j < n; ++j) {
+            s += (y[j] > y[i]) - (y[j] < y[i]);
+        }
+    }
+    std::vector<double> sorted(y.begin(), y.end());
+    std::sort(sorted.begin(), sorted.end());
+    double ties = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && sorted[j] == sorted[i]) {
+            ++j;
+        }
+        double t = static_cast<double>(j - i);
+        ties += t * (t - 1) * (2 * t + 5);
+        i = j;
+    }
+    double dn = static_cast<double>(n);
+    double var = (dn * (dn - 1) * (2 * dn + 5) - ties) / 18.0;
+    if (var <= 0 || s <= 0) {
+        return 1.0;
+    }
+    double z = (s - 1.0) / std::sqrt(var);  // continuity correction
+    return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Verdict of one site
 
+namespace {
+
+// Splits at releases (a boundary where live bytes fall below half of the previous one).
+std::vector<std::pair<size_t, size_t>>
+segmentsBetweenReleases(const std::vector<double>& y) {
+    std::vector<std::pair<size_t, size_t>> segments;
+    size_t start = 0;
+    for (size_t i = 1; i < y.size(); ++i) {
+        if (y[i] < 0.5 * y[i - 1]) {
+            segments.emplace_back(start, i);
+            start = i;
+        }
+    }
+    segments.emplace_back(start, y.size());
+    return segments;
+}
+
+double
+riseFraction(const std::vector<double>& y, size_t from, size_t to) {
+    size_t rises = 0;
+    for (size_t i = from + 1; i < to; ++i) {
+        rises += y[i] > y[i - 1] ? 1 : 0;
+    }
+    return to - from > 1 ? static_cast<double>(rises) / static_cast<double>(to - from - 1) : 0.0;
+}
+
+}  // namespace
+
 Classification
-classify(const SiteSeries& s, int warmup) {
+classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
     Classification c;
     const size_t n = s.bytes.size();
     if (n == 0) {
         return c;
     }
-    size_t first = std::min(static_cast<size_t>(std::max(warmup, 0)), n - 1);
+    // The boundary that ends the last warm-up iteration is the baseline of the judged part.
+    size_t first = std::min(static_cast<size_t>(std::max(warmup - 1, 0)), n - 1);
     std::vector<double> post(s.bytes.begin() + static_cast<std::ptrdiff_t>(first), s.bytes.end());
     const size_t m = post.size();
-    c.fit = fitLine(post);
+    LineFit ols = fitLine(post);
+    c.fit.r2 = ols.r2;
+    c.fit.intercept = ols.intercept;
+    c.fit.slope = theilSenSlope(post);
+    c.fit.p_value = mannKendallIncreasingP(post);
     c.bytes_per_iteration = static_cast<int64_t>(std::llround(c.fit.slope));
+    const double minRate = static_cast<double>(config.min_leak_bytes_per_iteration);
+    const int64_t last = s.bytes.back();
 
-    size_t rises = 0;
-    for (size_t i = 1; i < m; ++i) {
-        rises += post[i] > post[i - 1] ? 1 : 0;
-    }
-    double growth = m > 0 ? post.back() - post.front() : 0.0;
-    double riseFraction = m > 1 ? static_cast<double>(rises) / static_cast<double>(m - 1) : 0.0;
-    int64_t last = s.bytes.back();
+    if (m >= 3 && last > 0) {
+        double rises = riseFraction(post, 0, m);
+        // Still growing at the end: the last quarter (at least 3 boundaries) rises too, so a
+        // cache that filled up and stopped (a plateau) is never called a leak, however long
+        // the run.
+        size_t tailLen = std::max<size_t>(3, (m + 3) / 4);
+        tailLen = std::min(tailLen, m);
+        std::vector<double> tail(post.end() - static_cast<std::ptrdiff_t>(tailLen), post.end());
+        double tailSlope = theilSenSlope(tail);
+        bool tailGrows = tailSlope >= std::max(minRate, 0.25 * c.fit.slope) && tail.back() > tail.front();
 
-    if (m >= 3 && growth > 0.0 && last > 0) {
-        if (rises == m - 1) {
-            c.verdict = Verdict::Leak;
+        if (rises == 1.0 && c.fit.slope >= minRate) {
+            c.verdict = Verdict::Leak;  // rises at every boundary
             c.confidence = std::clamp(1.0 - c.fit.p_value, 0.0, 1.0);
             return c;
         }
-        // Tolerate iterations that free some or add nothing, as long as the trend is clear.
-        if (riseFraction >= 0.6 && c.fit.p_value < 0.01 && c.fit.r2 >= 0.8) {
-            c.verdict = Verdict::Leak;
-            c.confidence = std::clamp((1.0 - c.fit.p_value) * c.fit.r2, 0.0, 1.0);
+        double confidence = std::clamp((1.0 - c.fit.p_value) * (0.5 + 0.5 * rises), 0.0, 1.0);
+        if (c.fit.slope >= minRate && c.fit.p_value < 0.05 && tailGrows &&
+            confidence >= config.min_confidence) {
+            c.verdict = Verdict::Leak;  // a clear trend through noise
+            c.confidence = confidence;
             return c;
+        }
+        // Grows between releases at a coarser boundary (outputs kept for an epoch-end hook):
+        // still a leak at this granularity.
+        auto segments = segmentsBetweenReleases(post);
+        if (segments.size() >= 2) {
+            std::vector<double> segmentSlopes;
+            bool allRise = true;
+            for (const auto& [a, b] : segments) {
+                if (b - a < 3) {
+                    continue;
+                }
+                std::vector<double> seg(post.begin() + static_cast<std::ptrdiff_t>(a),
+                                        post.begin() + static_cast<std::ptrdiff_t>(b));
+                segmentSlopes.push_back(theilSenSlope(seg));
+                allRise = allRise && riseFraction(post, a, b) >= 0.75;
+            }
+            if (segmentSlopes.size() >= 2 && allRise) {
+                std::nth_element(segmentSlopes.begin(),
+                                 segmentSlopes.begin() + static_cast<std::ptrdiff_t>(segmentSlopes.size() / 2),
+                                 segmentSlopes.end());
+                double slope = segmentSlopes[segmentSlopes.size() / 2];
+                if (slope >= minRate) {
+                    c.verdict = Verdict::Leak;
+                    c.released_periodically = true;
+                    c.fit.slope = slope;
+                    c.bytes_per_iteration = static_cast<int64_t>(std::llround(slope));
+                    c.confidence = 0.8;
+                    return c;
+                }
+            }
         }
     }
     if (last == 0) {
@@ -172,6 +307,7 @@ classify(const SiteSeries& s, int warmup) {
     }
     uint32_t oldest = s.oldest.empty() ? 0 : s.oldest.back();
     int64_t bornLast = s.born.empty() ? 0 : s.born.back();
+    double growth = post.back() - post.front();
     if (bornLast == last && growth <= 0.0) {
         // What is alive now was allocated in the last iteration and will be replaced in the
         // next: a per-iteration working set that survives one boundary.
@@ -180,20 +316,39 @@ classify(const SiteSeries& s, int warmup) {
         c.bytes_per_iteration = 0;
         return c;
     }
-    if (growth > 0.0) {
-        c.verdict = Verdict::Plateau;
-        c.confidence = 1.0 - riseFraction;
-        return c;
-    }
-    if (oldest <= static_cast<uint32_t>(std::max(warmup, 0))) {
+    if (growth <= 0.0 && oldest <= static_cast<uint32_t>(std::max(warmup, 0))) {
         c.verdict = Verdict::Warmup;  // created in the first iterations, then kept and reused
         c.confidence = 0.9;
         c.bytes_per_iteration = 0;
         return c;
     }
-    c.verdict = Verdict::Plateau;
-    c.confidence = 0.7;
+    c.verdict = Verdict::Plateau;  // grew, then stopped: bounded
+    c.confidence = 0.8;
+    c.bytes_per_iteration = 0;
     return c;
+}
+
+DeviceVerdict
+judgeDevice(const std::vector<int64_t>& allocated,
+            const std::vector<int64_t>& reserved,
+            int warmup,
+            const AnalysisConfig& config) {
+    DeviceVerdict v;
+    if (allocated.empty() || reserved.size() != allocated.size() || reserved.back() <= 0) {
+        return v;
+    }
+    v.ratio = static_cast<double>(reserved.back() - allocated.back()) /
+              static_cast<double>(reserved.back());
+    size_t first = std::min(static_cast<size_t>(std::max(warmup - 1, 0)), allocated.size() - 1);
+    std::vector<double> a(allocated.begin() + static_cast<std::ptrdiff_t>(first), allocated.end());
+    std::vector<double> r(reserved.begin() + static_cast<std::ptrdiff_t>(first), reserved.end());
+    double allocSlope = theilSenSlope(a);
+    double reservedSlope = theilSenSlope(r);
+    double scale = std::max(1.0, r.back());
+    bool allocatedFlat = std::fabs(allocSlope) * static_cast<double>(a.size()) < 0.05 * scale;
+    bool reserveGrows = r.size() >= 3 && reservedSlope > 0 && mannKendallIncreasingP(r) < 0.05;
+    v.fragmentation = allocatedFlat && (reserveGrows || v.ratio > config.fragmentation_ratio);
+    return v;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,7 +453,7 @@ siteText(const Frame& f) {
 }
 
 Severity
-severityOf(const Finding& f, int iterations, const Thresholds& t) {
+severityOf(const Finding& f, int iterations, const AnalysisConfig& t) {
     if (f.verdict != Verdict::Leak) {
         return Severity::Info;
     }
@@ -370,6 +525,20 @@ summarize(Report& report) {
             penalty += 10;
             s.recommendations.push_back({"medium", f.suggestion, {static_cast<int>(i)}});
             break;
+        }
+    }
+    for (const DeviceTimeline& d : report.devices) {
+        if (d.verdict == "fragmentation") {
+            std::ostringstream text;
+            text.precision(0);
+            text << std::fixed << d.device << ": the allocator reserves "
+                 << d.fragmentation_ratio * 100.0
+                 << "% more than is allocated while allocated memory is flat (fragmentation or "
+                    "an oversized cache): not a leak; try expandable segments "
+                    "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) or "
+                    "torch.cuda.empty_cache() between phases";
+            s.recommendations.push_back({"medium", text.str(), {}});
+            penalty += 5;
         }
     }
     if (!report.warnings.empty()) {
@@ -484,7 +653,7 @@ buildReport(const AllocationRecorder& recorder,
     std::vector<const SiteAccumulator*> findingSites;
     for (auto& [key, acc] : sites) {
         int64_t maxBytes = *std::max_element(acc.series.bytes.begin(), acc.series.bytes.end());
-        if (maxBytes <= 0 || static_cast<uint64_t>(maxBytes) < inputs.thresholds.min_bytes) {
+        if (maxBytes <= 0 || static_cast<uint64_t>(maxBytes) < inputs.config.min_bytes) {
             continue;
         }
         for (auto& o : acc.series.oldest) {
@@ -492,7 +661,7 @@ buildReport(const AllocationRecorder& recorder,
                 o = 0;
             }
         }
-        Classification c = classify(acc.series, inputs.warmup);
+        Classification c = classify(acc.series, inputs.warmup, inputs.config);
         Finding f;
         f.verdict = c.verdict;
         f.site = acc.site;
@@ -517,7 +686,15 @@ buildReport(const AllocationRecorder& recorder,
                 }
             }
         }
-        f.severity = severityOf(f, report.iterations, inputs.thresholds);
+        f.severity = severityOf(f, report.iterations, inputs.config);
+        f.released_periodically = c.released_periodically;
+        // An intentional cache the user named (by site, function, path or holder).
+        for (const std::string& pattern : inputs.config.allow) {
+            std::string siteText = f.site.file + ":" + std::to_string(f.site.line);
+            if (globMatch(pattern, siteText) || globMatch(pattern, f.site.function)) {
+                f.verdict = Verdict::Allowed;
+            }
+        }
         f.suggestion = defaultSuggestion(f);
         report.findings.push_back(std::move(f));
         findingSites.push_back(&acc);
@@ -647,7 +824,13 @@ buildReport(const AllocationRecorder& recorder,
             if (f.verdict != Verdict::Leak && f.total_bytes > 0 && heldByMachinery(f)) {
                 f.verdict = Verdict::Leak;
                 f.confidence = 0.9;
-                f.severity = severityOf(f, report.iterations, inputs.thresholds);
+                f.severity = severityOf(f, report.iterations, inputs.config);
+            }
+            for (const std::string& pattern : inputs.config.allow) {
+                if ((!f.path_text.empty() && globMatch(pattern, f.path_text)) ||
+                    (f.holder && globMatch(pattern, f.holder->path_text))) {
+                    f.verdict = Verdict::Allowed;
+                }
             }
             std::string specific = suggestFix(f);
             if (!specific.empty()) {
@@ -662,6 +845,16 @@ buildReport(const AllocationRecorder& recorder,
                              }
                              return a.total_bytes > b.total_bytes;
                          });
+    }
+
+    for (Finding& f : report.findings) {
+        if (f.verdict == Verdict::Leak && f.released_periodically) {
+            f.suggestion += " (it is released only at a coarser boundary, such as an epoch end, "
+                            "and grows within each)";
+        }
+        if (f.verdict != Verdict::Leak) {
+            f.severity = Severity::Info;
+        }
     }
 
     // Devices, in the order they first appeared.
@@ -702,6 +895,21 @@ buildReport(const AllocationRecorder& recorder,
             t.projected_oom_iteration =
                 static_cast<int64_t>(n) +
                 (room + t.leak_bytes_per_iteration - 1) / t.leak_bytes_per_iteration;
+        }
+        DeviceVerdict dv = judgeDevice(t.allocated, t.reserved, inputs.warmup, inputs.config);
+        t.fragmentation_ratio = dv.ratio;
+        if (dv.fragmentation) {
+            t.verdict = "fragmentation";
+        }
+        // A leak that fills the device within ten runs of this length is critical whatever
+        // its size.
+        if (t.projected_oom_iteration && n > 0 &&
+            *t.projected_oom_iteration <= static_cast<int64_t>(10 * n)) {
+            for (Finding& f : report.findings) {
+                if (f.verdict == Verdict::Leak && f.device == t.device) {
+                    f.severity = Severity::Critical;
+                }
+            }
         }
         report.devices.push_back(std::move(t));
     }

@@ -136,7 +136,9 @@ toJson(const Report& r, int indent) {
                                 {"reserved", d.reserved},
                                 {"peak", d.peak},
                                 {"leak_bytes_per_iteration", d.leak_bytes_per_iteration},
-                                {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)}});
+                                {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
+                                {"verdict", d.verdict},
+                                {"fragmentation_ratio", d.fragmentation_ratio}});
     }
     j["findings"] = json::array();
     for (const Finding& f : r.findings) {
@@ -172,6 +174,7 @@ toJson(const Report& r, int indent) {
             fj["path"].push_back(std::move(step));
         }
         fj["retention"] = toString(f.retention);
+        fj["released_periodically"] = f.released_periodically;
         fj["path_text"] = f.path_text;
         if (f.holder) {
             fj["holder"] = {{"path_text", f.holder->path_text},
@@ -232,6 +235,8 @@ reportFromJson(const std::string& text) {
             if (d.contains("projected_oom_iteration") && !d["projected_oom_iteration"].is_null()) {
                 t.projected_oom_iteration = d["projected_oom_iteration"].get<int64_t>();
             }
+            t.verdict = d.value("verdict", "ok");
+            t.fragmentation_ratio = d.value("fragmentation_ratio", 0.0);
             r.devices.push_back(std::move(t));
         }
         for (const json& fj : j.at("findings")) {
@@ -276,6 +281,7 @@ reportFromJson(const std::string& text) {
                 f.path.push_back(std::move(step));
             }
             f.retention = retentionFromString(fj.value("retention", "unknown"));
+            f.released_periodically = fj.value("released_periodically", false);
             f.path_text = fj.value("path_text", "");
             if (fj.contains("holder") && !fj["holder"].is_null()) {
                 const json& h = fj["holder"];

@@ -5,6 +5,7 @@
 #include "frame_capture.h"
 #include "tracking_session.h"
 #include "torchleak/allocator_hook.h"
+#include "torchleak/config.h"
 #include "torchleak/errors.h"
 #include "torchleak/report_json.h"
 #include "torchleak/retention.h"
@@ -84,6 +85,17 @@ PYBIND11_MODULE(_core, m) {
     registerExceptions(m);
     python::noteMainThread();
 
+    py::class_<AnalysisConfig>(m, "AnalysisConfig")
+        .def(py::init<>())
+        .def("set", [](AnalysisConfig& self, const std::string& key, const std::string& value) {
+            self.set(key, value);
+        })
+        .def("get", [](const AnalysisConfig& self, const std::string& key) { return self.get(key); })
+        .def("copy", [](const AnalysisConfig& self) { return AnalysisConfig(self); })
+        .def_readonly("allow", &AnalysisConfig::allow)
+        .def_static("keys", &AnalysisConfig::keys);
+    m.def("parse_size", [](const std::string& text) { return parseSize(text); });
+
     py::class_<python::TrackingSession>(m, "Session")
         .def(py::init<bool>(), py::arg("capture_stacks") = true)
         .def("start", &python::TrackingSession::start)
@@ -104,7 +116,7 @@ PYBIND11_MODULE(_core, m) {
             "report_json",
             [](python::TrackingSession& self, const std::string& torchVersion,
                const std::string& pythonVersion, int warmup, const std::string& boundary,
-               uint64_t minBytes, const std::map<std::string, uint64_t>& capacities,
+               const AnalysisConfig& config, const std::map<std::string, uint64_t>& capacities,
                const std::vector<std::string>& warnings,
                const std::vector<std::string>& libraryPrefixes,
                const std::vector<std::string>& userPrefixes, const py::list& roots, bool explain,
@@ -117,7 +129,7 @@ PYBIND11_MODULE(_core, m) {
                 in.python_version = pythonVersion;
                 in.warmup = warmup;
                 in.boundary = parseBoundary(boundary);
-                in.thresholds.min_bytes = minBytes;
+                in.config = config;
                 in.warnings = warnings;
                 for (const auto& [name, capacity] : capacities) {
                     DeviceInfo d;
@@ -136,7 +148,7 @@ PYBIND11_MODULE(_core, m) {
                 return self.reportJson(in, filter, namedRoots(roots), explain, indent);
             },
             py::arg("torch_version"), py::arg("python_version"), py::arg("warmup"),
-            py::arg("boundary"), py::arg("min_bytes") = 0,
+            py::arg("boundary"), py::arg("config") = AnalysisConfig{},
             py::arg("capacities") = std::map<std::string, uint64_t>{},
             py::arg("warnings") = std::vector<std::string>{},
             py::arg("library_prefixes") = std::vector<std::string>{},

@@ -15,8 +15,9 @@ whether it really is a leak (its growth across iterations).
 
 import torch  # noqa: F401  (loads libtorch before the extension that links it)
 
+from ._config import config
 from ._report import Finding, Report
 from ._tracking import Tracker, check, step, track
 
-__all__ = ["Finding", "Report", "Tracker", "check", "step", "track", "__version__"]
+__all__ = ["Finding", "Report", "Tracker", "check", "config", "step", "track", "__version__"]
 __version__ = "0.1.0"

@@ -11,6 +11,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _core, _roots
+from ._config import config as _config
 from ._report import Report
 
 _profiler_module = sys.modules["torch.autograd.profiler"]
@@ -66,7 +67,9 @@ class Tracker:
     with gradient accumulation can mark their own boundaries.
     """
 
-    def __init__(self, *, warmup=0, min_bytes=0, capture_stacks=True, boundary="auto"):
+    def __init__(self, *, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto"):
+        if warmup is None:
+            warmup = _config.warmup
         if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
             raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
         if not isinstance(min_bytes, int) or isinstance(min_bytes, bool) or min_bytes < 0:
@@ -215,12 +218,15 @@ class Tracker:
             return self._report
         library, user = _library_prefixes(), _user_prefixes()
         roots = _roots.collect(library, user) if paths else []
+        cfg = _config.snapshot()
+        if self.min_bytes:
+            cfg.set("min_bytes", str(self.min_bytes))
         text = self._session.report_json(
             torch_version=torch.__version__,
             python_version=".".join(map(str, sys.version_info[:3])),
             warmup=self.warmup if warmup is None else warmup,
             boundary=self._kind,
-            min_bytes=self.min_bytes,
+            config=cfg,
             capacities=_capacities(),
             warnings=list(self._warnings),
             library_prefixes=library,
@@ -235,7 +241,7 @@ class Tracker:
         return report
 
 
-def track(*, warmup=0, min_bytes=0, capture_stacks=True, boundary="auto"):
+def track(*, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto"):
     """Track tensor allocations in a ``with`` block; see :class:`Tracker`."""
     return Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
                    boundary=boundary)
@@ -248,7 +254,7 @@ def step():
     _active.step()
 
 
-def check(fn, *args, iterations=20, warmup=0, min_bytes=0, capture_stacks=True, **kwargs):
+def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=True, **kwargs):
     """Run ``fn(*args, **kwargs)`` ``iterations`` times, each run an iteration, and report.
 
     The first ``warmup`` runs are recorded but not judged. If ``fn`` raises (an OOM, a bug,
@@ -259,6 +265,8 @@ def check(fn, *args, iterations=20, warmup=0, min_bytes=0, capture_stacks=True, 
         raise TypeError(f"check() needs a callable, got {type(fn).__name__}")
     if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
         raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
+    if warmup is None:
+        warmup = min(_config.warmup, iterations - 1)
     if not isinstance(warmup, int) or isinstance(warmup, bool) or not 0 <= warmup < iterations:
         raise ValueError(f"warmup must be an int with 0 <= warmup < iterations, got {warmup!r}")
     tracker = Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,

@@ -71,7 +71,7 @@ TEST_CASE("classify: a ramp is a leak with its exact slope") {
                       0);
     REQUIRE(c.verdict == Verdict::Leak);
     REQUIRE(c.bytes_per_iteration == MiB);
-    REQUIRE(c.confidence == Approx(1.0));
+    REQUIRE(c.confidence > 0.95);  // Mann-Kendall p of 5 rising points
 }
 
 TEST_CASE("classify: created in the first iteration, then constant, is warm-up") {

@@ -3,6 +3,7 @@
 // series of live bytes, fit its trend and give it a verdict. Pure C++ (no torch, no Python):
 // the bindings supply what only Python knows through the two interfaces below.
 
+#include "torchleak/config.h"
 #include "torchleak/model.h"
 #include "torchleak/recorder.h"
 #include "torchleak/retention.h"
@@ -48,11 +49,12 @@ LineFit fitLine(std::span<const double> y);
 // Two-sided p-value of Student's t with `dof` degrees of freedom.
 double studentTwoSidedP(double t, double dof);
 
-struct Thresholds {
-    uint64_t min_bytes = 0;  // sites whose live bytes never reach this are left out
-    uint64_t critical_bytes = 1ull << 30;    // projected over the run
-    uint64_t warning_bytes = 100ull * 1000 * 1000;
-};
+// Robust trend statistics for growth curves.
+// Theil-Sen: the median of the pairwise slopes (an iteration that frees some or allocates an
+// irregular size does not drag it); Mann-Kendall: the one-sided p-value that the series
+// increases (rank based, ties corrected).
+double theilSenSlope(std::span<const double> y);
+double mannKendallIncreasingP(std::span<const double> y);
 
 struct SiteSeries {
     std::vector<int64_t> bytes;  // live bytes at each boundary
@@ -62,13 +64,25 @@ struct SiteSeries {
 
 struct Classification {
     Verdict verdict = Verdict::Transient;
-    LineFit fit;
+    LineFit fit;               // slope: Theil-Sen; r2: least squares; p_value: Mann-Kendall
     double confidence = 0.0;
     int64_t bytes_per_iteration = 0;
+    bool released_periodically = false;  // a saw-tooth: grows, released at a coarser boundary
 };
 
-// The verdict of one site from its series. `warmup` boundaries at the start are not judged.
-Classification classify(const SiteSeries& s, int warmup);
+// The verdict of one site from its series. The first `warmup` iterations are not judged.
+Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config = {});
+
+struct DeviceVerdict {
+    bool fragmentation = false;
+    double ratio = 0.0;  // (reserved - allocated) / reserved at the last boundary
+};
+// Fragmentation or an oversized reserve: reserved grows, or stays far above allocated, while
+// allocated is flat.
+DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
+                          const std::vector<int64_t>& reserved,
+                          int warmup,
+                          const AnalysisConfig& config = {});
 
 struct DeviceInfo {
     DeviceKey key;
@@ -81,7 +95,7 @@ struct ReportInputs {
     std::string python_version;
     int warmup = 0;
     BoundaryKind boundary = BoundaryKind::Explicit;
-    Thresholds thresholds;
+    AnalysisConfig config;
     std::vector<DeviceInfo> devices;
     std::vector<std::string> warnings;
 };

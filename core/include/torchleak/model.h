@@ -92,6 +92,7 @@ struct Finding {
     std::optional<Holder> holder;
     std::string suggestion;
     Retention retention = Retention::Unknown;
+    bool released_periodically = false;  // grows, then freed at a coarser boundary (saw-tooth)
     Severity severity = Severity::Info;
     Trend trend;
     double confidence = 0.0;
@@ -105,6 +106,8 @@ struct DeviceTimeline {
     std::vector<int64_t> peak;       // highest allocated within each iteration
     int64_t leak_bytes_per_iteration = 0;
     std::optional<int64_t> projected_oom_iteration;
+    std::string verdict = "ok";         // "ok" or "fragmentation"
+    double fragmentation_ratio = 0.0;   // (reserved - allocated) / reserved at the end
 };
 
 struct Recommendation {

@@ -1,0 +1,78 @@
+"""torchleak.config: thresholds and the allow-list behind every verdict.
+
+    torchleak.config.set(min_leak_bytes_per_iteration="1MiB", warmup=2)
+    torchleak.config.allow("model.kv_cache*", "cache.py:*")   # intentional caches
+    torchleak.config.reset()
+
+Values are validated by the C++ core (the same checks as `%leakconfig KEY=VALUE`): an unknown
+key or a bad value raises ValueError saying what is accepted.
+"""
+
+from . import _core
+
+_INT_KEYS = {"min_bytes", "min_leak_bytes_per_iteration", "critical_bytes", "warning_bytes", "warmup"}
+_FLOAT_KEYS = {"min_confidence", "fragmentation_ratio"}
+
+
+class Config:
+    def __init__(self):
+        self._cpp = _core.AnalysisConfig()
+
+    def set(self, **settings):
+        """Set thresholds by name; sizes accept units ("1MiB", "100MB")."""
+        for key, value in settings.items():
+            if key == "allow":
+                patterns = [value] if isinstance(value, str) else list(value)
+                self._cpp.set("allow", "")
+                for pattern in patterns:
+                    self._cpp.set("allow", str(pattern))
+                continue
+            if isinstance(value, bool) or value is None:
+                raise ValueError(f"{key} needs a number or a size, got {value!r}")
+            self._cpp.set(key, str(value))
+        return self
+
+    def allow(self, *patterns):
+        """Add allow-list globs matched against a finding's site (file:line), function,
+        path or holder: its verdict becomes "allowed"."""
+        for pattern in patterns:
+            if not isinstance(pattern, str) or not pattern.strip():
+                raise ValueError(f"an allow pattern is a non-empty string, got {pattern!r}")
+            self._cpp.set("allow", pattern)
+        return self
+
+    def reset(self):
+        self._cpp = _core.AnalysisConfig()
+        return self
+
+    def get(self, key):
+        text = self._cpp.get(key)
+        if key == "allow":
+            return list(self._cpp.allow)
+        if key in _INT_KEYS:
+            return int(text)
+        if key in _FLOAT_KEYS:
+            return float(text)
+        return text
+
+    def __getattr__(self, key):
+        if key.startswith("_"):
+            raise AttributeError(key)
+        try:
+            return self.get(key)
+        except ValueError as exc:
+            raise AttributeError(str(exc)) from None
+
+    def to_dict(self):
+        return {key: self.get(key) for key in _core.AnalysisConfig.keys()}
+
+    def snapshot(self):
+        """A copy for one report, so later changes do not affect it."""
+        return self._cpp.copy()
+
+    def __repr__(self):
+        body = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
+        return f"torchleak.config({body})"
+
+
+config = Config()

@@ -1,0 +1,185 @@
+// Verdicts on synthetic growth curves (issue: leak, warm-up, plateau, transient,
+// fragmentation, allowed).
+#include "torchleak/analysis.h"
+#include "torchleak/config.h"
+#include "torchleak/errors.h"
+
+#include <catch2/catch.hpp>
+#include <random>
+
+using namespace torchleak;
+
+namespace {
+constexpr int64_t MiB = 1 << 20;
+
+// A site whose blocks were all born in iteration 0 unless `bornEach` (one new block per boundary).
+SiteSeries
+series(const std::vector<int64_t>& bytes, bool bornEach = true) {
+    SiteSeries s;
+    s.bytes = bytes;
+    for (size_t i = 0; i < bytes.size(); ++i) {
+        int64_t prev = i ? bytes[i - 1] : 0;
+        s.born.push_back(bornEach ? std::max<int64_t>(bytes[i] - prev, 0) : (i == 0 ? bytes[0] : 0));
+        s.oldest.push_back(0);
+    }
+    return s;
+}
+}  // namespace
+
+TEST_CASE("ramp: a leak with its exact slope") {
+    std::vector<int64_t> y;
+    for (int i = 1; i <= 10; ++i) {
+        y.push_back(i * 3 * MiB);
+    }
+    auto c = classify(series(y), 0);
+    REQUIRE(c.verdict == Verdict::Leak);
+    REQUIRE(c.bytes_per_iteration == 3 * MiB);
+    REQUIRE(c.fit.p_value < 1e-4);
+    REQUIRE(c.confidence > 0.99);
+}
+
+TEST_CASE("a 1 MiB per iteration leak is found within 5 iterations after warm-up") {
+    // 3 warm-up iterations of 8 MiB state, then 1 MiB per iteration for 5 iterations.
+    std::vector<int64_t> y = {8 * MiB, 8 * MiB, 8 * MiB, 9 * MiB, 10 * MiB, 11 * MiB, 12 * MiB, 13 * MiB};
+    auto c = classify(series(y), 3);
+    REQUIRE(c.verdict == Verdict::Leak);
+    REQUIRE(c.bytes_per_iteration == MiB);
+}
+
+TEST_CASE("step then flat: warm-up, however long the run") {
+    std::vector<int64_t> y(500, 6 * MiB);
+    auto c = classify(series(y, false), 0);
+    REQUIRE(c.verdict == Verdict::Warmup);
+    REQUIRE(c.bytes_per_iteration == 0);
+}
+
+TEST_CASE("ramp that starts after a warm-up") {
+    std::vector<int64_t> y = {10 * MiB, 10 * MiB, 12 * MiB, 14 * MiB, 16 * MiB, 18 * MiB};
+    auto c = classify(series(y), 1);
+    REQUIRE(c.verdict == Verdict::Leak);
+    REQUIRE(c.bytes_per_iteration == 2 * MiB);
+}
+
+TEST_CASE("plateau at a cap: never a leak, however long the run") {
+    for (int n : {20, 100, 500}) {
+        std::vector<int64_t> y;
+        for (int i = 1; i <= n; ++i) {
+            y.push_back(std::min(i, 8) * MiB);  // an lru_cache(maxsize=8) of 1 MiB tensors
+        }
+        auto c = classify(series(y), 0);
+        INFO("n = " << n);
+        REQUIRE(c.verdict == Verdict::Plateau);
+        REQUIRE(c.bytes_per_iteration == 0);
+    }
+}
+
+TEST_CASE("ramp with noise: irregular sizes and iterations that free some") {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int64_t> jitter(-MiB / 2, MiB / 2);
+    std::vector<int64_t> y;
+    int64_t live = 0;
+    for (int i = 0; i < 30; ++i) {
+        live += 2 * MiB + jitter(rng);
+        if (i % 7 == 6) {
+            live -= 3 * MiB;  // an iteration that frees some
+        }
+        y.push_back(live);
+    }
+    auto c = classify(series(y), 0);
+    REQUIRE(c.verdict == Verdict::Leak);
+    REQUIRE(c.bytes_per_iteration > MiB);
+    REQUIRE(c.bytes_per_iteration < 2 * MiB);
+}
+
+TEST_CASE("saw-tooth: grows within each epoch, released at its end, is a leak at step granularity") {
+    std::vector<int64_t> y;
+    for (int epoch = 0; epoch < 4; ++epoch) {
+        for (int step = 1; step <= 5; ++step) {
+            y.push_back(step * MiB);
+        }
+    }
+    auto c = classify(series(y), 0);
+    REQUIRE(c.verdict == Verdict::Leak);
+    REQUIRE(c.released_periodically);
+    REQUIRE(c.bytes_per_iteration == MiB);
+}
+
+TEST_CASE("single spike: alive at one boundary, freed later, is transient") {
+    std::vector<int64_t> y = {0, 0, 64 * MiB, 0, 0, 0};
+    auto c = classify(series(y), 0);
+    REQUIRE(c.verdict == Verdict::Transient);
+}
+
+TEST_CASE("replaced every iteration is transient, however long the run") {
+    SiteSeries s;
+    for (uint32_t i = 0; i < 500; ++i) {
+        s.bytes.push_back(MiB);
+        s.born.push_back(MiB);
+        s.oldest.push_back(i);
+    }
+    REQUIRE(classify(s, 0).verdict == Verdict::Transient);
+}
+
+TEST_CASE("growth below min_leak_bytes_per_iteration is not a leak") {
+    std::vector<int64_t> y = {100, 200, 300, 400, 500, 600};
+    AnalysisConfig cfg;
+    cfg.set("min_leak_bytes_per_iteration", "1KiB");
+    REQUIRE(classify(series(y), 0, cfg).verdict != Verdict::Leak);
+    REQUIRE(classify(series(y), 0).verdict == Verdict::Leak);
+}
+
+TEST_CASE("reserved-only growth with flat allocated memory is fragmentation") {
+    std::vector<int64_t> allocated(10, 100 * MiB);
+    std::vector<int64_t> reserved;
+    for (int i = 0; i < 10; ++i) {
+        reserved.push_back((120 + 10 * i) * MiB);
+    }
+    auto v = judgeDevice(allocated, reserved, 0);
+    REQUIRE(v.fragmentation);
+    REQUIRE(v.ratio == Approx((210.0 - 100.0) / 210.0));
+    // Reserve that follows allocation up is not fragmentation.
+    std::vector<int64_t> growing;
+    for (int i = 0; i < 10; ++i) {
+        growing.push_back((100 + 10 * i) * MiB);
+    }
+    REQUIRE_FALSE(judgeDevice(growing, growing, 0).fragmentation);
+    // A reserve that stays far above a flat allocation is flagged too.
+    std::vector<int64_t> high(10, 400 * MiB);
+    REQUIRE(judgeDevice(allocated, high, 0).fragmentation);
+}
+
+TEST_CASE("Theil-Sen ignores an outlier; Mann-Kendall sees no trend in flat data") {
+    std::vector<double> y = {1, 2, 3, 4, 100, 6, 7, 8};
+    REQUIRE(theilSenSlope(y) == Approx(1.0));
+    std::vector<double> flat(20, 5.0);
+    REQUIRE(mannKendallIncreasingP(flat) == 1.0);
+    std::vector<double> up = {1, 2, 3, 4, 5};
+    REQUIRE(mannKendallIncreasingP(up) < 0.05);
+}
+
+TEST_CASE("config: sizes with units, validation, unknown keys") {
+    REQUIRE(parseSize("1MiB") == static_cast<uint64_t>(MiB));
+    REQUIRE(parseSize("100MB") == 100000000ull);
+    REQUIRE(parseSize(" 4096 ") == 4096ull);
+    REQUIRE(parseSize("1.5KiB") == 1536ull);
+    REQUIRE_THROWS_AS(parseSize("lots"), InvalidArgument);
+    REQUIRE_THROWS_AS(parseSize("5 parsecs"), InvalidArgument);
+    AnalysisConfig cfg;
+    cfg.set("min_confidence", "0.9");
+    REQUIRE(cfg.get("min_confidence") == "0.9");
+    REQUIRE_THROWS_WITH(cfg.set("min_confidence", "2"), Catch::Contains("between 0 and 1"));
+    REQUIRE_THROWS_WITH(cfg.set("colour", "red"), Catch::Contains("unknown setting 'colour'"));
+    REQUIRE_THROWS_WITH(cfg.set("warmup", "-1"), Catch::Contains("warmup"));
+    cfg.set("allow", "model.kv_cache*");
+    cfg.set("allow", "cache.py:*");
+    REQUIRE(cfg.allow.size() == 2);
+    cfg.set("allow", "");
+    REQUIRE(cfg.allow.empty());
+}
+
+TEST_CASE("globMatch") {
+    REQUIRE(globMatch("model.kv_cache*", "model.kv_cache['k'][3]"));
+    REQUIRE(globMatch("*cache.py:4?", "/src/cache.py:42"));
+    REQUIRE_FALSE(globMatch("*cache.py:4?", "/src/cache.py:420"));
+    REQUIRE(globMatch("*", ""));
+}
