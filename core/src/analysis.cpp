@@ -424,8 +424,8 @@ struct GroupKeyHash {
 std::string
 siteKey(const Frame& f, const std::string& device, const std::string& node) {
     std::ostringstream out;
-    out << f.file << '\x1f' << f.line << '\x1f' << f.function << '\x1f' << device << '\x1f'
-        << node;
+    out << (f.group.empty() ? f.file : f.group) << '\x1f' << f.line << '\x1f' << f.function
+        << '\x1f' << device << '\x1f' << node;
     return out.str();
 }
 
@@ -615,6 +615,9 @@ buildReport(const AllocationRecorder& recorder,
                 site.user = false;
             }
             SiteAccumulator& acc = sites[siteKey(site, device, node)];
+            if (!acc.series.bytes.empty() && site.cell && acc.site.cell && *site.cell > *acc.site.cell) {
+                acc.site = site;  // the newest run of a re-run cell names the site
+            }
             if (acc.series.bytes.empty()) {
                 acc.site = site;
                 acc.device = device;

@@ -168,10 +168,18 @@ PythonStackSymbolizer::info(PyCodeObject* code) {
     Py_XDECREF(filename);
     Py_XDECREF(qualname);
 
-    static const std::regex kIpythonInput(R"(^<ipython-input-(\d+)-)");
+    // A cell re-run is the same code under a new name (<ipython-input-N-HASH>): group by the
+    // hash. ipykernel's cell files are already named by a hash of their source.
+    static const std::regex kIpythonInput(R"(^<ipython-input-(\d+)-([0-9a-f]+)>)");
     std::smatch m;
-    if (std::regex_search(ci.file, m, kIpythonInput)) {
+    bool ipythonInput = std::regex_search(ci.file, m, kIpythonInput);
+    auto cell = d_filter.cellFiles.find(ci.file);
+    if (cell != d_filter.cellFiles.end()) {
+        ci.cell = cell->second;
+        ci.group = ipythonInput ? "cell:" + m[2].str() : ci.file;
+    } else if (ipythonInput) {
         ci.cell = std::stoi(m[1].str());
+        ci.group = "cell:" + m[2].str();
     }
     if (!ci.cell) {
         if (!ci.file.empty() && ci.file.front() == '<') {
@@ -206,6 +214,7 @@ PythonStackSymbolizer::symbolize(std::span<const RawFrame> frames) {
         f.file = ci.file;
         f.function = ci.function;
         f.cell = ci.cell;
+        f.group = ci.group;
         f.user = ci.user;
         f.line = PyCode_Addr2Line(code, raw.offset);
         out.push_back(std::move(f));

@@ -45,6 +45,8 @@ const char* captureStrategy() noexcept;
 struct FrameFilter {
     std::vector<std::string> libraryPrefixes;
     std::vector<std::string> userPrefixes;
+    // Notebook cells: the file name IPython compiled a cell under -> its execution count.
+    std::unordered_map<std::string, int> cellFiles;
 };
 
 // Decodes frames with the GIL held; caches per code object for one report.
@@ -58,6 +60,7 @@ class PythonStackSymbolizer final : public StackSymbolizer {
         std::string file;
         std::string function;
         std::optional<int> cell;
+        std::string group;
         bool user = true;
     };
     const CodeInfo& info(PyCodeObject* code);

@@ -120,7 +120,7 @@ PYBIND11_MODULE(_core, m) {
                const std::vector<std::string>& warnings,
                const std::vector<std::string>& libraryPrefixes,
                const std::vector<std::string>& userPrefixes, const py::list& roots, bool explain,
-               int indent) {
+               const std::map<std::string, int>& cellFiles, int indent) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -143,7 +143,8 @@ PYBIND11_MODULE(_core, m) {
                                       : static_cast<int8_t>(std::stoi(name.substr(colon + 1)));
                     in.devices.push_back(d);
                 }
-                python::FrameFilter filter{libraryPrefixes, userPrefixes};
+                python::FrameFilter filter{libraryPrefixes, userPrefixes,
+                                           {cellFiles.begin(), cellFiles.end()}};
                 // `roots` (the Python list) keeps every root object alive during the walk.
                 return self.reportJson(in, filter, namedRoots(roots), explain, indent);
             },
@@ -153,7 +154,8 @@ PYBIND11_MODULE(_core, m) {
             py::arg("warnings") = std::vector<std::string>{},
             py::arg("library_prefixes") = std::vector<std::string>{},
             py::arg("user_prefixes") = std::vector<std::string>{}, py::arg("roots") = py::list(),
-            py::arg("explain") = true, py::arg("indent") = -1)
+            py::arg("explain") = true,
+            py::arg("cell_files") = std::map<std::string, int>{}, py::arg("indent") = -1)
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
             return walkStatsDict(self.lastWalk());
         });

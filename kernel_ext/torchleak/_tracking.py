@@ -51,6 +51,19 @@ def _with_realpaths(dirs):
     return out
 
 
+def _cell_files():
+    """IPython's map from the file name a cell was compiled under to its execution count."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return {}
+    try:
+        shell = ipython.get_ipython()
+        mapping = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+        return {str(k): int(v) for k, v in mapping.items() if isinstance(v, int)}
+    except Exception:  # noqa: BLE001 - no shell: no cells
+        return {}
+
+
 def _capacities():
     caps = {}
     if torch.cuda.is_available():
@@ -233,6 +246,7 @@ class Tracker:
             user_prefixes=user,
             roots=roots,
             explain=bool(paths),
+            cell_files=_cell_files(),
         )
         del roots
         report = Report(text)

@@ -31,6 +31,9 @@ struct Frame {
     std::string function;
     std::optional<int> cell;
     bool user = true;
+    // Identity for grouping, when the file name is not one (a notebook cell re-run is compiled
+    // under a new name but is the same code). Not serialised.
+    std::string group;
 };
 
 // A tensor met on a retaining path.

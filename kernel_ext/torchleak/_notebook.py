@@ -1,0 +1,353 @@
+"""The IPython extension: `%load_ext torchleak`.
+
+    %%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [--json PATH] [--html PATH]
+    %leakwatch on|off
+    %leakreport [--json PATH] [--html PATH]
+    %leakconfig [KEY=VALUE ...]
+
+Every option error is a UsageError with the usage line; nothing escapes into the kernel loop
+as anything else. Unloading removes every event handler and stops watching.
+"""
+
+import argparse
+import shlex
+import time
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import display
+
+from . import _core, _tracking
+from ._config import config
+from ._display import report_bundle
+from ._report import Report, format_bytes
+from ._widget import make_widget
+
+USAGE = {
+    "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [--json PATH] [--html PATH]",
+    "leakwatch": "%leakwatch on|off",
+    "leakreport": "%leakreport [--json PATH] [--html PATH]",
+    "leakconfig": "%leakconfig [KEY=VALUE ...]    (no argument: show the settings)",
+}
+_UPDATES_PER_SECOND = 4
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (with the usage line) instead of exiting."""
+
+    def __init__(self, magic):
+        super().__init__(prog=f"%{magic}", add_help=False)
+        self.magic = magic
+
+    def error(self, message):
+        raise UsageError(f"{message}\nusage: {USAGE[self.magic]}")
+
+    def exit(self, status=0, message=None):
+        raise UsageError(f"{message or 'bad arguments'}\nusage: {USAGE[self.magic]}")
+
+
+def _split(magic, line):
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"{exc}\nusage: {USAGE[magic]}") from None
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _size(text):
+    try:
+        return _core.parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _save(report, json_path, html_path, magic):
+    for path in (json_path, html_path):
+        if path is None:
+            continue
+        try:
+            report.save(path)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot write {path}: {exc}\nusage: {USAGE[magic]}") from None
+
+
+class _LiveDisplay:
+    """One display per report: a widget (if available) updated while the cell runs, throttled,
+    then the final bundle, so saved notebooks keep the static HTML of the result."""
+
+    def __init__(self):
+        self.widget = None
+        self.handle = None
+        self.last = 0.0
+
+    def show(self, data, progress=None):
+        self.widget = make_widget(data, progress)
+        self.handle = display(report_bundle(data, widget=self.widget, progress=progress),
+                              raw=True, display_id=True)
+
+    def update(self, data, progress=None, force=False):
+        now = time.monotonic()
+        if not force and now - self.last < 1.0 / _UPDATES_PER_SECOND:
+            return
+        self.last = now
+        if self.widget is not None:
+            self.widget.report = data
+            self.widget.progress = progress or {}
+        if self.handle is not None:
+            self.handle.update(report_bundle(data, widget=self.widget, progress=progress), raw=True)
+
+
+@magics_class
+class LeakMagics(Magics):
+    def __init__(self, shell):
+        super().__init__(shell)
+        self.watch = None          # the Tracker of %leakwatch, while on
+        self.watch_report = None   # its last report, kept after %leakwatch off
+        self._callbacks = []
+
+    # -- %%leakcheck --------------------------------------------------------------------------
+    @cell_magic
+    def leakcheck(self, line, cell):
+        """Run the cell N times, each run an iteration, and show where leaked memory was
+        allocated, why it is still alive, and its growth curve."""
+        parser = _Parser("leakcheck")
+        parser.add_argument("-n", type=_positive_int, default=20)
+        parser.add_argument("--warmup", type=_non_negative_int, default=None)
+        parser.add_argument("--min-bytes", type=_size, default=0)
+        parser.add_argument("--json", default=None)
+        parser.add_argument("--html", default=None)
+        args = parser.parse_args(_split("leakcheck", line))
+        warmup = config.warmup if args.warmup is None else args.warmup
+        if warmup >= args.n:
+            raise UsageError(f"--warmup must be smaller than -n\nusage: {USAGE['leakcheck']}")
+        code = self._compile_cell(cell)
+
+        resume_watch = self._pause_watch()
+        tracker = _tracking.Tracker(warmup=warmup, min_bytes=args.min_bytes, boundary="repeat")
+        live = _LiveDisplay()
+        failure = None
+        started = time.monotonic()
+        try:
+            with tracker:
+                live.show(tracker.report(paths=False).to_dict(), {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0})
+                for k in range(args.n):
+                    try:
+                        exec(code, self.shell.user_global_ns, self.shell.user_ns)
+                    except BaseException as exc:  # noqa: BLE001 - reported, then re-raised
+                        failure = exc
+                        tracker._warnings.append(
+                            f"stopped in iteration {k} of {args.n} by {type(exc).__name__}: {exc}")
+                        break
+                    tracker._session.step()
+                    elapsed = time.monotonic() - started
+                    progress = {"k": k + 1, "n": args.n, "elapsed": elapsed,
+                                "remaining": elapsed / (k + 1) * (args.n - k - 1)}
+                    if time.monotonic() - live.last >= 1.0 / _UPDATES_PER_SECOND:
+                        live.update(tracker.report(paths=False).to_dict(), progress)
+            report = tracker.report()
+            live.update(report.to_dict(), force=True)
+            _save(report, args.json, args.html, "leakcheck")
+        finally:
+            if resume_watch:
+                self._start_watch()
+        if failure is not None:
+            raise failure
+        return None
+
+    def _compile_cell(self, cell):
+        """Compile the cell body under the cell's own file name, so frames read
+        `In [n], line m` with m counted from the cell's first line (the magic line)."""
+        number = self._current_cell()
+        source = "\n" + self.shell.transform_cell(cell)
+        name = self.shell.compile.cache(source, number, raw_code="\n" + cell)
+        try:
+            return self.shell.compile(source, name, "exec")
+        except SyntaxError as exc:
+            raise UsageError(f"the cell does not compile: {exc}\nusage: {USAGE['leakcheck']}") from None
+
+    def _current_cell(self):
+        """The In [n] of the running cell: the newest number IPython compiled a cell under
+        (IPython 9 has already advanced execution_count while a cell runs, IPython 8 has not)."""
+        numbers = getattr(self.shell.compile, "_filename_map", {}).values()
+        numbers = [n for n in numbers if isinstance(n, int)]
+        return max(numbers) if numbers else self.shell.execution_count
+
+    # -- %leakwatch ---------------------------------------------------------------------------
+    @line_magic
+    def leakwatch(self, line):
+        """Watch mode: every cell is an iteration; after each cell a ledger of what it left
+        alive and who holds it."""
+        words = _split("leakwatch", line)
+        if len(words) != 1 or words[0] not in ("on", "off"):
+            raise UsageError(f"expected 'on' or 'off'\nusage: {USAGE['leakwatch']}")
+        if words[0] == "on":
+            if self.watch is None:
+                self._register_events()
+                self._start_watch()
+        else:
+            self._stop_watch()
+            self._unregister_events()
+
+    def _register_events(self):
+        if self._callbacks:
+            return
+        events = self.shell.events
+        for name, fn in (("post_run_cell", self._post_run_cell),):
+            events.register(name, fn)
+            self._callbacks.append((name, fn))
+
+    def _unregister_events(self):
+        for name, fn in self._callbacks:
+            try:
+                self.shell.events.unregister(name, fn)
+            except ValueError:
+                pass
+        self._callbacks = []
+
+    def _start_watch(self):
+        if _tracking._active is not None:
+            return  # another tracking session runs: watch resumes after it
+        tracker = _tracking.Tracker(boundary="cell")
+        tracker.__enter__()
+        self.watch = tracker
+
+    def _stop_watch(self):
+        tracker, self.watch = self.watch, None
+        if tracker is not None:
+            tracker.__exit__(None, None, None)
+            self.watch_report = tracker.report()
+
+    def _pause_watch(self):
+        if self.watch is None:
+            return False
+        self._stop_watch()
+        return True
+
+    def _post_run_cell(self, result):
+        # An event handler must never raise into the kernel loop.
+        try:
+            if self.watch is None:
+                self._start_watch()
+                return
+            self.watch._session.step()
+            report = self.watch.report()
+            cell = getattr(result, "execution_count", None)
+            self._show_ledger(report, cell if isinstance(cell, int) else self._current_cell())
+        except Exception as exc:  # noqa: BLE001
+            print(f"torchleak: watch mode stopped after an internal error: {exc}")
+            try:
+                self._stop_watch()
+            except Exception:  # noqa: BLE001
+                self.watch = None
+
+    def _show_ledger(self, report, cell):
+        """What the cell just run left alive, by who holds it."""
+        by_holder = {}
+        total = 0
+        for f in report.findings:
+            series = f.series or []
+            added = series[-1] - (series[-2] if len(series) > 1 else 0)
+            if added <= 0:
+                continue
+            holder = (f.holder or {}).get("path_text") or (f.path[0]["label"] if f.path else "<unknown>")
+            by_holder[holder] = by_holder.get(holder, 0) + added
+            total += added
+        if total < max(config.min_bytes, 1):
+            return
+        parts = ", ".join(f"{holder} {format_bytes(b)}"
+                          for holder, b in sorted(by_holder.items(), key=lambda kv: -kv[1])[:5])
+        text = f"torchleak: In [{cell}] left {format_bytes(total)} alive: {parts}"
+        leaks = [f for f in report.leaks if f.site.get("cell") == cell]
+        if leaks:
+            text += f" ({len(leaks)} leak(s): %leakreport for details)"
+        html = ('<div data-testid="torchleak-ledger" style="font-family:sans-serif;font-size:12px;'
+                'color:#555">' + __import__("html").escape(text) + "</div>")
+        display({"text/plain": text, "text/html": html}, raw=True)
+
+    # -- %leakreport --------------------------------------------------------------------------
+    @line_magic
+    def leakreport(self, line):
+        """The notebook so far (every cell run an iteration): cells whose re-runs keep growing
+        are leaks."""
+        parser = _Parser("leakreport")
+        parser.add_argument("--json", default=None)
+        parser.add_argument("--html", default=None)
+        args = parser.parse_args(_split("leakreport", line))
+        if self.watch is not None:
+            report = self.watch.report()
+        elif self.watch_report is not None:
+            report = self.watch_report
+        else:
+            raise UsageError(f"nothing recorded yet: run %leakwatch on first\nusage: {USAGE['leakreport']}")
+        _save(report, args.json, args.html, "leakreport")
+        live = _LiveDisplay()
+        live.show(report.to_dict())
+
+    # -- %leakconfig --------------------------------------------------------------------------
+    @line_magic
+    def leakconfig(self, line):
+        """Set thresholds and the allow-list: %leakconfig min_leak_bytes_per_iteration=1MiB allow=kv_cache*"""
+        words = _split("leakconfig", line)
+        if not words:
+            print(repr(config))
+            return
+        pending = []
+        for word in words:
+            key, sep, value = word.partition("=")
+            if not sep or not key:
+                raise UsageError(f"expected KEY=VALUE, got {word!r}\nusage: {USAGE['leakconfig']}")
+            pending.append((key, value))
+        trial = config.snapshot()
+        for key, value in pending:
+            try:
+                trial.set(key, value)  # validate everything before changing anything
+            except ValueError as exc:
+                raise UsageError(f"{exc}\nusage: {USAGE['leakconfig']}") from None
+        for key, value in pending:
+            if key == "allow":
+                if value:
+                    config.allow(value)
+                else:
+                    config.set(allow=[])
+            else:
+                config._cpp.set(key, value)
+
+    def close(self):
+        self._unregister_events()
+        self._stop_watch()
+
+
+_loaded = {}
+
+
+def load_ipython_extension(shell):
+    if id(shell) in _loaded:
+        return
+    magics = LeakMagics(shell)
+    shell.register_magics(magics)
+    _loaded[id(shell)] = magics
+
+
+def unload_ipython_extension(shell):
+    magics = _loaded.pop(id(shell), None)
+    if magics is not None:
+        magics.close()

@@ -1,0 +1,168 @@
+"""The IPython extension without a kernel: magics, MIME bundles, usage errors, unload."""
+import contextlib
+import io
+import json
+import sys
+
+import pytest
+
+from torchleak import _core
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    from IPython.core.displaypub import CapturingDisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    InteractiveShell.clear_instance()
+    cfg = Config()
+    cfg.HistoryManager.hist_file = ":memory:"
+    sh = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
+    run(sh, "%load_ext torchleak")
+    run(sh, "import torch")
+    yield sh
+    run(sh, "%unload_ext torchleak")
+    sh.reset()
+    InteractiveShell.clear_instance()
+    for name in ("last_value", "last_traceback", "last_type", "last_exc"):
+        sys.__dict__.pop(name, None)
+    import torchleak
+    torchleak.config.reset()
+
+
+def run(shell, source):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        result = shell.run_cell(source, store_history=True)
+    result.output = out.getvalue()
+    return result
+
+
+def last_bundle(shell):
+    return shell.display_pub.outputs[-1]["data"]
+
+
+def test_leakcheck_displays_all_four_mime_types_with_site_path_and_escaped_names(shell):
+    run(shell, "store = {'<b>x</b>': []}")
+    number = shell.execution_count
+    result = run(shell, "%%leakcheck -n 5\nt = torch.ones(256, 1024)\nstore['<b>x</b>'].append(t)\n")
+    assert result.success, result.output
+    data = last_bundle(shell)
+    assert {"text/plain", "text/html", "application/json", WIDGET} <= set(data)
+    report = data["application/json"]
+    (leak,) = [f for f in report["findings"] if f["verdict"] == "leak"]
+    assert leak["site"]["cell"] == number and leak["site"]["line"] == 2
+    assert leak["path_text"] == "store['<b>x</b>'][3]"
+    assert leak["bytes_per_iteration"] == 1 << 20
+    html = data["text/html"]
+    assert f"In [{number}], line 2" in html
+    assert "store[&#x27;&lt;b&gt;x&lt;/b&gt;&#x27;][3]" in html
+    assert "<b>x</b>" not in html
+    assert "<script" not in html and "<style" not in html
+    assert "data:image/svg+xml;base64," in html and "<details" in html
+    assert f"In [{number}], line 2" in data["text/plain"]
+    assert not _core.profiler_state_installed()
+
+
+def test_leakcheck_writes_json_and_html(shell, tmp_path):
+    out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
+    run(shell, "kept = []")
+    result = run(shell, f"%%leakcheck -n 4 --json {out_json} --html {out_html}\nkept.append(torch.ones(64, 1024))\n")
+    assert result.success, result.output
+    assert json.loads(out_json.read_text())["schema_version"] == "torchleak.report/1"
+    assert out_html.read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize("line", [
+    "-n 0", "-n many", "--bogus", "--min-bytes lots", "-n 3 --warmup 3", "--json", "-n '2",
+])
+def test_bad_leakcheck_options_are_usage_errors_with_the_usage_line(shell, line):
+    result = run(shell, f"%%leakcheck {line}\nx = 1\n")
+    assert not result.success
+    assert type(result.error_in_exec).__name__ == "UsageError"
+    assert "usage: %%leakcheck [-n N]" in str(result.error_in_exec)
+    assert not _core.profiler_state_installed()
+
+
+@pytest.mark.parametrize("source, usage", [
+    ("%leakwatch", "%leakwatch on|off"),
+    ("%leakwatch maybe", "%leakwatch on|off"),
+    ("%leakreport --bogus", "%leakreport [--json PATH]"),
+    ("%leakreport", "%leakreport [--json PATH]"),
+    ("%leakconfig colour=red", "%leakconfig [KEY=VALUE"),
+    ("%leakconfig min_confidence=9", "%leakconfig [KEY=VALUE"),
+    ("%leakconfig warmup", "%leakconfig [KEY=VALUE"),
+])
+def test_other_magics_reject_bad_input_with_usage_errors(shell, source, usage):
+    result = run(shell, source)
+    assert type(result.error_in_exec).__name__ == "UsageError", result.output
+    assert usage in str(result.error_in_exec)
+
+
+def test_leakconfig_sets_values_and_validates_all_before_changing_any(shell):
+    import torchleak
+    assert run(shell, "%leakconfig min_leak_bytes_per_iteration=1MiB allow=kv_cache*").success
+    assert torchleak.config.min_leak_bytes_per_iteration == 1 << 20
+    assert torchleak.config.get("allow") == ["kv_cache*"]
+    result = run(shell, "%leakconfig warmup=2 min_confidence=7")
+    assert not result.success
+    assert torchleak.config.warmup == 0  # nothing changed
+
+
+def test_watch_mode_ledger_and_leakreport(shell, tmp_path):
+    assert run(shell, "%leakwatch on").success
+    run(shell, "losses = []")
+    first = shell.execution_count
+    for _ in range(4):
+        run(shell, "losses.append(torch.ones(256, 1024))")
+    ledger = [o["data"]["text/plain"] for o in shell.display_pub.outputs
+              if o["data"].get("text/plain", "").startswith("torchleak: In [")]
+    assert any(f"In [{first}] left 1.0 MiB alive: losses 1.0 MiB" in line for line in ledger), (first, ledger)
+    out = tmp_path / "nb.json"
+    assert run(shell, f"%leakreport --json {out}").success
+    report = json.loads(out.read_text())
+    assert report["boundary"] == "cell"
+    leaks = [f for f in report["findings"] if f["verdict"] == "leak"]
+    assert any(f["path_text"].startswith("losses[") for f in leaks)
+    assert run(shell, "%leakwatch off").success
+    assert not _core.profiler_state_installed()
+    # the report of the watched cells stays available
+    assert run(shell, "%leakreport").success
+
+
+def test_leakcheck_inside_watch_mode_pauses_and_resumes_watching(shell):
+    run(shell, "%leakwatch on")
+    run(shell, "kept = []")
+    result = run(shell, "%%leakcheck -n 3\nkept.append(torch.ones(16, 1024))\n")
+    assert result.success, result.output
+    run(shell, "y = 1")
+    assert _core.profiler_state_installed()  # watching again
+    run(shell, "%leakwatch off")
+
+
+def test_an_exception_in_the_cell_still_reports_and_restores_the_hook(shell):
+    result = run(shell, "%%leakcheck -n 5\nkept = globals().setdefault('kept', [])\nkept.append(torch.ones(8, 1024))\n"
+                        "if len(kept) == 3:\n    raise RuntimeError('boom')\n")
+    assert type(result.error_in_exec).__name__ == "RuntimeError"
+    report = last_bundle(shell)["application/json"]
+    assert report["iterations"] == 2
+    assert any("RuntimeError" in w for w in report["warnings"])
+    assert not _core.profiler_state_installed()
+
+
+def test_unload_removes_every_hook_and_reload_does_not_double(shell):
+    run(shell, "%leakwatch on")
+    assert _core.profiler_state_installed()
+    handlers = len(shell.events.callbacks["post_run_cell"])
+    run(shell, "%unload_ext torchleak")
+    assert not _core.profiler_state_installed()
+    assert len(shell.events.callbacks["post_run_cell"]) == handlers - 1
+    run(shell, "%load_ext torchleak")
+    run(shell, "%reload_ext torchleak")
+    run(shell, "%leakwatch on")
+    run(shell, "%leakwatch on")
+    assert len(shell.events.callbacks["post_run_cell"]) == handlers
+    run(shell, "%leakwatch off")
