@@ -304,14 +304,25 @@ class Walk {
     // after maxNodes nodes).
     void run(PyObject* goal = nullptr, size_t maxNodes = SIZE_MAX) {
         d_goal = goal;
-        for (size_t i = 0; i < d_nodes.size() && i < maxNodes; ++i) {
-            if (d_found.size() == d_targets.size() && d_goal == nullptr) {
-                break;
+        size_t i = 0;
+        while (true) {
+            for (; i < d_nodes.size() && i < maxNodes; ++i) {
+                if (d_found.size() == d_targets.size() && d_goal == nullptr) {
+                    return;
+                }
+                if (d_goal != nullptr && d_goalNode != kNoParent) {
+                    return;
+                }
+                expand(static_cast<uint32_t>(i));
             }
-            if (d_goal != nullptr && d_goalNode != kNoParent) {
-                break;
+            if (d_deferredKeys.empty() || i >= maxNodes) {
+                return;
             }
-            expand(static_cast<uint32_t>(i));
+            std::vector<DeferredKey> keys;
+            keys.swap(d_deferredKeys);
+            for (const DeferredKey& k : keys) {
+                push(k.key, NodeKind::Python, k.parent, Edge::DictKey, k.ordinal, nullptr);
+            }
         }
     }
 
@@ -457,8 +468,10 @@ class Walk {
             PyObject *key, *value;
             while (PyDict_Next(obj, &pos, &key, &value)) {
                 push(value, NodeKind::Python, i, Edge::DictValue, static_cast<uint32_t>(ordinal), nullptr);
-                if (!PyUnicode_Check(key)) {
-                    push(key, NodeKind::Python, i, Edge::DictKey, static_cast<uint32_t>(ordinal), nullptr);
+                if (!PyUnicode_Check(key) && PyType_IS_GC(Py_TYPE(key))) {
+                    // Keys (a Parameter keying optimizer.state) are a last resort: a path
+                    // through the owner's own name (net[0].weight) reads better.
+                    d_deferredKeys.push_back({key, i, static_cast<uint32_t>(ordinal)});
                 }
                 ++ordinal;
             }
@@ -568,6 +581,12 @@ class Walk {
     std::vector<WalkNode> d_nodes;
     std::unordered_map<uintptr_t, uint32_t> d_found;
     std::vector<PyObject*> d_temporaries;
+    struct DeferredKey {
+        PyObject* key;
+        uint32_t parent;
+        uint32_t ordinal;
+    };
+    std::vector<DeferredKey> d_deferredKeys;
     PyObject* d_goal = nullptr;
     uint32_t d_goalNode = kNoParent;
 
@@ -785,6 +804,9 @@ class PathBuilder {
             if (name) {
                 s.kind = "attr";
                 s.label = "." + *name;
+            } else if (std::strcmp(Py_TYPE(parent)->tp_name, "functools._lru_cache_wrapper") == 0) {
+                s.kind = "ref";
+                s.label = "<lru_cache entries>";
             } else {
                 s.kind = "ref";
                 s.label = std::string("<referent of ") + Py_TYPE(parent)->tp_name + ">";
