@@ -8,18 +8,20 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
-DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++
-PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy
+DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium
+PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy \
+	"jupyterlab>=4,<5" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
+	xeus-python playwright
 CORE_BUILD := build/core-tests
 STAMPS := build/stamps
 
-.PHONY: demo test test-core test-python bench deps debian-packages venv install leak-cases format clean
+.PHONY: demo test test-core test-python test-widgets bench lab deps debian-packages venv install leak-cases format clean
 
 demo: install
 	@echo "== a training loop that keeps every step's loss with its graph =="
 	$(PY) -m torchleak run notebooks/leaky_training.py
 
-test: install test-core test-python
+test: install test-widgets test-core test-python
 
 test-core: debian-packages
 	cmake -S . -B $(CORE_BUILD) -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
@@ -27,8 +29,17 @@ test-core: debian-packages
 	cmake --build $(CORE_BUILD) -j2
 	cd $(CORE_BUILD) && ctest --output-on-failure
 
+# tests/python: API, paths, verdicts, magics (no kernel); tests/notebooks: nbclient on
+# ipykernel and xeus-python; tests/browser: JupyterLab 4 in headless Chromium.
 test-python: install
-	$(PY) -m pytest -q tests/python
+	$(PY) -m pytest -q tests/python tests/notebooks tests/browser
+
+# The committed widget bundle must match its sources.
+test-widgets:
+	$(PYTHON) widgets/build.py --check
+
+lab: install
+	$(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 --allow-root notebooks/tour.ipynb
 
 bench: install
 	$(PY) bench/bench_overhead.py

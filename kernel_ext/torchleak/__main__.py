@@ -15,7 +15,8 @@ import traceback
 import types
 
 USAGE = ("usage: python -m torchleak run script.py [ARGS...] [--json PATH] [--html PATH] "
-         "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet] [-- SCRIPT_ARGS...]")
+         "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet] [-- SCRIPT_ARGS...]\n"
+         "       python -m torchleak install-kernel [--user]")
 
 EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_SCRIPT_FAILED = 0, 1, 2, 3
 
@@ -133,17 +134,42 @@ def run(argv):
     return status
 
 
+def install_kernel(argv):
+    """Install the "Python 3 (torchleak)" kernelspec (ipykernel with the extension loaded and
+    watch mode on). `pip install` already puts it under sys.prefix; this is for other prefixes."""
+    if argv not in ([], ["--user"]):
+        raise UsageError(f"unexpected arguments: {' '.join(argv)}")
+    import json
+    import tempfile
+    from jupyter_client.kernelspec import KernelSpecManager
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                 "--ext=torchleak", "--IPKernelApp.exec_lines=%leakwatch on"],
+        "display_name": "Python 3 (torchleak)",
+        "language": "python",
+        "metadata": {"debugger": True},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "kernel.json"), "w", encoding="utf-8") as fh:
+            json.dump(spec, fh, indent=2)
+        user = argv == ["--user"]
+        path = KernelSpecManager().install_kernel_spec(tmp, "torchleak", user=user,
+                                                       prefix=None if user else sys.prefix)
+    print(f"installed kernelspec 'torchleak' in {path}")
+    return EXIT_OK
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         print(__doc__.split("\n\n", 1)[1].strip())
         return EXIT_OK if argv else EXIT_USAGE
-    if argv[0] != "run":
+    if argv[0] not in ("run", "install-kernel"):
         print(f"torchleak: unknown command {argv[0]!r}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return run(argv[1:])
+        return run(argv[1:]) if argv[0] == "run" else install_kernel(argv[1:])
     except UsageError as exc:
         print(f"torchleak: {exc}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE

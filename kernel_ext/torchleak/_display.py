@@ -77,7 +77,7 @@ def _path_details(finding):
                 + (f", allocated at {site_text(tensor['site'])}" if tensor.get("site") else "")
                 if tensor else step.get("type", ""))
         note = f' <span style="color:#888">{_e(step["note"])}</span>' if step.get("note") else ""
-        rows.append(f'<div style="margin-left:12px;font-family:monospace">'
+        rows.append(f'<div style="margin-left:12px;font-family:monospace;text-align:left">'
                     f'<b>{_e(step.get("label"))}</b> <span style="color:#888">{_e(step.get("kind"))}</span> '
                     f'{_e(what)}{note}</div>')
     holder = finding.get("holder")
@@ -124,7 +124,7 @@ def render_fragment(data, *, progress=None):
                 f'<td style="padding:2px 6px"><code>{_e(site_text(f["site"]))}</code> {_e(f["site"].get("function"))}</td>'
                 f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["bytes_per_iteration"]))}/it</td>'
                 f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["total_bytes"]))}</td>'
-                f'<td style="padding:2px 6px">{_path_details(f)}'
+                f'<td style="padding:2px 6px;text-align:left">{_path_details(f)}'
                 f'{("<div>fix: " + _e(f["suggestion"]) + "</div>") if f.get("suggestion") else ""}</td></tr>')
         parts.append('<table style="border-collapse:collapse"><tr><th style="text-align:left">verdict</th>'
                      '<th style="text-align:left">site</th><th>growth</th><th>live</th>'

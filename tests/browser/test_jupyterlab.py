@@ -1,0 +1,142 @@
+"""A real browser: JupyterLab 4 on localhost (with a token) runs the tour in headless Debian
+Chromium through Playwright; the widget must render (curve points, findings rows, a path tree
+that opens on click), and the static fallback must render in an nbconvert HTML export.
+Screenshots go to tests/browser/artifacts (not committed)."""
+import os
+import pathlib
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import nbformat
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "tests" / "browser" / "artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copy(ROOT / "notebooks" / "tour.ipynb", root / "tour.ipynb")
+    port, token = free_port(), secrets.token_hex(16)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".jupyter"),
+               JUPYTER_RUNTIME_DIR=str(root / ".runtime"), IPYTHONDIR=str(root / ".ipython"))
+    log = open(root / "server.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+         f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
+         f"--ServerApp.root_dir={root}", "--allow-root", "--LabApp.news_url=",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("JupyterLab did not start:\n" + (root / "server.log").read_text()[-3000:])
+        time.sleep(0.5)
+    yield base, token
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
+    base, token = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
+    page.goto(f"{base}/lab/tree/tour.ipynb?token={token}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell && "
+                           "window.jupyterapp.shell.currentWidget && "
+                           "window.jupyterapp.shell.currentWidget.sessionContext && "
+                           "window.jupyterapp.shell.currentWidget.sessionContext.session && "
+                           "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
+                           timeout=120_000)
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    # Done when every code cell has a number and none shows [*].
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+        }""", timeout=240_000)
+    widgets = page.locator(".jp-OutputArea-output [data-testid=torchleak-widget]")
+    widgets.first.wait_for(timeout=60_000)
+    assert widgets.count() >= 10
+    first = widgets.first
+    first.scroll_into_view_if_needed()  # JupyterLab 4 virtualises cells out of view
+    points = int(first.locator("[data-testid=curve-allocated]").first.get_attribute("data-points"))
+    assert points == 8  # one per iteration of %%leakcheck -n 8
+    rows = first.locator("[data-testid=finding-row]")
+    assert rows.count() >= 1
+    assert "leak" in rows.first.text_content()
+    tree = first.locator("[data-testid=path-tree]").first
+    assert tree.get_attribute("open") is None
+    rows.first.click()
+    page.wait_for_function("el => el.open", arg=tree.element_handle())
+    assert first.locator("[data-testid=path-step]").count() >= 3
+    assert "losses[" in tree.text_content()
+    first.scroll_into_view_if_needed()
+    first.screenshot(path=str(ARTIFACTS / "widget.png"))
+    page.close()
+
+
+def test_static_fallback_renders_in_an_nbconvert_html_export(tmp_path, browser):
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+    nb = nbformat.read(ROOT / "notebooks" / "tour.ipynb", as_version=4)
+    # As JupyterLab saves by default: no widget state, so exports fall back to text/html.
+    NotebookClient(nb, kernel_name="python3", timeout=300, store_widget_state=False,
+                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    export = tmp_path / "tour.html"
+    export.write_text(body, encoding="utf-8")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
+    page.route("http*://**", lambda route: route.abort())  # prove that nothing is fetched
+    page.goto(export.as_uri())
+    static = page.locator("[data-testid=torchleak-static]")
+    assert static.count() >= 10
+    first = static.first
+    assert first.locator("img[src^='data:image/svg+xml;base64,']").count() >= 1
+    assert first.locator("img").first.evaluate("img => img.complete && img.naturalWidth > 0")
+    details = first.locator("details[data-testid=path-tree]").first
+    details.locator("summary").click()
+    assert details.get_attribute("open") is not None
+    assert "losses[" in details.text_content()
+    first.screenshot(path=str(ARTIFACTS / "static.png"))
+    page.close()
