@@ -643,8 +643,42 @@ class PathBuilder {
             describeTensor(n, step);
             steps.push_back(std::move(step));
         }
+        appendViewBase(d_nodes[i], steps);
         return steps;
     }
+
+  private:
+    // A view shares its base's storage: the path ends at the view, and `._base` shows the
+    // (often much larger) tensor whose storage the view keeps alive.
+    void appendViewBase(const WalkNode& n, std::vector<PathStep>& steps) {
+        at::Tensor t;
+        if (n.kind == NodeKind::Tensor) {
+            t = tensorFromImpl(static_cast<const c10::TensorImpl*>(n.ptr));
+        } else if (n.kind == NodeKind::Python &&
+                   isTensor(static_cast<PyObject*>(const_cast<void*>(n.ptr)))) {
+            t = THPVariable_Unpack(static_cast<PyObject*>(const_cast<void*>(n.ptr)));
+        }
+        try {
+            if (!t.defined() || !t.is_view()) {
+                return;
+            }
+            at::Tensor base(t._base());
+            if (!base.defined()) {
+                return;
+            }
+            WalkNode baseNode{base.unsafeGetTensorImpl(), n.parent, 0, nullptr, NodeKind::Tensor,
+                              Edge::Variable};
+            PathStep step;
+            step.kind = "base";
+            step.label = "._base";
+            step.type = "Tensor";
+            describeTensor(baseNode, step);
+            steps.push_back(std::move(step));
+        } catch (...) {
+        }
+    }
+
+  public:
 
   private:
     std::string typeName(const WalkNode& n) {

@@ -119,9 +119,12 @@ def render_fragment(data, *, progress=None):
         rows = []
         for f in findings:
             colour = _VERDICT_COLOURS.get(f["verdict"], "#333")
+            source = f["site"].get("source")
+            source_html = f'<br><code style="color:#555">{_e(source)}</code>' if source else ""
             rows.append(
                 f'<tr data-testid="finding-row"><td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
-                f'<td style="padding:2px 6px"><code>{_e(site_text(f["site"]))}</code> {_e(f["site"].get("function"))}</td>'
+                f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> {_e(f["site"].get("function"))}'
+                f'{source_html}</td>'
                 f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["bytes_per_iteration"]))}/it</td>'
                 f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["total_bytes"]))}</td>'
                 f'<td style="padding:2px 6px;text-align:left">{_path_details(f)}'

@@ -148,8 +148,10 @@ class Report:
 # text
 
 def _source_line(frame):
-    if not frame or frame.get("cell") is not None:
+    if not frame:
         return ""
+    if frame.get("source"):
+        return frame["source"]
     try:
         return linecache.getline(frame.get("file") or "", int(frame.get("line") or 0)).strip()
     except (OSError, ValueError, TypeError):

@@ -64,6 +64,19 @@ def _cell_files():
         return {}
 
 
+def _add_source_lines(data):
+    """Each site gets its source line (`source`, an added field): notebook cells are in
+    linecache under the name IPython compiled them with, files are read from disk."""
+    import linecache
+    for finding in data.get("findings", []):
+        site = finding.get("site") or {}
+        try:
+            line = linecache.getline(site.get("file") or "", int(site.get("line") or 0))
+        except (OSError, ValueError, TypeError):
+            line = ""
+        site["source"] = line.strip() or None
+
+
 def _capacities():
     caps = {}
     if torch.cuda.is_available():
@@ -250,6 +263,7 @@ class Tracker:
         )
         del roots
         report = Report(text)
+        _add_source_lines(report.to_dict())
         if not self.active and warmup is None:
             self._report = report
         return report

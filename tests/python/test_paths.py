@@ -132,10 +132,12 @@ def test_a_small_view_keeps_its_base_alive():
     report = torchleak.check(step, iterations=5)
     (leak,) = report.leaks
     assert leak.bytes_per_iteration == MiB
-    assert leak.path_text == "keep[3]"
-    last = leak.path[-1]
-    assert last["tensor"]["shape"] == [256] and last["tensor"]["nbytes"] == MiB
-    assert "._base" in last["note"]
+    assert leak.path_text == "keep[3]._base"
+    view, base = leak.path[-2], leak.path[-1]
+    assert view["tensor"]["shape"] == [256] and view["tensor"]["nbytes"] == MiB
+    assert "._base" in view["note"]
+    assert base["kind"] == "base" and base["tensor"]["shape"] == [1024, 256]
+    assert base["tensor"]["site"]["line"] == step.__code__.co_firstlineno + 1
 
 
 def test_reference_cycle_freed_only_by_gc_collect():
