@@ -411,6 +411,7 @@ struct SiteAccumulator {
     uint64_t exampleSize = 0;
     GroupKey exampleKey;
     std::vector<GroupKey> groups;
+    std::vector<uintptr_t> externalBlocks;  // blocks attributed by an external stack
 };
 
 struct GroupKeyHash {
@@ -584,12 +585,76 @@ buildReport(const AllocationRecorder& recorder,
 
     std::map<std::string, SiteAccumulator> sites;
     std::vector<uint32_t> shadowedIterations;
+
+    // Surviving blocks with an external stack (CUDA) become their own sites: a block alive
+    // now was alive at every boundary since the one ending its birth iteration. What they
+    // account for is taken out of the stackless group they were recorded in.
+    std::unordered_map<GroupKey, std::vector<int64_t>, GroupKeyHash> attributed;
+    std::vector<std::pair<std::vector<Frame>, std::pair<uintptr_t, BlockRecord>>> externalBlocks;
+    if (!inputs.external_stacks.empty() && n > 0) {
+        recorder.forEachLiveBlock([&](uintptr_t ptr, const BlockRecord& rec) {
+            if (rec.stack != 0) {
+                return;
+            }
+            auto it = inputs.external_stacks.find(ptr);
+            if (it != inputs.external_stacks.end() && !it->second.empty()) {
+                externalBlocks.push_back({it->second, {ptr, rec}});
+            }
+        });
+    }
+    for (const auto& [frames, block] : externalBlocks) {
+        const auto& [ptr, rec] = block;
+        GroupKey key{0, rec.node, rec.device};
+        auto& taken = attributed[key];
+        taken.resize(n, 0);
+        std::string node = rec.node ? recorder.nodeName(rec.node) : std::string();
+        std::string device = deviceName(rec.device);
+        auto user = std::find_if(frames.begin(), frames.end(), [](const Frame& f) { return f.user; });
+        Frame site = user != frames.end() ? *user : frames.front();
+        if (!node.empty() && site.user) {
+            site.function = node;
+        }
+        SiteAccumulator& acc = sites[siteKey(site, device, node)];
+        if (acc.series.bytes.empty()) {
+            acc.site = site;
+            acc.device = device;
+            acc.node = node;
+            acc.series.bytes.assign(n, 0);
+            acc.series.born.assign(n, 0);
+            acc.series.oldest.assign(n, std::numeric_limits<uint32_t>::max());
+            acc.stack = frames;
+        }
+        for (size_t b = std::min<size_t>(rec.iteration, n); b < n; ++b) {
+            acc.series.bytes[b] += static_cast<int64_t>(rec.size);
+            acc.series.oldest[b] = std::min(acc.series.oldest[b], rec.iteration);
+            taken[b] += static_cast<int64_t>(rec.size);
+        }
+        if (rec.iteration < n) {
+            acc.series.born[rec.iteration] += static_cast<int64_t>(rec.size);
+        }
+        acc.lastCount += 1;
+        acc.externalBlocks.push_back(ptr);
+        if (rec.size > acc.exampleSize) {
+            acc.exampleSize = rec.size;
+            acc.example = ptr;
+            acc.exampleKey = GroupKey{0, rec.node, rec.device};
+        }
+    }
+
     for (size_t b = 0; b < n; ++b) {
         const BoundarySnapshot& snap = boundaries[b];
         if (snap.shadowed) {
             shadowedIterations.push_back(snap.iteration);
         }
-        for (const GroupSample& g : snap.groups) {
+        for (const GroupSample& sample : snap.groups) {
+            GroupSample g = sample;
+            if (auto it = attributed.find(g.key); it != attributed.end()) {
+                uint64_t take = static_cast<uint64_t>(std::max<int64_t>(it->second[b], 0));
+                g.bytes = g.bytes > take ? g.bytes - take : 0;
+                if (g.bytes == 0) {
+                    continue;
+                }
+            }
             const std::vector<Frame>& frames = framesOf(g.key.stack);
             std::string node = g.key.node ? recorder.nodeName(g.key.node) : std::string();
             std::string device = deviceName(g.key.device);
@@ -739,10 +804,22 @@ buildReport(const AllocationRecorder& recorder,
         using Candidate = std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t>;
         std::vector<std::vector<Candidate>> blocksOf(report.findings.size());
         std::vector<uintptr_t> allBlocks;
+        std::unordered_map<uintptr_t, size_t> externalOf;
+        for (size_t i = 0; i < findingSites.size(); ++i) {
+            for (uintptr_t ptr : findingSites[i]->externalBlocks) {
+                externalOf.emplace(ptr, i);
+            }
+        }
         for (const auto& [ptr, rec] : liveNow) {
-            auto it = findingOf.find(GroupKey{rec.stack, rec.node, rec.device});
-            if (it != findingOf.end()) {
-                blocksOf[it->second].emplace_back(rec.iteration, rec.size, rec.sequence, ptr);
+            std::optional<size_t> index;
+            if (auto ext = externalOf.find(ptr); ext != externalOf.end()) {
+                index = ext->second;  // attributed to its own site by an external stack
+            } else if (auto grp = findingOf.find(GroupKey{rec.stack, rec.node, rec.device});
+                       grp != findingOf.end()) {
+                index = grp->second;
+            }
+            if (index) {
+                blocksOf[*index].emplace_back(rec.iteration, rec.size, rec.sequence, ptr);
                 allBlocks.push_back(ptr);
             }
         }

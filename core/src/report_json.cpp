@@ -93,6 +93,9 @@ frameJson(const Frame& f, bool withCell) {
         j["cell"] = *f.cell;
     }
     j["user"] = f.user;
+    if (f.source) {
+        j["source"] = *f.source;
+    }
     return j;
 }
 
@@ -106,6 +109,9 @@ frameFrom(const json& j) {
         f.cell = j["cell"].get<int>();
     }
     f.user = j.value("user", true);
+    if (j.contains("source") && j["source"].is_string()) {
+        f.source = j["source"].get<std::string>();
+    }
     return f;
 }
 

@@ -120,7 +120,8 @@ PYBIND11_MODULE(_core, m) {
                const std::vector<std::string>& warnings,
                const std::vector<std::string>& libraryPrefixes,
                const std::vector<std::string>& userPrefixes, const py::list& roots, bool explain,
-               const std::map<std::string, int>& cellFiles, int indent) {
+               const std::map<std::string, int>& cellFiles, const py::dict& externalStacks,
+               int indent) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -130,6 +131,22 @@ PYBIND11_MODULE(_core, m) {
                 in.warmup = warmup;
                 in.boundary = parseBoundary(boundary);
                 in.config = config;
+                for (const auto& [block, frames] : externalStacks) {
+                    std::vector<Frame> decoded;
+                    for (const py::handle& item : py::reinterpret_borrow<py::list>(frames)) {
+                        auto t = py::reinterpret_borrow<py::tuple>(item);
+                        Frame f;
+                        f.file = t[0].cast<std::string>();
+                        f.line = t[1].cast<int>();
+                        f.function = t[2].cast<std::string>();
+                        f.user = t[3].cast<bool>();
+                        if (!t[4].is_none()) {
+                            f.cell = t[4].cast<int>();
+                        }
+                        decoded.push_back(std::move(f));
+                    }
+                    in.external_stacks.emplace(block.cast<uintptr_t>(), std::move(decoded));
+                }
                 in.warnings = warnings;
                 for (const auto& [name, capacity] : capacities) {
                     DeviceInfo d;
@@ -155,7 +172,8 @@ PYBIND11_MODULE(_core, m) {
             py::arg("library_prefixes") = std::vector<std::string>{},
             py::arg("user_prefixes") = std::vector<std::string>{}, py::arg("roots") = py::list(),
             py::arg("explain") = true,
-            py::arg("cell_files") = std::map<std::string, int>{}, py::arg("indent") = -1)
+            py::arg("cell_files") = std::map<std::string, int>{},
+            py::arg("external_stacks") = py::dict(), py::arg("indent") = -1)
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
             return walkStatsDict(self.lastWalk());
         });

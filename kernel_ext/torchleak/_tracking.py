@@ -10,7 +10,7 @@ import warnings
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from . import _core, _roots
+from . import _core, _cuda, _roots
 from ._config import config as _config
 from ._report import Report
 
@@ -74,7 +74,8 @@ def _add_source_lines(data):
             line = linecache.getline(site.get("file") or "", int(site.get("line") or 0))
         except (OSError, ValueError, TypeError):
             line = ""
-        site["source"] = line.strip() or None
+        if line.strip():
+            site["source"] = line.strip()
 
 
 def _capacities():
@@ -112,6 +113,8 @@ class Tracker:
         self._optimizer_hook = None
         self._warnings = []
         self._report = None
+        self._cuda_history = False
+        self._cuda_snapshot = None
 
     # -- context manager ---------------------------------------------------------------------
     def __enter__(self):
@@ -137,6 +140,7 @@ class Tracker:
         self._session = session
         self._thread = threading.get_ident()
         _active = self
+        self._cuda_history = _cuda.start_history()
         self._wrap_profiler_hooks()
         if self._boundary in ("auto", "optimizer_step"):
             try:
@@ -201,6 +205,10 @@ class Tracker:
                 # A run with no boundary at all still reports what it left alive.
                 if session.iterations == 0 and session.events > 0:
                     session.step()
+                # The stacks of surviving CUDA blocks, before history recording stops.
+                self._cuda_snapshot = _cuda.snapshot_stacks()
+                _cuda.stop_history(self._cuda_history)
+                self._cuda_history = False
                 if session.stop() == "deferred":
                     msg = ("another tool pushed a profiler state on top of torchleak's hook and "
                            "is still running: torchleak stopped recording and removes its hook "
@@ -244,6 +252,9 @@ class Tracker:
             return self._report
         library, user = _library_prefixes(), _user_prefixes()
         roots = _roots.collect(library, user) if paths else []
+        cell_files = _cell_files()
+        snapshot = self._cuda_snapshot if not self.active else _cuda.snapshot_stacks()
+        external = _cuda.block_stacks(snapshot, _cuda.library_test(library, user), cell_files)
         cfg = _config.snapshot()
         if self.min_bytes:
             cfg.set("min_bytes", str(self.min_bytes))
@@ -259,7 +270,8 @@ class Tracker:
             user_prefixes=user,
             roots=roots,
             explain=bool(paths),
-            cell_files=_cell_files(),
+            cell_files=cell_files,
+            external_stacks=external,
         )
         del roots
         report = Report(text)

@@ -173,3 +173,34 @@ TEST_CASE("buildReport: backward allocations are named by their autograd node") 
     REQUIRE(r.findings[0].autograd_node == "MmBackward0");
     REQUIRE(r.findings[0].verdict == Verdict::Leak);
 }
+
+TEST_CASE("buildReport: CUDA blocks without a hook stack are attributed by external stacks") {
+    // The CUDA path records no Python stack in the hook; PyTorch's history recording supplies
+    // one per surviving block at report time.
+    constexpr DeviceKey kCuda0{1, 0};
+    AllocationRecorder rec;
+    ReportInputs in;
+    for (uint32_t i = 0; i < 5; ++i) {
+        uintptr_t kept = 0x700000 + i * 0x1000;
+        rec.recordAlloc(kept, MiB, kCuda0, {}, nullptr, 0, 0, true);      // survives: a leak
+        rec.recordAlloc(0x900000, 4 * MiB, kCuda0, {}, nullptr, 0, 0, true);  // temporary
+        rec.recordFree(0x900000, kCuda0, 0, 0, true);
+        in.external_stacks[kept] = {Frame{"/torch/nn/functional.py", 10, "linear", std::nullopt, false, std::nullopt, ""},
+                                    Frame{"train.py", 42, "step", std::nullopt, true, std::nullopt, ""}};
+        rec.markBoundary();
+    }
+    in.devices = {{kCuda0, "cuda:0", 80ull << 30}};
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    Report r = buildReport(rec, in, sym, desc);
+    REQUIRE(r.findings.size() == 1);
+    const Finding& f = r.findings[0];
+    REQUIRE(f.device == "cuda:0");
+    REQUIRE(f.site.file == "train.py");
+    REQUIRE(f.site.line == 42);
+    REQUIRE(f.verdict == Verdict::Leak);
+    REQUIRE(f.bytes_per_iteration == MiB);
+    REQUIRE(f.series == std::vector<int64_t>{MiB, 2 * MiB, 3 * MiB, 4 * MiB, 5 * MiB});
+    REQUIRE(f.count == 5);
+    REQUIRE(f.stack.size() == 2);
+}

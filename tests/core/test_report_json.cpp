@@ -17,8 +17,8 @@ hostileReport() {
     r.boundary = BoundaryKind::Repeat;
     Finding f;
     f.verdict = Verdict::Leak;
-    f.site = {"dir \"quoted\"/<script>alert('x')</script>.py", 42, "step</td>&amp;", std::nullopt, true, ""};
-    f.stack = {f.site, {"/torch/nn/modules/module.py", 1, "_call_impl", std::nullopt, false, ""}};
+    f.site = {"dir \"quoted\"/<script>alert('x')</script>.py", 42, "step</td>&amp;", std::nullopt, true, std::nullopt, ""};
+    f.stack = {f.site, {"/torch/nn/modules/module.py", 1, "_call_impl", std::nullopt, false, std::nullopt, ""}};
     f.device = "cpu";
     f.dtype = "float32";
     f.shape = std::vector<int64_t>{256, 1024};
@@ -32,7 +32,7 @@ hostileReport() {
     item.tensor->shape = {4, 4};
     item.tensor->device = "cpu";
     item.tensor->nbytes = 64;
-    item.tensor->site = Frame{"a.py", 3, "f", std::nullopt, true, ""};
+    item.tensor->site = Frame{"a.py", 3, "f", std::nullopt, true, std::nullopt, ""};
     f.path = {root, item};
     f.retention = Retention::Reachable;
     f.path_text = "losses[2]";

@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace torchleak {
@@ -91,6 +92,10 @@ struct DeviceInfo {
 };
 
 struct ReportInputs {
+    // Stacks of device blocks that the hook recorded without one (CUDA: the allocator's
+    // mutex is held, so PyTorch's own history recording supplies them), innermost first, by
+    // block pointer. Surviving blocks are attributed to their sites.
+    std::unordered_map<uintptr_t, std::vector<Frame>> external_stacks;
     std::string torch_version;
     std::string python_version;
     int warmup = 0;

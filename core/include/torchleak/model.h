@@ -31,6 +31,7 @@ struct Frame {
     std::string function;
     std::optional<int> cell;
     bool user = true;
+    std::optional<std::string> source;  // the line's text, when known (filled at report time)
     // Identity for grouping, when the file name is not one (a notebook cell re-run is compiled
     // under a new name but is the same code). Not serialised.
     std::string group;

@@ -1,0 +1,90 @@
+"""CUDA allocation stacks from PyTorch's own history recording.
+
+The allocator hook runs under the CUDA caching allocator's device mutex, where walking Python
+frames is off limits; PyTorch's recorder captures the Python stack outside that lock (about
+2 µs per allocation) and keeps it for live blocks only (`enabled="state"`). At stop, one
+snapshot gives the stack of every surviving block, which the core attributes to sites.
+Everything here is guarded so that a CPU build never touches CUDA.
+"""
+
+import torch
+
+
+def history_available():
+    return bool(torch.cuda.is_available()
+                and hasattr(torch.cuda.memory, "_record_memory_history")
+                and hasattr(torch.cuda.memory, "_snapshot"))
+
+
+def start_history():
+    """Start recording stacks of live CUDA blocks; False when unavailable or already on (then
+    the user's own recording is left alone, and still used)."""
+    if not history_available():
+        return False
+    try:
+        if torch._C._cuda_isHistoryEnabled():
+            return False
+    except AttributeError:
+        pass
+    try:
+        torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python")
+        return True
+    except (RuntimeError, TypeError, ValueError):
+        return False  # e.g. the cudaMallocAsync backend: no history, no CUDA stacks
+
+
+def stop_history(started):
+    if started:
+        try:
+            torch.cuda.memory._record_memory_history(enabled=None)
+        except (RuntimeError, TypeError, ValueError):
+            pass
+
+
+def snapshot_stacks():
+    if not history_available():
+        return None
+    try:
+        return torch.cuda.memory._snapshot()
+    except (RuntimeError, TypeError, ValueError):
+        return None
+
+
+def block_stacks(snapshot, is_library, cell_files=None):
+    """{block address: [(file, line, function, user, cell), ...]} for live blocks, innermost
+    first, from a `torch.cuda.memory._snapshot()` dictionary."""
+    cell_files = cell_files or {}
+    stacks = {}
+    for segment in (snapshot or {}).get("segments", []):
+        address = segment.get("address", 0)
+        for block in segment.get("blocks", []):
+            block_address = block.get("address", address)
+            address = block_address + block.get("size", 0)
+            if block.get("state") != "active_allocated":
+                continue
+            frames = []
+            for frame in block.get("frames") or []:
+                filename = str(frame.get("filename", ""))
+                cell = cell_files.get(filename)
+                user = cell is not None or not is_library(filename)
+                frames.append((filename, int(frame.get("line", 0)), str(frame.get("name", "")),
+                               bool(user), cell))
+            if frames:
+                stacks[int(block_address)] = frames
+    return stacks
+
+
+def library_test(library_prefixes, user_prefixes):
+    """The same rule as the C++ symbolizer: the longest matching prefix decides."""
+    def is_library(path):
+        if not path or path.startswith("<"):
+            return not (path.startswith("<ipython-input") or path.startswith("<stdin>")
+                        or path.startswith("<string>"))
+        best_lib = max((len(p) for p in library_prefixes if path.startswith(p)), default=0)
+        best_user = max((len(p) for p in user_prefixes if path.startswith(p)), default=0)
+        return best_lib > best_user
+    return is_library
+
+
+__all__ = ["block_stacks", "history_available", "library_test", "snapshot_stacks",
+           "start_history", "stop_history"]
