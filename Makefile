@@ -8,20 +8,20 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
-DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium
+DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format
 PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy \
 	"jupyterlab>=4,<5" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
 	xeus-python playwright
 CORE_BUILD := build/core-tests
 STAMPS := build/stamps
 
-.PHONY: demo test test-core test-python test-widgets bench lab deps debian-packages venv install leak-cases format clean
+.PHONY: demo test test-core test-python test-widgets test-format bench lab deps debian-packages venv install leak-cases format clean
 
 demo: install
 	@echo "== a training loop that keeps every step's loss with its graph =="
 	$(PY) -m torchleak run notebooks/leaky_training.py
 
-test: install test-widgets test-core test-python
+test: install test-format test-widgets test-core test-python
 
 test-core: debian-packages
 	cmake -S . -B $(CORE_BUILD) -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
@@ -73,8 +73,14 @@ $(STAMPS)/install: $(STAMPS)/debian $(STAMPS)/venv $(SOURCES)
 	$(PY) -c "import torchleak; print('torchleak', torchleak.__version__, 'built against torch', __import__('torch').__version__)"
 	@touch $@
 
+CXX_SOURCES = $$(find core kernel_ext/src tests/core -name '*.h' -o -name '*.cpp')
+
 format:
-	clang-format -i $$(find core kernel_ext/src tests/core -name '*.h' -o -name '*.cpp')
+	clang-format -i $(CXX_SOURCES)
+
+# The one .clang-format holds for every C++ file.
+test-format: debian-packages
+	clang-format --dry-run --Werror $(CXX_SOURCES)
 
 clean:
 	rm -rf build

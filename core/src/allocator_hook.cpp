@@ -11,7 +11,7 @@
 #include <typeinfo>
 #include <vector>
 #if __has_include(<torch/csrc/autograd/node.h>)
-#    include <torch/csrc/autograd/node.h>  // torch >= 2.12: Node moved here
+#    include <torch/csrc/autograd/node.h> // torch >= 2.12: Node moved here
 #else
 #    include <torch/csrc/autograd/function.h>
 #endif
@@ -31,7 +31,7 @@ using torch::profiler::impl::ProfilerStateBase;
 // from inside the hook (it should not happen) is dropped instead of recursing.
 thread_local bool t_inHook = false;
 
-}  // namespace
+} // namespace
 
 // The object that sits in c10's PROFILER_STATE slot.
 //
@@ -50,8 +50,7 @@ thread_local bool t_inHook = false;
 struct AllocatorHook::Impl final : public ProfilerStateBase {
     Impl(std::shared_ptr<AllocationRecorder> recorder, FrameCaptureFn capture)
         : ProfilerStateBase(ProfilerConfig(ProfilerState::Disabled)),
-          d_recorder(std::move(recorder)),
-          d_capture(capture) {}
+          d_recorder(std::move(recorder)), d_capture(capture) {}
 
     bool memoryProfilingEnabled() const override {
         return d_enabled.load(std::memory_order_relaxed);
@@ -86,10 +85,9 @@ struct AllocatorHook::Impl final : public ProfilerStateBase {
             if (auto node = torch::autograd::get_current_node()) {
                 nodeType = typeid(*node).name();
             }
-            d_recorder->recordAlloc(reinterpret_cast<uintptr_t>(ptr),
-                                    static_cast<uint64_t>(allocSize), key,
-                                    std::span<const RawFrame>(frames, depth), nodeType, allocated,
-                                    reserved, totals);
+            d_recorder->recordAlloc(
+                reinterpret_cast<uintptr_t>(ptr), static_cast<uint64_t>(allocSize), key,
+                std::span<const RawFrame>(frames, depth), nodeType, allocated, reserved, totals);
         } else {
             d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
                                    totals);
@@ -117,17 +115,15 @@ std::mutex g_deferredMutex;
 std::vector<Deferred> g_deferred;
 
 // The top of this thread's debug-info stack, when it is a PROFILER_STATE entry.
-std::shared_ptr<c10::DebugInfoBase>
-peekProfilerState() noexcept {
+std::shared_ptr<c10::DebugInfoBase> peekProfilerState() noexcept {
     try {
         return c10::ThreadLocalDebugInfo::_peek(c10::DebugInfoKind::PROFILER_STATE);
     } catch (...) {
-        return nullptr;  // the top entry is of another kind (or there is none)
+        return nullptr; // the top entry is of another kind (or there is none)
     }
 }
 
-bool
-popIfOnTop(const std::shared_ptr<AllocatorHook::Impl>& impl) noexcept {
+bool popIfOnTop(const std::shared_ptr<AllocatorHook::Impl>& impl) noexcept {
     auto top = peekProfilerState();
     if (top.get() != impl.get()) {
         return false;
@@ -140,13 +136,13 @@ popIfOnTop(const std::shared_ptr<AllocatorHook::Impl>& impl) noexcept {
     return true;
 }
 
-}  // namespace
+} // namespace
 
 AllocatorHook::AllocatorHook(std::shared_ptr<Impl> impl)
     : d_impl(std::move(impl)), d_thread(std::this_thread::get_id()) {}
 
-std::shared_ptr<AllocatorHook>
-AllocatorHook::install(std::shared_ptr<AllocationRecorder> recorder, FrameCaptureFn capture) {
+std::shared_ptr<AllocatorHook> AllocatorHook::install(std::shared_ptr<AllocationRecorder> recorder,
+                                                      FrameCaptureFn capture) {
     retryDeferredRemovals();
     if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr) {
         throw StateError(
@@ -159,10 +155,11 @@ AllocatorHook::install(std::shared_ptr<AllocationRecorder> recorder, FrameCaptur
     return std::shared_ptr<AllocatorHook>(new AllocatorHook(impl));
 }
 
-AllocatorHook::~AllocatorHook() { remove(); }
+AllocatorHook::~AllocatorHook() {
+    remove();
+}
 
-AllocatorHook::Removal
-AllocatorHook::remove() noexcept {
+AllocatorHook::Removal AllocatorHook::remove() noexcept {
     if (d_removed) {
         return Removal::AlreadyRemoved;
     }
@@ -181,28 +178,23 @@ AllocatorHook::remove() noexcept {
     return Removal::Deferred;
 }
 
-bool
-AllocatorHook::active() const noexcept {
+bool AllocatorHook::active() const noexcept {
     return !d_removed;
 }
 
-bool
-AllocatorHook::onTop() const noexcept {
+bool AllocatorHook::onTop() const noexcept {
     return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == d_impl.get();
 }
 
-void
-AllocatorHook::setCaptureStacks(bool on) noexcept {
+void AllocatorHook::setCaptureStacks(bool on) noexcept {
     d_impl->d_captureStacks.store(on, std::memory_order_relaxed);
 }
 
-bool
-AllocatorHook::captureStacks() const noexcept {
+bool AllocatorHook::captureStacks() const noexcept {
     return d_impl->d_captureStacks.load(std::memory_order_relaxed);
 }
 
-size_t
-AllocatorHook::retryDeferredRemovals() noexcept {
+size_t AllocatorHook::retryDeferredRemovals() noexcept {
     std::lock_guard<std::mutex> lock(g_deferredMutex);
     auto self = std::this_thread::get_id();
     // LIFO: the most recently deferred reporter is the one nearest the top.
@@ -216,10 +208,9 @@ AllocatorHook::retryDeferredRemovals() noexcept {
     return g_deferred.size();
 }
 
-size_t
-AllocatorHook::pendingRemovals() noexcept {
+size_t AllocatorHook::pendingRemovals() noexcept {
     std::lock_guard<std::mutex> lock(g_deferredMutex);
     return g_deferred.size();
 }
 
-}  // namespace torchleak
+} // namespace torchleak

@@ -6,9 +6,9 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <tuple>
 #include <unistd.h>
 #include <unordered_map>
-#include <tuple>
 #include <unordered_set>
 #include <xtensor/xmath.hpp>
 #include <xtensor/xtensor.hpp>
@@ -21,8 +21,7 @@ namespace torchleak {
 namespace {
 
 // Continued fraction for the regularized incomplete beta function (Lentz's method).
-double
-betaContinuedFraction(double a, double b, double x) {
+double betaContinuedFraction(double a, double b, double x) {
     constexpr int kMaxIterations = 300;
     constexpr double kEps = 1e-15;
     constexpr double kTiny = 1e-300;
@@ -57,16 +56,15 @@ betaContinuedFraction(double a, double b, double x) {
     return h;
 }
 
-double
-regularizedIncompleteBeta(double a, double b, double x) {
+double regularizedIncompleteBeta(double a, double b, double x) {
     if (x <= 0.0) {
         return 0.0;
     }
     if (x >= 1.0) {
         return 1.0;
     }
-    double lnFront = std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) +
-                     b * std::log1p(-x);
+    double lnFront =
+        std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x);
     double front = std::exp(lnFront);
     if (x < (a + 1.0) / (a + b + 2.0)) {
         return front * betaContinuedFraction(a, b, x) / a;
@@ -74,10 +72,9 @@ regularizedIncompleteBeta(double a, double b, double x) {
     return 1.0 - front * betaContinuedFraction(b, a, 1.0 - x) / b;
 }
 
-}  // namespace
+} // namespace
 
-double
-studentTwoSidedP(double t, double dof) {
+double studentTwoSidedP(double t, double dof) {
     if (!(dof > 0.0) || std::isnan(t)) {
         return 1.0;
     }
@@ -87,8 +84,7 @@ studentTwoSidedP(double t, double dof) {
     return regularizedIncompleteBeta(dof / 2.0, 0.5, dof / (dof + t * t));
 }
 
-LineFit
-fitLine(std::span<const double> values) {
+LineFit fitLine(std::span<const double> values) {
     LineFit fit;
     const size_t n = values.size();
     if (n == 0) {
@@ -116,7 +112,7 @@ fitLine(std::span<const double> values) {
     bool exact = sse <= 1e-18 * std::max(1.0, syy);
     fit.r2 = syy > 0.0 ? std::clamp(1.0 - sse / syy, 0.0, 1.0) : 1.0;
     if (syy == 0.0) {
-        fit.p_value = 1.0;  // flat: no evidence of a trend
+        fit.p_value = 1.0; // flat: no evidence of a trend
     } else if (exact) {
         fit.p_value = n >= 3 ? 0.0 : 1.0;
         fit.r2 = 1.0;
@@ -130,8 +126,7 @@ fitLine(std::span<const double> values) {
 // ---------------------------------------------------------------------------------------------
 // Robust trend
 
-double
-theilSenSlope(std::span<const double> y) {
+double theilSenSlope(std::span<const double> y) {
     const size_t n = y.size();
     if (n < 2) {
         return 0.0;
@@ -161,8 +156,7 @@ theilSenSlope(std::span<const double> y) {
     return (lower + upper) / 2.0;
 }
 
-double
-mannKendallIncreasingP(std::span<const double> y) {
+double mannKendallIncreasingP(std::span<const double> y) {
     const size_t n = y.size();
     if (n < 3) {
         return 1.0;
@@ -190,7 +184,7 @@ mannKendallIncreasingP(std::span<const double> y) {
     if (var <= 0 || s <= 0) {
         return 1.0;
     }
-    double z = (s - 1.0) / std::sqrt(var);  // continuity correction
+    double z = (s - 1.0) / std::sqrt(var); // continuity correction
     return 0.5 * std::erfc(z / std::sqrt(2.0));
 }
 
@@ -200,8 +194,7 @@ mannKendallIncreasingP(std::span<const double> y) {
 namespace {
 
 // Splits at releases (a boundary where live bytes fall below half of the previous one).
-std::vector<std::pair<size_t, size_t>>
-segmentsBetweenReleases(const std::vector<double>& y) {
+std::vector<std::pair<size_t, size_t>> segmentsBetweenReleases(const std::vector<double>& y) {
     std::vector<std::pair<size_t, size_t>> segments;
     size_t start = 0;
     for (size_t i = 1; i < y.size(); ++i) {
@@ -214,8 +207,7 @@ segmentsBetweenReleases(const std::vector<double>& y) {
     return segments;
 }
 
-double
-riseFraction(const std::vector<double>& y, size_t from, size_t to) {
+double riseFraction(const std::vector<double>& y, size_t from, size_t to) {
     size_t rises = 0;
     for (size_t i = from + 1; i < to; ++i) {
         rises += y[i] > y[i - 1] ? 1 : 0;
@@ -223,10 +215,9 @@ riseFraction(const std::vector<double>& y, size_t from, size_t to) {
     return to - from > 1 ? static_cast<double>(rises) / static_cast<double>(to - from - 1) : 0.0;
 }
 
-}  // namespace
+} // namespace
 
-Classification
-classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
+Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
     Classification c;
     const size_t n = s.bytes.size();
     if (n == 0) {
@@ -254,17 +245,18 @@ classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
         tailLen = std::min(tailLen, m);
         std::vector<double> tail(post.end() - static_cast<std::ptrdiff_t>(tailLen), post.end());
         double tailSlope = theilSenSlope(tail);
-        bool tailGrows = tailSlope >= std::max(minRate, 0.25 * c.fit.slope) && tail.back() > tail.front();
+        bool tailGrows =
+            tailSlope >= std::max(minRate, 0.25 * c.fit.slope) && tail.back() > tail.front();
 
         if (rises == 1.0 && c.fit.slope >= minRate) {
-            c.verdict = Verdict::Leak;  // rises at every boundary
+            c.verdict = Verdict::Leak; // rises at every boundary
             c.confidence = std::clamp(1.0 - c.fit.p_value, 0.0, 1.0);
             return c;
         }
         double confidence = std::clamp((1.0 - c.fit.p_value) * (0.5 + 0.5 * rises), 0.0, 1.0);
         if (c.fit.slope >= minRate && c.fit.p_value < 0.05 && tailGrows &&
             confidence >= config.min_confidence) {
-            c.verdict = Verdict::Leak;  // a clear trend through noise
+            c.verdict = Verdict::Leak; // a clear trend through noise
             c.confidence = confidence;
             return c;
         }
@@ -285,7 +277,8 @@ classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
             }
             if (segmentSlopes.size() >= 2 && allRise) {
                 std::nth_element(segmentSlopes.begin(),
-                                 segmentSlopes.begin() + static_cast<std::ptrdiff_t>(segmentSlopes.size() / 2),
+                                 segmentSlopes.begin() +
+                                     static_cast<std::ptrdiff_t>(segmentSlopes.size() / 2),
                                  segmentSlopes.end());
                 double slope = segmentSlopes[segmentSlopes.size() / 2];
                 if (slope >= minRate) {
@@ -300,7 +293,7 @@ classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
         }
     }
     if (last == 0) {
-        c.verdict = Verdict::Transient;  // everything the site left alive was freed later
+        c.verdict = Verdict::Transient; // everything the site left alive was freed later
         c.confidence = 1.0;
         c.bytes_per_iteration = 0;
         return c;
@@ -317,22 +310,21 @@ classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
         return c;
     }
     if (growth <= 0.0 && oldest <= static_cast<uint32_t>(std::max(warmup, 0))) {
-        c.verdict = Verdict::Warmup;  // created in the first iterations, then kept and reused
+        c.verdict = Verdict::Warmup; // created in the first iterations, then kept and reused
         c.confidence = 0.9;
         c.bytes_per_iteration = 0;
         return c;
     }
-    c.verdict = Verdict::Plateau;  // grew, then stopped: bounded
+    c.verdict = Verdict::Plateau; // grew, then stopped: bounded
     c.confidence = 0.8;
     c.bytes_per_iteration = 0;
     return c;
 }
 
-DeviceVerdict
-judgeDevice(const std::vector<int64_t>& allocated,
-            const std::vector<int64_t>& reserved,
-            int warmup,
-            const AnalysisConfig& config) {
+DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
+                          const std::vector<int64_t>& reserved,
+                          int warmup,
+                          const AnalysisConfig& config) {
     DeviceVerdict v;
     if (allocated.empty() || reserved.size() != allocated.size() || reserved.back() <= 0) {
         return v;
@@ -354,12 +346,10 @@ judgeDevice(const std::vector<int64_t>& allocated,
 // ---------------------------------------------------------------------------------------------
 // Devices
 
-std::string
-deviceName(DeviceKey key) {
-    static const char* const kNames[] = {"cpu", "cuda", "mkldnn", "opengl", "opencl", "ideep",
-                                         "hip", "fpga", "maia", "xla", "vulkan", "metal",
-                                         "xpu", "mps", "meta", "hpu", "ve", "lazy", "ipu",
-                                         "mtia"};
+std::string deviceName(DeviceKey key) {
+    static const char* const kNames[] = {
+        "cpu",    "cuda",  "mkldnn", "opengl", "opencl", "ideep", "hip", "fpga", "maia", "xla",
+        "vulkan", "metal", "xpu",    "mps",    "meta",   "hpu",   "ve",  "lazy", "ipu",  "mtia"};
     std::string base = (key.type >= 0 && static_cast<size_t>(key.type) < std::size(kNames))
                            ? kNames[key.type]
                            : "device" + std::to_string(key.type);
@@ -369,8 +359,7 @@ deviceName(DeviceKey key) {
     return base + ":" + std::to_string(key.index);
 }
 
-uint64_t
-hostMemoryCapacity() {
+uint64_t hostMemoryCapacity() {
     uint64_t physical = 0;
     long pages = sysconf(_SC_PHYS_PAGES);
     long pageSize = sysconf(_SC_PAGE_SIZE);
@@ -405,33 +394,50 @@ struct SiteAccumulator {
     std::string node;
     SiteSeries series;
     std::vector<Frame> stack;
-    uint64_t stackBytes = 0;  // bytes of the group whose stack we show
+    uint64_t stackBytes = 0; // bytes of the group whose stack we show
     uint64_t lastCount = 0;
     uintptr_t example = 0;
     uint64_t exampleSize = 0;
     GroupKey exampleKey;
     std::vector<GroupKey> groups;
-    std::vector<uintptr_t> externalBlocks;  // blocks attributed by an external stack
+    std::vector<uintptr_t> externalBlocks; // blocks attributed by an external stack
 };
 
 struct GroupKeyHash {
     size_t operator()(const GroupKey& k) const noexcept {
         return (static_cast<size_t>(k.stack) * 0x9E3779B97F4A7C15ull) ^
-               (static_cast<size_t>(k.node) << 16) ^ static_cast<size_t>(static_cast<uint8_t>(k.device.type)) ^
+               (static_cast<size_t>(k.node) << 16) ^
+               static_cast<size_t>(static_cast<uint8_t>(k.device.type)) ^
                (static_cast<size_t>(static_cast<uint8_t>(k.device.index)) << 8);
     }
 };
 
-std::string
-siteKey(const Frame& f, const std::string& device, const std::string& node) {
+std::string siteKey(const Frame& f, const std::string& device, const std::string& node) {
     std::ostringstream out;
     out << (f.group.empty() ? f.file : f.group) << '\x1f' << f.line << '\x1f' << f.function
         << '\x1f' << device << '\x1f' << node;
     return out.str();
 }
 
-std::string
-humanBytes(double bytes) {
+// The accumulator of a site, created with empty series of n boundaries on first use.
+SiteAccumulator& siteFor(std::map<std::string, SiteAccumulator>& sites,
+                         const Frame& site,
+                         const std::string& device,
+                         const std::string& node,
+                         size_t n) {
+    SiteAccumulator& acc = sites[siteKey(site, device, node)];
+    if (acc.series.bytes.empty()) {
+        acc.site = site;
+        acc.device = device;
+        acc.node = node;
+        acc.series.bytes.assign(n, 0);
+        acc.series.born.assign(n, 0);
+        acc.series.oldest.assign(n, std::numeric_limits<uint32_t>::max());
+    }
+    return acc;
+}
+
+std::string humanBytes(double bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
     double v = std::fabs(bytes);
@@ -445,16 +451,14 @@ humanBytes(double bytes) {
     return out.str();
 }
 
-std::string
-siteText(const Frame& f) {
+std::string siteText(const Frame& f) {
     if (f.cell) {
         return "In [" + std::to_string(*f.cell) + "], line " + std::to_string(f.line);
     }
     return f.file + ":" + std::to_string(f.line);
 }
 
-Severity
-severityOf(const Finding& f, int iterations, const AnalysisConfig& t) {
+Severity severityOf(const Finding& f, int iterations, const AnalysisConfig& t) {
     if (f.verdict != Verdict::Leak) {
         return Severity::Info;
     }
@@ -469,8 +473,7 @@ severityOf(const Finding& f, int iterations, const AnalysisConfig& t) {
     return Severity::Info;
 }
 
-std::string
-defaultSuggestion(const Finding& f) {
+std::string defaultSuggestion(const Finding& f) {
     if (f.verdict != Verdict::Leak) {
         return "";
     }
@@ -484,15 +487,14 @@ defaultSuggestion(const Finding& f) {
            ".detach() or .item() copies, or clear the container";
 }
 
-bool
-heldByMachinery(const Finding& f) {
+bool heldByMachinery(const Finding& f) {
     if (f.path.empty()) {
         return false;
     }
     const std::string& root = f.path.front().label;
-    bool outputCache = root.rfind("Out[", 0) == 0 || root == "_" || root == "__" || root == "___" ||
-                       (root.size() > 1 && root[0] == '_' &&
-                        std::all_of(root.begin() + 1, root.end(), ::isdigit));
+    bool outputCache =
+        root.rfind("Out[", 0) == 0 || root == "_" || root == "__" || root == "___" ||
+        (root.size() > 1 && root[0] == '_' && std::all_of(root.begin() + 1, root.end(), ::isdigit));
     bool lastException = root.rfind("<last exception>", 0) == 0;
     // Only when C++ keeps a known Python-level object (a tensor or a custom Function's ctx):
     // a bare "<held only from C++>" may be one of torch's own caches.
@@ -500,8 +502,7 @@ heldByMachinery(const Finding& f) {
     return outputCache || lastException || cppGraph;
 }
 
-void
-summarize(Report& report) {
+void summarize(Report& report) {
     Summary s;
     int penalty = 0;
     for (size_t i = 0; i < report.findings.size(); ++i) {
@@ -544,22 +545,26 @@ summarize(Report& report) {
     }
     if (!report.warnings.empty()) {
         s.recommendations.push_back(
-            {"low", "re-run without torch.profiler active: some allocation events were missed",
+            {"low",
+             "re-run without torch.profiler active: some allocation events were missed",
              {}});
     }
     s.score = std::max(0, 100 - penalty);
-    s.grade = s.score >= 90 ? "A" : s.score >= 80 ? "B" : s.score >= 70 ? "C" : s.score >= 60 ? "D" : "F";
+    s.grade = s.score >= 90   ? "A"
+              : s.score >= 80 ? "B"
+              : s.score >= 70 ? "C"
+              : s.score >= 60 ? "D"
+                              : "F";
     report.summary = std::move(s);
 }
 
-}  // namespace
+} // namespace
 
-Report
-buildReport(const AllocationRecorder& recorder,
-            const ReportInputs& inputs,
-            StackSymbolizer& symbolizer,
-            BlockDescriber& describer,
-            RetentionExplainer* explainer) {
+Report buildReport(const AllocationRecorder& recorder,
+                   const ReportInputs& inputs,
+                   StackSymbolizer& symbolizer,
+                   BlockDescriber& describer,
+                   RetentionExplainer* explainer) {
     Report report;
     report.torch_version = inputs.torch_version;
     report.python_version = inputs.python_version;
@@ -609,19 +614,14 @@ buildReport(const AllocationRecorder& recorder,
         taken.resize(n, 0);
         std::string node = rec.node ? recorder.nodeName(rec.node) : std::string();
         std::string device = deviceName(rec.device);
-        auto user = std::find_if(frames.begin(), frames.end(), [](const Frame& f) { return f.user; });
+        auto user =
+            std::find_if(frames.begin(), frames.end(), [](const Frame& f) { return f.user; });
         Frame site = user != frames.end() ? *user : frames.front();
         if (!node.empty() && site.user) {
             site.function = node;
         }
-        SiteAccumulator& acc = sites[siteKey(site, device, node)];
-        if (acc.series.bytes.empty()) {
-            acc.site = site;
-            acc.device = device;
-            acc.node = node;
-            acc.series.bytes.assign(n, 0);
-            acc.series.born.assign(n, 0);
-            acc.series.oldest.assign(n, std::numeric_limits<uint32_t>::max());
+        SiteAccumulator& acc = siteFor(sites, site, device, node, n);
+        if (acc.stack.empty()) {
             acc.stack = frames;
         }
         for (size_t b = std::min<size_t>(rec.iteration, n); b < n; ++b) {
@@ -659,8 +659,8 @@ buildReport(const AllocationRecorder& recorder,
             std::string node = g.key.node ? recorder.nodeName(g.key.node) : std::string();
             std::string device = deviceName(g.key.device);
             Frame site;
-            auto user = std::find_if(frames.begin(), frames.end(),
-                                     [](const Frame& f) { return f.user; });
+            auto user =
+                std::find_if(frames.begin(), frames.end(), [](const Frame& f) { return f.user; });
             if (user != frames.end()) {
                 site = *user;
                 // In backward the user frame is the backward() call; the node says which
@@ -679,17 +679,9 @@ buildReport(const AllocationRecorder& recorder,
                 site.function = "<no Python stack>";
                 site.user = false;
             }
-            SiteAccumulator& acc = sites[siteKey(site, device, node)];
-            if (!acc.series.bytes.empty() && site.cell && acc.site.cell && *site.cell > *acc.site.cell) {
-                acc.site = site;  // the newest run of a re-run cell names the site
-            }
-            if (acc.series.bytes.empty()) {
-                acc.site = site;
-                acc.device = device;
-                acc.node = node;
-                acc.series.bytes.assign(n, 0);
-                acc.series.born.assign(n, 0);
-                acc.series.oldest.assign(n, std::numeric_limits<uint32_t>::max());
+            SiteAccumulator& acc = siteFor(sites, site, device, node, n);
+            if (site.cell && acc.site.cell && *site.cell > *acc.site.cell) {
+                acc.site = site; // the newest run of a re-run cell names the site
             }
             if (std::find(acc.groups.begin(), acc.groups.end(), g.key) == acc.groups.end()) {
                 acc.groups.push_back(g.key);
@@ -813,7 +805,7 @@ buildReport(const AllocationRecorder& recorder,
         for (const auto& [ptr, rec] : liveNow) {
             std::optional<size_t> index;
             if (auto ext = externalOf.find(ptr); ext != externalOf.end()) {
-                index = ext->second;  // attributed to its own site by an external stack
+                index = ext->second; // attributed to its own site by an external stack
             } else if (auto grp = findingOf.find(GroupKey{rec.stack, rec.node, rec.device});
                        grp != findingOf.end()) {
                 index = grp->second;
@@ -831,8 +823,8 @@ buildReport(const AllocationRecorder& recorder,
                 return std::nullopt;
             }
             const auto& frames = framesOf(live->second.stack);
-            auto user = std::find_if(frames.begin(), frames.end(),
-                                     [](const Frame& fr) { return fr.user; });
+            auto user =
+                std::find_if(frames.begin(), frames.end(), [](const Frame& fr) { return fr.user; });
             if (user != frames.end()) {
                 return *user;
             }
@@ -1006,4 +998,4 @@ buildReport(const AllocationRecorder& recorder,
     return report;
 }
 
-}  // namespace torchleak
+} // namespace torchleak

@@ -10,8 +10,7 @@ namespace torchleak {
 
 namespace {
 
-std::string
-trim(std::string_view s) {
+std::string trim(std::string_view s) {
     size_t a = 0, b = s.size();
     while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) {
         ++a;
@@ -22,8 +21,7 @@ trim(std::string_view s) {
     return std::string(s.substr(a, b - a));
 }
 
-double
-parseNumber(std::string_view key, std::string_view value) {
+double parseNumber(std::string_view key, std::string_view value) {
     std::string text = trim(value);
     try {
         size_t used = 0;
@@ -36,8 +34,7 @@ parseNumber(std::string_view key, std::string_view value) {
     throw InvalidArgument(std::string(key) + " needs a number, got '" + std::string(value) + "'");
 }
 
-std::string
-joinKeys() {
+std::string joinKeys() {
     std::string out;
     for (const auto& k : AnalysisConfig::keys()) {
         out += (out.empty() ? "" : ", ") + k;
@@ -45,17 +42,18 @@ joinKeys() {
     return out;
 }
 
-}  // namespace
+} // namespace
 
-uint64_t
-parseSize(std::string_view raw) {
+uint64_t parseSize(std::string_view raw) {
     std::string text = trim(raw);
     size_t i = 0;
-    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    while (i < text.size() &&
+           (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
         ++i;
     }
     if (i == 0) {
-        throw InvalidArgument("'" + std::string(raw) + "' is not a size (examples: 4096, 1MiB, 100MB)");
+        throw InvalidArgument("'" + std::string(raw) +
+                              "' is not a size (examples: 4096, 1MiB, 100MB)");
     }
     double number = 0;
     try {
@@ -67,11 +65,19 @@ parseSize(std::string_view raw) {
     for (char& c : unit) {
         c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     }
-    static const std::pair<const char*, double> kUnits[] = {
-        {"", 1},          {"b", 1},          {"kb", 1e3},       {"mb", 1e6},
-        {"gb", 1e9},      {"tb", 1e12},      {"kib", 1024.0},   {"mib", 1048576.0},
-        {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {"k", 1024.0}, {"m", 1048576.0},
-        {"g", 1073741824.0}};
+    static const std::pair<const char*, double> kUnits[] = {{"", 1},
+                                                            {"b", 1},
+                                                            {"kb", 1e3},
+                                                            {"mb", 1e6},
+                                                            {"gb", 1e9},
+                                                            {"tb", 1e12},
+                                                            {"kib", 1024.0},
+                                                            {"mib", 1048576.0},
+                                                            {"gib", 1073741824.0},
+                                                            {"tib", 1099511627776.0},
+                                                            {"k", 1024.0},
+                                                            {"m", 1048576.0},
+                                                            {"g", 1073741824.0}};
     for (const auto& [name, factor] : kUnits) {
         if (unit == name) {
             double bytes = number * factor;
@@ -85,8 +91,7 @@ parseSize(std::string_view raw) {
                           "' (use B, KB, MB, GB, KiB, MiB, GiB)");
 }
 
-bool
-globMatch(std::string_view pattern, std::string_view text) {
+bool globMatch(std::string_view pattern, std::string_view text) {
     size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
     while (t < text.size()) {
         if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
@@ -108,17 +113,19 @@ globMatch(std::string_view pattern, std::string_view text) {
     return p == pattern.size();
 }
 
-const std::vector<std::string>&
-AnalysisConfig::keys() {
-    static const std::vector<std::string> k = {"min_bytes",       "min_leak_bytes_per_iteration",
-                                               "warmup",          "min_confidence",
-                                               "critical_bytes",  "warning_bytes",
-                                               "fragmentation_ratio", "allow"};
+const std::vector<std::string>& AnalysisConfig::keys() {
+    static const std::vector<std::string> k = {"min_bytes",
+                                               "min_leak_bytes_per_iteration",
+                                               "warmup",
+                                               "min_confidence",
+                                               "critical_bytes",
+                                               "warning_bytes",
+                                               "fragmentation_ratio",
+                                               "allow"};
     return k;
 }
 
-void
-AnalysisConfig::set(std::string_view key, std::string_view value) {
+void AnalysisConfig::set(std::string_view key, std::string_view value) {
     if (key == "min_bytes") {
         min_bytes = parseSize(value);
     } else if (key == "min_leak_bytes_per_iteration") {
@@ -126,13 +133,15 @@ AnalysisConfig::set(std::string_view key, std::string_view value) {
     } else if (key == "warmup") {
         double v = parseNumber(key, value);
         if (v < 0 || v != std::floor(v) || v > 1e9) {
-            throw InvalidArgument("warmup must be a whole number >= 0, got '" + std::string(value) + "'");
+            throw InvalidArgument("warmup must be a whole number >= 0, got '" + std::string(value) +
+                                  "'");
         }
         warmup = static_cast<int>(v);
     } else if (key == "min_confidence") {
         double v = parseNumber(key, value);
         if (v < 0.0 || v > 1.0) {
-            throw InvalidArgument("min_confidence must be between 0 and 1, got '" + std::string(value) + "'");
+            throw InvalidArgument("min_confidence must be between 0 and 1, got '" +
+                                  std::string(value) + "'");
         }
         min_confidence = v;
     } else if (key == "critical_bytes") {
@@ -149,7 +158,7 @@ AnalysisConfig::set(std::string_view key, std::string_view value) {
     } else if (key == "allow") {
         std::string pattern = trim(value);
         if (pattern.empty()) {
-            allow.clear();  // `allow=` empties the allow-list
+            allow.clear(); // `allow=` empties the allow-list
         } else {
             allow.push_back(pattern);
         }
@@ -161,8 +170,7 @@ AnalysisConfig::set(std::string_view key, std::string_view value) {
     }
 }
 
-std::string
-AnalysisConfig::get(std::string_view key) const {
+std::string AnalysisConfig::get(std::string_view key) const {
     std::ostringstream out;
     if (key == "min_bytes") {
         out << min_bytes;
@@ -188,4 +196,4 @@ AnalysisConfig::get(std::string_view key) const {
     return out.str();
 }
 
-}  // namespace torchleak
+} // namespace torchleak

@@ -10,16 +10,14 @@ LiveBlockTable::LiveBlockTable(size_t initialCapacity) {
     d_mask = cap - 1;
 }
 
-size_t
-LiveBlockTable::indexFor(uintptr_t ptr) const noexcept {
+size_t LiveBlockTable::indexFor(uintptr_t ptr) const noexcept {
     // Allocator pointers are aligned and clustered; a multiplicative hash spreads the high bits
     // of the product over the mask.
     uint64_t h = static_cast<uint64_t>(ptr) * 0x9E3779B97F4A7C15ull;
     return static_cast<size_t>(h >> 17) & d_mask;
 }
 
-bool
-LiveBlockTable::insert(uintptr_t ptr, const BlockRecord& record) {
+bool LiveBlockTable::insert(uintptr_t ptr, const BlockRecord& record) {
     if ((d_size + 1) * 2 > d_slots.size()) {
         grow();
     }
@@ -37,8 +35,7 @@ LiveBlockTable::insert(uintptr_t ptr, const BlockRecord& record) {
     return true;
 }
 
-const BlockRecord*
-LiveBlockTable::find(uintptr_t ptr) const noexcept {
+const BlockRecord* LiveBlockTable::find(uintptr_t ptr) const noexcept {
     size_t i = indexFor(ptr);
     while (d_slots[i].ptr != 0) {
         if (d_slots[i].ptr == ptr) {
@@ -49,12 +46,11 @@ LiveBlockTable::find(uintptr_t ptr) const noexcept {
     return nullptr;
 }
 
-std::optional<BlockRecord>
-LiveBlockTable::erase(uintptr_t ptr) noexcept {
+std::optional<BlockRecord> LiveBlockTable::erase(uintptr_t ptr) noexcept {
     size_t i = indexFor(ptr);
     while (d_slots[i].ptr != ptr) {
         if (d_slots[i].ptr == 0) {
-            return std::nullopt;  // a block allocated before tracking started
+            return std::nullopt; // a block allocated before tracking started
         }
         i = (i + 1) & d_mask;
     }
@@ -77,16 +73,14 @@ LiveBlockTable::erase(uintptr_t ptr) noexcept {
     return removed;
 }
 
-void
-LiveBlockTable::clear() noexcept {
+void LiveBlockTable::clear() noexcept {
     for (Slot& slot : d_slots) {
         slot.ptr = 0;
     }
     d_size = 0;
 }
 
-void
-LiveBlockTable::grow() {
+void LiveBlockTable::grow() {
     std::vector<Slot> old;
     old.swap(d_slots);
     d_slots.resize(old.size() * 2);
@@ -99,4 +93,4 @@ LiveBlockTable::grow() {
     }
 }
 
-}  // namespace torchleak
+} // namespace torchleak

@@ -14,12 +14,11 @@ struct GroupKeyHash {
         return static_cast<size_t>(h * 0x9E3779B97F4A7C15ull);
     }
 };
-}  // namespace
+} // namespace
 
 AllocationRecorder::AllocationRecorder() : d_live(1 << 14) {}
 
-AllocationRecorder::DeviceState*
-AllocationRecorder::deviceState(DeviceKey device) noexcept {
+AllocationRecorder::DeviceState* AllocationRecorder::deviceState(DeviceKey device) noexcept {
     for (size_t i = 0; i < d_deviceCount; ++i) {
         if (d_devices[i].device == device) {
             return &d_devices[i];
@@ -32,11 +31,10 @@ AllocationRecorder::deviceState(DeviceKey device) noexcept {
     return &d_devices[d_deviceCount++];
 }
 
-void
-AllocationRecorder::updateTotals(DeviceState& st,
-                                 int64_t allocatorAllocated,
-                                 int64_t allocatorReserved,
-                                 bool allocatorTotals) noexcept {
+void AllocationRecorder::updateTotals(DeviceState& st,
+                                      int64_t allocatorAllocated,
+                                      int64_t allocatorReserved,
+                                      bool allocatorTotals) noexcept {
     if (allocatorTotals) {
         st.allocatorTotals = true;
         st.allocatorAllocated = allocatorAllocated;
@@ -46,15 +44,14 @@ AllocationRecorder::updateTotals(DeviceState& st,
     st.peak = std::max(st.peak, current);
 }
 
-void
-AllocationRecorder::recordAlloc(uintptr_t ptr,
-                                uint64_t size,
-                                DeviceKey device,
-                                std::span<const RawFrame> frames,
-                                const char* nodeTypeName,
-                                int64_t allocatorAllocated,
-                                int64_t allocatorReserved,
-                                bool allocatorTotals) noexcept {
+void AllocationRecorder::recordAlloc(uintptr_t ptr,
+                                     uint64_t size,
+                                     DeviceKey device,
+                                     std::span<const RawFrame> frames,
+                                     const char* nodeTypeName,
+                                     int64_t allocatorAllocated,
+                                     int64_t allocatorReserved,
+                                     bool allocatorTotals) noexcept {
     d_events.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(d_mutex);
     DeviceState* st = deviceState(device);
@@ -94,12 +91,11 @@ AllocationRecorder::recordAlloc(uintptr_t ptr,
     updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals);
 }
 
-void
-AllocationRecorder::recordFree(uintptr_t ptr,
-                               DeviceKey device,
-                               int64_t allocatorAllocated,
-                               int64_t allocatorReserved,
-                               bool allocatorTotals) noexcept {
+void AllocationRecorder::recordFree(uintptr_t ptr,
+                                    DeviceKey device,
+                                    int64_t allocatorAllocated,
+                                    int64_t allocatorReserved,
+                                    bool allocatorTotals) noexcept {
     d_events.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(d_mutex);
     auto removed = d_live.erase(ptr);
@@ -113,8 +109,7 @@ AllocationRecorder::recordFree(uintptr_t ptr,
     updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals);
 }
 
-const BoundarySnapshot&
-AllocationRecorder::markBoundary() {
+const BoundarySnapshot& AllocationRecorder::markBoundary() {
     BoundarySnapshot snap;
     std::unordered_map<GroupKey, size_t, GroupKeyHash> index;
     {
@@ -151,7 +146,7 @@ AllocationRecorder::markBoundary() {
             ds.reserved = st.allocatorTotals ? st.allocatorReserved : ds.allocated;
             ds.peak = std::max(st.peak, ds.allocated);
             snap.devices.push_back(ds);
-            st.peak = ds.allocated;  // the next iteration's peak starts from here
+            st.peak = ds.allocated; // the next iteration's peak starts from here
         }
         snap.shadowed = d_shadowed.exchange(false, std::memory_order_relaxed);
         d_iteration.store(current + 1, std::memory_order_relaxed);
@@ -162,42 +157,36 @@ AllocationRecorder::markBoundary() {
     return d_boundaries.back();
 }
 
-void
-AllocationRecorder::forEachLiveBlock(
+void AllocationRecorder::forEachLiveBlock(
     const std::function<void(uintptr_t, const BlockRecord&)>& fn) const {
     std::lock_guard<std::mutex> lock(d_mutex);
     d_live.forEach(fn);
 }
 
-std::vector<RawFrame>
-AllocationRecorder::stackFrames(StackToken token) const {
+std::vector<RawFrame> AllocationRecorder::stackFrames(StackToken token) const {
     std::lock_guard<std::mutex> lock(d_mutex);
     auto frames = d_stacks.frames(token);
     return {frames.begin(), frames.end()};
 }
 
-std::string
-AllocationRecorder::nodeName(NodeToken token) const {
+std::string AllocationRecorder::nodeName(NodeToken token) const {
     std::lock_guard<std::mutex> lock(d_mutex);
     return d_nodes.name(token);
 }
 
-std::vector<RawFrame>
-AllocationRecorder::allInternedFrames() const {
+std::vector<RawFrame> AllocationRecorder::allInternedFrames() const {
     std::lock_guard<std::mutex> lock(d_mutex);
     return d_stacks.allFrames();
 }
 
-size_t
-AllocationRecorder::liveBlockCount() const {
+size_t AllocationRecorder::liveBlockCount() const {
     std::lock_guard<std::mutex> lock(d_mutex);
     return d_live.size();
 }
 
-size_t
-AllocationRecorder::stackCount() const {
+size_t AllocationRecorder::stackCount() const {
     std::lock_guard<std::mutex> lock(d_mutex);
     return d_stacks.size();
 }
 
-}  // namespace torchleak
+} // namespace torchleak

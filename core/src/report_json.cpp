@@ -8,44 +8,53 @@ namespace torchleak {
 
 using nlohmann::json;
 
-std::string_view
-toString(Verdict v) noexcept {
+std::string_view toString(Verdict v) noexcept {
     switch (v) {
-    case Verdict::Leak: return "leak";
-    case Verdict::Warmup: return "warmup";
-    case Verdict::Plateau: return "plateau";
-    case Verdict::Transient: return "transient";
-    case Verdict::Fragmentation: return "fragmentation";
-    case Verdict::Allowed: return "allowed";
+    case Verdict::Leak:
+        return "leak";
+    case Verdict::Warmup:
+        return "warmup";
+    case Verdict::Plateau:
+        return "plateau";
+    case Verdict::Transient:
+        return "transient";
+    case Verdict::Fragmentation:
+        return "fragmentation";
+    case Verdict::Allowed:
+        return "allowed";
     }
     return "transient";
 }
 
-std::string_view
-toString(Severity s) noexcept {
+std::string_view toString(Severity s) noexcept {
     switch (s) {
-    case Severity::Critical: return "critical";
-    case Severity::Warning: return "warning";
-    case Severity::Info: return "info";
+    case Severity::Critical:
+        return "critical";
+    case Severity::Warning:
+        return "warning";
+    case Severity::Info:
+        return "info";
     }
     return "info";
 }
 
-std::string_view
-toString(BoundaryKind b) noexcept {
+std::string_view toString(BoundaryKind b) noexcept {
     switch (b) {
-    case BoundaryKind::Explicit: return "explicit";
-    case BoundaryKind::OptimizerStep: return "optimizer_step";
-    case BoundaryKind::Repeat: return "repeat";
-    case BoundaryKind::Cell: return "cell";
+    case BoundaryKind::Explicit:
+        return "explicit";
+    case BoundaryKind::OptimizerStep:
+        return "optimizer_step";
+    case BoundaryKind::Repeat:
+        return "repeat";
+    case BoundaryKind::Cell:
+        return "cell";
     }
     return "explicit";
 }
 
 namespace {
 template <typename Enum, size_t N>
-Enum
-enumFromString(std::string_view s, const Enum (&values)[N], const char* what) {
+Enum enumFromString(std::string_view s, const Enum (&values)[N], const char* what) {
     for (Enum v : values) {
         if (toString(v) == s) {
             return v;
@@ -53,30 +62,26 @@ enumFromString(std::string_view s, const Enum (&values)[N], const char* what) {
     }
     throw SchemaError(std::string("unknown ") + what + " '" + std::string(s) + "'");
 }
-}  // namespace
+} // namespace
 
-Verdict
-verdictFromString(std::string_view s) {
+Verdict verdictFromString(std::string_view s) {
     static const Verdict all[] = {Verdict::Leak,      Verdict::Warmup,        Verdict::Plateau,
                                   Verdict::Transient, Verdict::Fragmentation, Verdict::Allowed};
     return enumFromString(s, all, "verdict");
 }
 
-Severity
-severityFromString(std::string_view s) {
+Severity severityFromString(std::string_view s) {
     static const Severity all[] = {Severity::Critical, Severity::Warning, Severity::Info};
     return enumFromString(s, all, "severity");
 }
 
-Retention
-retentionFromString(std::string_view s) {
+Retention retentionFromString(std::string_view s) {
     static const Retention all[] = {Retention::Reachable, Retention::Cycle, Retention::Unnamed,
                                     Retention::CppOnly, Retention::Unknown};
     return enumFromString(s, all, "retention");
 }
 
-BoundaryKind
-boundaryFromString(std::string_view s) {
+BoundaryKind boundaryFromString(std::string_view s) {
     static const BoundaryKind all[] = {BoundaryKind::Explicit, BoundaryKind::OptimizerStep,
                                        BoundaryKind::Repeat, BoundaryKind::Cell};
     return enumFromString(s, all, "boundary");
@@ -84,8 +89,7 @@ boundaryFromString(std::string_view s) {
 
 namespace {
 
-json
-frameJson(const Frame& f, bool withCell) {
+json frameJson(const Frame& f, bool withCell) {
     json j = {{"file", f.file}, {"line", f.line}, {"function", f.function}};
     if (withCell) {
         j["cell"] = f.cell ? json(*f.cell) : json(nullptr);
@@ -99,8 +103,7 @@ frameJson(const Frame& f, bool withCell) {
     return j;
 }
 
-Frame
-frameFrom(const json& j) {
+Frame frameFrom(const json& j) {
     Frame f;
     f.file = j.at("file").get<std::string>();
     f.line = j.at("line").get<int>();
@@ -115,16 +118,13 @@ frameFrom(const json& j) {
     return f;
 }
 
-template <typename T>
-json
-optionalJson(const std::optional<T>& v) {
+template <typename T> json optionalJson(const std::optional<T>& v) {
     return v ? json(*v) : json(nullptr);
 }
 
-}  // namespace
+} // namespace
 
-std::string
-toJson(const Report& r, int indent) {
+std::string toJson(const Report& r, int indent) {
     json j;
     j["schema_version"] = kReportSchema;
     j["torch_version"] = r.torch_version;
@@ -136,15 +136,16 @@ toJson(const Report& r, int indent) {
     j["warnings"] = r.warnings;
     j["devices"] = json::array();
     for (const DeviceTimeline& d : r.devices) {
-        j["devices"].push_back({{"device", d.device},
-                                {"capacity_bytes", d.capacity_bytes},
-                                {"allocated", d.allocated},
-                                {"reserved", d.reserved},
-                                {"peak", d.peak},
-                                {"leak_bytes_per_iteration", d.leak_bytes_per_iteration},
-                                {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
-                                {"verdict", d.verdict},
-                                {"fragmentation_ratio", d.fragmentation_ratio}});
+        j["devices"].push_back(
+            {{"device", d.device},
+             {"capacity_bytes", d.capacity_bytes},
+             {"allocated", d.allocated},
+             {"reserved", d.reserved},
+             {"peak", d.peak},
+             {"leak_bytes_per_iteration", d.leak_bytes_per_iteration},
+             {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
+             {"verdict", d.verdict},
+             {"fragmentation_ratio", d.fragmentation_ratio}});
     }
     j["findings"] = json::array();
     for (const Finding& f : r.findings) {
@@ -170,12 +171,12 @@ toJson(const Report& r, int indent) {
                 step["note"] = p.note;
             }
             if (p.tensor) {
-                step["tensor"] = {{"dtype", p.tensor->dtype},
-                                  {"shape", p.tensor->shape},
-                                  {"device", p.tensor->device},
-                                  {"nbytes", p.tensor->nbytes},
-                                  {"site", p.tensor->site ? frameJson(*p.tensor->site, true)
-                                                          : json(nullptr)}};
+                step["tensor"] = {
+                    {"dtype", p.tensor->dtype},
+                    {"shape", p.tensor->shape},
+                    {"device", p.tensor->device},
+                    {"nbytes", p.tensor->nbytes},
+                    {"site", p.tensor->site ? frameJson(*p.tensor->site, true) : json(nullptr)}};
             }
             fj["path"].push_back(std::move(step));
         }
@@ -199,7 +200,8 @@ toJson(const Report& r, int indent) {
     }
     json recs = json::array();
     for (const Recommendation& rec : r.summary.recommendations) {
-        recs.push_back({{"priority", rec.priority}, {"text", rec.text}, {"findings", rec.findings}});
+        recs.push_back(
+            {{"priority", rec.priority}, {"text", rec.text}, {"findings", rec.findings}});
     }
     j["summary"] = {{"score", r.summary.score},
                     {"grade", r.summary.grade},
@@ -209,8 +211,7 @@ toJson(const Report& r, int indent) {
     return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
-Report
-reportFromJson(const std::string& text) {
+Report reportFromJson(const std::string& text) {
     json j;
     try {
         j = json::parse(text);
@@ -317,4 +318,4 @@ reportFromJson(const std::string& text) {
     }
 }
 
-}  // namespace torchleak
+} // namespace torchleak

@@ -7,20 +7,23 @@
 
 namespace torchleak {
 
-std::string_view
-toString(Retention r) noexcept {
+std::string_view toString(Retention r) noexcept {
     switch (r) {
-    case Retention::Reachable: return "reachable";
-    case Retention::Cycle: return "cycle";
-    case Retention::Unnamed: return "unnamed";
-    case Retention::CppOnly: return "cpp_only";
-    case Retention::Unknown: return "unknown";
+    case Retention::Reachable:
+        return "reachable";
+    case Retention::Cycle:
+        return "cycle";
+    case Retention::Unnamed:
+        return "unnamed";
+    case Retention::CppOnly:
+        return "cpp_only";
+    case Retention::Unknown:
+        return "unknown";
     }
     return "unknown";
 }
 
-std::string
-pathText(const std::vector<PathStep>& steps) {
+std::string pathText(const std::vector<PathStep>& steps) {
     std::string out;
     for (const PathStep& s : steps) {
         out += s.label;
@@ -28,20 +31,17 @@ pathText(const std::vector<PathStep>& steps) {
     return out;
 }
 
-bool
-isGrowableContainer(const std::string& typeName) {
-    static const char* const kContainers[] = {"list", "dict", "set", "deque", "OrderedDict",
-                                              "defaultdict", "Counter", "ChainMap"};
-    std::string base = typeName.substr(typeName.rfind('.') == std::string::npos
-                                           ? 0
-                                           : typeName.rfind('.') + 1);
+bool isGrowableContainer(const std::string& typeName) {
+    static const char* const kContainers[] = {"list",        "dict",        "set",     "deque",
+                                              "OrderedDict", "defaultdict", "Counter", "ChainMap"};
+    std::string base =
+        typeName.substr(typeName.rfind('.') == std::string::npos ? 0 : typeName.rfind('.') + 1);
     return std::find(std::begin(kContainers), std::end(kContainers), base) != std::end(kContainers);
 }
 
-std::optional<Holder>
-chooseHolder(const std::vector<PathStep>& representative,
-             const std::vector<const std::vector<PathStep>*>& paths,
-             double iterations) {
+std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
+                                   const std::vector<const std::vector<PathStep>*>& paths,
+                                   double iterations) {
     // For each prefix of a path (as text), the distinct labels that follow it.
     std::map<std::string, std::set<std::string>> fanout;
     for (const auto* p : paths) {
@@ -60,7 +60,8 @@ chooseHolder(const std::vector<PathStep>& representative,
             continue;
         }
         size_t n = fanout[prefix].size();
-        double growth = iterations > 0 ? static_cast<double>(n) / iterations : static_cast<double>(n);
+        double growth =
+            iterations > 0 ? static_cast<double>(n) / iterations : static_cast<double>(n);
         if (n >= 2 && growth >= 0.5) {
             return Holder{prefix, representative[k].type, growth};
         }
@@ -68,28 +69,28 @@ chooseHolder(const std::vector<PathStep>& representative,
     return std::nullopt;
 }
 
-std::vector<PathStep>
-normalizePath(std::vector<PathStep> steps) {
+std::vector<PathStep> normalizePath(std::vector<PathStep> steps) {
     // nn.Module keeps parameters, buffers and submodules in dicts; users write `model.weight`
     // and `model[0]` (Sequential), so show that.
     std::vector<PathStep> out;
     for (size_t k = 0; k < steps.size(); ++k) {
         const PathStep& s = steps[k];
-        bool moduleDict = (s.label == "._parameters" || s.label == "._buffers" ||
-                           s.label == "._modules") && k + 1 < steps.size() &&
-                          steps[k + 1].kind == "key";
+        bool moduleDict =
+            (s.label == "._parameters" || s.label == "._buffers" || s.label == "._modules") &&
+            k + 1 < steps.size() && steps[k + 1].kind == "key";
         if (!moduleDict) {
             out.push_back(s);
             continue;
         }
         PathStep next = steps[k + 1];
-        const std::string& key = next.label;  // ['name']
+        const std::string& key = next.label; // ['name']
         if (key.size() > 4 && key.front() == '[' && key[1] == '\'') {
             std::string name = key.substr(2, key.size() - 4);
             bool digits = !name.empty() && std::all_of(name.begin(), name.end(), ::isdigit);
             bool ident = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
-                         std::all_of(name.begin(), name.end(),
-                                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+                         std::all_of(name.begin(), name.end(), [](char c) {
+                             return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                         });
             if (digits || ident) {
                 next.kind = "attr";
                 next.label = digits ? "[" + name + "]" : "." + name;
@@ -104,28 +105,26 @@ normalizePath(std::vector<PathStep> steps) {
 }
 
 namespace {
-bool
-hasKind(const Finding& f, const char* kind) {
+bool hasKind(const Finding& f, const char* kind) {
     return std::any_of(f.path.begin(), f.path.end(),
                        [&](const PathStep& s) { return s.kind == kind; });
 }
-bool
-rootContains(const Finding& f, const char* text) {
+bool rootContains(const Finding& f, const char* text) {
     return !f.path.empty() && f.path.front().label.find(text) != std::string::npos;
 }
-}  // namespace
+} // namespace
 
-std::string
-suggestFix(const Finding& f) {
+std::string suggestFix(const Finding& f) {
     if (f.verdict != Verdict::Leak) {
         return "";
     }
     if (f.retention == Retention::Cycle) {
         return "a reference cycle keeps it until gc.collect() runs" +
-               std::string(hasKind(f, "ctx") ? ": save tensors with ctx.save_for_backward() instead "
-                                               "of ctx attributes, or call gc.collect()"
-                                             : ": break the cycle (weakref, or del the back "
-                                               "reference), or call gc.collect()");
+               std::string(hasKind(f, "ctx")
+                               ? ": save tensors with ctx.save_for_backward() instead "
+                                 "of ctx attributes, or call gc.collect()"
+                               : ": break the cycle (weakref, or del the back "
+                                 "reference), or call gc.collect()");
     }
     if (f.retention == Retention::CppOnly) {
         return "no Python object holds it: C++ keeps it (an autograd graph kept by a hook or "
@@ -185,4 +184,4 @@ suggestFix(const Finding& f) {
            "clear what holds them";
 }
 
-}  // namespace torchleak
+} // namespace torchleak

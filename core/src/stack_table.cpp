@@ -12,8 +12,7 @@ StackTable::StackTable() {
     d_arena.reserve(4096);
 }
 
-uint64_t
-StackTable::hash(std::span<const RawFrame> frames) noexcept {
+uint64_t StackTable::hash(std::span<const RawFrame> frames) noexcept {
     uint64_t h = 0xcbf29ce484222325ull ^ frames.size();
     for (const RawFrame& f : frames) {
         h ^= static_cast<uint64_t>(f.code) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -22,8 +21,7 @@ StackTable::hash(std::span<const RawFrame> frames) noexcept {
     return h;
 }
 
-StackToken
-StackTable::intern(std::span<const RawFrame> frames, bool* inserted) {
+StackToken StackTable::intern(std::span<const RawFrame> frames, bool* inserted) {
     *inserted = false;
     if (frames.empty()) {
         return 0;
@@ -44,16 +42,14 @@ StackTable::intern(std::span<const RawFrame> frames, bool* inserted) {
     return token;
 }
 
-std::span<const RawFrame>
-StackTable::frames(StackToken token) const noexcept {
+std::span<const RawFrame> StackTable::frames(StackToken token) const noexcept {
     if (token == 0 || token >= d_offsets.size()) {
         return {};
     }
     return {d_arena.data() + d_offsets[token - 1], d_offsets[token] - d_offsets[token - 1]};
 }
 
-NodeToken
-NodeNameTable::intern(const char* mangledTypeName) noexcept {
+NodeToken NodeNameTable::intern(const char* mangledTypeName) noexcept {
     for (size_t i = 0; i < d_names.size(); ++i) {
         if (d_names[i] == mangledTypeName) {
             return static_cast<NodeToken>(i + 1);
@@ -72,8 +68,7 @@ NodeNameTable::intern(const char* mangledTypeName) noexcept {
     return static_cast<NodeToken>(d_names.size());
 }
 
-std::string
-NodeNameTable::name(NodeToken token) const {
+std::string NodeNameTable::name(NodeToken token) const {
     if (token == 0 || token > d_names.size()) {
         return {};
     }
@@ -87,4 +82,4 @@ NodeNameTable::name(NodeToken token) const {
     return cut == std::string::npos ? full : full.substr(cut + 2);
 }
 
-}  // namespace torchleak
+} // namespace torchleak

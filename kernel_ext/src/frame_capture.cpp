@@ -25,27 +25,23 @@ namespace {
 std::atomic<PyThreadState*> g_mainThreadState{nullptr};
 std::mutex g_pendingMutex;
 std::vector<uintptr_t> g_pendingRetains;
-bool g_pendingCallScheduled = false;  // guarded by g_pendingMutex
+bool g_pendingCallScheduled = false; // guarded by g_pendingMutex
 
-int
-runPendingRetains(void*) {
+int runPendingRetains(void*) {
     drainPendingRetains();
     return 0;
 }
-}  // namespace
+} // namespace
 
-void
-noteMainThread() noexcept {
+void noteMainThread() noexcept {
     g_mainThreadState.store(PyGILState_GetThisThreadState());
 }
 
-const char*
-captureStrategy() noexcept {
+const char* captureStrategy() noexcept {
     return TORCHLEAK_INTERPRETER_FRAMES ? "interpreter-frames" : "frame-objects";
 }
 
-size_t
-capturePythonStack(RawFrame* out, size_t capacity) noexcept {
+size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept {
     // Pure C++ threads (autograd device workers) have no thread state and no Python stack;
     // their allocations are named by autograd node.
     PyThreadState* tstate = PyGILState_GetThisThreadState();
@@ -54,11 +50,12 @@ capturePythonStack(RawFrame* out, size_t capacity) noexcept {
     }
     bool holdsGil = PyGILState_Check() != 0;
     if (!holdsGil && tstate != g_mainThreadState.load(std::memory_order_relaxed)) {
-        return 0;  // a pending call could not take references in time for this thread
+        return 0; // a pending call could not take references in time for this thread
     }
     size_t n = 0;
 #if TORCHLEAK_INTERPRETER_FRAMES
-    _PyInterpreterFrame* frame = tstate->cframe != nullptr ? tstate->cframe->current_frame : nullptr;
+    _PyInterpreterFrame* frame =
+        tstate->cframe != nullptr ? tstate->cframe->current_frame : nullptr;
     while (frame != nullptr && n < capacity) {
         if (!_PyFrame_IsIncomplete(frame)) {
             PyCodeObject* code = frame->f_code;
@@ -69,11 +66,11 @@ capturePythonStack(RawFrame* out, size_t capacity) noexcept {
     }
 #else
     if (!holdsGil) {
-        return 0;  // the public frame API creates objects: GIL holders only
+        return 0; // the public frame API creates objects: GIL holders only
     }
-    PyFrameObject* frame = PyThreadState_GetFrame(tstate);  // new reference
+    PyFrameObject* frame = PyThreadState_GetFrame(tstate); // new reference
     while (frame != nullptr && n < capacity) {
-        PyCodeObject* code = PyFrame_GetCode(frame);  // new reference, kept alive by the frame
+        PyCodeObject* code = PyFrame_GetCode(frame); // new reference, kept alive by the frame
         out[n++] = RawFrame{reinterpret_cast<uintptr_t>(code), PyFrame_GetLasti(frame)};
         Py_DECREF(code);
         PyFrameObject* back = PyFrame_GetBack(frame);
@@ -85,8 +82,7 @@ capturePythonStack(RawFrame* out, size_t capacity) noexcept {
     return n;
 }
 
-void
-retainCodeObjects(std::span<const RawFrame> frames) noexcept {
+void retainCodeObjects(std::span<const RawFrame> frames) noexcept {
     // Called under the recorder lock by the thread whose capture just produced these frames.
     if (PyGILState_Check() != 0) {
         for (const RawFrame& f : frames) {
@@ -100,7 +96,7 @@ retainCodeObjects(std::span<const RawFrame> frames) noexcept {
             g_pendingRetains.push_back(f.code);
         }
     } catch (...) {
-        return;  // out of memory: the next boundary drains what was queued
+        return; // out of memory: the next boundary drains what was queued
     }
     if (!g_pendingCallScheduled) {
         // Callable without the GIL; runs on the main thread with the GIL at its next
@@ -109,8 +105,7 @@ retainCodeObjects(std::span<const RawFrame> frames) noexcept {
     }
 }
 
-void
-drainPendingRetains() noexcept {
+void drainPendingRetains() noexcept {
     std::vector<uintptr_t> codes;
     {
         std::lock_guard<std::mutex> lock(g_pendingMutex);
@@ -122,8 +117,7 @@ drainPendingRetains() noexcept {
     }
 }
 
-void
-releaseCodeObjects(const std::vector<RawFrame>& frames) noexcept {
+void releaseCodeObjects(const std::vector<RawFrame>& frames) noexcept {
     if (!Py_IsInitialized()) {
         return;
     }
@@ -132,8 +126,7 @@ releaseCodeObjects(const std::vector<RawFrame>& frames) noexcept {
     }
 }
 
-std::string
-utf8(PyObject* text) {
+std::string utf8(PyObject* text) {
     if (text == nullptr || !PyUnicode_Check(text)) {
         return {};
     }
@@ -147,8 +140,7 @@ utf8(PyObject* text) {
     return out;
 }
 
-const PythonStackSymbolizer::CodeInfo&
-PythonStackSymbolizer::info(PyCodeObject* code) {
+const PythonStackSymbolizer::CodeInfo& PythonStackSymbolizer::info(PyCodeObject* code) {
     auto it = d_cache.find(code);
     if (it != d_cache.end()) {
         return it->second;
@@ -203,8 +195,7 @@ PythonStackSymbolizer::info(PyCodeObject* code) {
     return d_cache.emplace(code, std::move(ci)).first->second;
 }
 
-std::vector<Frame>
-PythonStackSymbolizer::symbolize(std::span<const RawFrame> frames) {
+std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> frames) {
     std::vector<Frame> out;
     out.reserve(frames.size());
     for (const RawFrame& raw : frames) {
@@ -222,4 +213,4 @@ PythonStackSymbolizer::symbolize(std::span<const RawFrame> frames) {
     return out;
 }
 
-}  // namespace torchleak::python
+} // namespace torchleak::python

@@ -72,4 +72,4 @@ class PythonStackSymbolizer final : public StackSymbolizer {
 // UTF-8 of a str object; lone surrogates and other unencodable text become U+FFFD.
 std::string utf8(PyObject* text);
 
-}  // namespace torchleak::python
+} // namespace torchleak::python

@@ -26,20 +26,20 @@ enum class NodeKind : uint8_t { Python, Tensor, Autograd };
 
 enum class Edge : uint8_t {
     Root,
-    DictValue,     // index: position in PyDict_Next order
-    DictKey,       // index: position
-    SeqItem,       // index: list/tuple position
-    AttrDict,      // an object's __dict__ (no label of its own)
-    Closure,       // index: cell number in __closure__
-    Ref,           // generic tp_traverse referent; index: ordinal
+    DictValue, // index: position in PyDict_Next order
+    DictKey,   // index: position
+    SeqItem,   // index: list/tuple position
+    AttrDict,  // an object's __dict__ (no label of its own)
+    Closure,   // index: cell number in __closure__
+    Ref,       // generic tp_traverse referent; index: ordinal
     GradFn,
-    NextFunction,  // index: edge number
-    Saved,         // name: "_saved_self"
-    SavedList,     // name and index
-    CtxSaved,      // index into ctx.saved_tensors
-    CtxOf,         // a custom Function node's ctx object (the same thing as grad_fn in Python)
-    NodeOf,        // a Python wrapper's C++ node
-    Variable,      // AccumulateGrad.variable
+    NextFunction, // index: edge number
+    Saved,        // name: "_saved_self"
+    SavedList,    // name and index
+    CtxSaved,     // index into ctx.saved_tensors
+    CtxOf,        // a custom Function node's ctx object (the same thing as grad_fn in Python)
+    NodeOf,       // a Python wrapper's C++ node
+    Variable,     // AccumulateGrad.variable
     Grad,
 };
 
@@ -96,7 +96,8 @@ class PointerSet {
 
   private:
     size_t hash(uintptr_t k) const {
-        return static_cast<size_t>((static_cast<uint64_t>(k) * 0x9E3779B97F4A7C15ull) >> (64 - d_bits));
+        return static_cast<size_t>((static_cast<uint64_t>(k) * 0x9E3779B97F4A7C15ull) >>
+                                   (64 - d_bits));
     }
     void grow() {
         std::vector<uintptr_t> old;
@@ -117,8 +118,7 @@ class PointerSet {
 
 // std::type_index hashes the mangled name; a node's type_info address is enough, cached here
 // for the few dozen node types a program uses.
-SavedVisitFn
-savedVisitorFor(const Node* node) {
+SavedVisitFn savedVisitorFor(const Node* node) {
     static std::unordered_map<const std::type_info*, SavedVisitFn> cache;
     const std::type_info* type = &typeid(*node);
     auto it = cache.find(type);
@@ -132,32 +132,27 @@ savedVisitorFor(const Node* node) {
     return fn;
 }
 
-uintptr_t
-tag(const void* p, NodeKind k) {
+uintptr_t tag(const void* p, NodeKind k) {
     return reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(k);
 }
 
-PyTypeObject*
-tensorType() {
+PyTypeObject* tensorType() {
     return reinterpret_cast<PyTypeObject*>(THPVariableClass);
 }
 
-bool
-isTensor(PyObject* obj) {
+bool isTensor(PyObject* obj) {
     PyTypeObject* t = tensorType();
     return t != nullptr && PyObject_TypeCheck(obj, t);
 }
 
-bool
-isCustomFunctionCtx(PyObject* obj) {
+bool isCustomFunctionCtx(PyObject* obj) {
     return PyObject_TypeCheck(obj, &THPFunctionType);
 }
 
 // All Python wrappers of C++ autograd nodes share one deallocator; learn it once from a
 // wrapper torch makes for us, so no isinstance() (and no user code) is needed to spot them.
-destructor
-cppFunctionDealloc() {
-    static destructor dealloc = [] () -> destructor {
+destructor cppFunctionDealloc() {
+    static destructor dealloc = []() -> destructor {
         try {
             at::Tensor leaf = at::ones({1}).set_requires_grad(true);
             at::Tensor out = leaf.neg();
@@ -176,73 +171,71 @@ cppFunctionDealloc() {
     return dealloc;
 }
 
-bool
-isCppFunctionWrapper(PyObject* obj) {
+bool isCppFunctionWrapper(PyObject* obj) {
     destructor d = cppFunctionDealloc();
     return d != nullptr && Py_TYPE(obj)->tp_dealloc == d && !isCustomFunctionCtx(obj);
 }
 
 // torch <= 2.11 holds a weak_ptr<PyNode> in THPFunction::cdata, newer torch an owning
 // intrusive_ptr<Node>.
-template <typename Function>
-Node*
-nodeOfFunction(Function* fn) {
+template <typename Function> Node* nodeOfFunction(Function* fn) {
     if constexpr (requires { fn->cdata.lock(); }) {
-        return fn->cdata.lock().get();  // the node stays alive: the graph holds it
+        return fn->cdata.lock().get(); // the node stays alive: the graph holds it
     } else {
         return fn->cdata.get();
     }
 }
 
-Node*
-nodeOfCtx(PyObject* ctx) {
+Node* nodeOfCtx(PyObject* ctx) {
     return nodeOfFunction(reinterpret_cast<THPFunction*>(ctx));
 }
 
-Node*
-nodeOfWrapper(PyObject* wrapper) {
+Node* nodeOfWrapper(PyObject* wrapper) {
     return reinterpret_cast<torch::autograd::THPCppFunction*>(wrapper)->cdata.get();
 }
 
 // PyNode's type_info is not exported by libtorch_python, so no dynamic_cast: compare the
 // mangled name of the dynamic type instead.
-bool
-isPyNode(const Node* node) {
+bool isPyNode(const Node* node) {
     return std::strcmp(typeid(*node).name(), "N5torch8autograd6PyNodeE") == 0;
 }
 
-at::Tensor
-tensorFromImpl(const c10::TensorImpl* impl) {
+at::Tensor tensorFromImpl(const c10::TensorImpl* impl) {
     return at::Tensor(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(
         const_cast<c10::TensorImpl*>(impl)));
 }
 
-std::string
-demangledNodeName(const Node* node) {
+std::string demangledNodeName(const Node* node) {
     const char* mangled = typeid(*node).name();
     int status = 0;
-    std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                             std::free);
+    std::unique_ptr<char, void (*)(void*)> d(
+        abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
     std::string full = status == 0 && d ? d.get() : mangled;
     auto cut = full.rfind("::");
     return cut == std::string::npos ? full : full.substr(cut + 2);
 }
 
-std::string
-dtypeName(at::ScalarType type) {
+std::string dtypeName(at::ScalarType type) {
     std::string name = c10::toString(type);
     static const std::unordered_map<std::string, std::string> kNames = {
-        {"Float", "float32"}, {"Double", "float64"}, {"Half", "float16"}, {"BFloat16", "bfloat16"},
-        {"Byte", "uint8"},    {"Char", "int8"},      {"Short", "int16"},  {"Int", "int32"},
-        {"Long", "int64"},    {"Bool", "bool"},      {"ComplexFloat", "complex64"},
+        {"Float", "float32"},
+        {"Double", "float64"},
+        {"Half", "float16"},
+        {"BFloat16", "bfloat16"},
+        {"Byte", "uint8"},
+        {"Char", "int8"},
+        {"Short", "int16"},
+        {"Int", "int32"},
+        {"Long", "int64"},
+        {"Bool", "bool"},
+        {"ComplexFloat", "complex64"},
         {"ComplexDouble", "complex128"}};
     auto it = kNames.find(name);
     return it != kNames.end() ? it->second : name;
 }
 
 // Keys that print as Python literals; anything else would need its __repr__ (user code).
-std::string
-keyText(PyObject* key) {
+std::string keyText(PyObject* key) {
     if (PyUnicode_Check(key)) {
         std::string s = utf8(key);
         std::string out = "'";
@@ -271,8 +264,7 @@ keyText(PyObject* key) {
     return std::string("<") + Py_TYPE(key)->tp_name + " key>";
 }
 
-bool
-isIdentifier(const std::string& s) {
+bool isIdentifier(const std::string& s) {
     if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) {
         return false;
     }
@@ -288,7 +280,7 @@ class Walk {
   public:
     Walk(const std::unordered_set<uintptr_t>& targets, PointerSet& visited, WalkStats& stats)
         : d_targets(targets), d_visited(visited), d_stats(stats) {
-        d_nodes.reserve(1 << 20);  // untouched pages cost nothing; regrowth copies
+        d_nodes.reserve(1 << 20); // untouched pages cost nothing; regrowth copies
     }
     ~Walk() {
         for (PyObject* o : d_temporaries) {
@@ -337,7 +329,11 @@ class Walk {
     }
 
   private:
-    void push(const void* ptr, NodeKind kind, uint32_t parent, Edge edge, uint32_t index,
+    void push(const void* ptr,
+              NodeKind kind,
+              uint32_t parent,
+              Edge edge,
+              uint32_t index,
               const char* name) {
         if (ptr == nullptr) {
             return;
@@ -410,7 +406,10 @@ class Walk {
         }
     }
 
-    void pushSaved(uint32_t i, const torch::autograd::SavedVariable& sv, Edge edge, uint32_t index,
+    void pushSaved(uint32_t i,
+                   const torch::autograd::SavedVariable& sv,
+                   Edge edge,
+                   uint32_t index,
                    const char* name) {
         if (auto t = rawSavedTensor(sv)) {
             // The Tensor handle is temporary; the node holds the TensorImpl for the walk.
@@ -435,7 +434,8 @@ class Walk {
                 void list(const char* name,
                           const std::vector<torch::autograd::SavedVariable>& v) override {
                     for (size_t k = 0; k < v.size(); ++k) {
-                        walk->pushSaved(from, v[k], Edge::SavedList, static_cast<uint32_t>(k), name);
+                        walk->pushSaved(from, v[k], Edge::SavedList, static_cast<uint32_t>(k),
+                                        name);
                     }
                 }
             } visitor;
@@ -467,7 +467,8 @@ class Walk {
             Py_ssize_t pos = 0, ordinal = 0;
             PyObject *key, *value;
             while (PyDict_Next(obj, &pos, &key, &value)) {
-                push(value, NodeKind::Python, i, Edge::DictValue, static_cast<uint32_t>(ordinal), nullptr);
+                push(value, NodeKind::Python, i, Edge::DictValue, static_cast<uint32_t>(ordinal),
+                     nullptr);
                 if (!PyUnicode_Check(key) && PyType_IS_GC(Py_TYPE(key))) {
                     // Keys (a Parameter keying optimizer.state) are a last resort: a path
                     // through the owner's own name (net[0].weight) reads better.
@@ -481,7 +482,8 @@ class Walk {
             Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
             PyObject** items = PySequence_Fast_ITEMS(obj);
             for (Py_ssize_t k = 0; k < n; ++k) {
-                push(items[k], NodeKind::Python, i, Edge::SeqItem, static_cast<uint32_t>(k), nullptr);
+                push(items[k], NodeKind::Python, i, Edge::SeqItem, static_cast<uint32_t>(k),
+                     nullptr);
             }
             return;
         }
@@ -496,7 +498,8 @@ class Walk {
         if (isCustomFunctionCtx(obj)) {
             auto* fn = reinterpret_cast<THPFunction*>(obj);
             for (size_t k = 0; k < fn->saved_variables.size(); ++k) {
-                pushSaved(i, fn->saved_variables[k], Edge::CtxSaved, static_cast<uint32_t>(k), nullptr);
+                pushSaved(i, fn->saved_variables[k], Edge::CtxSaved, static_cast<uint32_t>(k),
+                          nullptr);
             }
             pushInstanceDict(i, obj);
             if (Node* node = nodeOfCtx(obj)) {
@@ -524,15 +527,15 @@ class Walk {
             }
             push(f->func_defaults, NodeKind::Python, i, Edge::Ref, 0, "__defaults__");
             push(f->func_kwdefaults, NodeKind::Python, i, Edge::Ref, 0, "__kwdefaults__");
-            return;  // not func_globals: module state is walked from its own roots
+            return; // not func_globals: module state is walked from its own roots
         }
         if (PyType_Check(obj)) {
-            push(reinterpret_cast<PyTypeObject*>(obj)->tp_dict, NodeKind::Python, i, Edge::AttrDict, 0,
-                 nullptr);
+            push(reinterpret_cast<PyTypeObject*>(obj)->tp_dict, NodeKind::Python, i, Edge::AttrDict,
+                 0, nullptr);
             return;
         }
         if (PyFrame_Check(obj)) {
-            return;  // frames are roots (by local name) when they matter
+            return; // frames are roots (by local name) when they matter
         }
         traverseGeneric(i, obj);
     }
@@ -666,8 +669,8 @@ class PathBuilder {
             if (!base.defined()) {
                 return;
             }
-            WalkNode baseNode{base.unsafeGetTensorImpl(), n.parent, 0, nullptr, NodeKind::Tensor,
-                              Edge::Variable};
+            WalkNode baseNode{base.unsafeGetTensorImpl(), n.parent,      0, nullptr,
+                              NodeKind::Tensor,           Edge::Variable};
             PathStep step;
             step.kind = "base";
             step.label = "._base";
@@ -679,7 +682,6 @@ class PathBuilder {
     }
 
   public:
-
   private:
     std::string typeName(const WalkNode& n) {
         switch (n.kind) {
@@ -739,7 +741,7 @@ class PathBuilder {
                 }
             }
         } catch (...) {
-            return;  // sizes of nested or symbolic tensors
+            return; // sizes of nested or symbolic tensors
         }
         step.tensor = std::move(info);
     }
@@ -760,7 +762,8 @@ class PathBuilder {
         for (PyTypeObject* type = Py_TYPE(parent); type != nullptr; type = type->tp_base) {
             for (PyMemberDef* m = type->tp_members; m != nullptr && m->name != nullptr; ++m) {
                 if ((m->type == T_OBJECT || m->type == T_OBJECT_EX) &&
-                    *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(parent) + m->offset) == child) {
+                    *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(parent) + m->offset) ==
+                        child) {
                     return std::string(m->name);
                 }
             }
@@ -792,10 +795,10 @@ class PathBuilder {
             }
             const WalkNode& dictNode = d_nodes[n.parent];
             bool attributes = dictNode.edge == Edge::AttrDict;
-            bool ctxAttributes =
-                attributes && dictNode.parent != kNoParent &&
-                d_nodes[dictNode.parent].kind == NodeKind::Python &&
-                isCustomFunctionCtx(static_cast<PyObject*>(const_cast<void*>(d_nodes[dictNode.parent].ptr)));
+            bool ctxAttributes = attributes && dictNode.parent != kNoParent &&
+                                 d_nodes[dictNode.parent].kind == NodeKind::Python &&
+                                 isCustomFunctionCtx(static_cast<PyObject*>(
+                                     const_cast<void*>(d_nodes[dictNode.parent].ptr)));
             std::string name = key != nullptr && PyUnicode_Check(key) ? utf8(key) : "";
             if (n.edge == Edge::DictKey) {
                 s.kind = "key";
@@ -820,8 +823,8 @@ class PathBuilder {
             PyObject* freevars = PyObject_GetAttrString(f->func_code, "co_freevars");
             if (freevars != nullptr && PyTuple_Check(freevars) &&
                 static_cast<Py_ssize_t>(n.index) < PyTuple_GET_SIZE(freevars)) {
-                s.note = "closure variable '" + utf8(PyTuple_GET_ITEM(freevars, n.index)) + "' of " +
-                         utf8(f->func_qualname);
+                s.note = "closure variable '" + utf8(PyTuple_GET_ITEM(freevars, n.index)) +
+                         "' of " + utf8(f->func_qualname);
             }
             Py_XDECREF(freevars);
             PyErr_Clear();
@@ -895,8 +898,7 @@ struct Unreached {
     std::vector<PyObject*> external;
 };
 
-Unreached
-classifyUnreached(PyObject* objects, const PointerSet& visited) {
+Unreached classifyUnreached(PyObject* objects, const PointerSet& visited) {
     Unreached out;
     std::unordered_map<PyObject*, Py_ssize_t> refs;
     std::vector<PyObject*> candidates;
@@ -905,7 +907,7 @@ classifyUnreached(PyObject* objects, const PointerSet& visited) {
         PyObject* o = PyList_GET_ITEM(objects, k);
         if (!visited.contains(tag(o, NodeKind::Python))) {
             candidates.push_back(o);
-            refs.emplace(o, Py_REFCNT(o) - 1);  // minus the list gc.get_objects() returned
+            refs.emplace(o, Py_REFCNT(o) - 1); // minus the list gc.get_objects() returned
         }
     }
     for (PyObject* o : candidates) {
@@ -965,7 +967,7 @@ classifyUnreached(PyObject* objects, const PointerSet& visited) {
     return out;
 }
 
-}  // namespace
+} // namespace
 
 std::unordered_map<uintptr_t, BlockPath>
 RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
@@ -1025,7 +1027,8 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
                 while (cycles.nodes()[rootNode].parent != kNoParent) {
                     rootNode = cycles.nodes()[rootNode].parent;
                 }
-                PyObject* rootObj = static_cast<PyObject*>(const_cast<void*>(cycles.nodes()[rootNode].ptr));
+                PyObject* rootObj =
+                    static_cast<PyObject*>(const_cast<void*>(cycles.nodes()[rootNode].ptr));
                 PointerSet loopVisited;
                 std::unordered_set<uintptr_t> none;
                 WalkStats scratch;
@@ -1062,16 +1065,16 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
                     } else if (isCustomFunctionCtx(o)) {
                         // Only its autograd node refers to it: a C++ reference cycle (a custom
                         // Function that saved a view of its own output) keeps the graph alive.
-                        outsideRoots.push_back({std::string("<") + Py_TYPE(o)->tp_name +
-                                                    " held only from C++>",
-                                                "root",
-                                                "an autograd node no Python object reaches keeps "
-                                                "this custom Function's ctx alive",
-                                                o});
+                        outsideRoots.push_back(
+                            {std::string("<") + Py_TYPE(o)->tp_name + " held only from C++>",
+                             "root",
+                             "an autograd node no Python object reaches keeps "
+                             "this custom Function's ctx alive",
+                             o});
                     } else {
-                        outsideRoots.push_back({std::string("<") + Py_TYPE(o)->tp_name +
-                                                    " outside the named roots>",
-                                                "root", "held from C code or library state", o});
+                        outsideRoots.push_back(
+                            {std::string("<") + Py_TYPE(o)->tp_name + " outside the named roots>",
+                             "root", "held from C code or library state", o});
                     }
                 }
                 Walk outside(unreached, visited, d_stats);
@@ -1085,7 +1088,8 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
                     while (outside.nodes()[rootNode].parent != kNoParent) {
                         rootNode = outside.nodes()[rootNode].parent;
                     }
-                    auto* rootObj = static_cast<PyObject*>(const_cast<void*>(outside.nodes()[rootNode].ptr));
+                    auto* rootObj =
+                        static_cast<PyObject*>(const_cast<void*>(outside.nodes()[rootNode].ptr));
                     bool cpp = isCustomFunctionCtx(rootObj) || isTensor(rootObj);
                     result[block] = BlockPath{cpp ? Retention::CppOnly : Retention::Unnamed,
                                               outsideBuilder.build(node)};
@@ -1111,4 +1115,4 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
     return result;
 }
 
-}  // namespace torchleak::python
+} // namespace torchleak::python

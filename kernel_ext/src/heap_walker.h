@@ -23,10 +23,10 @@
 namespace torchleak::python {
 
 struct NamedRoot {
-    std::string label;  // pasteable ("losses", "mymodule.cache", "Out") or "<...>" text
-    std::string kind;   // "root" or "frame"
-    std::string note;   // "local 'x' in train_step (train.py:12)"
-    PyObject* object;   // borrowed: the caller keeps it alive during the walk
+    std::string label; // pasteable ("losses", "mymodule.cache", "Out") or "<...>" text
+    std::string kind;  // "root" or "frame"
+    std::string note;  // "local 'x' in train_step (train.py:12)"
+    PyObject* object;  // borrowed: the caller keeps it alive during the walk
 };
 
 struct WalkStats {
@@ -50,4 +50,4 @@ class RetainingPathFinder final : public RetentionExplainer {
     WalkStats d_stats;
 };
 
-}  // namespace torchleak::python
+} // namespace torchleak::python

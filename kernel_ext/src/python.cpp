@@ -3,12 +3,12 @@
 // tested by tests/python/test_errors.py).
 
 #include "frame_capture.h"
-#include "tracking_session.h"
 #include "torchleak/allocator_hook.h"
 #include "torchleak/config.h"
 #include "torchleak/errors.h"
 #include "torchleak/report_json.h"
 #include "torchleak/retention.h"
+#include "tracking_session.h"
 
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <pybind11/pybind11.h>
@@ -19,8 +19,7 @@ using namespace torchleak;
 
 namespace {
 
-void
-registerExceptions(py::module_& m) {
+void registerExceptions(py::module_& m) {
     static py::exception<SchemaError> schemaError(m, "ReportSchemaError", PyExc_ValueError);
     py::register_exception_translator([](std::exception_ptr p) {
         try {
@@ -41,8 +40,7 @@ registerExceptions(py::module_& m) {
     });
 }
 
-std::vector<python::NamedRoot>
-namedRoots(const py::list& roots) {
+std::vector<python::NamedRoot> namedRoots(const py::list& roots) {
     std::vector<python::NamedRoot> out;
     for (const py::handle& item : roots) {
         auto t = py::reinterpret_borrow<py::tuple>(item);
@@ -55,8 +53,7 @@ namedRoots(const py::list& roots) {
     return out;
 }
 
-py::dict
-walkStatsDict(const python::WalkStats& s) {
+py::dict walkStatsDict(const python::WalkStats& s) {
     py::dict d;
     d["python_objects"] = s.pythonObjects;
     d["tensors"] = s.tensors;
@@ -68,17 +65,16 @@ walkStatsDict(const python::WalkStats& s) {
     return d;
 }
 
-BoundaryKind
-parseBoundary(const std::string& name) {
+BoundaryKind parseBoundary(const std::string& name) {
     try {
         return boundaryFromString(name);
     } catch (const SchemaError&) {
-        throw InvalidArgument("boundary must be one of explicit, optimizer_step, repeat, cell; got '" +
-                              name + "'");
+        throw InvalidArgument(
+            "boundary must be one of explicit, optimizer_step, repeat, cell; got '" + name + "'");
     }
 }
 
-}  // namespace
+} // namespace
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "torchleak's C++ core: allocator hook, recorder, analysis and report.";
@@ -87,10 +83,10 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<AnalysisConfig>(m, "AnalysisConfig")
         .def(py::init<>())
-        .def("set", [](AnalysisConfig& self, const std::string& key, const std::string& value) {
-            self.set(key, value);
-        })
-        .def("get", [](const AnalysisConfig& self, const std::string& key) { return self.get(key); })
+        .def("set", [](AnalysisConfig& self, const std::string& key,
+                       const std::string& value) { self.set(key, value); })
+        .def("get",
+             [](const AnalysisConfig& self, const std::string& key) { return self.get(key); })
         .def("copy", [](const AnalysisConfig& self) { return AnalysisConfig(self); })
         .def_readonly("allow", &AnalysisConfig::allow)
         .def_static("keys", &AnalysisConfig::keys);
@@ -160,8 +156,8 @@ PYBIND11_MODULE(_core, m) {
                                       : static_cast<int8_t>(std::stoi(name.substr(colon + 1)));
                     in.devices.push_back(d);
                 }
-                python::FrameFilter filter{libraryPrefixes, userPrefixes,
-                                           {cellFiles.begin(), cellFiles.end()}};
+                python::FrameFilter filter{
+                    libraryPrefixes, userPrefixes, {cellFiles.begin(), cellFiles.end()}};
                 // `roots` (the Python list) keeps every root object alive during the walk.
                 return self.reportJson(in, filter, namedRoots(roots), explain, indent);
             },
@@ -171,8 +167,7 @@ PYBIND11_MODULE(_core, m) {
             py::arg("warnings") = std::vector<std::string>{},
             py::arg("library_prefixes") = std::vector<std::string>{},
             py::arg("user_prefixes") = std::vector<std::string>{}, py::arg("roots") = py::list(),
-            py::arg("explain") = true,
-            py::arg("cell_files") = std::map<std::string, int>{},
+            py::arg("explain") = true, py::arg("cell_files") = std::map<std::string, int>{},
             py::arg("external_stacks") = py::dict(), py::arg("indent") = -1)
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
             return walkStatsDict(self.lastWalk());
@@ -203,9 +198,13 @@ PYBIND11_MODULE(_core, m) {
         py::arg("text"), py::arg("indent") = -1,
         "Parse a torchleak.report/1 document with the C++ schema and write it back.");
     m.def("capture_strategy", &python::captureStrategy);
-    m.def("profiler_state_installed", []() {
-        return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr;
-    }, "True when anything (torchleak or torch.profiler) sits in this thread's PROFILER_STATE slot.");
+    m.def(
+        "profiler_state_installed",
+        []() {
+            return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr;
+        },
+        "True when anything (torchleak or torch.profiler) sits in this thread's PROFILER_STATE "
+        "slot.");
     m.def("pending_hook_removals", &AllocatorHook::pendingRemovals);
     m.def("retry_deferred_removals", &AllocatorHook::retryDeferredRemovals);
     m.attr("SCHEMA_VERSION") = kReportSchema;

@@ -30,9 +30,7 @@ const SavedVariableVisitorTable& generatedSavedVariableVisitors();
 
 // The tensor a SavedVariable holds, without unpacking: no version check, no unpack hooks.
 // Empty when hooks own the data (saved_tensors_hooks) or it was released after backward.
-template <typename Saved>
-std::optional<at::Tensor>
-rawSavedTensor(const Saved& saved) {
+template <typename Saved> std::optional<at::Tensor> rawSavedTensor(const Saved& saved) {
     if constexpr (requires { saved.get_raw_data(); }) {
         auto data = saved.get_raw_data();
         if (data && data->defined()) {
@@ -53,4 +51,4 @@ rawSavedTensor(const Saved& saved) {
     }
 }
 
-}  // namespace torchleak::python
+} // namespace torchleak::python

@@ -7,13 +7,11 @@ namespace torchleak::python {
 
 namespace {
 
-void
-addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, const at::Tensor& t);
+void addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, const at::Tensor& t);
 
-}  // namespace
+} // namespace
 
-LiveTensorIndex
-LiveTensorIndex::scan() {
+LiveTensorIndex LiveTensorIndex::scan() {
     LiveTensorIndex index;
     PyObject* gc = PyImport_ImportModule("gc");
     if (gc == nullptr) {
@@ -54,22 +52,34 @@ LiveTensorIndex::scan() {
 namespace {
 
 // torch's Python dtype names; c10::toString gives the C++ names ("Float").
-std::string
-dtypeName(at::ScalarType type) {
+std::string dtypeName(at::ScalarType type) {
     switch (type) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kByte: return "uint8";
-    case at::kChar: return "int8";
-    case at::kShort: return "int16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    case at::kBool: return "bool";
-    case at::kComplexFloat: return "complex64";
-    case at::kComplexDouble: return "complex128";
-    default: break;
+    case at::kFloat:
+        return "float32";
+    case at::kDouble:
+        return "float64";
+    case at::kHalf:
+        return "float16";
+    case at::kBFloat16:
+        return "bfloat16";
+    case at::kByte:
+        return "uint8";
+    case at::kChar:
+        return "int8";
+    case at::kShort:
+        return "int16";
+    case at::kInt:
+        return "int32";
+    case at::kLong:
+        return "int64";
+    case at::kBool:
+        return "bool";
+    case at::kComplexFloat:
+        return "complex64";
+    case at::kComplexDouble:
+        return "complex128";
+    default:
+        break;
     }
     std::string name = c10::toString(type);
     for (char& c : name) {
@@ -78,8 +88,7 @@ dtypeName(at::ScalarType type) {
     return name;
 }
 
-void
-addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, const at::Tensor& t) {
+void addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, const at::Tensor& t) {
     if (!t.defined() || !t.has_storage()) {
         return;
     }
@@ -98,10 +107,9 @@ addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, const at
     }
 }
 
-}  // namespace
+} // namespace
 
-std::optional<BlockDescription>
-LiveTensorIndex::describe(uintptr_t block) {
+std::optional<BlockDescription> LiveTensorIndex::describe(uintptr_t block) {
     auto it = d_byBlock.find(block);
     if (it == d_byBlock.end()) {
         return std::nullopt;
@@ -109,4 +117,4 @@ LiveTensorIndex::describe(uintptr_t block) {
     return it->second.description;
 }
 
-}  // namespace torchleak::python
+} // namespace torchleak::python

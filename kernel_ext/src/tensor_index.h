@@ -18,11 +18,11 @@ class LiveTensorIndex final : public BlockDescriber {
 
     struct Entry {
         BlockDescription description;
-        uint64_t bytes = 0;  // the view that covers most of the block describes it best
+        uint64_t bytes = 0; // the view that covers most of the block describes it best
     };
 
   private:
     std::unordered_map<uintptr_t, Entry> d_byBlock;
 };
 
-}  // namespace torchleak::python
+} // namespace torchleak::python

@@ -15,12 +15,18 @@ using namespace torchleak;
 PYBIND11_MODULE(_testing, m) {
     m.doc() = "Test-only hooks into torchleak's C++ core. Not a public API.";
     m.def("raise_error", [](const std::string& kind) {
-        if (kind == "state") throw StateError("state error from C++");
-        if (kind == "invalid") throw InvalidArgument("invalid argument from C++");
-        if (kind == "schema") throw SchemaError("schema error from C++");
-        if (kind == "io") throw IoError("io error from C++");
-        if (kind == "base") throw Error("base error from C++");
-        if (kind == "std") throw std::runtime_error("std error from C++");
+        if (kind == "state")
+            throw StateError("state error from C++");
+        if (kind == "invalid")
+            throw InvalidArgument("invalid argument from C++");
+        if (kind == "schema")
+            throw SchemaError("schema error from C++");
+        if (kind == "io")
+            throw IoError("io error from C++");
+        if (kind == "base")
+            throw Error("base error from C++");
+        if (kind == "std")
+            throw std::runtime_error("std error from C++");
         throw std::logic_error("unknown kind");
     });
     m.def(

@@ -28,8 +28,7 @@ TrackingSession::~TrackingSession() {
     }
 }
 
-void
-TrackingSession::start() {
+void TrackingSession::start() {
     if (d_hook || d_stopped || d_paused) {
         throw StateError("this tracking session was already started; start a new one");
     }
@@ -47,8 +46,7 @@ TrackingSession::start() {
     }
 }
 
-bool
-TrackingSession::startPaused() {
+bool TrackingSession::startPaused() {
     TrackingSession* expected = nullptr;
     if (d_hook || d_stopped || d_paused || !g_active.compare_exchange_strong(expected, this)) {
         throw StateError("torchleak is already tracking in this process: nested or concurrent "
@@ -59,8 +57,7 @@ TrackingSession::startPaused() {
     return true;
 }
 
-void
-TrackingSession::step() {
+void TrackingSession::step() {
     if (!active()) {
         throw StateError("step() outside an active tracking session");
     }
@@ -71,8 +68,7 @@ TrackingSession::step() {
     d_recorder->markBoundary();
 }
 
-std::string
-TrackingSession::pause() {
+std::string TrackingSession::pause() {
     if (!active() || d_paused) {
         return "not-active";
     }
@@ -83,8 +79,7 @@ TrackingSession::pause() {
     return removal == AllocatorHook::Removal::Deferred ? "deferred" : "paused";
 }
 
-void
-TrackingSession::resume() {
+void TrackingSession::resume() {
     if (!d_paused || d_stopped) {
         return;
     }
@@ -94,8 +89,7 @@ TrackingSession::resume() {
     d_recorder->noteShadowed();
 }
 
-std::string
-TrackingSession::stop() {
+std::string TrackingSession::stop() {
     if (d_stopped) {
         return "already-stopped";
     }
@@ -103,7 +97,7 @@ TrackingSession::stop() {
         if (!d_paused) {
             return "not-started";
         }
-        d_stopped = true;  // started paused and never resumed
+        d_stopped = true; // started paused and never resumed
         TrackingSession* self = this;
         g_active.compare_exchange_strong(self, nullptr);
         return "removed";
@@ -117,42 +111,39 @@ TrackingSession::stop() {
     TrackingSession* self = this;
     g_active.compare_exchange_strong(self, nullptr);
     if (d_paused) {
-        return "removed";  // the hook was already taken out by pause()
+        return "removed"; // the hook was already taken out by pause()
     }
     return removal == AllocatorHook::Removal::Deferred ? "deferred" : "removed";
 }
 
-bool
-TrackingSession::active() const noexcept {
+bool TrackingSession::active() const noexcept {
     return (d_hook || d_paused) && !d_stopped;
 }
 
-bool
-TrackingSession::hookOnTop() const noexcept {
+bool TrackingSession::hookOnTop() const noexcept {
     return d_hook && d_hook->onTop();
 }
 
-void
-TrackingSession::setCaptureStacks(bool on) noexcept {
+void TrackingSession::setCaptureStacks(bool on) noexcept {
     d_captureStacks = on;
     if (d_hook) {
         d_hook->setCaptureStacks(on);
     }
 }
 
-std::string
-TrackingSession::reportJson(const ReportInputs& inputs,
-                            const FrameFilter& filter,
-                            std::vector<NamedRoot> roots,
-                            bool explain,
-                            int indent) {
+std::string TrackingSession::reportJson(const ReportInputs& inputs,
+                                        const FrameFilter& filter,
+                                        std::vector<NamedRoot> roots,
+                                        bool explain,
+                                        int indent) {
     drainPendingRetains();
     PythonStackSymbolizer symbolizer(filter);
     LiveTensorIndex tensors = LiveTensorIndex::scan();
     RetainingPathFinder finder(std::move(roots));
-    Report report = buildReport(*d_recorder, inputs, symbolizer, tensors, explain ? &finder : nullptr);
+    Report report =
+        buildReport(*d_recorder, inputs, symbolizer, tensors, explain ? &finder : nullptr);
     d_lastWalk = finder.stats();
     return toJson(report, indent);
 }
 
-}  // namespace torchleak::python
+} // namespace torchleak::python

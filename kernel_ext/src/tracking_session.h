@@ -22,16 +22,16 @@ class TrackingSession {
     TrackingSession(const TrackingSession&) = delete;
     TrackingSession& operator=(const TrackingSession&) = delete;
 
-    void start();               // throws StateError if a session is active or a profiler is on
-    bool startPaused();         // active but not recording: resume() once the profiler stops
-    void step();                // ends an iteration
+    void start();       // throws StateError if a session is active or a profiler is on
+    bool startPaused(); // active but not recording: resume() once the profiler stops
+    void step();        // ends an iteration
     // Steps aside for another profiler on this thread (torch.profiler refuses to start while
     // anything sits in PROFILER_STATE) and comes back after it. Events in between are lost;
     // the iterations concerned are marked in the report.
-    std::string pause();        // "paused", "deferred" or "not-active"
+    std::string pause(); // "paused", "deferred" or "not-active"
     void resume();
     bool paused() const noexcept { return d_paused; }
-    std::string stop();         // "removed", "deferred" or "not-started"/"already-stopped"
+    std::string stop(); // "removed", "deferred" or "not-started"/"already-stopped"
     bool active() const noexcept;
     bool hookOnTop() const noexcept;
     uint32_t iterations() const noexcept { return d_recorder->iteration(); }
@@ -59,4 +59,4 @@ class TrackingSession {
     WalkStats d_lastWalk;
 };
 
-}  // namespace torchleak::python
+} // namespace torchleak::python

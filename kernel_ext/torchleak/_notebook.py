@@ -53,24 +53,16 @@ def _split(magic, line):
         raise UsageError(f"{exc}\nusage: {USAGE[magic]}") from None
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
+def _int_at_least(minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {value}")
+        return value
+    return parse
 
 
 def _size(text):
@@ -130,8 +122,8 @@ class LeakMagics(Magics):
         """Run the cell N times, each run an iteration, and show where leaked memory was
         allocated, why it is still alive, and its growth curve."""
         parser = _Parser("leakcheck")
-        parser.add_argument("-n", type=_positive_int, default=20)
-        parser.add_argument("--warmup", type=_non_negative_int, default=None)
+        parser.add_argument("-n", type=_int_at_least(1), default=20)
+        parser.add_argument("--warmup", type=_int_at_least(0), default=None)
         parser.add_argument("--min-bytes", type=_size, default=0)
         parser.add_argument("--json", default=None)
         parser.add_argument("--html", default=None)

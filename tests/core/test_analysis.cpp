@@ -40,7 +40,7 @@ series(std::vector<int64_t> bytes, std::vector<int64_t> born, std::vector<uint32
     return SiteSeries{std::move(bytes), std::move(born), std::move(oldest)};
 }
 
-}  // namespace
+} // namespace
 
 TEST_CASE("fitLine recovers an exact ramp") {
     std::vector<double> y = {1, 3, 5, 7, 9};
@@ -71,12 +71,12 @@ TEST_CASE("classify: a ramp is a leak with its exact slope") {
                       0);
     REQUIRE(c.verdict == Verdict::Leak);
     REQUIRE(c.bytes_per_iteration == MiB);
-    REQUIRE(c.confidence > 0.95);  // Mann-Kendall p of 5 rising points
+    REQUIRE(c.confidence > 0.95); // Mann-Kendall p of 5 rising points
 }
 
 TEST_CASE("classify: created in the first iteration, then constant, is warm-up") {
-    auto c = classify(series({6 * MiB, 6 * MiB, 6 * MiB, 6 * MiB}, {6 * MiB, 0, 0, 0}, {0, 0, 0, 0}),
-                      0);
+    auto c =
+        classify(series({6 * MiB, 6 * MiB, 6 * MiB, 6 * MiB}, {6 * MiB, 0, 0, 0}, {0, 0, 0, 0}), 0);
     REQUIRE(c.verdict == Verdict::Warmup);
     REQUIRE(c.bytes_per_iteration == 0);
 }
@@ -100,9 +100,8 @@ TEST_CASE("classify: grows then stops is a plateau") {
 
 TEST_CASE("classify: warm-up boundaries are not judged") {
     // Iteration 0 creates 8 MiB of state; after that 1 MiB per iteration leaks.
-    auto c = classify(series({8 * MiB, 9 * MiB, 10 * MiB, 11 * MiB}, {8 * MiB, MiB, MiB, MiB},
-                             {0, 0, 0, 0}),
-                      1);
+    auto c = classify(
+        series({8 * MiB, 9 * MiB, 10 * MiB, 11 * MiB}, {8 * MiB, MiB, MiB, MiB}, {0, 0, 0, 0}), 1);
     REQUIRE(c.verdict == Verdict::Leak);
     REQUIRE(c.bytes_per_iteration == MiB);
 }
@@ -182,11 +181,12 @@ TEST_CASE("buildReport: CUDA blocks without a hook stack are attributed by exter
     ReportInputs in;
     for (uint32_t i = 0; i < 5; ++i) {
         uintptr_t kept = 0x700000 + i * 0x1000;
-        rec.recordAlloc(kept, MiB, kCuda0, {}, nullptr, 0, 0, true);      // survives: a leak
-        rec.recordAlloc(0x900000, 4 * MiB, kCuda0, {}, nullptr, 0, 0, true);  // temporary
+        rec.recordAlloc(kept, MiB, kCuda0, {}, nullptr, 0, 0, true);         // survives: a leak
+        rec.recordAlloc(0x900000, 4 * MiB, kCuda0, {}, nullptr, 0, 0, true); // temporary
         rec.recordFree(0x900000, kCuda0, 0, 0, true);
-        in.external_stacks[kept] = {Frame{"/torch/nn/functional.py", 10, "linear", std::nullopt, false, std::nullopt, ""},
-                                    Frame{"train.py", 42, "step", std::nullopt, true, std::nullopt, ""}};
+        in.external_stacks[kept] = {
+            Frame{"/torch/nn/functional.py", 10, "linear", std::nullopt, false, std::nullopt, ""},
+            Frame{"train.py", 42, "step", std::nullopt, true, std::nullopt, ""}};
         rec.markBoundary();
     }
     in.devices = {{kCuda0, "cuda:0", 80ull << 30}};

@@ -15,13 +15,13 @@ TEST_CASE("LiveBlockTable inserts, finds and erases") {
     REQUIRE(table.find(0x1000)->size == 64);
     REQUIRE(table.find(0x2000) == nullptr);
     rec.size = 128;
-    REQUIRE_FALSE(table.insert(0x1000, rec));  // reused address replaces the record
+    REQUIRE_FALSE(table.insert(0x1000, rec)); // reused address replaces the record
     REQUIRE(table.size() == 1);
     REQUIRE(table.find(0x1000)->size == 128);
     auto removed = table.erase(0x1000);
     REQUIRE(removed);
     REQUIRE(removed->size == 128);
-    REQUIRE_FALSE(table.erase(0x1000));  // a free we never saw allocated
+    REQUIRE_FALSE(table.erase(0x1000)); // a free we never saw allocated
     REQUIRE(table.size() == 0);
 }
 

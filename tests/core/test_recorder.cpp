@@ -11,13 +11,13 @@ constexpr DeviceKey kCpu{0, -1};
 constexpr DeviceKey kCuda0{1, 0};
 const std::vector<RawFrame> kStackA = {{0xA0, 2}, {0xB0, 4}};
 const std::vector<RawFrame> kStackB = {{0xC0, 6}};
-}  // namespace
+} // namespace
 
 TEST_CASE("A block kept per iteration shows up in every boundary's snapshot") {
     AllocationRecorder rec;
     for (uint32_t i = 0; i < 5; ++i) {
         rec.recordAlloc(0x1000 + i * 0x100, 1 << 20, kCpu, kStackA, nullptr, 0, 0, false);
-        rec.recordAlloc(0x9000, 4096, kCpu, kStackB, nullptr, 0, 0, false);  // temporary
+        rec.recordAlloc(0x9000, 4096, kCpu, kStackB, nullptr, 0, 0, false); // temporary
         rec.recordFree(0x9000, kCpu, 0, 0, false);
         rec.markBoundary();
     }
@@ -79,7 +79,8 @@ TEST_CASE("The recorder is safe under concurrent events from several threads") {
     for (int t = 0; t < kThreads; ++t) {
         threads.emplace_back([&rec, t] {
             for (int i = 0; i < kPerThread; ++i) {
-                uintptr_t ptr = (static_cast<uintptr_t>(t + 1) << 32) + static_cast<uintptr_t>(i) * 16;
+                uintptr_t ptr =
+                    (static_cast<uintptr_t>(t + 1) << 32) + static_cast<uintptr_t>(i) * 16;
                 rec.recordAlloc(ptr, 16, kCpu, kStackA, nullptr, 0, 0, false);
                 if (i % 2 == 0) {
                     rec.recordFree(ptr, kCpu, 0, 0, false);
@@ -104,7 +105,8 @@ TEST_CASE("A new stack is handed to the retainer exactly once") {
         retained += static_cast<int>(frames.size());
     });
     for (int i = 0; i < 10; ++i) {
-        rec.recordAlloc(0x4000 + static_cast<uintptr_t>(i) * 64, 8, kCpu, kStackA, nullptr, 0, 0, false);
+        rec.recordAlloc(0x4000 + static_cast<uintptr_t>(i) * 64, 8, kCpu, kStackA, nullptr, 0, 0,
+                        false);
     }
     REQUIRE(retained == 2);
 }

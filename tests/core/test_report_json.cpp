@@ -8,8 +8,7 @@ using namespace torchleak;
 
 namespace {
 
-Report
-hostileReport() {
+Report hostileReport() {
     Report r;
     r.torch_version = "2.13.0";
     r.python_version = "3.11.7";
@@ -17,8 +16,16 @@ hostileReport() {
     r.boundary = BoundaryKind::Repeat;
     Finding f;
     f.verdict = Verdict::Leak;
-    f.site = {"dir \"quoted\"/<script>alert('x')</script>.py", 42, "step</td>&amp;", std::nullopt, true, std::nullopt, ""};
-    f.stack = {f.site, {"/torch/nn/modules/module.py", 1, "_call_impl", std::nullopt, false, std::nullopt, ""}};
+    f.site = {"dir \"quoted\"/<script>alert('x')</script>.py",
+              42,
+              "step</td>&amp;",
+              std::nullopt,
+              true,
+              std::nullopt,
+              ""};
+    f.stack = {
+        f.site,
+        {"/torch/nn/modules/module.py", 1, "_call_impl", std::nullopt, false, std::nullopt, ""}};
     f.device = "cpu";
     f.dtype = "float32";
     f.shape = std::vector<int64_t>{256, 1024};
@@ -57,7 +64,7 @@ hostileReport() {
     return r;
 }
 
-}  // namespace
+} // namespace
 
 TEST_CASE("JSON has the contract's field names and parses back with nlohmann") {
     std::string text = toJson(hostileReport());

@@ -5,18 +5,17 @@
 using namespace torchleak;
 
 namespace {
-PathStep
-step(const char* kind, const char* label, const char* type) {
+PathStep step(const char* kind, const char* label, const char* type) {
     return PathStep{kind, label, type, "", std::nullopt};
 }
-std::vector<PathStep>
-lossPath(int i) {
-    return {step("root", "losses", "list"), step("index", ("[" + std::to_string(i) + "]").c_str(), "Tensor"),
+std::vector<PathStep> lossPath(int i) {
+    return {step("root", "losses", "list"),
+            step("index", ("[" + std::to_string(i) + "]").c_str(), "Tensor"),
             step("grad_fn", ".grad_fn", "MeanBackward0"),
             step("next_functions", ".next_functions[0][0]", "MmBackward0"),
             step("saved", "._saved_self", "Tensor")};
 }
-}  // namespace
+} // namespace
 
 TEST_CASE("pathText joins labels into pasteable Python") {
     REQUIRE(pathText(lossPath(7)) == "losses[7].grad_fn.next_functions[0][0]._saved_self");
@@ -57,7 +56,8 @@ TEST_CASE("A dict of lists: the holder is the list, not the dict with one key") 
 }
 
 TEST_CASE("No container on the path: no holder") {
-    std::vector<PathStep> p = {step("root", "val_loss", "Tensor"), step("grad_fn", ".grad_fn", "AddBackward0")};
+    std::vector<PathStep> p = {step("root", "val_loss", "Tensor"),
+                               step("grad_fn", ".grad_fn", "AddBackward0")};
     std::vector<const std::vector<PathStep>*> ptrs = {&p};
     REQUIRE_FALSE(chooseHolder(p, ptrs, 5.0));
 }
@@ -78,8 +78,8 @@ TEST_CASE("Suggestions follow the pattern of the path") {
     REQUIRE(suggestFix(f).find("%reset -f out") != std::string::npos);
 
     f.retention = Retention::Cycle;
-    f.path = {step("root", "<reference cycle>", "Tensor"), step("grad_fn", ".grad_fn", "FnBackward"),
-              step("ctx", ".out", "Tensor")};
+    f.path = {step("root", "<reference cycle>", "Tensor"),
+              step("grad_fn", ".grad_fn", "FnBackward"), step("ctx", ".out", "Tensor")};
     REQUIRE(suggestFix(f).find("save_for_backward") != std::string::npos);
 
     f.verdict = Verdict::Warmup;
@@ -89,14 +89,16 @@ TEST_CASE("Suggestions follow the pattern of the path") {
 TEST_CASE("A module's parameter dict is not a growing holder, and reads as model.weight") {
     std::vector<std::vector<PathStep>> all;
     for (const char* name : {"['weight']", "['bias']"}) {
-        all.push_back(normalizePath({step("root", "model", "Linear"), step("attr", "._parameters", "dict"),
-                                     step("key", name, "Parameter"), step("grad", ".grad", "Tensor")}));
+        all.push_back(
+            normalizePath({step("root", "model", "Linear"), step("attr", "._parameters", "dict"),
+                           step("key", name, "Parameter"), step("grad", ".grad", "Tensor")}));
     }
     REQUIRE(pathText(all[0]) == "model.weight.grad");
     REQUIRE(all[0][1].kind == "attr");
     std::vector<const std::vector<PathStep>*> ptrs = {&all[0], &all[1]};
-    auto raw = std::vector<PathStep>{step("root", "model", "Linear"), step("attr", "._parameters", "dict"),
-                                     step("key", "['w']", "Tensor")};
+    auto raw =
+        std::vector<PathStep>{step("root", "model", "Linear"), step("attr", "._parameters", "dict"),
+                              step("key", "['w']", "Tensor")};
     REQUIRE_FALSE(chooseHolder(raw, ptrs, 20.0));
     auto seq = normalizePath({step("root", "net", "Sequential"), step("attr", "._modules", "dict"),
                               step("key", "['0']", "Linear"), step("attr", ".out", "Tensor")});
@@ -110,8 +112,9 @@ TEST_CASE("create_graph suggestion needs a .grad that has a graph") {
     f.path = {step("root", "w", "Parameter"), step("grad", ".grad", "Tensor"),
               step("grad_fn", ".grad_fn", "MmBackward0")};
     REQUIRE(suggestFix(f).find("create_graph") != std::string::npos);
-    f.path = {step("root", "outs", "list"), step("index", "[3]", "Tensor"), step("grad_fn", ".grad_fn", "X"),
-              step("attr", ".variable", "Tensor"), step("grad", ".grad", "Tensor")};
+    f.path = {step("root", "outs", "list"), step("index", "[3]", "Tensor"),
+              step("grad_fn", ".grad_fn", "X"), step("attr", ".variable", "Tensor"),
+              step("grad", ".grad", "Tensor")};
     f.holder = Holder{"outs", "list", 1.0};
     REQUIRE(suggestFix(f).find("loss.detach()") != std::string::npos);
 }

@@ -10,7 +10,7 @@ namespace torchleak::testing_ns {
 struct MmBackward0 {
     virtual ~MmBackward0() = default;
 };
-}  // namespace torchleak::testing_ns
+} // namespace torchleak::testing_ns
 
 TEST_CASE("StackTable interns identical stacks once") {
     StackTable table;

@@ -13,18 +13,18 @@ namespace {
 constexpr int64_t MiB = 1 << 20;
 
 // A site whose blocks were all born in iteration 0 unless `bornEach` (one new block per boundary).
-SiteSeries
-series(const std::vector<int64_t>& bytes, bool bornEach = true) {
+SiteSeries series(const std::vector<int64_t>& bytes, bool bornEach = true) {
     SiteSeries s;
     s.bytes = bytes;
     for (size_t i = 0; i < bytes.size(); ++i) {
         int64_t prev = i ? bytes[i - 1] : 0;
-        s.born.push_back(bornEach ? std::max<int64_t>(bytes[i] - prev, 0) : (i == 0 ? bytes[0] : 0));
+        s.born.push_back(bornEach ? std::max<int64_t>(bytes[i] - prev, 0)
+                                  : (i == 0 ? bytes[0] : 0));
         s.oldest.push_back(0);
     }
     return s;
 }
-}  // namespace
+} // namespace
 
 TEST_CASE("ramp: a leak with its exact slope") {
     std::vector<int64_t> y;
@@ -40,7 +40,8 @@ TEST_CASE("ramp: a leak with its exact slope") {
 
 TEST_CASE("a 1 MiB per iteration leak is found within 5 iterations after warm-up") {
     // 3 warm-up iterations of 8 MiB state, then 1 MiB per iteration for 5 iterations.
-    std::vector<int64_t> y = {8 * MiB, 8 * MiB, 8 * MiB, 9 * MiB, 10 * MiB, 11 * MiB, 12 * MiB, 13 * MiB};
+    std::vector<int64_t> y = {8 * MiB,  8 * MiB,  8 * MiB,  9 * MiB,
+                              10 * MiB, 11 * MiB, 12 * MiB, 13 * MiB};
     auto c = classify(series(y), 3);
     REQUIRE(c.verdict == Verdict::Leak);
     REQUIRE(c.bytes_per_iteration == MiB);
@@ -64,7 +65,7 @@ TEST_CASE("plateau at a cap: never a leak, however long the run") {
     for (int n : {20, 100, 500}) {
         std::vector<int64_t> y;
         for (int i = 1; i <= n; ++i) {
-            y.push_back(std::min(i, 8) * MiB);  // an lru_cache(maxsize=8) of 1 MiB tensors
+            y.push_back(std::min(i, 8) * MiB); // an lru_cache(maxsize=8) of 1 MiB tensors
         }
         auto c = classify(series(y), 0);
         INFO("n = " << n);
@@ -81,7 +82,7 @@ TEST_CASE("ramp with noise: irregular sizes and iterations that free some") {
     for (int i = 0; i < 30; ++i) {
         live += 2 * MiB + jitter(rng);
         if (i % 7 == 6) {
-            live -= 3 * MiB;  // an iteration that frees some
+            live -= 3 * MiB; // an iteration that frees some
         }
         y.push_back(live);
     }
@@ -91,7 +92,8 @@ TEST_CASE("ramp with noise: irregular sizes and iterations that free some") {
     REQUIRE(c.bytes_per_iteration < 2 * MiB);
 }
 
-TEST_CASE("saw-tooth: grows within each epoch, released at its end, is a leak at step granularity") {
+TEST_CASE(
+    "saw-tooth: grows within each epoch, released at its end, is a leak at step granularity") {
     std::vector<int64_t> y;
     for (int epoch = 0; epoch < 4; ++epoch) {
         for (int step = 1; step <= 5; ++step) {

@@ -56,4 +56,4 @@ class AllocatorHook {
     bool d_removed = false;
 };
 
-}  // namespace torchleak
+} // namespace torchleak

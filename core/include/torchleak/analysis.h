@@ -40,7 +40,7 @@ struct LineFit {
     double slope = 0.0;
     double intercept = 0.0;
     double r2 = 0.0;
-    double p_value = 1.0;  // two-sided test of slope == 0 (Student t, n - 2 degrees of freedom)
+    double p_value = 1.0; // two-sided test of slope == 0 (Student t, n - 2 degrees of freedom)
 };
 
 // Least-squares line through (i, y[i]). Fewer than 3 points give p_value 1 unless the points
@@ -58,17 +58,17 @@ double theilSenSlope(std::span<const double> y);
 double mannKendallIncreasingP(std::span<const double> y);
 
 struct SiteSeries {
-    std::vector<int64_t> bytes;  // live bytes at each boundary
-    std::vector<int64_t> born;   // of those, allocated during the iteration that boundary ends
-    std::vector<uint32_t> oldest;  // birth iteration of the oldest live block (if bytes > 0)
+    std::vector<int64_t> bytes;   // live bytes at each boundary
+    std::vector<int64_t> born;    // of those, allocated during the iteration that boundary ends
+    std::vector<uint32_t> oldest; // birth iteration of the oldest live block (if bytes > 0)
 };
 
 struct Classification {
     Verdict verdict = Verdict::Transient;
-    LineFit fit;               // slope: Theil-Sen; r2: least squares; p_value: Mann-Kendall
+    LineFit fit; // slope: Theil-Sen; r2: least squares; p_value: Mann-Kendall
     double confidence = 0.0;
     int64_t bytes_per_iteration = 0;
-    bool released_periodically = false;  // a saw-tooth: grows, released at a coarser boundary
+    bool released_periodically = false; // a saw-tooth: grows, released at a coarser boundary
 };
 
 // The verdict of one site from its series. The first `warmup` iterations are not judged.
@@ -76,7 +76,7 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
 
 struct DeviceVerdict {
     bool fragmentation = false;
-    double ratio = 0.0;  // (reserved - allocated) / reserved at the last boundary
+    double ratio = 0.0; // (reserved - allocated) / reserved at the last boundary
 };
 // Fragmentation or an oversized reserve: reserved grows, or stays far above allocated, while
 // allocated is flat.
@@ -87,7 +87,7 @@ DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
 
 struct DeviceInfo {
     DeviceKey key;
-    std::string name;  // "cpu", "cuda:0"
+    std::string name; // "cpu", "cuda:0"
     uint64_t capacity_bytes = 0;
 };
 
@@ -117,4 +117,4 @@ std::string deviceName(DeviceKey key);
 // The memory limit of this process: the cgroup limit when there is one, else physical memory.
 uint64_t hostMemoryCapacity();
 
-}  // namespace torchleak
+} // namespace torchleak

@@ -11,15 +11,15 @@
 namespace torchleak {
 
 struct AnalysisConfig {
-    uint64_t min_bytes = 0;                     // sites that never hold this much are left out
-    uint64_t min_leak_bytes_per_iteration = 1;  // slower growth is not called a leak
-    int warmup = 0;                             // default warm-up iterations when a run gives none
-    double min_confidence = 0.5;                // a noisy trend needs at least this confidence
-    uint64_t critical_bytes = 1ull << 30;       // projected over the run
+    uint64_t min_bytes = 0;                    // sites that never hold this much are left out
+    uint64_t min_leak_bytes_per_iteration = 1; // slower growth is not called a leak
+    int warmup = 0;                            // default warm-up iterations when a run gives none
+    double min_confidence = 0.5;               // a noisy trend needs at least this confidence
+    uint64_t critical_bytes = 1ull << 30;      // projected over the run
     uint64_t warning_bytes = 100ull * 1000 * 1000;
-    double fragmentation_ratio = 0.3;           // (reserved - allocated) / reserved
-    std::vector<std::string> allow;             // glob patterns: site "file:line", function,
-                                                // path_text or holder (an intentional cache)
+    double fragmentation_ratio = 0.3; // (reserved - allocated) / reserved
+    std::vector<std::string> allow;   // glob patterns: site "file:line", function,
+                                      // path_text or holder (an intentional cache)
 
     // Sets one key from text; throws InvalidArgument naming the key, the value and what is
     // accepted. Sizes take units ("1MiB", "100MB", "4096").
@@ -33,4 +33,4 @@ uint64_t parseSize(std::string_view text);
 // Shell-style glob: `*` any run, `?` one character.
 bool globMatch(std::string_view pattern, std::string_view text);
 
-}  // namespace torchleak
+} // namespace torchleak

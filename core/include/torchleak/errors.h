@@ -33,4 +33,4 @@ class IoError : public Error {
     using Error::Error;
 };
 
-}  // namespace torchleak
+} // namespace torchleak

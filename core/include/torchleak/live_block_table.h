@@ -14,20 +14,20 @@
 
 namespace torchleak {
 
-using StackToken = uint32_t;  // 0: no Python stack was captured
-using NodeToken = uint16_t;   // 0: not inside backward
+using StackToken = uint32_t; // 0: no Python stack was captured
+using NodeToken = uint16_t;  // 0: not inside backward
 
 // A device as the allocator names it: c10::DeviceType and index, without including c10.
 struct DeviceKey {
-    int8_t type = 0;  // c10::DeviceType: 0 = CPU, 1 = CUDA, ...
+    int8_t type = 0; // c10::DeviceType: 0 = CPU, 1 = CUDA, ...
     int8_t index = -1;
     bool operator==(const DeviceKey&) const = default;
 };
 
 struct BlockRecord {
     uint64_t size = 0;
-    uint64_t sequence = 0;   // position of the allocation event in the run
-    uint32_t iteration = 0;  // the iteration (0-based) during which it was allocated
+    uint64_t sequence = 0;  // position of the allocation event in the run
+    uint32_t iteration = 0; // the iteration (0-based) during which it was allocated
     StackToken stack = 0;
     NodeToken node = 0;
     DeviceKey device;
@@ -46,8 +46,7 @@ class LiveBlockTable {
     size_t capacity() const noexcept { return d_slots.size(); }
     void clear() noexcept;
 
-    template <typename Fn>
-    void forEach(Fn&& fn) const {
+    template <typename Fn> void forEach(Fn&& fn) const {
         for (const Slot& slot : d_slots) {
             if (slot.ptr != 0) {
                 fn(slot.ptr, slot.record);
@@ -57,7 +56,7 @@ class LiveBlockTable {
 
   private:
     struct Slot {
-        uintptr_t ptr = 0;  // 0 marks an empty slot; allocators never hand out null
+        uintptr_t ptr = 0; // 0 marks an empty slot; allocators never hand out null
         BlockRecord record;
     };
 
@@ -69,4 +68,4 @@ class LiveBlockTable {
     size_t d_size = 0;
 };
 
-}  // namespace torchleak
+} // namespace torchleak

@@ -31,7 +31,7 @@ struct Frame {
     std::string function;
     std::optional<int> cell;
     bool user = true;
-    std::optional<std::string> source;  // the line's text, when known (filled at report time)
+    std::optional<std::string> source; // the line's text, when known (filled at report time)
     // Identity for grouping, when the file name is not one (a notebook cell re-run is compiled
     // under a new name but is the same code). Not serialised.
     std::string group;
@@ -42,27 +42,28 @@ struct TensorInfo {
     std::string dtype;
     std::vector<int64_t> shape;
     std::string device;
-    uint64_t nbytes = 0;         // of its storage
-    uintptr_t block = 0;         // the storage's data pointer (not serialised)
-    std::optional<Frame> site;   // where its storage was allocated, when torchleak saw it
+    uint64_t nbytes = 0;       // of its storage
+    uintptr_t block = 0;       // the storage's data pointer (not serialised)
+    std::optional<Frame> site; // where its storage was allocated, when torchleak saw it
 };
 
 struct PathStep {
     std::string kind;  // root, attr, index, key, grad_fn, next_functions, saved, ctx, base, grad,
                        // closure, frame, ref (design.md; new kinds may be added)
-    std::string label;  // the pasteable fragment: "losses", "[3]", ".grad_fn", "['k']"
+    std::string label; // the pasteable fragment: "losses", "[3]", ".grad_fn", "['k']"
     std::string type;
-    std::string note;   // what the label cannot say: "local 'x' in train_step", "closure variable 'buf'"
+    std::string
+        note; // what the label cannot say: "local 'x' in train_step", "closure variable 'buf'"
     std::optional<TensorInfo> tensor;
 };
 
 // How the leaked memory is kept alive.
 enum class Retention {
-    Reachable,     // from a named root (a global, a local, Out[n], the last exception ...)
-    Cycle,         // only by a reference cycle: gc.collect() would free it
-    Unnamed,       // by Python objects outside the walked roots (library state, C extensions)
-    CppOnly,       // by no Python object at all: C++ holds it (autograd graph, a C++ cache)
-    Unknown,       // not inspected
+    Reachable, // from a named root (a global, a local, Out[n], the last exception ...)
+    Cycle,     // only by a reference cycle: gc.collect() would free it
+    Unnamed,   // by Python objects outside the walked roots (library state, C extensions)
+    CppOnly,   // by no Python object at all: C++ holds it (autograd graph, a C++ cache)
+    Unknown,   // not inspected
 };
 std::string_view toString(Retention r) noexcept;
 Retention retentionFromString(std::string_view s);
@@ -82,21 +83,21 @@ struct Trend {
 struct Finding {
     Verdict verdict = Verdict::Transient;
     Frame site;
-    std::vector<Frame> stack;  // innermost first
+    std::vector<Frame> stack; // innermost first
     std::string device;
     std::optional<std::string> dtype;
     std::optional<std::vector<int64_t>> shape;
-    std::optional<std::string> autograd_node;  // set when allocated inside backward
-    uint64_t count = 0;         // live blocks of this site at the last boundary
-    uint64_t total_bytes = 0;   // their bytes
+    std::optional<std::string> autograd_node; // set when allocated inside backward
+    uint64_t count = 0;                       // live blocks of this site at the last boundary
+    uint64_t total_bytes = 0;                 // their bytes
     int64_t bytes_per_iteration = 0;
-    std::vector<int64_t> series;  // live bytes of this site at every boundary
+    std::vector<int64_t> series; // live bytes of this site at every boundary
     std::vector<PathStep> path;
     std::string path_text;
     std::optional<Holder> holder;
     std::string suggestion;
     Retention retention = Retention::Unknown;
-    bool released_periodically = false;  // grows, then freed at a coarser boundary (saw-tooth)
+    bool released_periodically = false; // grows, then freed at a coarser boundary (saw-tooth)
     Severity severity = Severity::Info;
     Trend trend;
     double confidence = 0.0;
@@ -105,19 +106,19 @@ struct Finding {
 struct DeviceTimeline {
     std::string device;
     uint64_t capacity_bytes = 0;
-    std::vector<int64_t> allocated;  // at every boundary
-    std::vector<int64_t> reserved;   // at every boundary (CPU: equal to allocated, no reserve)
-    std::vector<int64_t> peak;       // highest allocated within each iteration
+    std::vector<int64_t> allocated; // at every boundary
+    std::vector<int64_t> reserved;  // at every boundary (CPU: equal to allocated, no reserve)
+    std::vector<int64_t> peak;      // highest allocated within each iteration
     int64_t leak_bytes_per_iteration = 0;
     std::optional<int64_t> projected_oom_iteration;
-    std::string verdict = "ok";         // "ok" or "fragmentation"
-    double fragmentation_ratio = 0.0;   // (reserved - allocated) / reserved at the end
+    std::string verdict = "ok";       // "ok" or "fragmentation"
+    double fragmentation_ratio = 0.0; // (reserved - allocated) / reserved at the end
 };
 
 struct Recommendation {
-    std::string priority;  // high, medium, low
+    std::string priority; // high, medium, low
     std::string text;
-    std::vector<int> findings;  // indices into Report::findings
+    std::vector<int> findings; // indices into Report::findings
 };
 
 struct Summary {
@@ -136,8 +137,8 @@ struct Report {
     std::vector<DeviceTimeline> devices;
     std::vector<Finding> findings;
     Summary summary;
-    std::vector<std::string> warnings;  // e.g. events missed while torch.profiler was on top
+    std::vector<std::string> warnings; // e.g. events missed while torch.profiler was on top
     uint64_t events_recorded = 0;
 };
 
-}  // namespace torchleak
+} // namespace torchleak

@@ -34,27 +34,27 @@ struct GroupKey {
 
 struct GroupSample {
     GroupKey key;
-    uint64_t bytes = 0;              // live bytes of the group at this boundary
-    uint64_t count = 0;              // live blocks
-    uint64_t bornThisIteration = 0;  // of those bytes, allocated during the iteration just ended
-    uint32_t oldestIteration = 0;    // birth iteration of its oldest live block
-    uintptr_t largestBlock = 0;      // an example block, to describe dtype and shape
+    uint64_t bytes = 0;             // live bytes of the group at this boundary
+    uint64_t count = 0;             // live blocks
+    uint64_t bornThisIteration = 0; // of those bytes, allocated during the iteration just ended
+    uint32_t oldestIteration = 0;   // birth iteration of its oldest live block
+    uintptr_t largestBlock = 0;     // an example block, to describe dtype and shape
     uint64_t largestBlockSize = 0;
 };
 
 struct DeviceSample {
     DeviceKey device;
-    int64_t allocated = 0;  // allocator total when the allocator reports one, else tracked bytes
+    int64_t allocated = 0; // allocator total when the allocator reports one, else tracked bytes
     int64_t reserved = 0;
-    int64_t peak = 0;       // highest `allocated` seen during the iteration
+    int64_t peak = 0; // highest `allocated` seen during the iteration
     bool allocatorTotals = false;
 };
 
 struct BoundarySnapshot {
-    uint32_t iteration = 0;  // the iteration this boundary ends (0-based)
+    uint32_t iteration = 0; // the iteration this boundary ends (0-based)
     std::vector<GroupSample> groups;
     std::vector<DeviceSample> devices;
-    bool shadowed = false;  // another profiler state was on top at some point in the iteration
+    bool shadowed = false; // another profiler state was on top at some point in the iteration
 };
 
 class AllocationRecorder {
@@ -105,7 +105,7 @@ class AllocationRecorder {
   private:
     struct DeviceState {
         DeviceKey device;
-        int64_t tracked = 0;  // bytes of live tracked blocks
+        int64_t tracked = 0; // bytes of live tracked blocks
         int64_t allocatorAllocated = 0;
         int64_t allocatorReserved = 0;
         int64_t peak = 0;
@@ -134,4 +134,4 @@ class AllocationRecorder {
     std::vector<BoundarySnapshot> d_boundaries;
 };
 
-}  // namespace torchleak
+} // namespace torchleak

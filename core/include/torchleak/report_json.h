@@ -14,4 +14,4 @@ std::string toJson(const Report& report, int indent = -1);
 // Parses a torchleak.report/1 document; throws SchemaError on anything else.
 Report reportFromJson(const std::string& text);
 
-}  // namespace torchleak
+} // namespace torchleak

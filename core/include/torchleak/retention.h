@@ -15,14 +15,15 @@ namespace torchleak {
 
 struct BlockPath {
     Retention retention = Retention::Unknown;
-    std::vector<PathStep> steps;  // from the root to the tensor whose storage is the block
+    std::vector<PathStep> steps; // from the root to the tensor whose storage is the block
 };
 
 // Implemented by the bindings: one call per report with every block of every finding.
 class RetentionExplainer {
   public:
     virtual ~RetentionExplainer() = default;
-    virtual std::unordered_map<uintptr_t, BlockPath> explain(const std::vector<uintptr_t>& blocks) = 0;
+    virtual std::unordered_map<uintptr_t, BlockPath>
+    explain(const std::vector<uintptr_t>& blocks) = 0;
 };
 
 // "losses[3].grad_fn": the labels joined, in the syntax a user can paste.
@@ -44,4 +45,4 @@ std::string suggestFix(const Finding& finding);
 
 bool isGrowableContainer(const std::string& typeName);
 
-}  // namespace torchleak
+} // namespace torchleak

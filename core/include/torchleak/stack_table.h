@@ -43,7 +43,7 @@ class StackTable {
     static uint64_t hash(std::span<const RawFrame> frames) noexcept;
 
     std::vector<RawFrame> d_arena;
-    std::vector<uint32_t> d_offsets;  // stack t spans [d_offsets[t-1], d_offsets[t])
+    std::vector<uint32_t> d_offsets; // stack t spans [d_offsets[t-1], d_offsets[t])
     std::unordered_multimap<uint64_t, StackToken> d_index;
 };
 
@@ -52,11 +52,11 @@ class StackTable {
 class NodeNameTable {
   public:
     NodeToken intern(const char* mangledTypeName) noexcept;
-    std::string name(NodeToken token) const;  // demangled, namespace stripped: "MmBackward0"
+    std::string name(NodeToken token) const; // demangled, namespace stripped: "MmBackward0"
     size_t size() const noexcept { return d_names.size(); }
 
   private:
-    std::vector<const char*> d_names;  // token t is d_names[t-1]
+    std::vector<const char*> d_names; // token t is d_names[t-1]
 };
 
-}  // namespace torchleak
+} // namespace torchleak
