@@ -220,6 +220,7 @@ class LeakMagics(Magics):
             return  # another tracking session runs: watch resumes after it
         tracker = _tracking.Tracker(boundary="cell")
         tracker.__enter__()
+        tracker._on_preempt = self._stop_watch  # resumed after the cell by _post_run_cell
         self.watch = tracker
 
     def _stop_watch(self):

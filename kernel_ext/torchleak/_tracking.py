@@ -115,10 +115,13 @@ class Tracker:
         self._report = None
         self._cuda_history = False
         self._cuda_snapshot = None
+        self._on_preempt = None  # set by watch mode: called when another Tracker starts
 
     # -- context manager ---------------------------------------------------------------------
     def __enter__(self):
         global _active
+        if _active is not None and _active._on_preempt is not None:
+            _active._on_preempt()  # watch mode steps aside for an explicit track()/check()
         if _active is not None:
             raise RuntimeError(
                 "torchleak is already tracking: nested or concurrent track()/check() is not "

@@ -166,3 +166,15 @@ def test_unload_removes_every_hook_and_reload_does_not_double(shell):
     run(shell, "%leakwatch on")
     assert len(shell.events.callbacks["post_run_cell"]) == handlers
     run(shell, "%leakwatch off")
+
+
+def test_torchleak_check_in_a_watched_notebook_preempts_watch_mode(shell):
+    run(shell, "%leakwatch on")
+    result = run(shell, "import torchleak\nkept = []\n"
+                        "r = torchleak.check(lambda: kept.append(torch.ones(64, 1024)), iterations=4)\n"
+                        "assert len(r.leaks) == 1")
+    assert result.success, result.output
+    run(shell, "y = 2")
+    assert _core.profiler_state_installed()  # watching again after the cell
+    run(shell, "%leakwatch off")
+    assert not _core.profiler_state_installed()
