@@ -112,6 +112,16 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     assert "losses[" in tree.text_content()
     first.scroll_into_view_if_needed()
     first.screenshot(path=str(ARTIFACTS / "widget.png"))
+    # From a finding to its cell: (b)'s leak was allocated in the cell that defines Stage.
+    ctx_widget = widgets.nth(2)
+    ctx_widget.scroll_into_view_if_needed()
+    link = ctx_widget.locator("[data-testid=site-link]").first
+    target = int(link.text_content().split("[")[1].split("]")[0])
+    link.click()
+    highlighted = page.locator(".jp-Cell[data-torchleak-highlight=true]")
+    highlighted.wait_for(timeout=5_000)
+    assert f"[{target}]" in highlighted.locator(".jp-InputPrompt").text_content()
+    assert "ctx.stage_out = out" in highlighted.text_content()
     page.close()
 
 

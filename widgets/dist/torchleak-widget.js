@@ -103,6 +103,23 @@ function pathTree(finding) {
   return details;
 }
 
+// Scroll to the notebook cell a site points at (`In [n]`), found by its input prompt. Plain
+// DOM, so it works in JupyterLab and Notebook 7 when the cell is rendered; elsewhere a no-op.
+function revealCell(number) {
+  const prompts = document.querySelectorAll(".jp-InputPrompt, .input_prompt");
+  for (const prompt of prompts) {
+    if (prompt.textContent.replace(/\s/g, "").startsWith(`[${number}]`)) {
+      const cell = prompt.closest(".jp-Cell, .cell") || prompt;
+      cell.scrollIntoView({ block: "center" });
+      cell.dataset.torchleakHighlight = "true";
+      cell.style.outline = "2px solid var(--jp-brand-color1, #1976d2)";
+      setTimeout(() => { cell.style.outline = ""; delete cell.dataset.torchleakHighlight; }, 2500);
+      return true;
+    }
+  }
+  return false;
+}
+
 const COLUMNS = [
   ["verdict", (f) => f.verdict],
   ["site", (f) => siteText(f.site)],
@@ -162,7 +179,17 @@ function render({ model, el: host }) {
     for (const f of sorted) {
       const row = el("tr", { class: "tl-row", "data-testid": "finding-row" });
       row.appendChild(el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict));
-      row.appendChild(el("td", {}, `${siteText(f.site)} ${f.site.function || ""}`));
+      const siteCell = el("td", {}, `${siteText(f.site)} ${f.site.function || ""}`);
+      if (f.site && f.site.cell !== null && f.site.cell !== undefined) {
+        const link = el("a", { href: "#", "data-testid": "site-link", title: "show the cell" }, siteText(f.site));
+        link.addEventListener("click", (event) => {
+          event.preventDefault();
+          event.stopPropagation();
+          revealCell(f.site.cell);
+        });
+        siteCell.replaceChildren(link, document.createTextNode(` ${f.site.function || ""}`));
+      }
+      row.appendChild(siteCell);
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.total_bytes)));
       row.appendChild(el("td", {}, f.holder ? f.holder.path_text : f.path_text || ""));
