@@ -403,15 +403,6 @@ struct SiteAccumulator {
     std::vector<uintptr_t> externalBlocks; // blocks attributed by an external stack
 };
 
-struct GroupKeyHash {
-    size_t operator()(const GroupKey& k) const noexcept {
-        return (static_cast<size_t>(k.stack) * 0x9E3779B97F4A7C15ull) ^
-               (static_cast<size_t>(k.node) << 16) ^
-               static_cast<size_t>(static_cast<uint8_t>(k.device.type)) ^
-               (static_cast<size_t>(static_cast<uint8_t>(k.device.index)) << 8);
-    }
-};
-
 std::string siteKey(const Frame& f, const std::string& device, const std::string& node) {
     std::ostringstream out;
     out << (f.group.empty() ? f.file : f.group) << '\x1f' << f.line << '\x1f' << f.function
@@ -473,33 +464,15 @@ Severity severityOf(const Finding& f, int iterations, const AnalysisConfig& t) {
     return Severity::Info;
 }
 
-std::string defaultSuggestion(const Finding& f) {
-    if (f.verdict != Verdict::Leak) {
-        return "";
-    }
-    if (f.autograd_node) {
-        return "gradients or buffers made by " + *f.autograd_node +
-               " in backward stay alive: reset .grad (optimizer.zero_grad(set_to_none=True)) "
-               "and do not keep outputs of backward(create_graph=True)";
-    }
-    return "tensors allocated here survive every iteration: something keeps a reference "
-           "(a list or dict that grows, a tensor kept with its autograd graph); keep "
-           ".detach() or .item() copies, or clear the container";
-}
-
 bool heldByMachinery(const Finding& f) {
     if (f.path.empty()) {
         return false;
     }
     const std::string& root = f.path.front().label;
-    bool outputCache =
-        root.rfind("Out[", 0) == 0 || root == "_" || root == "__" || root == "___" ||
-        (root.size() > 1 && root[0] == '_' && std::all_of(root.begin() + 1, root.end(), ::isdigit));
-    bool lastException = root.rfind("<last exception>", 0) == 0;
     // Only when C++ keeps a known Python-level object (a tensor or a custom Function's ctx):
     // a bare "<held only from C++>" may be one of torch's own caches.
     bool cppGraph = f.retention == Retention::CppOnly && !f.path.front().type.empty();
-    return outputCache || lastException || cppGraph;
+    return isOutputCacheRoot(root) || isLastExceptionRoot(root) || cppGraph;
 }
 
 void summarize(Report& report) {
@@ -746,43 +719,10 @@ Report buildReport(const AllocationRecorder& recorder,
                 }
             }
         }
-        f.severity = severityOf(f, report.iterations, inputs.config);
         f.released_periodically = c.released_periodically;
-        // An intentional cache the user named (by site, function, path or holder).
-        for (const std::string& pattern : inputs.config.allow) {
-            std::string siteText = f.site.file + ":" + std::to_string(f.site.line);
-            if (globMatch(pattern, siteText) || globMatch(pattern, f.site.function)) {
-                f.verdict = Verdict::Allowed;
-            }
-        }
-        f.suggestion = defaultSuggestion(f);
         report.findings.push_back(std::move(f));
         findingSites.push_back(&acc);
     }
-    {
-        std::vector<size_t> order(report.findings.size());
-        for (size_t i = 0; i < order.size(); ++i) {
-            order[i] = i;
-        }
-        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-            const Finding& fa = report.findings[a];
-            const Finding& fb = report.findings[b];
-            bool la = fa.verdict == Verdict::Leak, lb = fb.verdict == Verdict::Leak;
-            if (la != lb) {
-                return la;
-            }
-            return fa.total_bytes > fb.total_bytes;
-        });
-        std::vector<Finding> sorted;
-        std::vector<const SiteAccumulator*> sortedSites;
-        for (size_t i : order) {
-            sorted.push_back(std::move(report.findings[i]));
-            sortedSites.push_back(findingSites[i]);
-        }
-        report.findings = std::move(sorted);
-        findingSites = std::move(sortedSites);
-    }
-
     if (explainer != nullptr && !report.findings.empty()) {
         std::unordered_map<GroupKey, size_t, GroupKeyHash> findingOf;
         for (size_t i = 0; i < findingSites.size(); ++i) {
@@ -890,44 +830,42 @@ Report buildReport(const AllocationRecorder& recorder,
             if (f.retention == Retention::Reachable) {
                 f.holder = chooseHolder(f.path, all, growthIterations);
             }
-            // design.md, "What counts as a leak": memory that only notebook machinery (Out[n],
-            // the last exception) or only C++ (an autograd graph no Python object reaches)
-            // keeps is a leak even without growth: the user can no longer free it by name.
-            if (f.verdict != Verdict::Leak && f.total_bytes > 0 && heldByMachinery(f)) {
-                f.verdict = Verdict::Leak;
-                f.confidence = 0.9;
-                f.severity = severityOf(f, report.iterations, inputs.config);
-            }
-            for (const std::string& pattern : inputs.config.allow) {
-                if ((!f.path_text.empty() && globMatch(pattern, f.path_text)) ||
-                    (f.holder && globMatch(pattern, f.holder->path_text))) {
-                    f.verdict = Verdict::Allowed;
-                }
-            }
-            std::string specific = suggestFix(f);
-            if (!specific.empty()) {
-                f.suggestion = specific;
-            }
         }
-        std::stable_sort(report.findings.begin(), report.findings.end(),
-                         [](const Finding& a, const Finding& b) {
-                             bool la = a.verdict == Verdict::Leak, lb = b.verdict == Verdict::Leak;
-                             if (la != lb) {
-                                 return la;
-                             }
-                             return a.total_bytes > b.total_bytes;
-                         });
     }
 
+    // Each finding's verdict is final only now that its path is known.
     for (Finding& f : report.findings) {
+        // design.md, "What counts as a leak": memory that only notebook machinery (Out[n],
+        // the last exception) or only C++ (an autograd graph no Python object reaches) keeps
+        // is a leak even without growth: the user can no longer free it by name.
+        if (f.verdict != Verdict::Leak && f.total_bytes > 0 && heldByMachinery(f)) {
+            f.verdict = Verdict::Leak;
+            f.confidence = 0.9;
+        }
+        // An intentional cache the user named (by site, function, path or holder).
+        std::string site = f.site.file + ":" + std::to_string(f.site.line);
+        for (const std::string& pattern : inputs.config.allow) {
+            if (globMatch(pattern, site) || globMatch(pattern, f.site.function) ||
+                (!f.path_text.empty() && globMatch(pattern, f.path_text)) ||
+                (f.holder && globMatch(pattern, f.holder->path_text))) {
+                f.verdict = Verdict::Allowed;
+            }
+        }
+        f.severity = severityOf(f, report.iterations, inputs.config);
+        f.suggestion = suggestFix(f);
         if (f.verdict == Verdict::Leak && f.released_periodically) {
             f.suggestion += " (it is released only at a coarser boundary, such as an epoch end, "
                             "and grows within each)";
         }
-        if (f.verdict != Verdict::Leak) {
-            f.severity = Severity::Info;
-        }
     }
+    std::stable_sort(report.findings.begin(), report.findings.end(),
+                     [](const Finding& a, const Finding& b) {
+                         bool la = a.verdict == Verdict::Leak, lb = b.verdict == Verdict::Leak;
+                         if (la != lb) {
+                             return la;
+                         }
+                         return a.total_bytes > b.total_bytes;
+                     });
 
     // Devices, in the order they first appeared.
     std::vector<DeviceKey> order;

@@ -5,17 +5,6 @@
 
 namespace torchleak {
 
-namespace {
-struct GroupKeyHash {
-    size_t operator()(const GroupKey& k) const noexcept {
-        uint64_t h = (static_cast<uint64_t>(k.stack) << 24) ^ (static_cast<uint64_t>(k.node) << 8) ^
-                     (static_cast<uint64_t>(static_cast<uint8_t>(k.device.type)) << 4) ^
-                     static_cast<uint64_t>(static_cast<uint8_t>(k.device.index));
-        return static_cast<size_t>(h * 0x9E3779B97F4A7C15ull);
-    }
-};
-} // namespace
-
 AllocationRecorder::AllocationRecorder() : d_live(1 << 14) {}
 
 AllocationRecorder::DeviceState* AllocationRecorder::deviceState(DeviceKey device) noexcept {

@@ -39,6 +39,16 @@ bool isGrowableContainer(const std::string& typeName) {
     return std::find(std::begin(kContainers), std::end(kContainers), base) != std::end(kContainers);
 }
 
+bool isOutputCacheRoot(const std::string& label) {
+    return label.rfind("Out[", 0) == 0 || label == "_" || label == "__" || label == "___" ||
+           (label.size() > 1 && label[0] == '_' &&
+            std::all_of(label.begin() + 1, label.end(), ::isdigit));
+}
+
+bool isLastExceptionRoot(const std::string& label) {
+    return label.rfind("<last exception>", 0) == 0;
+}
+
 std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
                                    const std::vector<const std::vector<PathStep>*>& paths,
                                    double iterations) {
@@ -109,9 +119,6 @@ bool hasKind(const Finding& f, const char* kind) {
     return std::any_of(f.path.begin(), f.path.end(),
                        [&](const PathStep& s) { return s.kind == kind; });
 }
-bool rootContains(const Finding& f, const char* text) {
-    return !f.path.empty() && f.path.front().label.find(text) != std::string::npos;
-}
 } // namespace
 
 std::string suggestFix(const Finding& f) {
@@ -131,11 +138,11 @@ std::string suggestFix(const Finding& f) {
                "retain_graph, a saved view of an output); free the graph or the hook that owns it";
     }
     const std::string root = f.path.empty() ? "" : f.path.front().label;
-    if (root.rfind("Out[", 0) == 0 || root == "_" || root == "__" || root == "___") {
+    if (isOutputCacheRoot(root)) {
         return "the notebook's output cache holds it: end the cell with ';' to not store the "
                "result, or drop it with %reset -f out";
     }
-    if (rootContains(f, "<last exception>")) {
+    if (isLastExceptionRoot(root)) {
         return "the last exception's traceback keeps the failed frame's locals: run "
                "`import sys; sys.last_value = sys.last_traceback = sys.last_exc = None` "
                "or %reset -f, or re-run the cell successfully";
@@ -180,8 +187,14 @@ std::string suggestFix(const Finding& f) {
         return "an attribute keeps the last tensors: set it to None when done, or store "
                ".detach()ed copies";
     }
-    return "tensors allocated here survive every iteration: keep .detach() or .item() copies, or "
-           "clear what holds them";
+    if (f.autograd_node) {
+        return "gradients or buffers made by " + *f.autograd_node +
+               " in backward stay alive: reset .grad (optimizer.zero_grad(set_to_none=True)) "
+               "and do not keep outputs of backward(create_graph=True)";
+    }
+    return "tensors allocated here survive every iteration: something keeps a reference "
+           "(a list or dict that grows, a tensor kept with its autograd graph); keep "
+           ".detach() or .item() copies, or clear the container";
 }
 
 } // namespace torchleak

@@ -32,6 +32,15 @@ struct GroupKey {
     bool operator==(const GroupKey&) const = default;
 };
 
+struct GroupKeyHash {
+    size_t operator()(const GroupKey& k) const noexcept {
+        uint64_t h = (static_cast<uint64_t>(k.stack) << 24) ^ (static_cast<uint64_t>(k.node) << 8) ^
+                     (static_cast<uint64_t>(static_cast<uint8_t>(k.device.type)) << 4) ^
+                     static_cast<uint64_t>(static_cast<uint8_t>(k.device.index));
+        return static_cast<size_t>(h * 0x9E3779B97F4A7C15ull);
+    }
+};
+
 struct GroupSample {
     GroupKey key;
     uint64_t bytes = 0;             // live bytes of the group at this boundary

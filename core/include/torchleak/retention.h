@@ -44,5 +44,9 @@ std::vector<PathStep> normalizePath(std::vector<PathStep> steps);
 std::string suggestFix(const Finding& finding);
 
 bool isGrowableContainer(const std::string& typeName);
+// A root that is notebook machinery, not a name of the user's: IPython's output cache
+// (Out[n], _, __, ___, _n) or the last exception.
+bool isOutputCacheRoot(const std::string& label);
+bool isLastExceptionRoot(const std::string& label);
 
 } // namespace torchleak
