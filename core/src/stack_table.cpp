@@ -72,7 +72,10 @@ std::string NodeNameTable::name(NodeToken token) const {
     if (token == 0 || token > d_names.size()) {
         return {};
     }
-    const char* mangled = d_names[token - 1];
+    return shortTypeName(d_names[token - 1]);
+}
+
+std::string shortTypeName(const char* mangled) {
     int status = 0;
     std::unique_ptr<char, void (*)(void*)> demangled(
         abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);

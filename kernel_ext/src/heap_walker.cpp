@@ -2,11 +2,12 @@
 
 #include "frame_capture.h"
 #include "saved_variables.h"
+#include "tensor_index.h"
+#include "torchleak/stack_table.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <cxxabi.h>
 #include <deque>
 #include <memory>
 #include <structmember.h>
@@ -203,35 +204,6 @@ bool isPyNode(const Node* node) {
 at::Tensor tensorFromImpl(const c10::TensorImpl* impl) {
     return at::Tensor(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(
         const_cast<c10::TensorImpl*>(impl)));
-}
-
-std::string demangledNodeName(const Node* node) {
-    const char* mangled = typeid(*node).name();
-    int status = 0;
-    std::unique_ptr<char, void (*)(void*)> d(
-        abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
-    std::string full = status == 0 && d ? d.get() : mangled;
-    auto cut = full.rfind("::");
-    return cut == std::string::npos ? full : full.substr(cut + 2);
-}
-
-std::string dtypeName(at::ScalarType type) {
-    std::string name = c10::toString(type);
-    static const std::unordered_map<std::string, std::string> kNames = {
-        {"Float", "float32"},
-        {"Double", "float64"},
-        {"Half", "float16"},
-        {"BFloat16", "bfloat16"},
-        {"Byte", "uint8"},
-        {"Char", "int8"},
-        {"Short", "int16"},
-        {"Int", "int32"},
-        {"Long", "int64"},
-        {"Bool", "bool"},
-        {"ComplexFloat", "complex64"},
-        {"ComplexDouble", "complex128"}};
-    auto it = kNames.find(name);
-    return it != kNames.end() ? it->second : name;
 }
 
 // Keys that print as Python literals; anything else would need its __repr__ (user code).
@@ -599,6 +571,14 @@ class Walk {
 // ---------------------------------------------------------------------------------------------
 // Labels, computed only for the paths that are reported.
 
+// The root a node was reached from.
+uint32_t rootOf(const std::vector<WalkNode>& nodes, uint32_t i) {
+    while (nodes[i].parent != kNoParent) {
+        i = nodes[i].parent;
+    }
+    return i;
+}
+
 class PathBuilder {
   public:
     PathBuilder(const std::vector<WalkNode>& nodes, const std::vector<NamedRoot>& roots)
@@ -654,13 +634,7 @@ class PathBuilder {
     // A view shares its base's storage: the path ends at the view, and `._base` shows the
     // (often much larger) tensor whose storage the view keeps alive.
     void appendViewBase(const WalkNode& n, std::vector<PathStep>& steps) {
-        at::Tensor t;
-        if (n.kind == NodeKind::Tensor) {
-            t = tensorFromImpl(static_cast<const c10::TensorImpl*>(n.ptr));
-        } else if (n.kind == NodeKind::Python &&
-                   isTensor(static_cast<PyObject*>(const_cast<void*>(n.ptr)))) {
-            t = THPVariable_Unpack(static_cast<PyObject*>(const_cast<void*>(n.ptr)));
-        }
+        at::Tensor t = tensorOf(n);
         try {
             if (!t.defined() || !t.is_view()) {
                 return;
@@ -681,8 +655,6 @@ class PathBuilder {
         }
     }
 
-  public:
-  private:
     std::string typeName(const WalkNode& n) {
         switch (n.kind) {
         case NodeKind::Python: {
@@ -706,22 +678,26 @@ class PathBuilder {
                 Py_DECREF(ctx);
                 return name;
             }
-            return demangledNodeName(node);
+            return shortTypeName(typeid(*node).name());
         }
         }
         return "";
     }
 
-    void describeTensor(const WalkNode& n, PathStep& step) {
-        at::Tensor t;
+    // The tensor a node is (a C++ tensor, or a Python one), or an undefined tensor.
+    static at::Tensor tensorOf(const WalkNode& n) {
         if (n.kind == NodeKind::Tensor) {
-            t = tensorFromImpl(static_cast<const c10::TensorImpl*>(n.ptr));
-        } else if (n.kind == NodeKind::Python &&
-                   isTensor(static_cast<PyObject*>(const_cast<void*>(n.ptr)))) {
-            t = THPVariable_Unpack(static_cast<PyObject*>(const_cast<void*>(n.ptr)));
-        } else {
-            return;
+            return tensorFromImpl(static_cast<const c10::TensorImpl*>(n.ptr));
         }
+        auto* obj = static_cast<PyObject*>(const_cast<void*>(n.ptr));
+        if (n.kind == NodeKind::Python && isTensor(obj)) {
+            return THPVariable_Unpack(obj);
+        }
+        return at::Tensor();
+    }
+
+    void describeTensor(const WalkNode& n, PathStep& step) {
+        at::Tensor t = tensorOf(n);
         if (!t.defined()) {
             return;
         }
@@ -1023,10 +999,7 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
             for (const auto& [block, node] : cycles.found()) {
                 std::vector<PathStep> steps = cycleBuilder.build(node);
                 // Show the cycle: from the root object back to itself.
-                uint32_t rootNode = node;
-                while (cycles.nodes()[rootNode].parent != kNoParent) {
-                    rootNode = cycles.nodes()[rootNode].parent;
-                }
+                uint32_t rootNode = rootOf(cycles.nodes(), node);
                 PyObject* rootObj =
                     static_cast<PyObject*>(const_cast<void*>(cycles.nodes()[rootNode].ptr));
                 PointerSet loopVisited;
@@ -1057,7 +1030,8 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
                         try {
                             const at::Tensor& t = THPVariable_Unpack(o);
                             if (t.grad_fn()) {
-                                note += "; its grad_fn is " + demangledNodeName(t.grad_fn().get());
+                                note += "; its grad_fn is " +
+                                        shortTypeName(typeid(*t.grad_fn()).name());
                             }
                         } catch (...) {
                         }
@@ -1084,10 +1058,7 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
                 outside.run();
                 PathBuilder outsideBuilder(outside.nodes(), outsideRoots);
                 for (const auto& [block, node] : outside.found()) {
-                    uint32_t rootNode = node;
-                    while (outside.nodes()[rootNode].parent != kNoParent) {
-                        rootNode = outside.nodes()[rootNode].parent;
-                    }
+                    uint32_t rootNode = rootOf(outside.nodes(), node);
                     auto* rootObj =
                         static_cast<PyObject*>(const_cast<void*>(outside.nodes()[rootNode].ptr));
                     bool cpp = isCustomFunctionCtx(rootObj) || isTensor(rootObj);

@@ -49,9 +49,6 @@ LiveTensorIndex LiveTensorIndex::scan() {
     return index;
 }
 
-namespace {
-
-// torch's Python dtype names; c10::toString gives the C++ names ("Float").
 std::string dtypeName(at::ScalarType type) {
     switch (type) {
     case at::kFloat:
@@ -87,6 +84,8 @@ std::string dtypeName(at::ScalarType type) {
     }
     return name;
 }
+
+namespace {
 
 void addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, const at::Tensor& t) {
     if (!t.defined() || !t.has_storage()) {

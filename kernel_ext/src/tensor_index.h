@@ -5,9 +5,14 @@
 
 #include "torchleak/analysis.h"
 
+#include <c10/core/ScalarType.h>
+
 #include <unordered_map>
 
 namespace torchleak::python {
+
+// torch's Python name of a dtype ("float32"); c10::toString gives the C++ one ("Float").
+std::string dtypeName(at::ScalarType type);
 
 class LiveTensorIndex final : public BlockDescriber {
   public:

@@ -28,7 +28,7 @@ TrackingSession::~TrackingSession() {
     }
 }
 
-void TrackingSession::start() {
+void TrackingSession::claimActive() {
     if (d_hook || d_stopped || d_paused) {
         throw StateError("this tracking session was already started; start a new one");
     }
@@ -37,6 +37,10 @@ void TrackingSession::start() {
         throw StateError("torchleak is already tracking in this process: nested or concurrent "
                          "track()/check() is not supported; finish the active one first");
     }
+}
+
+void TrackingSession::start() {
+    claimActive();
     try {
         d_hook = AllocatorHook::install(d_recorder, &capturePythonStack);
         d_hook->setCaptureStacks(d_captureStacks);
@@ -47,11 +51,7 @@ void TrackingSession::start() {
 }
 
 bool TrackingSession::startPaused() {
-    TrackingSession* expected = nullptr;
-    if (d_hook || d_stopped || d_paused || !g_active.compare_exchange_strong(expected, this)) {
-        throw StateError("torchleak is already tracking in this process: nested or concurrent "
-                         "track()/check() is not supported; finish the active one first");
-    }
+    claimActive();
     d_paused = true;
     d_recorder->noteShadowed();
     return true;

@@ -50,6 +50,9 @@ class TrackingSession {
     const WalkStats& lastWalk() const noexcept { return d_lastWalk; }
 
   private:
+    // Makes this the process's one active session, or throws StateError.
+    void claimActive();
+
     std::shared_ptr<AllocationRecorder> d_recorder;
     std::shared_ptr<AllocatorHook> d_hook;
     bool d_captureStacks;

@@ -47,6 +47,10 @@ class StackTable {
     std::unordered_multimap<uint64_t, StackToken> d_index;
 };
 
+// "torch::autograd::generated::MmBackward0" -> "MmBackward0": a C++ type's mangled name,
+// demangled, namespaces (outside template arguments) stripped.
+std::string shortTypeName(const char* mangledTypeName);
+
 // The names of autograd nodes that allocated inside backward. The recorder sees a node's
 // type_info name (a static string, so the pointer identifies it); demangling is deferred.
 class NodeNameTable {
