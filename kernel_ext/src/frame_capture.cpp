@@ -140,6 +140,44 @@ std::string utf8(PyObject* text) {
     return out;
 }
 
+FileClass FrameFilter::classify(const std::string& file) const {
+    FileClass c;
+    // A cell re-run is the same code under a new name (<ipython-input-N-HASH>): group by the
+    // hash. ipykernel's cell files are already named by a hash of their source.
+    static const std::regex kIpythonInput(R"(^<ipython-input-(\d+)-([0-9a-f]+)>)");
+    std::smatch m;
+    bool ipythonInput = std::regex_search(file, m, kIpythonInput);
+    auto cell = cellFiles.find(file);
+    if (cell != cellFiles.end()) {
+        c.cell = cell->second;
+        c.group = ipythonInput ? "cell:" + m[2].str() : file;
+        return c;
+    }
+    if (ipythonInput) {
+        c.cell = std::stoi(m[1].str());
+        c.group = "cell:" + m[2].str();
+        return c;
+    }
+    if (!file.empty() && file.front() == '<') {
+        c.user = file.rfind("<stdin>", 0) == 0 || file.rfind("<string>", 0) == 0;
+    }
+    size_t libraryMatch = 0, userMatch = 0;
+    for (const std::string& prefix : libraryPrefixes) {
+        if (!prefix.empty() && file.rfind(prefix, 0) == 0) {
+            libraryMatch = std::max(libraryMatch, prefix.size());
+        }
+    }
+    for (const std::string& prefix : userPrefixes) {
+        if (!prefix.empty() && file.rfind(prefix, 0) == 0) {
+            userMatch = std::max(userMatch, prefix.size());
+        }
+    }
+    if (libraryMatch > userMatch) {
+        c.user = false;
+    }
+    return c;
+}
+
 const PythonStackSymbolizer::CodeInfo& PythonStackSymbolizer::info(PyCodeObject* code) {
     auto it = d_cache.find(code);
     if (it != d_cache.end()) {
@@ -160,38 +198,7 @@ const PythonStackSymbolizer::CodeInfo& PythonStackSymbolizer::info(PyCodeObject*
     Py_XDECREF(filename);
     Py_XDECREF(qualname);
 
-    // A cell re-run is the same code under a new name (<ipython-input-N-HASH>): group by the
-    // hash. ipykernel's cell files are already named by a hash of their source.
-    static const std::regex kIpythonInput(R"(^<ipython-input-(\d+)-([0-9a-f]+)>)");
-    std::smatch m;
-    bool ipythonInput = std::regex_search(ci.file, m, kIpythonInput);
-    auto cell = d_filter.cellFiles.find(ci.file);
-    if (cell != d_filter.cellFiles.end()) {
-        ci.cell = cell->second;
-        ci.group = ipythonInput ? "cell:" + m[2].str() : ci.file;
-    } else if (ipythonInput) {
-        ci.cell = std::stoi(m[1].str());
-        ci.group = "cell:" + m[2].str();
-    }
-    if (!ci.cell) {
-        if (!ci.file.empty() && ci.file.front() == '<') {
-            ci.user = ci.file.rfind("<stdin>", 0) == 0 || ci.file.rfind("<string>", 0) == 0;
-        }
-        size_t libraryMatch = 0, userMatch = 0;
-        for (const std::string& prefix : d_filter.libraryPrefixes) {
-            if (!prefix.empty() && ci.file.rfind(prefix, 0) == 0) {
-                libraryMatch = std::max(libraryMatch, prefix.size());
-            }
-        }
-        for (const std::string& prefix : d_filter.userPrefixes) {
-            if (!prefix.empty() && ci.file.rfind(prefix, 0) == 0) {
-                userMatch = std::max(userMatch, prefix.size());
-            }
-        }
-        if (libraryMatch > userMatch) {
-            ci.user = false;
-        }
-    }
+    ci.where = d_filter.classify(ci.file);
     return d_cache.emplace(code, std::move(ci)).first->second;
 }
 
@@ -204,9 +211,9 @@ std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> fr
         Frame f;
         f.file = ci.file;
         f.function = ci.function;
-        f.cell = ci.cell;
-        f.group = ci.group;
-        f.user = ci.user;
+        f.cell = ci.where.cell;
+        f.group = ci.where.group;
+        f.user = ci.where.user;
         f.line = PyCode_Addr2Line(code, raw.offset);
         out.push_back(std::move(f));
     }

@@ -42,11 +42,20 @@ const char* captureStrategy() noexcept;
 // unless they are notebook cells.
 // The longest matching prefix decides, so site-packages inside a stdlib directory (no
 // virtualenv) stays user code while torch inside it does not.
+struct FileClass {
+    bool user = true;
+    std::optional<int> cell; // the execution count, when the file is a notebook cell
+    std::string group;       // the cell's source identity, shared by its re-runs
+};
+
 struct FrameFilter {
     std::vector<std::string> libraryPrefixes;
     std::vector<std::string> userPrefixes;
     // Notebook cells: the file name IPython compiled a cell under -> its execution count.
     std::unordered_map<std::string, int> cellFiles;
+
+    // The one rule for every frame: captured by the hook or recorded by PyTorch (CUDA).
+    FileClass classify(const std::string& file) const;
 };
 
 // Decodes frames with the GIL held; caches per code object for one report.
@@ -59,9 +68,7 @@ class PythonStackSymbolizer final : public StackSymbolizer {
     struct CodeInfo {
         std::string file;
         std::string function;
-        std::optional<int> cell;
-        std::string group;
-        bool user = true;
+        FileClass where;
     };
     const CodeInfo& info(PyCodeObject* code);
 

@@ -92,6 +92,24 @@ PYBIND11_MODULE(_core, m) {
         .def_static("keys", &AnalysisConfig::keys);
     m.def("parse_size", [](const std::string& text) { return parseSize(text); });
 
+    py::class_<python::FrameFilter>(m, "FrameFilter")
+        .def(py::init([](std::vector<std::string> libraryPrefixes,
+                         std::vector<std::string> userPrefixes,
+                         const std::map<std::string, int>& cellFiles) {
+                 return python::FrameFilter{std::move(libraryPrefixes),
+                                            std::move(userPrefixes),
+                                            {cellFiles.begin(), cellFiles.end()}};
+             }),
+             py::arg("library_prefixes"), py::arg("user_prefixes"),
+             py::arg("cell_files") = std::map<std::string, int>{})
+        .def(
+            "classify",
+            [](const python::FrameFilter& self, const std::string& file) {
+                python::FileClass c = self.classify(file);
+                return py::make_tuple(c.user, c.cell ? py::object(py::int_(*c.cell)) : py::none());
+            },
+            "(user, cell) of a file: is it user code, and which notebook cell is it");
+
     py::class_<python::TrackingSession>(m, "Session")
         .def(py::init<bool>(), py::arg("capture_stacks") = true)
         .def("start", &python::TrackingSession::start)
@@ -113,11 +131,8 @@ PYBIND11_MODULE(_core, m) {
             [](python::TrackingSession& self, const std::string& torchVersion,
                const std::string& pythonVersion, int warmup, const std::string& boundary,
                const AnalysisConfig& config, const std::map<std::string, uint64_t>& capacities,
-               const std::vector<std::string>& warnings,
-               const std::vector<std::string>& libraryPrefixes,
-               const std::vector<std::string>& userPrefixes, const py::list& roots, bool explain,
-               const std::map<std::string, int>& cellFiles, const py::dict& externalStacks,
-               int indent) {
+               const std::vector<std::string>& warnings, const python::FrameFilter& filter,
+               const py::list& roots, bool explain, const py::dict& externalStacks, int indent) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -127,6 +142,8 @@ PYBIND11_MODULE(_core, m) {
                 in.warmup = warmup;
                 in.boundary = parseBoundary(boundary);
                 in.config = config;
+                // (file, line, function) frames recorded by PyTorch, classified by the same
+                // rule as the frames the hook captured.
                 for (const auto& [block, frames] : externalStacks) {
                     std::vector<Frame> decoded;
                     for (const py::handle& item : py::reinterpret_borrow<py::list>(frames)) {
@@ -135,10 +152,10 @@ PYBIND11_MODULE(_core, m) {
                         f.file = t[0].cast<std::string>();
                         f.line = t[1].cast<int>();
                         f.function = t[2].cast<std::string>();
-                        f.user = t[3].cast<bool>();
-                        if (!t[4].is_none()) {
-                            f.cell = t[4].cast<int>();
-                        }
+                        python::FileClass where = filter.classify(f.file);
+                        f.user = where.user;
+                        f.cell = where.cell;
+                        f.group = where.group;
                         decoded.push_back(std::move(f));
                     }
                     in.external_stacks.emplace(block.cast<uintptr_t>(), std::move(decoded));
@@ -156,8 +173,6 @@ PYBIND11_MODULE(_core, m) {
                                       : static_cast<int8_t>(std::stoi(name.substr(colon + 1)));
                     in.devices.push_back(d);
                 }
-                python::FrameFilter filter{
-                    libraryPrefixes, userPrefixes, {cellFiles.begin(), cellFiles.end()}};
                 // `roots` (the Python list) keeps every root object alive during the walk.
                 return self.reportJson(in, filter, namedRoots(roots), explain, indent);
             },
@@ -165,10 +180,9 @@ PYBIND11_MODULE(_core, m) {
             py::arg("boundary"), py::arg("config") = AnalysisConfig{},
             py::arg("capacities") = std::map<std::string, uint64_t>{},
             py::arg("warnings") = std::vector<std::string>{},
-            py::arg("library_prefixes") = std::vector<std::string>{},
-            py::arg("user_prefixes") = std::vector<std::string>{}, py::arg("roots") = py::list(),
-            py::arg("explain") = true, py::arg("cell_files") = std::map<std::string, int>{},
-            py::arg("external_stacks") = py::dict(), py::arg("indent") = -1)
+            py::arg("frame_filter") = python::FrameFilter{}, py::arg("roots") = py::list(),
+            py::arg("explain") = true, py::arg("external_stacks") = py::dict(),
+            py::arg("indent") = -1)
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
             return walkStatsDict(self.lastWalk());
         });

@@ -50,10 +50,10 @@ def snapshot_stacks():
         return None
 
 
-def block_stacks(snapshot, is_library, cell_files=None):
-    """{block address: [(file, line, function, user, cell), ...]} for live blocks, innermost
-    first, from a `torch.cuda.memory._snapshot()` dictionary."""
-    cell_files = cell_files or {}
+def block_stacks(snapshot):
+    """{block address: [(file, line, function), ...]} for live blocks, innermost first, from a
+    `torch.cuda.memory._snapshot()` dictionary. Which frames are user code is decided by the
+    core, with the same rule as for the frames the hook captured."""
     stacks = {}
     for segment in (snapshot or {}).get("segments", []):
         address = segment.get("address", 0)
@@ -62,29 +62,12 @@ def block_stacks(snapshot, is_library, cell_files=None):
             address = block_address + block.get("size", 0)
             if block.get("state") != "active_allocated":
                 continue
-            frames = []
-            for frame in block.get("frames") or []:
-                filename = str(frame.get("filename", ""))
-                cell = cell_files.get(filename)
-                user = cell is not None or not is_library(filename)
-                frames.append((filename, int(frame.get("line", 0)), str(frame.get("name", "")),
-                               bool(user), cell))
+            frames = [(str(frame.get("filename", "")), int(frame.get("line", 0)),
+                       str(frame.get("name", ""))) for frame in block.get("frames") or []]
             if frames:
                 stacks[int(block_address)] = frames
     return stacks
 
 
-def library_test(library_prefixes, user_prefixes):
-    """The same rule as the C++ symbolizer: the longest matching prefix decides."""
-    def is_library(path):
-        if not path or path.startswith("<"):
-            return not (path.startswith("<ipython-input") or path.startswith("<stdin>")
-                        or path.startswith("<string>"))
-        best_lib = max((len(p) for p in library_prefixes if path.startswith(p)), default=0)
-        best_user = max((len(p) for p in user_prefixes if path.startswith(p)), default=0)
-        return best_lib > best_user
-    return is_library
-
-
-__all__ = ["block_stacks", "history_available", "library_test", "snapshot_stacks",
-           "start_history", "stop_history"]
+__all__ = ["block_stacks", "history_available", "snapshot_stacks", "start_history",
+           "stop_history"]

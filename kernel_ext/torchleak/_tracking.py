@@ -255,9 +255,7 @@ class Tracker:
             return self._report
         library, user = _library_prefixes(), _user_prefixes()
         roots = _roots.collect(library, user) if paths else []
-        cell_files = _cell_files()
         snapshot = self._cuda_snapshot if not self.active else _cuda.snapshot_stacks()
-        external = _cuda.block_stacks(snapshot, _cuda.library_test(library, user), cell_files)
         cfg = _config.snapshot()
         if self.min_bytes:
             cfg.set("min_bytes", str(self.min_bytes))
@@ -269,12 +267,10 @@ class Tracker:
             config=cfg,
             capacities=_capacities(),
             warnings=list(self._warnings),
-            library_prefixes=library,
-            user_prefixes=user,
+            frame_filter=_core.FrameFilter(library, user, _cell_files()),
             roots=roots,
             explain=bool(paths),
-            cell_files=cell_files,
-            external_stacks=external,
+            external_stacks=_cuda.block_stacks(snapshot),
         )
         del roots
         report = Report(text)

@@ -3,7 +3,7 @@ The conversion of a snapshot and the attribution in the core are tested here wit
 snapshot in the shape torch.cuda.memory._snapshot() returns."""
 import torch
 
-from torchleak import _cuda
+from torchleak import _core, _cuda
 
 
 def test_cpu_build_never_touches_cuda():
@@ -26,10 +26,13 @@ def test_block_stacks_from_a_snapshot():
             {"size": 2 << 20, "state": "active_allocated", "frames": [
                 {"filename": "/tmp/ipykernel_1/123.py", "line": 3, "name": "<module>"}]},
         ]}]}
-    is_library = _cuda.library_test(["/venv/torch/"], [])
-    stacks = _cuda.block_stacks(snapshot, is_library, {"/tmp/ipykernel_1/123.py": 7})
+    stacks = _cuda.block_stacks(snapshot)
     assert set(stacks) == {0x7f0000000000, 0x7f0000000000 + (4 << 20)}
     first = stacks[0x7f0000000000]
-    assert first[0] == ("/venv/torch/nn/functional.py", 2385, "linear", False, None)
-    assert first[1] == ("/home/u/train.py", 42, "step", True, None)
-    assert stacks[0x7f0000000000 + (4 << 20)][0][4] == 7
+    assert first[0] == ("/venv/torch/nn/functional.py", 2385, "linear")
+    assert first[1] == ("/home/u/train.py", 42, "step")
+    # The core classifies these frames with the rule it uses for the hook's own frames.
+    frame_filter = _core.FrameFilter(["/venv/torch/"], [], {"/tmp/ipykernel_1/123.py": 7})
+    assert frame_filter.classify(first[0][0]) == (False, None)
+    assert frame_filter.classify(first[1][0]) == (True, None)
+    assert frame_filter.classify(stacks[0x7f0000000000 + (4 << 20)][0][0]) == (True, 7)
