@@ -96,11 +96,12 @@ class _LiveDisplay:
         self.handle = display(report_bundle(data, widget=self.widget, progress=progress),
                               raw=True, display_id=True)
 
-    def update(self, data, progress=None, force=False):
-        now = time.monotonic()
-        if not force and now - self.last < 1.0 / _UPDATES_PER_SECOND:
-            return
-        self.last = now
+    def due(self):
+        """Whether a live update is due (a few per second); building one costs a report."""
+        return time.monotonic() - self.last >= 1.0 / _UPDATES_PER_SECOND
+
+    def update(self, data, progress=None):
+        self.last = time.monotonic()
         if self.widget is not None:
             self.widget.report = data
             self.widget.progress = progress or {}
@@ -153,10 +154,10 @@ class LeakMagics(Magics):
                     elapsed = time.monotonic() - started
                     progress = {"k": k + 1, "n": args.n, "elapsed": elapsed,
                                 "remaining": elapsed / (k + 1) * (args.n - k - 1)}
-                    if time.monotonic() - live.last >= 1.0 / _UPDATES_PER_SECOND:
+                    if live.due():
                         live.update(tracker.report(paths=False).to_dict(), progress)
             report = tracker.report()
-            live.update(report.to_dict(), force=True)
+            live.update(report.to_dict())
             _save(report, args.json, args.html, "leakcheck")
         finally:
             if resume_watch:
