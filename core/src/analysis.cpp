@@ -561,6 +561,13 @@ Report buildReport(const AllocationRecorder& recorder,
         return it->second;
     };
 
+    // Every live block, read once: for external stacks, example descriptions (only if the
+    // address still holds the block a group recorded: it may have been freed and reused since
+    // the last boundary) and retaining paths.
+    std::unordered_map<uintptr_t, BlockRecord> liveNow;
+    recorder.forEachLiveBlock(
+        [&](uintptr_t ptr, const BlockRecord& rec) { liveNow.emplace(ptr, rec); });
+
     std::map<std::string, SiteAccumulator> sites;
     std::vector<uint32_t> shadowedIterations;
 
@@ -568,20 +575,13 @@ Report buildReport(const AllocationRecorder& recorder,
     // now was alive at every boundary since the one ending its birth iteration. What they
     // account for is taken out of the stackless group they were recorded in.
     std::unordered_map<GroupKey, std::vector<int64_t>, GroupKeyHash> attributed;
-    std::vector<std::pair<std::vector<Frame>, std::pair<uintptr_t, BlockRecord>>> externalBlocks;
-    if (!inputs.external_stacks.empty() && n > 0) {
-        recorder.forEachLiveBlock([&](uintptr_t ptr, const BlockRecord& rec) {
-            if (rec.stack != 0) {
-                return;
-            }
-            auto it = inputs.external_stacks.find(ptr);
-            if (it != inputs.external_stacks.end() && !it->second.empty()) {
-                externalBlocks.push_back({it->second, {ptr, rec}});
-            }
-        });
-    }
-    for (const auto& [frames, block] : externalBlocks) {
-        const auto& [ptr, rec] = block;
+    for (const auto& [ptr, rec] : liveNow) {
+        auto external = inputs.external_stacks.find(ptr);
+        if (n == 0 || rec.stack != 0 || external == inputs.external_stacks.end() ||
+            external->second.empty()) {
+            continue;
+        }
+        const std::vector<Frame>& frames = external->second;
         GroupKey key{0, rec.node, rec.device};
         auto& taken = attributed[key];
         taken.resize(n, 0);
@@ -676,12 +676,6 @@ Report buildReport(const AllocationRecorder& recorder,
             }
         }
     }
-
-    // Describe an example block only if it is still the block the group recorded: its address
-    // may have been freed and reused since the last boundary.
-    std::unordered_map<uintptr_t, BlockRecord> liveNow;
-    recorder.forEachLiveBlock(
-        [&](uintptr_t ptr, const BlockRecord& rec) { liveNow.emplace(ptr, rec); });
 
     std::vector<const SiteAccumulator*> findingSites;
     for (auto& [key, acc] : sites) {
