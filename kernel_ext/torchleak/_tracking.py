@@ -107,7 +107,6 @@ class Tracker:
         self.min_bytes = min_bytes
         self._capture_stacks = bool(capture_stacks)
         self._boundary = boundary
-        self._kind = "optimizer_step" if boundary == "auto" else boundary
         self._explicit_seen = False
         self._session = None
         self._optimizer_hook = None
@@ -230,10 +229,15 @@ class Tracker:
         """End the current iteration."""
         if self._session is None or not self._session.active:
             raise RuntimeError("step() outside an active torchleak.track() block")
-        if self._boundary == "auto" and not self._explicit_seen:
-            self._kind = "explicit"
         self._explicit_seen = True
         self._session.step()
+
+    @property
+    def _kind(self):
+        """What ends iterations, as the report names it."""
+        if self._boundary != "auto":
+            return self._boundary
+        return "explicit" if self._explicit_seen else "optimizer_step"
 
     @property
     def iterations(self):
