@@ -260,6 +260,12 @@ class Walk {
         }
     }
 
+    void addRoots(const std::vector<NamedRoot>& roots) {
+        for (size_t r = 0; r < roots.size(); ++r) {
+            addRoot(roots[r].object, static_cast<uint32_t>(r));
+        }
+    }
+
     void addRoot(PyObject* obj, uint32_t rootIndex) {
         push(obj, NodeKind::Python, kNoParent, Edge::Root, rootIndex, nullptr);
     }
@@ -958,9 +964,7 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
 
     // Phase 1: from the named roots.
     Walk walk(targets, visited, d_stats);
-    for (size_t r = 0; r < d_roots.size(); ++r) {
-        walk.addRoot(d_roots[r].object, static_cast<uint32_t>(r));
-    }
+    walk.addRoots(d_roots);
     walk.run();
     {
         PathBuilder builder(walk.nodes(), d_roots);
@@ -991,9 +995,7 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
                                       o});
             }
             Walk cycles(unreached, visited, d_stats);
-            for (size_t r = 0; r < cycleRoots.size(); ++r) {
-                cycles.addRoot(cycleRoots[r].object, static_cast<uint32_t>(r));
-            }
+            cycles.addRoots(cycleRoots);
             cycles.run();
             PathBuilder cycleBuilder(cycles.nodes(), cycleRoots);
             for (const auto& [block, node] : cycles.found()) {
@@ -1052,9 +1054,7 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
                     }
                 }
                 Walk outside(unreached, visited, d_stats);
-                for (size_t r = 0; r < outsideRoots.size(); ++r) {
-                    outside.addRoot(outsideRoots[r].object, static_cast<uint32_t>(r));
-                }
+                outside.addRoots(outsideRoots);
                 outside.run();
                 PathBuilder outsideBuilder(outside.nodes(), outsideRoots);
                 for (const auto& [block, node] : outside.found()) {
