@@ -113,57 +113,128 @@ bool globMatch(std::string_view pattern, std::string_view text) {
     return p == pattern.size();
 }
 
+namespace {
+
+// The table behind set(), get(), settings() and keys(): a setting's name, its type, what it
+// means, and where it lives. Fractions carry their bounds, which differ (a confidence may be
+// 0 or 1; a fragmentation ratio may not).
+struct SettingEntry {
+    SettingSpec spec;
+    uint64_t AnalysisConfig::*size = nullptr;
+    int AnalysisConfig::*count = nullptr;
+    double AnalysisConfig::*fraction = nullptr;
+    bool openInterval = false;
+};
+
+const SettingEntry kSettings[] = {
+    {{"min_bytes", SettingType::Size, "sites that never hold this much are left out"},
+     &AnalysisConfig::min_bytes},
+    {{"min_leak_bytes_per_iteration", SettingType::Size, "slower growth is not called a leak"},
+     &AnalysisConfig::min_leak_bytes_per_iteration},
+    {{"warmup", SettingType::Count, "iterations recorded but not judged, when a run gives none"},
+     nullptr,
+     &AnalysisConfig::warmup},
+    {{"min_confidence", SettingType::Fraction, "a noisy trend needs at least this confidence"},
+     nullptr,
+     nullptr,
+     &AnalysisConfig::min_confidence},
+    {{"critical_bytes", SettingType::Size, "a leak projected to hold this much over the run"},
+     &AnalysisConfig::critical_bytes},
+    {{"warning_bytes", SettingType::Size, "a leak projected to hold this much is a warning"},
+     &AnalysisConfig::warning_bytes},
+    {{"fragmentation_ratio", SettingType::Fraction,
+      "(reserved - allocated) / reserved above which a flat device is fragmented"},
+     nullptr,
+     nullptr,
+     &AnalysisConfig::fragmentation_ratio,
+     true},
+    {{"allow", SettingType::Patterns,
+      "globs for intentional caches: a site file:line, function, path or holder"}},
+};
+
+const SettingEntry& entryFor(std::string_view key) {
+    for (const SettingEntry& e : kSettings) {
+        if (e.spec.name == key) {
+            return e;
+        }
+    }
+    throw InvalidArgument("unknown setting '" + std::string(key) + "'; known: " + joinKeys());
+}
+
+} // namespace
+
+std::string_view toString(SettingType type) noexcept {
+    switch (type) {
+    case SettingType::Size:
+        return "size";
+    case SettingType::Count:
+        return "count";
+    case SettingType::Fraction:
+        return "fraction";
+    case SettingType::Patterns:
+        return "patterns";
+    }
+    return "size";
+}
+
+const std::vector<SettingSpec>& AnalysisConfig::settings() {
+    static const std::vector<SettingSpec> specs = [] {
+        std::vector<SettingSpec> out;
+        for (const SettingEntry& e : kSettings) {
+            out.push_back(e.spec);
+        }
+        return out;
+    }();
+    return specs;
+}
+
 const std::vector<std::string>& AnalysisConfig::keys() {
-    static const std::vector<std::string> k = {"min_bytes",
-                                               "min_leak_bytes_per_iteration",
-                                               "warmup",
-                                               "min_confidence",
-                                               "critical_bytes",
-                                               "warning_bytes",
-                                               "fragmentation_ratio",
-                                               "allow"};
-    return k;
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> out;
+        for (const SettingEntry& e : kSettings) {
+            out.emplace_back(e.spec.name);
+        }
+        return out;
+    }();
+    return names;
 }
 
 void AnalysisConfig::set(std::string_view key, std::string_view value) {
-    if (key == "min_bytes") {
-        min_bytes = parseSize(value);
-    } else if (key == "min_leak_bytes_per_iteration") {
-        min_leak_bytes_per_iteration = parseSize(value);
-    } else if (key == "warmup") {
+    const SettingEntry& e = entryFor(key);
+    const std::string name(key);
+    switch (e.spec.type) {
+    case SettingType::Size:
+        this->*e.size = parseSize(value);
+        break;
+    case SettingType::Count: {
         double v = parseNumber(key, value);
         if (v < 0 || v != std::floor(v) || v > 1e9) {
-            throw InvalidArgument("warmup must be a whole number >= 0, got '" + std::string(value) +
-                                  "'");
-        }
-        warmup = static_cast<int>(v);
-    } else if (key == "min_confidence") {
-        double v = parseNumber(key, value);
-        if (v < 0.0 || v > 1.0) {
-            throw InvalidArgument("min_confidence must be between 0 and 1, got '" +
+            throw InvalidArgument(name + " must be a whole number >= 0, got '" +
                                   std::string(value) + "'");
         }
-        min_confidence = v;
-    } else if (key == "critical_bytes") {
-        critical_bytes = parseSize(value);
-    } else if (key == "warning_bytes") {
-        warning_bytes = parseSize(value);
-    } else if (key == "fragmentation_ratio") {
+        this->*e.count = static_cast<int>(v);
+        break;
+    }
+    case SettingType::Fraction: {
         double v = parseNumber(key, value);
-        if (v <= 0.0 || v >= 1.0) {
-            throw InvalidArgument("fragmentation_ratio must be between 0 and 1 (exclusive), got '" +
+        bool outside = e.openInterval ? (v <= 0.0 || v >= 1.0) : (v < 0.0 || v > 1.0);
+        if (outside) {
+            throw InvalidArgument(name + " must be between 0 and 1" +
+                                  (e.openInterval ? " (exclusive)" : "") + ", got '" +
                                   std::string(value) + "'");
         }
-        fragmentation_ratio = v;
-    } else if (key == "allow") {
+        this->*e.fraction = v;
+        break;
+    }
+    case SettingType::Patterns: {
         std::string pattern = trim(value);
         if (pattern.empty()) {
             allow.clear(); // `allow=` empties the allow-list
         } else {
             allow.push_back(pattern);
         }
-    } else {
-        throw InvalidArgument("unknown setting '" + std::string(key) + "'; known: " + joinKeys());
+        break;
+    }
     }
     if (warning_bytes > critical_bytes) {
         throw InvalidArgument("warning_bytes must not exceed critical_bytes");
@@ -171,27 +242,23 @@ void AnalysisConfig::set(std::string_view key, std::string_view value) {
 }
 
 std::string AnalysisConfig::get(std::string_view key) const {
+    const SettingEntry& e = entryFor(key);
     std::ostringstream out;
-    if (key == "min_bytes") {
-        out << min_bytes;
-    } else if (key == "min_leak_bytes_per_iteration") {
-        out << min_leak_bytes_per_iteration;
-    } else if (key == "warmup") {
-        out << warmup;
-    } else if (key == "min_confidence") {
-        out << min_confidence;
-    } else if (key == "critical_bytes") {
-        out << critical_bytes;
-    } else if (key == "warning_bytes") {
-        out << warning_bytes;
-    } else if (key == "fragmentation_ratio") {
-        out << fragmentation_ratio;
-    } else if (key == "allow") {
+    switch (e.spec.type) {
+    case SettingType::Size:
+        out << this->*e.size;
+        break;
+    case SettingType::Count:
+        out << this->*e.count;
+        break;
+    case SettingType::Fraction:
+        out << this->*e.fraction;
+        break;
+    case SettingType::Patterns:
         for (size_t i = 0; i < allow.size(); ++i) {
             out << (i ? "," : "") << allow[i];
         }
-    } else {
-        throw InvalidArgument("unknown setting '" + std::string(key) + "'; known: " + joinKeys());
+        break;
     }
     return out.str();
 }

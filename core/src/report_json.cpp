@@ -1,5 +1,6 @@
 #include "torchleak/report_json.h"
 
+#include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 
 #include <nlohmann/json.hpp>
@@ -8,89 +9,10 @@ namespace torchleak {
 
 using nlohmann::json;
 
-std::string_view toString(Verdict v) noexcept {
-    switch (v) {
-    case Verdict::Leak:
-        return "leak";
-    case Verdict::Warmup:
-        return "warmup";
-    case Verdict::Plateau:
-        return "plateau";
-    case Verdict::Transient:
-        return "transient";
-    case Verdict::Fragmentation:
-        return "fragmentation";
-    case Verdict::Allowed:
-        return "allowed";
-    }
-    return "transient";
-}
-
-std::string_view toString(Severity s) noexcept {
-    switch (s) {
-    case Severity::Critical:
-        return "critical";
-    case Severity::Warning:
-        return "warning";
-    case Severity::Info:
-        return "info";
-    }
-    return "info";
-}
-
-std::string_view toString(BoundaryKind b) noexcept {
-    switch (b) {
-    case BoundaryKind::Explicit:
-        return "explicit";
-    case BoundaryKind::OptimizerStep:
-        return "optimizer_step";
-    case BoundaryKind::Repeat:
-        return "repeat";
-    case BoundaryKind::Cell:
-        return "cell";
-    }
-    return "explicit";
-}
-
-namespace {
-template <typename Enum, size_t N>
-Enum enumFromString(std::string_view s, const Enum (&values)[N], const char* what) {
-    for (Enum v : values) {
-        if (toString(v) == s) {
-            return v;
-        }
-    }
-    throw SchemaError(std::string("unknown ") + what + " '" + std::string(s) + "'");
-}
-} // namespace
-
-Verdict verdictFromString(std::string_view s) {
-    static const Verdict all[] = {Verdict::Leak,      Verdict::Warmup,        Verdict::Plateau,
-                                  Verdict::Transient, Verdict::Fragmentation, Verdict::Allowed};
-    return enumFromString(s, all, "verdict");
-}
-
-Severity severityFromString(std::string_view s) {
-    static const Severity all[] = {Severity::Critical, Severity::Warning, Severity::Info};
-    return enumFromString(s, all, "severity");
-}
-
-Retention retentionFromString(std::string_view s) {
-    static const Retention all[] = {Retention::Reachable, Retention::Cycle, Retention::Unnamed,
-                                    Retention::CppOnly, Retention::Unknown};
-    return enumFromString(s, all, "retention");
-}
-
-BoundaryKind boundaryFromString(std::string_view s) {
-    static const BoundaryKind all[] = {BoundaryKind::Explicit, BoundaryKind::OptimizerStep,
-                                       BoundaryKind::Repeat, BoundaryKind::Cell};
-    return enumFromString(s, all, "boundary");
-}
-
 namespace {
 
 json frameJson(const Frame& f, bool withCell) {
-    json j = {{"file", f.file}, {"line", f.line}, {"function", f.function}};
+    json j = {{"file", f.file}, {"line", f.line}, {"function", f.function}, {"text", siteText(f)}};
     if (withCell) {
         j["cell"] = f.cell ? json(*f.cell) : json(nullptr);
     } else if (f.cell) {
@@ -145,7 +67,8 @@ std::string toJson(const Report& r, int indent) {
              {"leak_bytes_per_iteration", d.leak_bytes_per_iteration},
              {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
              {"verdict", d.verdict},
-             {"fragmentation_ratio", d.fragmentation_ratio}});
+             {"fragmentation_ratio", d.fragmentation_ratio},
+             {"projection_text", projectionText(d, r.iterations)}});
     }
     j["findings"] = json::array();
     for (const Finding& f : r.findings) {
@@ -166,7 +89,7 @@ std::string toJson(const Report& r, int indent) {
         fj["series"] = f.series;
         fj["path"] = json::array();
         for (const PathStep& p : f.path) {
-            json step = {{"kind", p.kind}, {"label", p.label}, {"type", p.type}};
+            json step = {{"kind", toString(p.kind)}, {"label", p.label}, {"type", p.type}};
             if (!p.note.empty()) {
                 step["note"] = p.note;
             }
@@ -205,6 +128,8 @@ std::string toJson(const Report& r, int indent) {
     }
     j["summary"] = {{"score", r.summary.score},
                     {"grade", r.summary.grade},
+                    {"headline", headline(r)},
+                    {"empty_text", r.findings.empty() ? json(emptyReportText(r)) : json(nullptr)},
                     {"critical_issues", r.summary.critical_issues},
                     {"recommendations", recs}};
     // Replace invalid UTF-8 (a file name from a foreign file system) rather than throwing.
@@ -269,7 +194,7 @@ Report reportFromJson(const std::string& text) {
             f.series = fj.at("series").get<std::vector<int64_t>>();
             for (const json& p : fj.at("path")) {
                 PathStep step;
-                step.kind = p.at("kind").get<std::string>();
+                step.kind = stepKindFromString(p.at("kind").get<std::string>());
                 step.label = p.at("label").get<std::string>();
                 step.type = p.value("type", "");
                 step.note = p.value("note", "");

@@ -66,3 +66,21 @@ TEST_CASE("LiveBlockTable agrees with a reference map over a million random oper
     }
     REQUIRE(table.size() == 0);
 }
+
+TEST_CASE("PointerSet: the same table as a set, at a higher load, over clustered pointers") {
+    PointerSet set(16, 3);
+    std::unordered_map<uintptr_t, bool> reference;
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 200'000; ++i) {
+        uintptr_t p = (0x7f0000000000ull + (rng() % (1u << 18)) * 16) | (rng() % 3);
+        bool fresh = set.insert(p);
+        REQUIRE(fresh == reference.emplace(p, true).second);
+    }
+    REQUIRE(set.size() == reference.size());
+    REQUIRE(set.capacity() * 3 >= set.size() * 4); // load never above 3/4
+    for (const auto& [p, _] : reference) {
+        REQUIRE(set.contains(p));
+    }
+    REQUIRE_FALSE(set.contains(0x1234));
+    static_assert(sizeof(PointerSet) > 0);
+}

@@ -1,4 +1,5 @@
 #include "torchleak/retention.h"
+#include "torchleak/suggestion.h"
 
 #include <catch2/catch.hpp>
 
@@ -6,7 +7,7 @@ using namespace torchleak;
 
 namespace {
 PathStep step(const char* kind, const char* label, const char* type) {
-    return PathStep{kind, label, type, "", std::nullopt};
+    return PathStep{stepKindFromString(kind), label, type, "", std::nullopt};
 }
 std::vector<PathStep> lossPath(int i) {
     return {step("root", "losses", "list"),
@@ -94,7 +95,7 @@ TEST_CASE("A module's parameter dict is not a growing holder, and reads as model
                            step("key", name, "Parameter"), step("grad", ".grad", "Tensor")}));
     }
     REQUIRE(pathText(all[0]) == "model.weight.grad");
-    REQUIRE(all[0][1].kind == "attr");
+    REQUIRE(toString(all[0][1].kind) == "attr");
     std::vector<const std::vector<PathStep>*> ptrs = {&all[0], &all[1]};
     auto raw =
         std::vector<PathStep>{step("root", "model", "Linear"), step("attr", "._parameters", "dict"),

@@ -1,8 +1,8 @@
 // Verdicts on synthetic growth curves (issue: leak, warm-up, plateau, transient,
 // fragmentation, allowed).
-#include "torchleak/analysis.h"
 #include "torchleak/config.h"
 #include "torchleak/errors.h"
+#include "torchleak/verdict.h"
 
 #include <catch2/catch.hpp>
 #include <random>
@@ -24,7 +24,53 @@ SiteSeries series(const std::vector<int64_t>& bytes, bool bornEach = true) {
     }
     return s;
 }
+
+SiteSeries
+series(std::vector<int64_t> bytes, std::vector<int64_t> born, std::vector<uint32_t> oldest) {
+    return SiteSeries{std::move(bytes), std::move(born), std::move(oldest)};
+}
 } // namespace
+
+TEST_CASE("classify: a ramp is a leak with its exact slope") {
+    auto c = classify(series({MiB, 2 * MiB, 3 * MiB, 4 * MiB, 5 * MiB}, {MiB, MiB, MiB, MiB, MiB},
+                             {0, 0, 0, 0, 0}),
+                      0);
+    REQUIRE(c.verdict == Verdict::Leak);
+    REQUIRE(c.bytes_per_iteration == MiB);
+    REQUIRE(c.confidence > 0.95); // Mann-Kendall p of 5 rising points
+}
+
+TEST_CASE("classify: created in the first iteration, then constant, is warm-up") {
+    auto c =
+        classify(series({6 * MiB, 6 * MiB, 6 * MiB, 6 * MiB}, {6 * MiB, 0, 0, 0}, {0, 0, 0, 0}), 0);
+    REQUIRE(c.verdict == Verdict::Warmup);
+    REQUIRE(c.bytes_per_iteration == 0);
+}
+
+TEST_CASE("classify: replaced every iteration is transient") {
+    auto c = classify(series({MiB, MiB, MiB, MiB}, {MiB, MiB, MiB, MiB}, {0, 1, 2, 3}), 0);
+    REQUIRE(c.verdict == Verdict::Transient);
+}
+
+TEST_CASE("classify: freed by the end is transient") {
+    auto c = classify(series({MiB, 2 * MiB, 0}, {MiB, MiB, 0}, {0, 0, 0}), 0);
+    REQUIRE(c.verdict == Verdict::Transient);
+}
+
+TEST_CASE("classify: grows then stops is a plateau") {
+    auto c = classify(series({MiB, 2 * MiB, 3 * MiB, 3 * MiB, 3 * MiB, 3 * MiB, 3 * MiB},
+                             {MiB, MiB, MiB, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0}),
+                      0);
+    REQUIRE(c.verdict == Verdict::Plateau);
+}
+
+TEST_CASE("classify: warm-up boundaries are not judged") {
+    // Iteration 0 creates 8 MiB of state; after that 1 MiB per iteration leaks.
+    auto c = classify(
+        series({8 * MiB, 9 * MiB, 10 * MiB, 11 * MiB}, {8 * MiB, MiB, MiB, MiB}, {0, 0, 0, 0}), 1);
+    REQUIRE(c.verdict == Verdict::Leak);
+    REQUIRE(c.bytes_per_iteration == MiB);
+}
 
 TEST_CASE("ramp: a leak with its exact slope") {
     std::vector<int64_t> y;
@@ -148,40 +194,4 @@ TEST_CASE("reserved-only growth with flat allocated memory is fragmentation") {
     // A reserve that stays far above a flat allocation is flagged too.
     std::vector<int64_t> high(10, 400 * MiB);
     REQUIRE(judgeDevice(allocated, high, 0).fragmentation);
-}
-
-TEST_CASE("Theil-Sen ignores an outlier; Mann-Kendall sees no trend in flat data") {
-    std::vector<double> y = {1, 2, 3, 4, 100, 6, 7, 8};
-    REQUIRE(theilSenSlope(y) == Approx(1.0));
-    std::vector<double> flat(20, 5.0);
-    REQUIRE(mannKendallIncreasingP(flat) == 1.0);
-    std::vector<double> up = {1, 2, 3, 4, 5};
-    REQUIRE(mannKendallIncreasingP(up) < 0.05);
-}
-
-TEST_CASE("config: sizes with units, validation, unknown keys") {
-    REQUIRE(parseSize("1MiB") == static_cast<uint64_t>(MiB));
-    REQUIRE(parseSize("100MB") == 100000000ull);
-    REQUIRE(parseSize(" 4096 ") == 4096ull);
-    REQUIRE(parseSize("1.5KiB") == 1536ull);
-    REQUIRE_THROWS_AS(parseSize("lots"), InvalidArgument);
-    REQUIRE_THROWS_AS(parseSize("5 parsecs"), InvalidArgument);
-    AnalysisConfig cfg;
-    cfg.set("min_confidence", "0.9");
-    REQUIRE(cfg.get("min_confidence") == "0.9");
-    REQUIRE_THROWS_WITH(cfg.set("min_confidence", "2"), Catch::Contains("between 0 and 1"));
-    REQUIRE_THROWS_WITH(cfg.set("colour", "red"), Catch::Contains("unknown setting 'colour'"));
-    REQUIRE_THROWS_WITH(cfg.set("warmup", "-1"), Catch::Contains("warmup"));
-    cfg.set("allow", "model.kv_cache*");
-    cfg.set("allow", "cache.py:*");
-    REQUIRE(cfg.allow.size() == 2);
-    cfg.set("allow", "");
-    REQUIRE(cfg.allow.empty());
-}
-
-TEST_CASE("globMatch") {
-    REQUIRE(globMatch("model.kv_cache*", "model.kv_cache['k'][3]"));
-    REQUIRE(globMatch("*cache.py:4?", "/src/cache.py:42"));
-    REQUIRE_FALSE(globMatch("*cache.py:4?", "/src/cache.py:420"));
-    REQUIRE(globMatch("*", ""));
 }

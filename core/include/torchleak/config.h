@@ -10,6 +10,21 @@
 
 namespace torchleak {
 
+// What a setting's value is: how its text is parsed and what Python type it reads back as.
+enum class SettingType {
+    Size,     // bytes, with units ("1MiB", "100MB", "4096"); Python int
+    Count,    // a whole number >= 0; Python int
+    Fraction, // a number between 0 and 1; Python float
+    Patterns, // glob patterns: each set() adds one, an empty value clears them; Python list
+};
+std::string_view toString(SettingType type) noexcept;
+
+struct SettingSpec {
+    std::string_view name;
+    SettingType type;
+    std::string_view description;
+};
+
 struct AnalysisConfig {
     uint64_t min_bytes = 0;                    // sites that never hold this much are left out
     uint64_t min_leak_bytes_per_iteration = 1; // slower growth is not called a leak
@@ -25,6 +40,9 @@ struct AnalysisConfig {
     // accepted. Sizes take units ("1MiB", "100MB", "4096").
     void set(std::string_view key, std::string_view value);
     std::string get(std::string_view key) const;
+    // The one table of settings (config.cpp): every interface (torchleak.config, %leakconfig)
+    // asks it for the names and types instead of spelling them again.
+    static const std::vector<SettingSpec>& settings();
     static const std::vector<std::string>& keys();
 };
 

@@ -1,7 +1,8 @@
 #pragma once
 // The plain data model of a torchleak report. Nothing here knows about torch or Python: the
 // recorder fills it from allocator events, the inspect layer adds paths, the report layer writes
-// it as `torchleak.report/1`. Field names follow the JSON contract in design.md.
+// it as `torchleak.report/1`. Field names are the JSON's (report_json.h): a contract that code
+// outside this repository reads, so fields are added, never renamed.
 
 #include <cstdint>
 #include <optional>
@@ -15,13 +16,47 @@ enum class Verdict { Leak, Warmup, Plateau, Transient, Fragmentation, Allowed };
 enum class Severity { Critical, Warning, Info };
 enum class BoundaryKind { Explicit, OptimizerStep, Repeat, Cell };
 
+// How one step of a retaining path gets from the previous object to the next. The JSON spells
+// them as toString() does; those names are part of the schema: new kinds may be added, and
+// these keep their names.
+enum class StepKind {
+    Root,          // a named root: a global, Out[n], the last exception, a cycle or C++ owner
+    Frame,         // a frame's local (live threads, the last exception's traceback)
+    Attr,          // `.name`, incl. instance __dict__ entries and slots
+    Index,         // `[3]`
+    Key,           // `['k']`
+    GradFn,        // `.grad_fn`
+    NextFunctions, // `.next_functions[0][0]`
+    Saved,         // a generated node's saved variable: `._saved_self`
+    Ctx,           // a custom Function's ctx attribute or `.saved_tensors[i]`
+    Base,          // `._base` of a view
+    Grad,          // `.grad`
+    Closure,       // a closure cell variable
+    Ref,           // a referent with no name of its own (`<lru_cache entries>`)
+    Elided,        // the middle of a very long path, summarised in one step
+};
+
+// How the leaked memory is kept alive.
+enum class Retention {
+    Reachable, // from a named root (a global, a local, Out[n], the last exception ...)
+    Cycle,     // only by a reference cycle: gc.collect() would free it
+    Unnamed,   // by Python objects outside the walked roots (library state, C extensions)
+    CppOnly,   // by no Python object at all: C++ holds it (autograd graph, a C++ cache)
+    Unknown,   // not inspected
+};
+
+// The schema's names of the enums above (model.cpp holds them all). The *FromString functions
+// throw SchemaError for a name that is not part of the schema.
 std::string_view toString(Verdict v) noexcept;
 std::string_view toString(Severity s) noexcept;
 std::string_view toString(BoundaryKind b) noexcept;
-// Throw SchemaError for a name that is not part of the schema.
+std::string_view toString(StepKind k) noexcept;
+std::string_view toString(Retention r) noexcept;
 Verdict verdictFromString(std::string_view s);
 Severity severityFromString(std::string_view s);
 BoundaryKind boundaryFromString(std::string_view s);
+StepKind stepKindFromString(std::string_view s);
+Retention retentionFromString(std::string_view s);
 
 // One decoded stack frame. `cell` is the IPython execution count when the frame is a notebook
 // cell; `user` is false for torch, the standard library and torchleak itself.
@@ -48,25 +83,13 @@ struct TensorInfo {
 };
 
 struct PathStep {
-    std::string kind;  // root, attr, index, key, grad_fn, next_functions, saved, ctx, base, grad,
-                       // closure, frame, ref (design.md; new kinds may be added)
+    StepKind kind = StepKind::Root;
     std::string label; // the pasteable fragment: "losses", "[3]", ".grad_fn", "['k']"
     std::string type;
     std::string
         note; // what the label cannot say: "local 'x' in train_step", "closure variable 'buf'"
     std::optional<TensorInfo> tensor;
 };
-
-// How the leaked memory is kept alive.
-enum class Retention {
-    Reachable, // from a named root (a global, a local, Out[n], the last exception ...)
-    Cycle,     // only by a reference cycle: gc.collect() would free it
-    Unnamed,   // by Python objects outside the walked roots (library state, C extensions)
-    CppOnly,   // by no Python object at all: C++ holds it (autograd graph, a C++ cache)
-    Unknown,   // not inspected
-};
-std::string_view toString(Retention r) noexcept;
-Retention retentionFromString(std::string_view s);
 
 struct Holder {
     std::string path_text;

@@ -4,7 +4,7 @@
 // It keeps the live-block table, the interned stacks and per-device totals, and at every
 // iteration boundary takes a BoundarySnapshot: the live bytes of every allocation site group
 // (stack, autograd node, device). The recorder is plain C++ with no torch or Python in it, so
-// Catch2 drives it with synthetic events; TorchMemoryReporter (torch_reporter.h) feeds it from
+// Catch2 drives it with synthetic events; AllocatorHook (allocator_hook.h) feeds it from
 // c10's memory-reporting hook.
 //
 // Concurrency: recordAlloc/recordFree may be called from any thread that inherited the

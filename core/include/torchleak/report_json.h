@@ -1,6 +1,10 @@
 #pragma once
-// The report as JSON, schema `torchleak.report/1` (design.md). The JSON is an API: fields are
-// added, never renamed, and tests parse what we write back with nlohmann and with Python's json.
+// The report as JSON, schema `torchleak.report/1`. The JSON is an API that code outside this
+// repository reads: fields are added, never renamed, and tests parse what we write back with
+// nlohmann and with Python's json. Display strings the core knows (display_text.h) are written
+// beside the data (`site.text`, `projection_text`, `summary.headline`,
+// `summary.empty_text`) and recomputed, never
+// read back, when a report is loaded.
 
 #include "torchleak/model.h"
 
@@ -8,6 +12,7 @@
 
 namespace torchleak {
 
+// The one spelling of the schema version; Python reads it as torchleak._core.SCHEMA_VERSION.
 inline constexpr const char* kReportSchema = "torchleak.report/1";
 
 std::string toJson(const Report& report, int indent = -1);

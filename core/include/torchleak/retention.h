@@ -1,7 +1,7 @@
 #pragma once
 // Why a finding's memory is still alive: retaining paths per block (found by the inspect layer,
 // which walks the Python heap and the autograd graph), and what the core makes of them: the
-// representative path, the holder (the container the fix belongs to) and a suggestion.
+// path as users write it and the holder (the container the fix belongs to).
 
 #include "torchleak/model.h"
 
@@ -39,9 +39,6 @@ std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
 // Shows nn.Module internals the way users write them: `._parameters['weight']` becomes
 // `.weight`, `._modules['0']` becomes `[0]`.
 std::vector<PathStep> normalizePath(std::vector<PathStep> steps);
-
-// A fix specific to the path's pattern, or a general one.
-std::string suggestFix(const Finding& finding);
 
 bool isGrowableContainer(const std::string& typeName);
 // A root that is notebook machinery, not a name of the user's: IPython's output cache

@@ -1,4 +1,4 @@
-#include "frame_capture.h"
+#include "inspect/frame_capture.h"
 
 #include <algorithm>
 #include <atomic>
@@ -161,18 +161,18 @@ FileClass FrameFilter::classify(const std::string& file) const {
     if (!file.empty() && file.front() == '<') {
         c.user = file.rfind("<stdin>", 0) == 0 || file.rfind("<string>", 0) == 0;
     }
-    size_t libraryMatch = 0, userMatch = 0;
+    size_t libraryMatch = 0, packageMatch = 0;
     for (const std::string& prefix : libraryPrefixes) {
         if (!prefix.empty() && file.rfind(prefix, 0) == 0) {
             libraryMatch = std::max(libraryMatch, prefix.size());
         }
     }
-    for (const std::string& prefix : userPrefixes) {
+    for (const std::string& prefix : packagePrefixes) {
         if (!prefix.empty() && file.rfind(prefix, 0) == 0) {
-            userMatch = std::max(userMatch, prefix.size());
+            packageMatch = std::max(packageMatch, prefix.size());
         }
     }
-    if (libraryMatch > userMatch) {
+    if (libraryMatch > packageMatch) {
         c.user = false;
     }
     return c;

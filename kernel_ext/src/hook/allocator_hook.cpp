@@ -1,4 +1,4 @@
-#include "torchleak/allocator_hook.h"
+#include "hook/allocator_hook.h"
 
 #include "torchleak/errors.h"
 

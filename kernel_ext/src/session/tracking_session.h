@@ -4,11 +4,11 @@
 // report. At most one session is active per process: two hooks would see the same events and
 // the second push would shadow the first.
 
-#include "frame_capture.h"
-#include "heap_walker.h"
-#include "torchleak/allocator_hook.h"
-#include "torchleak/analysis.h"
+#include "hook/allocator_hook.h"
+#include "inspect/frame_capture.h"
+#include "inspect/heap_walker.h"
 #include "torchleak/recorder.h"
+#include "torchleak/report_builder.h"
 
 #include <memory>
 #include <string>

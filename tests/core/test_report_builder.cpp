@@ -1,4 +1,5 @@
-#include "torchleak/analysis.h"
+// buildReport end to end on a recorder fed synthetic events, with fake Python collaborators.
+#include "torchleak/report_builder.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -35,76 +36,7 @@ class FakeDescriber final : public BlockDescriber {
     }
 };
 
-SiteSeries
-series(std::vector<int64_t> bytes, std::vector<int64_t> born, std::vector<uint32_t> oldest) {
-    return SiteSeries{std::move(bytes), std::move(born), std::move(oldest)};
-}
-
 } // namespace
-
-TEST_CASE("fitLine recovers an exact ramp") {
-    std::vector<double> y = {1, 3, 5, 7, 9};
-    LineFit fit = fitLine(y);
-    REQUIRE(fit.slope == Approx(2.0));
-    REQUIRE(fit.intercept == Approx(1.0));
-    REQUIRE(fit.r2 == Approx(1.0));
-    REQUIRE(fit.p_value == 0.0);
-}
-
-TEST_CASE("fitLine on a flat series finds no trend") {
-    std::vector<double> y = {4, 4, 4, 4};
-    LineFit fit = fitLine(y);
-    REQUIRE(fit.slope == Approx(0.0));
-    REQUIRE(fit.p_value == 1.0);
-}
-
-TEST_CASE("Student t p-values match known values") {
-    // t = 2.228 at 10 degrees of freedom is the two-sided 5% point.
-    REQUIRE(studentTwoSidedP(2.228, 10) == Approx(0.05).margin(1e-3));
-    REQUIRE(studentTwoSidedP(0.0, 5) == Approx(1.0));
-    REQUIRE(studentTwoSidedP(1e9, 5) < 1e-12);
-}
-
-TEST_CASE("classify: a ramp is a leak with its exact slope") {
-    auto c = classify(series({MiB, 2 * MiB, 3 * MiB, 4 * MiB, 5 * MiB}, {MiB, MiB, MiB, MiB, MiB},
-                             {0, 0, 0, 0, 0}),
-                      0);
-    REQUIRE(c.verdict == Verdict::Leak);
-    REQUIRE(c.bytes_per_iteration == MiB);
-    REQUIRE(c.confidence > 0.95); // Mann-Kendall p of 5 rising points
-}
-
-TEST_CASE("classify: created in the first iteration, then constant, is warm-up") {
-    auto c =
-        classify(series({6 * MiB, 6 * MiB, 6 * MiB, 6 * MiB}, {6 * MiB, 0, 0, 0}, {0, 0, 0, 0}), 0);
-    REQUIRE(c.verdict == Verdict::Warmup);
-    REQUIRE(c.bytes_per_iteration == 0);
-}
-
-TEST_CASE("classify: replaced every iteration is transient") {
-    auto c = classify(series({MiB, MiB, MiB, MiB}, {MiB, MiB, MiB, MiB}, {0, 1, 2, 3}), 0);
-    REQUIRE(c.verdict == Verdict::Transient);
-}
-
-TEST_CASE("classify: freed by the end is transient") {
-    auto c = classify(series({MiB, 2 * MiB, 0}, {MiB, MiB, 0}, {0, 0, 0}), 0);
-    REQUIRE(c.verdict == Verdict::Transient);
-}
-
-TEST_CASE("classify: grows then stops is a plateau") {
-    auto c = classify(series({MiB, 2 * MiB, 3 * MiB, 3 * MiB, 3 * MiB, 3 * MiB, 3 * MiB},
-                             {MiB, MiB, MiB, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0}),
-                      0);
-    REQUIRE(c.verdict == Verdict::Plateau);
-}
-
-TEST_CASE("classify: warm-up boundaries are not judged") {
-    // Iteration 0 creates 8 MiB of state; after that 1 MiB per iteration leaks.
-    auto c = classify(
-        series({8 * MiB, 9 * MiB, 10 * MiB, 11 * MiB}, {8 * MiB, MiB, MiB, MiB}, {0, 0, 0, 0}), 1);
-    REQUIRE(c.verdict == Verdict::Leak);
-    REQUIRE(c.bytes_per_iteration == MiB);
-}
 
 TEST_CASE("buildReport: one leaking site, attributed to the innermost user frame") {
     AllocationRecorder rec;

@@ -1,6 +1,6 @@
-#include "tracking_session.h"
+#include "session/tracking_session.h"
 
-#include "tensor_index.h"
+#include "inspect/tensor_index.h"
 #include "torchleak/errors.h"
 #include "torchleak/report_json.h"
 

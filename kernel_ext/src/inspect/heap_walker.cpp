@@ -1,8 +1,9 @@
-#include "heap_walker.h"
+#include "inspect/heap_walker.h"
 
-#include "frame_capture.h"
-#include "saved_variables.h"
-#include "tensor_index.h"
+#include "inspect/frame_capture.h"
+#include "inspect/saved_variables.h"
+#include "inspect/tensor_index.h"
+#include "torchleak/pointer_table.h"
 #include "torchleak/stack_table.h"
 
 #include <algorithm>
@@ -54,68 +55,10 @@ struct WalkNode {
 };
 
 constexpr uint32_t kNoParent = UINT32_MAX;
+// Insert-only and the walk's main cache cost: a load of up to 3/4 keeps it small.
+constexpr unsigned kVisitedLoadQuarters = 3;
 
-// Visited set: open addressing over tagged pointers (the low two bits hold the node kind).
-// Fibonacci hashing takes the top bits of the product, where consecutive allocator addresses
-// are spread best; a load of up to 3/4 keeps the table (the walk's main cache cost) small.
-class PointerSet {
-  public:
-    explicit PointerSet(size_t capacity = 1 << 16) {
-        d_bits = 4;
-        while ((size_t{1} << d_bits) < capacity) {
-            ++d_bits;
-        }
-        d_slots.assign(size_t{1} << d_bits, 0);
-    }
-    bool insert(uintptr_t key) {
-        if ((d_size + 1) * 4 > d_slots.size() * 3) {
-            grow();
-        }
-        size_t mask = d_slots.size() - 1;
-        size_t i = hash(key);
-        while (d_slots[i] != 0) {
-            if (d_slots[i] == key) {
-                return false;
-            }
-            i = (i + 1) & mask;
-        }
-        d_slots[i] = key;
-        ++d_size;
-        return true;
-    }
-    bool contains(uintptr_t key) const {
-        size_t mask = d_slots.size() - 1;
-        size_t i = hash(key);
-        while (d_slots[i] != 0) {
-            if (d_slots[i] == key) {
-                return true;
-            }
-            i = (i + 1) & mask;
-        }
-        return false;
-    }
-
-  private:
-    size_t hash(uintptr_t k) const {
-        return static_cast<size_t>((static_cast<uint64_t>(k) * 0x9E3779B97F4A7C15ull) >>
-                                   (64 - d_bits));
-    }
-    void grow() {
-        std::vector<uintptr_t> old;
-        old.swap(d_slots);
-        ++d_bits;
-        d_slots.assign(size_t{1} << d_bits, 0);
-        d_size = 0;
-        for (uintptr_t k : old) {
-            if (k != 0) {
-                insert(k);
-            }
-        }
-    }
-    std::vector<uintptr_t> d_slots;
-    unsigned d_bits = 16;
-    size_t d_size = 0;
-};
+// The visited set holds tagged pointers: the low two bits are the node kind.
 
 // std::type_index hashes the mangled name; a node's type_info address is enough, cached here
 // for the few dozen node types a program uses.
@@ -613,7 +556,7 @@ class PathBuilder {
             }
             if (c == elideFrom) {
                 PathStep gap;
-                gap.kind = "elided";
+                gap.kind = StepKind::Elided;
                 gap.label = "...";
                 gap.note = std::to_string(elideTo - elideFrom) + " steps elided";
                 steps.push_back(std::move(gap));
@@ -652,7 +595,7 @@ class PathBuilder {
             WalkNode baseNode{base.unsafeGetTensorImpl(), n.parent,      0, nullptr,
                               NodeKind::Tensor,           Edge::Variable};
             PathStep step;
-            step.kind = "base";
+            step.kind = StepKind::Base;
             step.label = "._base";
             step.type = "Tensor";
             describeTensor(baseNode, step);
@@ -783,23 +726,23 @@ class PathBuilder {
                                      const_cast<void*>(d_nodes[dictNode.parent].ptr)));
             std::string name = key != nullptr && PyUnicode_Check(key) ? utf8(key) : "";
             if (n.edge == Edge::DictKey) {
-                s.kind = "key";
+                s.kind = StepKind::Key;
                 s.label = "<key " + (key ? keyText(key) : std::string("?")) + ">";
             } else if (attributes && isIdentifier(name)) {
-                s.kind = ctxAttributes ? "ctx" : "attr";
+                s.kind = ctxAttributes ? StepKind::Ctx : StepKind::Attr;
                 s.label = "." + name;
             } else {
-                s.kind = "key";
+                s.kind = StepKind::Key;
                 s.label = "[" + (key ? keyText(key) : std::string("?")) + "]";
             }
             return s;
         }
         case Edge::SeqItem:
-            s.kind = "index";
+            s.kind = StepKind::Index;
             s.label = "[" + std::to_string(n.index) + "]";
             return s;
         case Edge::Closure: {
-            s.kind = "closure";
+            s.kind = StepKind::Closure;
             s.label = ".__closure__[" + std::to_string(n.index) + "].cell_contents";
             auto* f = reinterpret_cast<PyFunctionObject*>(parentObj());
             PyObject* freevars = PyObject_GetAttrString(f->func_code, "co_freevars");
@@ -814,50 +757,50 @@ class PathBuilder {
         }
         case Edge::Ref: {
             if (n.name != nullptr) {
-                s.kind = "attr";
+                s.kind = StepKind::Attr;
                 s.label = std::string(".") + n.name;
                 return s;
             }
             PyObject* parent = parentObj();
             auto name = attributeName(parent, static_cast<PyObject*>(const_cast<void*>(n.ptr)));
             if (name) {
-                s.kind = "attr";
+                s.kind = StepKind::Attr;
                 s.label = "." + *name;
             } else if (std::strcmp(Py_TYPE(parent)->tp_name, "functools._lru_cache_wrapper") == 0) {
-                s.kind = "ref";
+                s.kind = StepKind::Ref;
                 s.label = "<lru_cache entries>";
             } else {
-                s.kind = "ref";
+                s.kind = StepKind::Ref;
                 s.label = std::string("<referent of ") + Py_TYPE(parent)->tp_name + ">";
             }
             return s;
         }
         case Edge::GradFn:
-            s.kind = "grad_fn";
+            s.kind = StepKind::GradFn;
             s.label = ".grad_fn";
             return s;
         case Edge::NextFunction:
-            s.kind = "next_functions";
+            s.kind = StepKind::NextFunctions;
             s.label = ".next_functions[" + std::to_string(n.index) + "][0]";
             return s;
         case Edge::Saved:
-            s.kind = "saved";
+            s.kind = StepKind::Saved;
             s.label = std::string(".") + n.name;
             return s;
         case Edge::SavedList:
-            s.kind = "saved";
+            s.kind = StepKind::Saved;
             s.label = std::string(".") + n.name + "[" + std::to_string(n.index) + "]";
             return s;
         case Edge::CtxSaved:
-            s.kind = "ctx";
+            s.kind = StepKind::Ctx;
             s.label = ".saved_tensors[" + std::to_string(n.index) + "]";
             return s;
         case Edge::Variable:
-            s.kind = "attr";
+            s.kind = StepKind::Attr;
             s.label = ".variable";
             return s;
         case Edge::Grad:
-            s.kind = "grad";
+            s.kind = StepKind::Grad;
             s.label = ".grad";
             return s;
         case Edge::AttrDict:
@@ -954,31 +897,15 @@ Unreached classifyUnreached(PyObject* objects, const PointerSet& visited) {
 std::unordered_map<uintptr_t, BlockPath>
 RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
     auto started = std::chrono::steady_clock::now();
-    std::unordered_map<uintptr_t, BlockPath> result;
+    Paths result;
     std::unordered_set<uintptr_t> targets(blocks.begin(), blocks.end());
     if (targets.empty()) {
         return result;
     }
-    PointerSet visited(1 << 21);
+    PointerSet visited(1 << 21, kVisitedLoadQuarters);
     d_stats = WalkStats{};
 
-    // Phase 1: from the named roots.
-    Walk walk(targets, visited, d_stats);
-    walk.addRoots(d_roots);
-    walk.run();
-    {
-        PathBuilder builder(walk.nodes(), d_roots);
-        for (const auto& [block, node] : walk.found()) {
-            result[block] = BlockPath{Retention::Reachable, builder.build(node)};
-        }
-    }
-
-    std::unordered_set<uintptr_t> unreached;
-    for (uintptr_t b : targets) {
-        if (!result.count(b)) {
-            unreached.insert(b);
-        }
-    }
+    std::unordered_set<uintptr_t> unreached = walkFromNamedRoots(targets, visited, result);
     if (!unreached.empty()) {
         d_stats.secondPhase = true;
         PyObject* gc = PyImport_ImportModule("gc");
@@ -986,104 +913,141 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
         Py_XDECREF(gc);
         if (objects != nullptr && PyList_Check(objects)) {
             Unreached classes = classifyUnreached(objects, visited);
-            // Phase 2a: reference cycles that only gc.collect() frees.
-            std::vector<NamedRoot> cycleRoots;
-            for (PyObject* o : classes.garbage) {
-                cycleRoots.push_back({"<reference cycle>", "root",
-                                      "unreachable: only a reference cycle keeps it; gc.collect() "
-                                      "frees it",
-                                      o});
-            }
-            Walk cycles(unreached, visited, d_stats);
-            cycles.addRoots(cycleRoots);
-            cycles.run();
-            PathBuilder cycleBuilder(cycles.nodes(), cycleRoots);
-            for (const auto& [block, node] : cycles.found()) {
-                std::vector<PathStep> steps = cycleBuilder.build(node);
-                // Show the cycle: from the root object back to itself.
-                uint32_t rootNode = rootOf(cycles.nodes(), node);
-                PyObject* rootObj =
-                    static_cast<PyObject*>(const_cast<void*>(cycles.nodes()[rootNode].ptr));
-                PointerSet loopVisited;
-                std::unordered_set<uintptr_t> none;
-                WalkStats scratch;
-                Walk loop(none, loopVisited, scratch);
-                std::vector<NamedRoot> loopRoots = {{"", "root", "", rootObj}};
-                loop.addRoot(rootObj, 0);
-                loop.run(rootObj, 200000);
-                if (loop.goalNode() != kNoParent) {
-                    PathBuilder loopBuilder(loop.nodes(), loopRoots);
-                    std::vector<PathStep> around = loopBuilder.build(loop.goalNode(), true);
-                    if (!steps.empty()) {
-                        steps.insert(steps.begin() + 1, around.begin(), around.end());
-                    }
-                }
-                result[block] = BlockPath{Retention::Cycle, std::move(steps)};
-                unreached.erase(block);
-            }
-            // Phase 2b: held by objects outside the roots (library state, C extensions).
+            explainCycles(classes.garbage, unreached, visited, result);
             if (!unreached.empty()) {
-                std::vector<NamedRoot> outsideRoots;
-                for (PyObject* o : classes.external) {
-                    if (isTensor(o)) {
-                        // Python holds no reference to it, so C++ does: an autograd graph (a
-                        // saved variable) kept alive by a C++ reference cycle or a hook.
-                        std::string note = "only C++ refers to this tensor";
-                        try {
-                            const at::Tensor& t = THPVariable_Unpack(o);
-                            if (t.grad_fn()) {
-                                note += "; its grad_fn is " +
-                                        shortTypeName(typeid(*t.grad_fn()).name());
-                            }
-                        } catch (...) {
-                        }
-                        outsideRoots.push_back({"<Tensor held only from C++>", "root", note, o});
-                    } else if (isCustomFunctionCtx(o)) {
-                        // Only its autograd node refers to it: a C++ reference cycle (a custom
-                        // Function that saved a view of its own output) keeps the graph alive.
-                        outsideRoots.push_back(
-                            {std::string("<") + Py_TYPE(o)->tp_name + " held only from C++>",
-                             "root",
-                             "an autograd node no Python object reaches keeps "
-                             "this custom Function's ctx alive",
-                             o});
-                    } else {
-                        outsideRoots.push_back(
-                            {std::string("<") + Py_TYPE(o)->tp_name + " outside the named roots>",
-                             "root", "held from C code or library state", o});
-                    }
-                }
-                Walk outside(unreached, visited, d_stats);
-                outside.addRoots(outsideRoots);
-                outside.run();
-                PathBuilder outsideBuilder(outside.nodes(), outsideRoots);
-                for (const auto& [block, node] : outside.found()) {
-                    uint32_t rootNode = rootOf(outside.nodes(), node);
-                    auto* rootObj =
-                        static_cast<PyObject*>(const_cast<void*>(outside.nodes()[rootNode].ptr));
-                    bool cpp = isCustomFunctionCtx(rootObj) || isTensor(rootObj);
-                    result[block] = BlockPath{cpp ? Retention::CppOnly : Retention::Unnamed,
-                                              outsideBuilder.build(node)};
-                    unreached.erase(block);
-                }
+                explainOutsideRoots(classes.external, unreached, visited, result);
             }
         } else {
             PyErr_Clear();
         }
         Py_XDECREF(objects);
-        for (uintptr_t b : unreached) {
-            PathStep s;
-            s.kind = "root";
-            s.label = "<held only from C++>";
-            s.note = "no Python object reaches it: an autograd graph or cache in C++ keeps it";
-            result[b] = BlockPath{Retention::CppOnly, {s}};
-        }
+        markHeldOnlyFromCpp(unreached, result);
     }
     d_stats.reached = result.size() - unreached.size();
     d_stats.unreached = unreached.size();
     d_stats.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return result;
+}
+
+// Phase 1: breadth first from the named roots, so each reached block gets a shortest path from
+// a name the user knows. Returns the blocks no root reaches.
+std::unordered_set<uintptr_t> RetainingPathFinder::walkFromNamedRoots(
+    const std::unordered_set<uintptr_t>& targets, PointerSet& visited, Paths& result) {
+    Walk walk(targets, visited, d_stats);
+    walk.addRoots(d_roots);
+    walk.run();
+    PathBuilder builder(walk.nodes(), d_roots);
+    for (const auto& [block, node] : walk.found()) {
+        result[block] = BlockPath{Retention::Reachable, builder.build(node)};
+    }
+    std::unordered_set<uintptr_t> unreached;
+    for (uintptr_t b : targets) {
+        if (!result.count(b)) {
+            unreached.insert(b);
+        }
+    }
+    return unreached;
+}
+
+// Phase 2a: reference cycles that only gc.collect() frees. The path starts at a member of the
+// cycle and shows the way around it back to that member before it goes on to the tensor.
+void RetainingPathFinder::explainCycles(const std::vector<PyObject*>& garbage,
+                                        std::unordered_set<uintptr_t>& unreached,
+                                        PointerSet& visited,
+                                        Paths& result) {
+    std::vector<NamedRoot> cycleRoots;
+    for (PyObject* o : garbage) {
+        cycleRoots.push_back({"<reference cycle>", StepKind::Root,
+                              "unreachable: only a reference cycle keeps it; gc.collect() "
+                              "frees it",
+                              o});
+    }
+    Walk cycles(unreached, visited, d_stats);
+    cycles.addRoots(cycleRoots);
+    cycles.run();
+    PathBuilder cycleBuilder(cycles.nodes(), cycleRoots);
+    for (const auto& [block, node] : cycles.found()) {
+        std::vector<PathStep> steps = cycleBuilder.build(node);
+        uint32_t rootNode = rootOf(cycles.nodes(), node);
+        PyObject* rootObj = static_cast<PyObject*>(const_cast<void*>(cycles.nodes()[rootNode].ptr));
+        PointerSet loopVisited(1 << 16, kVisitedLoadQuarters);
+        std::unordered_set<uintptr_t> none;
+        WalkStats scratch;
+        Walk loop(none, loopVisited, scratch);
+        std::vector<NamedRoot> loopRoots = {{"", StepKind::Root, "", rootObj}};
+        loop.addRoot(rootObj, 0);
+        loop.run(rootObj, 200000);
+        if (loop.goalNode() != kNoParent) {
+            PathBuilder loopBuilder(loop.nodes(), loopRoots);
+            std::vector<PathStep> around = loopBuilder.build(loop.goalNode(), true);
+            if (!steps.empty()) {
+                steps.insert(steps.begin() + 1, around.begin(), around.end());
+            }
+        }
+        result[block] = BlockPath{Retention::Cycle, std::move(steps)};
+        unreached.erase(block);
+    }
+}
+
+// Phase 2b: held by objects outside the roots: library state, C extensions, or (a tensor or a
+// custom Function's ctx that no Python object refers to) C++ itself.
+void RetainingPathFinder::explainOutsideRoots(const std::vector<PyObject*>& external,
+                                              std::unordered_set<uintptr_t>& unreached,
+                                              PointerSet& visited,
+                                              Paths& result) {
+    std::vector<NamedRoot> outsideRoots;
+    for (PyObject* o : external) {
+        if (isTensor(o)) {
+            // Python holds no reference to it, so C++ does: an autograd graph (a saved
+            // variable) kept alive by a C++ reference cycle or a hook.
+            std::string note = "only C++ refers to this tensor";
+            try {
+                const at::Tensor& t = THPVariable_Unpack(o);
+                if (t.grad_fn()) {
+                    note += "; its grad_fn is " + shortTypeName(typeid(*t.grad_fn()).name());
+                }
+            } catch (...) {
+            }
+            outsideRoots.push_back({"<Tensor held only from C++>", StepKind::Root, note, o});
+        } else if (isCustomFunctionCtx(o)) {
+            // Only its autograd node refers to it: a C++ reference cycle (a custom Function
+            // that saved a view of its own output) keeps the graph alive.
+            outsideRoots.push_back({std::string("<") + Py_TYPE(o)->tp_name + " held only from C++>",
+                                    StepKind::Root,
+                                    "an autograd node no Python object reaches keeps this "
+                                    "custom Function's ctx alive",
+                                    o});
+        } else {
+            outsideRoots.push_back(
+                {std::string("<") + Py_TYPE(o)->tp_name + " outside the named roots>",
+                 StepKind::Root, "held from C code or library state", o});
+        }
+    }
+    Walk outside(unreached, visited, d_stats);
+    outside.addRoots(outsideRoots);
+    outside.run();
+    PathBuilder outsideBuilder(outside.nodes(), outsideRoots);
+    for (const auto& [block, node] : outside.found()) {
+        uint32_t rootNode = rootOf(outside.nodes(), node);
+        auto* rootObj = static_cast<PyObject*>(const_cast<void*>(outside.nodes()[rootNode].ptr));
+        bool cpp = isCustomFunctionCtx(rootObj) || isTensor(rootObj);
+        result[block] =
+            BlockPath{cpp ? Retention::CppOnly : Retention::Unnamed, outsideBuilder.build(node)};
+        unreached.erase(block);
+    }
+}
+
+// The last resort, once every Python edge was followed: no Python object reaches the block.
+void RetainingPathFinder::markHeldOnlyFromCpp(const std::unordered_set<uintptr_t>& unreached,
+                                              Paths& result) {
+    for (uintptr_t b : unreached) {
+        PathStep s;
+        s.kind = StepKind::Root;
+        s.label = "<held only from C++>";
+        s.note = "no Python object reaches it: an autograd graph or cache in C++ keeps it";
+        result[b] = BlockPath{Retention::CppOnly, {s}};
+    }
 }
 
 } // namespace torchleak::python

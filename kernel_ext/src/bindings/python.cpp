@@ -1,14 +1,16 @@
-// torchleak._core: the one seam between the C++ core and Python. This file only binds; it is
-// also the only place where C++ exceptions become Python exceptions (see registerExceptions,
-// tested by tests/python/test_errors.py).
+// torchleak._core: the one seam between the C++ core and Python. This file only binds (the
+// argument conversions are in conversions.cpp); it is also the only place where C++ exceptions
+// become Python exceptions (registerExceptions, tested by tests/python/test_errors.py).
 
-#include "frame_capture.h"
-#include "torchleak/allocator_hook.h"
+#include "bindings/conversions.h"
+#include "hook/allocator_hook.h"
+#include "inspect/frame_capture.h"
+#include "session/tracking_session.h"
 #include "torchleak/config.h"
+#include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 #include "torchleak/report_json.h"
 #include "torchleak/retention.h"
-#include "tracking_session.h"
 
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <pybind11/pybind11.h>
@@ -40,40 +42,6 @@ void registerExceptions(py::module_& m) {
     });
 }
 
-std::vector<python::NamedRoot> namedRoots(const py::list& roots) {
-    std::vector<python::NamedRoot> out;
-    for (const py::handle& item : roots) {
-        auto t = py::reinterpret_borrow<py::tuple>(item);
-        if (t.size() != 4) {
-            throw InvalidArgument("a root is a (label, kind, note, object) tuple");
-        }
-        out.push_back({t[0].cast<std::string>(), t[1].cast<std::string>(), t[2].cast<std::string>(),
-                       t[3].ptr()});
-    }
-    return out;
-}
-
-py::dict walkStatsDict(const python::WalkStats& s) {
-    py::dict d;
-    d["python_objects"] = s.pythonObjects;
-    d["tensors"] = s.tensors;
-    d["autograd_nodes"] = s.autogradNodes;
-    d["reached"] = s.reached;
-    d["unreached"] = s.unreached;
-    d["second_phase"] = s.secondPhase;
-    d["seconds"] = s.seconds;
-    return d;
-}
-
-BoundaryKind parseBoundary(const std::string& name) {
-    try {
-        return boundaryFromString(name);
-    } catch (const SchemaError&) {
-        throw InvalidArgument(
-            "boundary must be one of explicit, optimizer_step, repeat, cell; got '" + name + "'");
-    }
-}
-
 } // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -89,18 +57,33 @@ PYBIND11_MODULE(_core, m) {
              [](const AnalysisConfig& self, const std::string& key) { return self.get(key); })
         .def("copy", [](const AnalysisConfig& self) { return AnalysisConfig(self); })
         .def_readonly("allow", &AnalysisConfig::allow)
-        .def_static("keys", &AnalysisConfig::keys);
+        .def_static("keys", &AnalysisConfig::keys)
+        .def_static(
+            "settings",
+            []() {
+                py::list out;
+                for (const SettingSpec& s : AnalysisConfig::settings()) {
+                    out.append(py::make_tuple(std::string(s.name), std::string(toString(s.type)),
+                                              std::string(s.description)));
+                }
+                return out;
+            },
+            "(name, type, description) of every setting; type is size, count, fraction or "
+            "patterns.");
     m.def("parse_size", [](const std::string& text) { return parseSize(text); });
+    m.def(
+        "format_bytes", [](double bytes) { return formatBytes(bytes); },
+        "The core's byte formatter, the one the JSON's display strings use.");
 
     py::class_<python::FrameFilter>(m, "FrameFilter")
         .def(py::init([](std::vector<std::string> libraryPrefixes,
-                         std::vector<std::string> userPrefixes,
+                         std::vector<std::string> packagePrefixes,
                          const std::map<std::string, int>& cellFiles) {
                  return python::FrameFilter{std::move(libraryPrefixes),
-                                            std::move(userPrefixes),
+                                            std::move(packagePrefixes),
                                             {cellFiles.begin(), cellFiles.end()}};
              }),
-             py::arg("library_prefixes"), py::arg("user_prefixes"),
+             py::arg("library_prefixes"), py::arg("package_prefixes"),
              py::arg("cell_files") = std::map<std::string, int>{})
         .def(
             "classify",
@@ -140,41 +123,13 @@ PYBIND11_MODULE(_core, m) {
                 in.torch_version = torchVersion;
                 in.python_version = pythonVersion;
                 in.warmup = warmup;
-                in.boundary = parseBoundary(boundary);
+                in.boundary = python::parseBoundary(boundary);
                 in.config = config;
-                // (file, line, function) frames recorded by PyTorch, classified by the same
-                // rule as the frames the hook captured.
-                for (const auto& [block, frames] : externalStacks) {
-                    std::vector<Frame> decoded;
-                    for (const py::handle& item : py::reinterpret_borrow<py::list>(frames)) {
-                        auto t = py::reinterpret_borrow<py::tuple>(item);
-                        Frame f;
-                        f.file = t[0].cast<std::string>();
-                        f.line = t[1].cast<int>();
-                        f.function = t[2].cast<std::string>();
-                        python::FileClass where = filter.classify(f.file);
-                        f.user = where.user;
-                        f.cell = where.cell;
-                        f.group = where.group;
-                        decoded.push_back(std::move(f));
-                    }
-                    in.external_stacks.emplace(block.cast<uintptr_t>(), std::move(decoded));
-                }
+                in.external_stacks = python::externalStacks(externalStacks, filter);
                 in.warnings = warnings;
-                for (const auto& [name, capacity] : capacities) {
-                    DeviceInfo d;
-                    d.name = name;
-                    d.capacity_bytes = capacity;
-                    auto colon = name.find(':');
-                    std::string type = name.substr(0, colon);
-                    d.key.type = type == "cpu" ? 0 : type == "cuda" ? 1 : -1;
-                    d.key.index = colon == std::string::npos
-                                      ? -1
-                                      : static_cast<int8_t>(std::stoi(name.substr(colon + 1)));
-                    in.devices.push_back(d);
-                }
+                in.devices = python::deviceCapacities(capacities);
                 // `roots` (the Python list) keeps every root object alive during the walk.
-                return self.reportJson(in, filter, namedRoots(roots), explain, indent);
+                return self.reportJson(in, filter, python::namedRoots(roots), explain, indent);
             },
             py::arg("torch_version"), py::arg("python_version"), py::arg("warmup"),
             py::arg("boundary"), py::arg("config") = AnalysisConfig{},
@@ -184,24 +139,16 @@ PYBIND11_MODULE(_core, m) {
             py::arg("explain") = true, py::arg("external_stacks") = py::dict(),
             py::arg("indent") = -1)
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
-            return walkStatsDict(self.lastWalk());
+            return python::walkStatsDict(self.lastWalk());
         });
 
     m.def(
         "find_paths",
         [](const py::list& roots, const std::vector<uintptr_t>& blocks) {
-            python::RetainingPathFinder finder(namedRoots(roots));
+            python::RetainingPathFinder finder(python::namedRoots(roots));
             auto paths = finder.explain(blocks);
-            py::dict out;
-            for (const auto& [block, path] : paths) {
-                py::list steps;
-                for (const PathStep& s : path.steps) {
-                    steps.append(py::make_tuple(s.kind, s.label, s.type, s.note));
-                }
-                out[py::int_(block)] = py::make_tuple(std::string(toString(path.retention)),
-                                                      pathText(path.steps), steps);
-            }
-            return py::make_tuple(out, walkStatsDict(finder.stats()));
+            return py::make_tuple(python::retainingPathsDict(paths),
+                                  python::walkStatsDict(finder.stats()));
         },
         py::arg("roots"), py::arg("blocks"),
         "Retaining paths from (label, kind, note, object) roots to the given storage pointers.");

@@ -17,7 +17,7 @@
 //    still alive. Boundaries and stop() drain what is left.
 // Other threads that do not hold the GIL get no Python stack.
 
-#include "torchleak/analysis.h"
+#include "torchleak/report_builder.h"
 #include "torchleak/stack_table.h"
 
 #include <Python.h>
@@ -40,8 +40,10 @@ const char* captureStrategy() noexcept;
 // Which files are not user code: torch, the standard library and torchleak itself. A frame's
 // file is compared by prefix; "<frozen ...>" and "<string>" style names are never user code
 // unless they are notebook cells.
-// The longest matching prefix decides, so site-packages inside a stdlib directory (no
-// virtualenv) stays user code while torch inside it does not.
+// Installed packages (site-packages, dist-packages) are passed as packagePrefixes; the longest
+// matching prefix decides, so a package directory inside a stdlib directory (no virtualenv) is
+// not the standard library, while torch inside it is. Frames of installed packages other than
+// torch count as user code for the site.
 struct FileClass {
     bool user = true;
     std::optional<int> cell; // the execution count, when the file is a notebook cell
@@ -50,7 +52,7 @@ struct FileClass {
 
 struct FrameFilter {
     std::vector<std::string> libraryPrefixes;
-    std::vector<std::string> userPrefixes;
+    std::vector<std::string> packagePrefixes;
     // Notebook cells: the file name IPython compiled a cell under -> its execution count.
     std::unordered_map<std::string, int> cellFiles;
 

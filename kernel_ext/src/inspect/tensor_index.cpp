@@ -1,4 +1,4 @@
-#include "tensor_index.h"
+#include "inspect/tensor_index.h"
 
 #include <cctype>
 #include <torch/csrc/autograd/python_variable.h>

@@ -3,7 +3,7 @@
 // can see (and their .grad). Used at report time to give a finding its dtype and shape.
 // It stores descriptions only, never a tensor, so building it keeps nothing alive.
 
-#include "torchleak/analysis.h"
+#include "torchleak/report_builder.h"
 
 #include <c10/core/ScalarType.h>
 

@@ -14,17 +14,19 @@
 // that are reported. Blocks no root reaches are explained in a second phase: a reference cycle
 // that gc.collect() would free, memory held by objects outside the roots, or by C++ alone.
 
+#include "torchleak/pointer_table.h"
 #include "torchleak/retention.h"
 
 #include <Python.h>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace torchleak::python {
 
 struct NamedRoot {
     std::string label; // pasteable ("losses", "mymodule.cache", "Out") or "<...>" text
-    std::string kind;  // "root" or "frame"
+    StepKind kind;     // Root, or Frame for a frame's local
     std::string note;  // "local 'x' in train_step (train.py:12)"
     PyObject* object;  // borrowed: the caller keeps it alive during the walk
 };
@@ -46,6 +48,21 @@ class RetainingPathFinder final : public RetentionExplainer {
     const WalkStats& stats() const noexcept { return d_stats; }
 
   private:
+    using Paths = std::unordered_map<uintptr_t, BlockPath>;
+    // The phases of explain(), in order; each takes what the ones before left unreached.
+    std::unordered_set<uintptr_t> walkFromNamedRoots(const std::unordered_set<uintptr_t>& targets,
+                                                     PointerSet& visited,
+                                                     Paths& result);
+    void explainCycles(const std::vector<PyObject*>& garbage,
+                       std::unordered_set<uintptr_t>& unreached,
+                       PointerSet& visited,
+                       Paths& result);
+    void explainOutsideRoots(const std::vector<PyObject*>& external,
+                             std::unordered_set<uintptr_t>& unreached,
+                             PointerSet& visited,
+                             Paths& result);
+    static void markHeldOnlyFromCpp(const std::unordered_set<uintptr_t>& unreached, Paths& result);
+
     std::vector<NamedRoot> d_roots;
     WalkStats d_stats;
 };

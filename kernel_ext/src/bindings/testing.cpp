@@ -2,7 +2,7 @@
 // deterministically from pytest: raising each C++ error for the translation table, and timing
 // the recorder's per-event work without torch's own allocator in the way.
 
-#include "frame_capture.h"
+#include "inspect/frame_capture.h"
 #include "torchleak/errors.h"
 #include "torchleak/recorder.h"
 

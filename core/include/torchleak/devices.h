@@ -1,0 +1,41 @@
+#pragma once
+// Devices: their names, their capacity, and each device's timeline in the report (allocated,
+// reserved and peak bytes at every boundary, the leak rate, the OOM projection and the
+// allocator's verdict).
+
+#include "torchleak/config.h"
+#include "torchleak/model.h"
+#include "torchleak/recorder.h"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace torchleak {
+
+struct DeviceInfo {
+    DeviceKey key;
+    std::string name; // "cpu", "cuda:0"
+    uint64_t capacity_bytes = 0;
+};
+
+// "cpu", "cuda:0": c10's spelling of a device.
+std::string deviceName(DeviceKey key);
+// The inverse of deviceName ("cuda:1" -> {CUDA, 1}); throws InvalidArgument for a name c10
+// does not have or an index out of range.
+DeviceKey parseDeviceName(std::string_view name);
+
+// The memory limit of this process: the cgroup limit when there is one, else physical memory.
+uint64_t hostMemoryCapacity();
+
+// One timeline per device, in the order the devices first appeared at a boundary. The leak
+// rate adds up the findings judged `leak` on that device; the host's capacity is read when no
+// DeviceInfo gives one.
+std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnapshot>& boundaries,
+                                                 const std::vector<DeviceInfo>& known,
+                                                 const std::vector<Finding>& findings,
+                                                 int warmup,
+                                                 const AnalysisConfig& config);
+
+} // namespace torchleak

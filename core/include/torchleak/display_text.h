@@ -1,0 +1,36 @@
+#pragma once
+// The display strings the core knows, written once here and emitted into the JSON (`site.text`,
+// a device's `projection_text`, `summary.headline` and
+// `summary.empty_text`) so that every view (text, HTML, the
+// notebook widget) shows the same words instead of deriving its own.
+
+#include "torchleak/model.h"
+
+#include <cstdint>
+#include <string>
+
+namespace torchleak {
+
+// 1536 -> "1.5 KiB", 100 -> "100 B": binary units, one decimal from KiB on. The Python and
+// JavaScript views keep one formatter each for numbers the JSON carries raw, and a test holds
+// all three to the same output.
+std::string formatBytes(double bytes);
+
+// "In [7], line 3" for a notebook cell, "backward (MmBackward0)" inside backward without a
+// Python frame, "file.py:42" otherwise.
+std::string siteText(const Frame& f);
+
+// "12,345": thousands separated as users read counts of iterations.
+std::string groupThousands(int64_t value);
+
+// "at 2.0 MiB per iteration, cuda:0 is full in ~9,582 iterations", or "" when the device does
+// not leak or its capacity is unknown.
+std::string projectionText(const DeviceTimeline& device, int iterations);
+
+// The count line every view prints: "2 leak(s), 3 other finding(s)".
+std::string headline(const Report& report);
+
+// The sentence for a run in which nothing survived a boundary; "" when there are findings.
+std::string emptyReportText(const Report& report);
+
+} // namespace torchleak

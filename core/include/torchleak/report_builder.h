@@ -1,0 +1,63 @@
+#pragma once
+// From a recording to a report: group allocation stacks by site, build each site's series of
+// live bytes, give it a verdict, explain why its blocks are alive, score the whole. Pure C++
+// (no torch, no Python): the bindings supply what only Python knows through the three
+// interfaces StackSymbolizer, BlockDescriber and RetentionExplainer (retention.h).
+
+#include "torchleak/config.h"
+#include "torchleak/devices.h"
+#include "torchleak/model.h"
+#include "torchleak/recorder.h"
+#include "torchleak/retention.h"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace torchleak {
+
+// Turns captured frames into file:line frames, innermost first, with `user` set.
+class StackSymbolizer {
+  public:
+    virtual ~StackSymbolizer() = default;
+    virtual std::vector<Frame> symbolize(std::span<const RawFrame> frames) = 0;
+};
+
+struct BlockDescription {
+    std::string dtype;
+    std::vector<int64_t> shape;
+};
+
+// Describes the tensor that lives in a block, when one can be found.
+class BlockDescriber {
+  public:
+    virtual ~BlockDescriber() = default;
+    virtual std::optional<BlockDescription> describe(uintptr_t block) = 0;
+};
+
+struct ReportInputs {
+    // Stacks of device blocks that the hook recorded without one (CUDA: the allocator's
+    // mutex is held, so PyTorch's own history recording supplies them), innermost first, by
+    // block pointer. Surviving blocks are attributed to their sites.
+    std::unordered_map<uintptr_t, std::vector<Frame>> external_stacks;
+    std::string torch_version;
+    std::string python_version;
+    int warmup = 0;
+    BoundaryKind boundary = BoundaryKind::Explicit;
+    AnalysisConfig config;
+    std::vector<DeviceInfo> devices;
+    std::vector<std::string> warnings;
+};
+
+// Builds the report of a recording: one finding per site group, biggest leaks first. With an
+// explainer, every finding also gets its retaining path, holder and a specific suggestion.
+Report buildReport(const AllocationRecorder& recorder,
+                   const ReportInputs& inputs,
+                   StackSymbolizer& symbolizer,
+                   BlockDescriber& describer,
+                   RetentionExplainer* explainer = nullptr);
+
+} // namespace torchleak

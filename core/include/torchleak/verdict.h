@@ -1,0 +1,52 @@
+#pragma once
+// Verdicts: is a site's growth a leak, warm-up, a plateau or transient; does a device's
+// reserve show fragmentation; and the two rules that overrule the curve once the retaining path
+// is known (memory only notebook machinery or C++ keeps, and the user's allow-list).
+
+#include "torchleak/config.h"
+#include "torchleak/model.h"
+#include "torchleak/trend.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace torchleak {
+
+struct SiteSeries {
+    std::vector<int64_t> bytes;   // live bytes at each boundary
+    std::vector<int64_t> born;    // of those, allocated during the iteration that boundary ends
+    std::vector<uint32_t> oldest; // birth iteration of the oldest live block (if bytes > 0)
+};
+
+struct Classification {
+    Verdict verdict = Verdict::Transient;
+    LineFit fit; // slope: Theil-Sen; r2: least squares; p_value: Mann-Kendall
+    double confidence = 0.0;
+    int64_t bytes_per_iteration = 0;
+    bool released_periodically = false; // a saw-tooth: grows, released at a coarser boundary
+};
+
+// The verdict of one site from its series. The first `warmup` iterations are not judged.
+Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config = {});
+
+struct DeviceVerdict {
+    bool fragmentation = false;
+    double ratio = 0.0; // (reserved - allocated) / reserved at the last boundary
+};
+// Fragmentation or an oversized reserve: reserved grows, or stays far above allocated, while
+// allocated is flat.
+DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
+                          const std::vector<int64_t>& reserved,
+                          int warmup,
+                          const AnalysisConfig& config = {});
+
+// Memory that only notebook machinery (Out[n], the last exception) or only C++ (an autograd
+// graph no Python object reaches) keeps: a leak even without growth, because the user can no
+// longer free it by a name of their own.
+bool heldByMachinery(const Finding& f);
+
+// An intentional cache the user named: a glob matching the site ("file:line"), its function,
+// the path or the holder.
+bool allowListed(const Finding& f, const std::vector<std::string>& allow);
+
+} // namespace torchleak

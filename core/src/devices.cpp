@@ -1,0 +1,132 @@
+#include "torchleak/devices.h"
+
+#include "torchleak/errors.h"
+#include "torchleak/verdict.h"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <unistd.h>
+
+namespace torchleak {
+
+namespace {
+// c10::DeviceType's names, indexed by its value.
+constexpr const char* kDeviceTypeNames[] = {
+    "cpu",    "cuda",  "mkldnn", "opengl", "opencl", "ideep", "hip", "fpga", "maia", "xla",
+    "vulkan", "metal", "xpu",    "mps",    "meta",   "hpu",   "ve",  "lazy", "ipu",  "mtia"};
+} // namespace
+
+std::string deviceName(DeviceKey key) {
+    std::string base =
+        (key.type >= 0 && static_cast<size_t>(key.type) < std::size(kDeviceTypeNames))
+            ? kDeviceTypeNames[key.type]
+            : "device" + std::to_string(key.type);
+    if (key.type == 0 || key.index < 0) {
+        return base;
+    }
+    return base + ":" + std::to_string(key.index);
+}
+
+DeviceKey parseDeviceName(std::string_view name) {
+    size_t colon = name.find(':');
+    std::string_view type = name.substr(0, colon);
+    auto known = std::find(std::begin(kDeviceTypeNames), std::end(kDeviceTypeNames), type);
+    if (known == std::end(kDeviceTypeNames)) {
+        throw InvalidArgument("unknown device '" + std::string(name) + "' (examples: cpu, cuda:0)");
+    }
+    DeviceKey key;
+    key.type = static_cast<int8_t>(known - std::begin(kDeviceTypeNames));
+    if (colon != std::string_view::npos) {
+        std::string_view digits = name.substr(colon + 1);
+        int index = -1;
+        auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+        if (ec != std::errc() || end != digits.data() + digits.size() || index < 0 || index > 127) {
+            throw InvalidArgument("bad device index in '" + std::string(name) +
+                                  "' (a number from 0 to 127)");
+        }
+        key.index = static_cast<int8_t>(index);
+    }
+    return key;
+}
+
+uint64_t hostMemoryCapacity() {
+    uint64_t physical = 0;
+    long pages = sysconf(_SC_PHYS_PAGES);
+    long pageSize = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && pageSize > 0) {
+        physical = static_cast<uint64_t>(pages) * static_cast<uint64_t>(pageSize);
+    }
+    for (const char* path :
+         {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+        std::ifstream in(path);
+        std::string text;
+        if (in >> text && text != "max") {
+            try {
+                uint64_t limit = std::stoull(text);
+                if (limit > 0 && (physical == 0 || limit < physical)) {
+                    return limit;
+                }
+            } catch (...) {
+            }
+        }
+    }
+    return physical;
+}
+
+std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnapshot>& boundaries,
+                                                 const std::vector<DeviceInfo>& known,
+                                                 const std::vector<Finding>& findings,
+                                                 int warmup,
+                                                 const AnalysisConfig& config) {
+    const size_t n = boundaries.size();
+    std::vector<DeviceKey> order;
+    for (const auto& snap : boundaries) {
+        for (const auto& d : snap.devices) {
+            if (std::find(order.begin(), order.end(), d.device) == order.end()) {
+                order.push_back(d.device);
+            }
+        }
+    }
+    std::vector<DeviceTimeline> timelines;
+    for (DeviceKey key : order) {
+        DeviceTimeline t;
+        t.device = deviceName(key);
+        for (const auto& info : known) {
+            if (info.key == key) {
+                t.capacity_bytes = info.capacity_bytes;
+            }
+        }
+        if (t.capacity_bytes == 0 && key.type == 0) {
+            t.capacity_bytes = hostMemoryCapacity();
+        }
+        for (const auto& snap : boundaries) {
+            auto it = std::find_if(snap.devices.begin(), snap.devices.end(),
+                                   [&](const DeviceSample& d) { return d.device == key; });
+            t.allocated.push_back(it != snap.devices.end() ? it->allocated : 0);
+            t.reserved.push_back(it != snap.devices.end() ? it->reserved : 0);
+            t.peak.push_back(it != snap.devices.end() ? it->peak : 0);
+        }
+        for (const Finding& f : findings) {
+            if (f.verdict == Verdict::Leak && f.device == t.device && f.bytes_per_iteration > 0) {
+                t.leak_bytes_per_iteration += f.bytes_per_iteration;
+            }
+        }
+        if (t.leak_bytes_per_iteration > 0 && t.capacity_bytes > 0) {
+            int64_t used = t.allocated.empty() ? 0 : t.allocated.back();
+            int64_t room = std::max<int64_t>(static_cast<int64_t>(t.capacity_bytes) - used, 0);
+            t.projected_oom_iteration =
+                static_cast<int64_t>(n) +
+                (room + t.leak_bytes_per_iteration - 1) / t.leak_bytes_per_iteration;
+        }
+        DeviceVerdict dv = judgeDevice(t.allocated, t.reserved, warmup, config);
+        t.fragmentation_ratio = dv.ratio;
+        if (dv.fragmentation) {
+            t.verdict = "fragmentation";
+        }
+        timelines.push_back(std::move(t));
+    }
+    return timelines;
+}
+
+} // namespace torchleak

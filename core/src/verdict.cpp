@@ -1,0 +1,188 @@
+#include "torchleak/verdict.h"
+
+#include "torchleak/retention.h"
+#include "torchleak/trend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace torchleak {
+
+namespace {
+
+// Splits at releases (a boundary where live bytes fall below half of the previous one).
+std::vector<std::pair<size_t, size_t>> segmentsBetweenReleases(const std::vector<double>& y) {
+    std::vector<std::pair<size_t, size_t>> segments;
+    size_t start = 0;
+    for (size_t i = 1; i < y.size(); ++i) {
+        if (y[i] < 0.5 * y[i - 1]) {
+            segments.emplace_back(start, i);
+            start = i;
+        }
+    }
+    segments.emplace_back(start, y.size());
+    return segments;
+}
+
+double riseFraction(const std::vector<double>& y, size_t from, size_t to) {
+    size_t rises = 0;
+    for (size_t i = from + 1; i < to; ++i) {
+        rises += y[i] > y[i - 1] ? 1 : 0;
+    }
+    return to - from > 1 ? static_cast<double>(rises) / static_cast<double>(to - from - 1) : 0.0;
+}
+
+} // namespace
+
+Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
+    Classification c;
+    const size_t n = s.bytes.size();
+    if (n == 0) {
+        return c;
+    }
+    // The boundary that ends the last warm-up iteration is the baseline of the judged part.
+    size_t first = std::min(static_cast<size_t>(std::max(warmup - 1, 0)), n - 1);
+    std::vector<double> post(s.bytes.begin() + static_cast<std::ptrdiff_t>(first), s.bytes.end());
+    const size_t m = post.size();
+    LineFit ols = fitLine(post);
+    c.fit.r2 = ols.r2;
+    c.fit.intercept = ols.intercept;
+    c.fit.slope = theilSenSlope(post);
+    c.fit.p_value = mannKendallIncreasingP(post);
+    c.bytes_per_iteration = static_cast<int64_t>(std::llround(c.fit.slope));
+    const double minRate = static_cast<double>(config.min_leak_bytes_per_iteration);
+    const int64_t last = s.bytes.back();
+
+    if (m >= 3 && last > 0) {
+        double rises = riseFraction(post, 0, m);
+        // Still growing at the end: the last quarter (at least 3 boundaries) rises too, so a
+        // cache that filled up and stopped (a plateau) is never called a leak, however long
+        // the run.
+        size_t tailLen = std::max<size_t>(3, (m + 3) / 4);
+        tailLen = std::min(tailLen, m);
+        std::vector<double> tail(post.end() - static_cast<std::ptrdiff_t>(tailLen), post.end());
+        double tailSlope = theilSenSlope(tail);
+        bool tailGrows =
+            tailSlope >= std::max(minRate, 0.25 * c.fit.slope) && tail.back() > tail.front();
+
+        if (rises == 1.0 && c.fit.slope >= minRate) {
+            c.verdict = Verdict::Leak; // rises at every boundary
+            c.confidence = std::clamp(1.0 - c.fit.p_value, 0.0, 1.0);
+            return c;
+        }
+        double confidence = std::clamp((1.0 - c.fit.p_value) * (0.5 + 0.5 * rises), 0.0, 1.0);
+        if (c.fit.slope >= minRate && c.fit.p_value < 0.05 && tailGrows &&
+            confidence >= config.min_confidence) {
+            c.verdict = Verdict::Leak; // a clear trend through noise
+            c.confidence = confidence;
+            return c;
+        }
+        // Grows between releases at a coarser boundary (outputs kept for an epoch-end hook):
+        // still a leak at this granularity.
+        auto segments = segmentsBetweenReleases(post);
+        if (segments.size() >= 2) {
+            std::vector<double> segmentSlopes;
+            bool allRise = true;
+            for (const auto& [a, b] : segments) {
+                if (b - a < 3) {
+                    continue;
+                }
+                std::vector<double> seg(post.begin() + static_cast<std::ptrdiff_t>(a),
+                                        post.begin() + static_cast<std::ptrdiff_t>(b));
+                segmentSlopes.push_back(theilSenSlope(seg));
+                allRise = allRise && riseFraction(post, a, b) >= 0.75;
+            }
+            if (segmentSlopes.size() >= 2 && allRise) {
+                std::nth_element(segmentSlopes.begin(),
+                                 segmentSlopes.begin() +
+                                     static_cast<std::ptrdiff_t>(segmentSlopes.size() / 2),
+                                 segmentSlopes.end());
+                double slope = segmentSlopes[segmentSlopes.size() / 2];
+                if (slope >= minRate) {
+                    c.verdict = Verdict::Leak;
+                    c.released_periodically = true;
+                    c.fit.slope = slope;
+                    c.bytes_per_iteration = static_cast<int64_t>(std::llround(slope));
+                    c.confidence = 0.8;
+                    return c;
+                }
+            }
+        }
+    }
+    if (last == 0) {
+        c.verdict = Verdict::Transient; // everything the site left alive was freed later
+        c.confidence = 1.0;
+        c.bytes_per_iteration = 0;
+        return c;
+    }
+    uint32_t oldest = s.oldest.empty() ? 0 : s.oldest.back();
+    int64_t bornLast = s.born.empty() ? 0 : s.born.back();
+    double growth = post.back() - post.front();
+    if (bornLast == last && growth <= 0.0) {
+        // What is alive now was allocated in the last iteration and will be replaced in the
+        // next: a per-iteration working set that survives one boundary.
+        c.verdict = Verdict::Transient;
+        c.confidence = 0.9;
+        c.bytes_per_iteration = 0;
+        return c;
+    }
+    if (growth <= 0.0 && oldest <= static_cast<uint32_t>(std::max(warmup, 0))) {
+        c.verdict = Verdict::Warmup; // created in the first iterations, then kept and reused
+        c.confidence = 0.9;
+        c.bytes_per_iteration = 0;
+        return c;
+    }
+    c.verdict = Verdict::Plateau; // grew, then stopped: bounded
+    c.confidence = 0.8;
+    c.bytes_per_iteration = 0;
+    return c;
+}
+
+DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
+                          const std::vector<int64_t>& reserved,
+                          int warmup,
+                          const AnalysisConfig& config) {
+    DeviceVerdict v;
+    if (allocated.empty() || reserved.size() != allocated.size() || reserved.back() <= 0) {
+        return v;
+    }
+    v.ratio = static_cast<double>(reserved.back() - allocated.back()) /
+              static_cast<double>(reserved.back());
+    size_t first = std::min(static_cast<size_t>(std::max(warmup - 1, 0)), allocated.size() - 1);
+    std::vector<double> a(allocated.begin() + static_cast<std::ptrdiff_t>(first), allocated.end());
+    std::vector<double> r(reserved.begin() + static_cast<std::ptrdiff_t>(first), reserved.end());
+    double allocSlope = theilSenSlope(a);
+    double reservedSlope = theilSenSlope(r);
+    double scale = std::max(1.0, r.back());
+    bool allocatedFlat = std::fabs(allocSlope) * static_cast<double>(a.size()) < 0.05 * scale;
+    bool reserveGrows = r.size() >= 3 && reservedSlope > 0 && mannKendallIncreasingP(r) < 0.05;
+    v.fragmentation = allocatedFlat && (reserveGrows || v.ratio > config.fragmentation_ratio);
+    return v;
+}
+
+bool heldByMachinery(const Finding& f) {
+    if (f.path.empty()) {
+        return false;
+    }
+    const std::string& root = f.path.front().label;
+    // Only when C++ keeps a known Python-level object (a tensor or a custom Function's ctx):
+    // a bare "<held only from C++>" may be one of torch's own caches.
+    bool cppGraph = f.retention == Retention::CppOnly && !f.path.front().type.empty();
+    return isOutputCacheRoot(root) || isLastExceptionRoot(root) || cppGraph;
+}
+
+bool allowListed(const Finding& f, const std::vector<std::string>& allow) {
+    std::string site = f.site.file + ":" + std::to_string(f.site.line);
+    for (const std::string& pattern : allow) {
+        if (globMatch(pattern, site) || globMatch(pattern, f.site.function) ||
+            (!f.path_text.empty() && globMatch(pattern, f.path_text)) ||
+            (f.holder && globMatch(pattern, f.holder->path_text))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+} // namespace torchleak

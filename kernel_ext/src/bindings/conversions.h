@@ -1,0 +1,37 @@
+#pragma once
+// Conversions between Python arguments and the core's types for the bindings in python.cpp,
+// which then only bind. Each throws InvalidArgument (ValueError in Python) for a bad value.
+
+#include "inspect/frame_capture.h"
+#include "inspect/heap_walker.h"
+#include "torchleak/report_builder.h"
+
+#include <cstdint>
+#include <map>
+#include <pybind11/pybind11.h>
+#include <string>
+#include <vector>
+
+namespace torchleak::python {
+
+// (label, kind, note, object) tuples; `kind` is "root" or "frame". The objects are borrowed:
+// the caller's list keeps them alive while the walk runs.
+std::vector<NamedRoot> namedRoots(const pybind11::list& roots);
+
+pybind11::dict walkStatsDict(const WalkStats& stats);
+
+// {block: (retention, path text, [(kind, label, type, note), ...])}
+pybind11::dict retainingPathsDict(const std::unordered_map<uintptr_t, BlockPath>& paths);
+
+// A boundary kind by its schema name, with the accepted names in the error.
+BoundaryKind parseBoundary(const std::string& name);
+
+// Devices by name ("cuda:0") with their capacity in bytes.
+std::vector<DeviceInfo> deviceCapacities(const std::map<std::string, uint64_t>& capacities);
+
+// {block pointer: [(file, line, function), ...]} as PyTorch's history recording gives them,
+// innermost first; every frame is classified by the same rule as the frames the hook captured.
+std::unordered_map<uintptr_t, std::vector<Frame>> externalStacks(const pybind11::dict& stacks,
+                                                                 const FrameFilter& filter);
+
+} // namespace torchleak::python

@@ -1,0 +1,66 @@
+// The display strings the core emits into the JSON for every view.
+#include "torchleak/display_text.h"
+
+#include <catch2/catch.hpp>
+
+using namespace torchleak;
+
+TEST_CASE("formatBytes: binary units, one decimal from KiB on, signed") {
+    REQUIRE(formatBytes(0) == "0 B");
+    REQUIRE(formatBytes(1023) == "1023 B");
+    REQUIRE(formatBytes(1024) == "1.0 KiB");
+    REQUIRE(formatBytes(1536) == "1.5 KiB");
+    REQUIRE(formatBytes(2.5 * 1024 * 1024) == "2.5 MiB");
+    REQUIRE(formatBytes(-4096) == "-4.0 KiB");
+    REQUIRE(formatBytes(5e15) == "4547.5 TiB");
+}
+
+TEST_CASE("siteText: notebook cells, backward, files") {
+    Frame cell;
+    cell.file = "/tmp/ipykernel_1/123.py";
+    cell.line = 3;
+    cell.cell = 7;
+    REQUIRE(siteText(cell) == "In [7], line 3");
+    Frame backward;
+    backward.file = "<backward>";
+    backward.function = "MmBackward0";
+    REQUIRE(siteText(backward) == "backward (MmBackward0)");
+    Frame file;
+    file.file = "train.py";
+    file.line = 42;
+    REQUIRE(siteText(file) == "train.py:42");
+}
+
+TEST_CASE("groupThousands") {
+    REQUIRE(groupThousands(0) == "0");
+    REQUIRE(groupThousands(999) == "999");
+    REQUIRE(groupThousands(1000) == "1,000");
+    REQUIRE(groupThousands(6318453766) == "6,318,453,766");
+    REQUIRE(groupThousands(-12345) == "-12,345");
+}
+
+TEST_CASE("projectionText only for a leaking device with a known capacity") {
+    DeviceTimeline d;
+    d.device = "cpu";
+    REQUIRE(projectionText(d, 12).empty());
+    d.leak_bytes_per_iteration = 2621440;
+    REQUIRE(projectionText(d, 12).empty()); // no capacity, no projection
+    d.projected_oom_iteration = 9594;
+    REQUIRE(projectionText(d, 12) == "at 2.5 MiB per iteration, cpu is full in ~9,582 iterations");
+    d.projected_oom_iteration = 3;
+    REQUIRE(projectionText(d, 12) == "at 2.5 MiB per iteration, cpu is full in ~0 iterations");
+}
+
+TEST_CASE("headline counts; the empty sentence only for an empty run") {
+    Report r;
+    REQUIRE(headline(r) == "0 leak(s), 0 other finding(s)");
+    REQUIRE(emptyReportText(r) ==
+            "No tensor allocated during the run survived an iteration boundary.");
+    Finding leak;
+    leak.verdict = Verdict::Leak;
+    Finding warm;
+    warm.verdict = Verdict::Warmup;
+    r.findings = {leak, warm, warm};
+    REQUIRE(headline(r) == "1 leak(s), 2 other finding(s)");
+    REQUIRE(emptyReportText(r).empty());
+}
