@@ -64,9 +64,11 @@ $(STAMPS)/venv:
 	$(PIP) install -q --disable-pip-version-check "$(TORCH_SPEC)" $(PY_PACKAGES)
 	@mkdir -p $(STAMPS) && touch $@
 
-# Rebuilt whenever a C++, build or package file changed; pip's build directory keeps it
+# Rebuilt whenever a C++, build, package or shipped data file (the widget bundle, the
+# kernelspec) changed; pip's build directory keeps it
 # incremental. --no-build-isolation: compile against the torch in the virtualenv.
-SOURCES := $(shell find core kernel_ext -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.py' \)) CMakeLists.txt pyproject.toml
+SOURCES := $(shell find core kernel_ext -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.py' \)) \
+	CMakeLists.txt pyproject.toml widgets/dist/torchleak-widget.js share/jupyter/kernels/torchleak/kernel.json
 install: $(STAMPS)/install
 $(STAMPS)/install: $(STAMPS)/debian $(STAMPS)/venv $(SOURCES)
 	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps .

@@ -4,7 +4,11 @@
 
 const NS = "http://www.w3.org/2000/svg";
 
-function formatBytes(n) {
+// The one byte formatter of the front end, for numbers the JSON carries raw; it matches the
+// core's formatBytes and torchleak.render.format.format_bytes (tests/python/test_render.py
+// runs all three). Sentences the core knows arrive as text: site.text, projection_text,
+// summary.headline, summary.empty_text.
+export function formatBytes(n) {
   n = Number(n || 0);
   const sign = n < 0 ? "-" : "";
   n = Math.abs(n);
@@ -15,10 +19,7 @@ function formatBytes(n) {
 }
 
 function siteText(site) {
-  if (!site) return "<unknown>";
-  if (site.cell !== null && site.cell !== undefined) return `In [${site.cell}], line ${site.line}`;
-  if (site.file === "<backward>") return `backward (${site.function})`;
-  return `${site.file}:${site.line}`;
+  return (site && site.text) || "<unknown>";
 }
 
 function el(tag, attrs = {}, text) {
@@ -141,10 +142,10 @@ function render({ model, el: host }) {
     const progress = model.get("progress") || {};
     root.replaceChildren();
     const findings = report.findings || [];
-    const leaks = findings.filter((f) => f.verdict === "leak");
+    const summary = report.summary || {};
     const head = el("div", { class: "tl-head" });
     head.appendChild(el("b", {}, "torchleak"));
-    head.appendChild(document.createTextNode(`: ${leaks.length} leak(s) in ${report.iterations || 0} iteration(s)`));
+    head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} iteration(s)`));
     if (progress.n) {
       head.appendChild(el("span", { class: "tl-progress", "data-testid": "progress" },
         `iteration ${progress.k} of ${progress.n}, ${Number(progress.elapsed).toFixed(1)} s elapsed, ~${Number(progress.remaining).toFixed(1)} s left`));
@@ -154,9 +155,7 @@ function render({ model, el: host }) {
       const box = el("div", { class: "tl-device", "data-testid": "growth-curve" });
       let text = `${device.device}: ${formatBytes((device.allocated || [0]).slice(-1)[0])} tracked live`;
       const rate = device.leak_bytes_per_iteration || 0;
-      if (rate > 0 && device.projected_oom_iteration !== null && device.projected_oom_iteration !== undefined) {
-        text += ` — at ${formatBytes(rate)} per iteration, full in ~${Math.max(device.projected_oom_iteration - (report.iterations || 0), 0).toLocaleString()} iterations`;
-      }
+      if (device.projection_text) text += ` — ${device.projection_text}`;
       if (device.verdict === "fragmentation") text += ` — fragmentation (${(device.fragmentation_ratio * 100).toFixed(0)}% reserved but unused)`;
       box.appendChild(el("div", {}, text));
       box.appendChild(drawCurve(device, rate, report.iterations || 0));
@@ -205,7 +204,7 @@ function render({ model, el: host }) {
       }
     }
     root.appendChild(table);
-    if (!findings.length) root.appendChild(el("div", {}, "No tensor allocated during the run survived an iteration boundary."));
+    if (summary.empty_text) root.appendChild(el("div", {}, summary.empty_text));
   };
 
   draw();

@@ -1,0 +1,65 @@
+"""What every view shares: the byte formatter, the core's display strings, escaping."""
+
+import html
+
+
+def format_bytes(n):
+    """1536 -> "1.5 KiB". The same output as the core's formatBytes and the widget's
+    formatBytes (tests/python/test_render.py holds the three together)."""
+    n = float(n or 0)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+        n /= 1024
+    return f"{sign}{n:.1f} TiB"
+
+
+def site_text(frame):
+    """`In [7], line 3`, `train.py:42`, `backward (MmBackward0)`: the core's text of a frame."""
+    if not frame:
+        return "<unknown>"
+    return frame.get("text") or "<unknown>"
+
+
+def escape(value):
+    """Every string shown in HTML goes through here."""
+    return html.escape(str(value), quote=True)
+
+
+def tensor_text(tensor):
+    """`float32 [256, 1024] 1.0 MiB, allocated at train.py:16`."""
+    text = (f"{tensor.get('dtype')} {list(tensor.get('shape') or [])} "
+            f"{format_bytes(tensor.get('nbytes'))}")
+    if tensor.get("site"):
+        text += f", allocated at {site_text(tensor['site'])}"
+    return text
+
+
+def step_what(step):
+    """What a path step reaches: the tensor's description, or the object's type."""
+    return tensor_text(step["tensor"]) if step.get("tensor") else step.get("type", "")
+
+
+def finding_tensor(finding):
+    """`float32 [256, 1024]`, or None when no tensor describes the finding's blocks."""
+    shape = finding.get("shape")
+    return f"{finding.get('dtype')} {list(shape)}" if shape is not None else None
+
+
+def leaks_and_others(data):
+    findings = data.get("findings", [])
+    leaks = [f for f in findings if f["verdict"] == "leak"]
+    return leaks, [f for f in findings if f["verdict"] != "leak"]
+
+
+def empty_text(data):
+    """The core's sentence for a run in which nothing survived a boundary, or None."""
+    return (data.get("summary") or {}).get("empty_text")
+
+
+def progress_text(progress):
+    """`iteration 3 of 20, 1.2 s elapsed, ~6.8 s left` while a check runs."""
+    return (f"iteration {progress['k']} of {progress['n']}, {progress['elapsed']:.1f} s elapsed, "
+            f"~{progress['remaining']:.1f} s left")

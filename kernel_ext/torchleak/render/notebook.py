@@ -1,0 +1,114 @@
+"""The static HTML of a notebook output: needs no JavaScript and survives JupyterLab's
+sanitizer (inline ``style=`` attributes only, the growth curve as an SVG data-URI ``<img>``,
+retaining paths as nested ``<details>``), so saved and exported notebooks keep it."""
+
+import base64
+
+from .format import empty_text, escape as _e, format_bytes, progress_text, site_text, step_what
+
+_VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
+                    "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
+
+
+def curve_svg(series_by_name, *, width=420, height=140, projection=None):
+    """A small line chart: {name: (values, colour)}; an optional dashed projection line."""
+    values = [v for vals, _ in series_by_name.values() for v in vals]
+    top = max(values + [1])
+    n = max((len(vals) for vals, _ in series_by_name.values()), default=0)
+    pad = 28
+    inner_w, inner_h = width - pad - 6, height - 22
+
+    def xy(i, v):
+        return pad + (inner_w * i / max(n - 1, 1)), 6 + inner_h * (1 - v / top)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
+             f'<line x1="{pad}" y1="{6 + inner_h}" x2="{width - 6}" y2="{6 + inner_h}" stroke="#999"/>',
+             f'<line x1="{pad}" y1="6" x2="{pad}" y2="{6 + inner_h}" stroke="#999"/>',
+             f'<text x="2" y="12" fill="#555">{_e(format_bytes(top))}</text>',
+             f'<text x="{pad}" y="{height - 2}" fill="#555">iteration 1</text>',
+             f'<text x="{width - 60}" y="{height - 2}" fill="#555">{n}</text>']
+    for name, (vals, colour) in series_by_name.items():
+        if not vals:
+            continue
+        points = " ".join("{:.1f},{:.1f}".format(*xy(i, v)) for i, v in enumerate(vals))
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}">'
+                     f'<title>{_e(name)}</title></polyline>')
+    if projection is not None and n > 1:
+        slope, intercept = projection
+        (x1, y1), (x2, y2) = xy(0, max(intercept, 0)), xy(n - 1, max(intercept + slope * (n - 1), 0))
+        parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+                     f'stroke="#c0392b" stroke-dasharray="4 3"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def svg_img(svg, alt):
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    return f'<img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}">'
+
+
+def _path_details(finding):
+    path = finding.get("path") or []
+    if not path:
+        return ""
+    rows = []
+    for step in path:
+        note = f' <span style="color:#888">{_e(step["note"])}</span>' if step.get("note") else ""
+        rows.append(f'<div style="margin-left:12px;font-family:monospace;text-align:left">'
+                    f'<b>{_e(step.get("label"))}</b> <span style="color:#888">{_e(step.get("kind"))}</span> '
+                    f'{_e(step_what(step))}{note}</div>')
+    holder = finding.get("holder")
+    holder_text = (f' &middot; holder <code>{_e(holder["path_text"])}</code> '
+                   f'(+{holder["growth_per_iteration"]:.2g}/iteration)' if holder else "")
+    return (f'<details data-testid="path-tree"><summary>held by <code>{_e(finding.get("path_text"))}</code>'
+            f'{holder_text}</summary>{"".join(rows)}</details>')
+
+
+def _device(d):
+    series = {"allocated": (d.get("allocated") or [], "#2c7fb8")}
+    if d.get("reserved") and d.get("reserved") != d.get("allocated"):
+        series["reserved"] = (d["reserved"], "#999999")
+    line = f'<div><b>{_e(d["device"])}</b>: {_e(format_bytes((d.get("allocated") or [0])[-1]))} tracked live'
+    if d.get("projection_text"):
+        line += "; " + _e(d["projection_text"])
+    if d.get("verdict") == "fragmentation":
+        line += f'; fragmentation ({d.get("fragmentation_ratio", 0) * 100:.0f}% reserved but unused)'
+    return [line + "</div>", svg_img(curve_svg(series), f"memory of {d['device']} per iteration")]
+
+
+def _finding_row(f):
+    colour = _VERDICT_COLOURS.get(f["verdict"], "#333")
+    source = f["site"].get("source")
+    source_html = f'<br><code style="color:#555">{_e(source)}</code>' if source else ""
+    fix = f"<div>fix: {_e(f['suggestion'])}</div>" if f.get("suggestion") else ""
+    return (f'<tr data-testid="finding-row"><td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
+            f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> {_e(f["site"].get("function"))}'
+            f'{source_html}</td>'
+            f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["bytes_per_iteration"]))}/it</td>'
+            f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["total_bytes"]))}</td>'
+            f'<td style="padding:2px 6px;text-align:left">{_path_details(f)}{fix}</td></tr>')
+
+
+def render(data, *, progress=None):
+    findings = data.get("findings", [])
+    summary = data.get("summary", {})
+    head = (f'<div data-testid="torchleak-static" style="font-family:sans-serif;font-size:13px">'
+            f'<div><b>torchleak</b>: {_e(summary.get("headline", ""))} in '
+            f'{data.get("iterations", 0)} iteration(s) ({_e(data.get("boundary"))} boundaries)')
+    if progress:
+        head += " &middot; " + progress_text(progress)
+    parts = [head + "</div>"]
+    for w in data.get("warnings", []):
+        parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')
+    for d in data.get("devices", []):
+        parts.extend(_device(d))
+    if findings:
+        parts.append('<table style="border-collapse:collapse"><tr><th style="text-align:left">verdict</th>'
+                     '<th style="text-align:left">site</th><th>growth</th><th>live</th>'
+                     '<th style="text-align:left">why alive</th></tr>'
+                     + "".join(_finding_row(f) for f in findings) + "</table>")
+    if empty_text(data):
+        parts.append(f"<div>{_e(empty_text(data))}</div>")
+    parts.append('<div style="color:#888;font-size:11px">the interactive view needs a running kernel</div></div>')
+    return "".join(parts)

@@ -1,0 +1,108 @@
+"""The saved report page (``report.save("r.html")``): self-contained HTML, no scripts, no network,
+every string escaped."""
+
+from .format import (empty_text, escape as _e, finding_tensor, format_bytes, site_text,
+                     step_what)
+
+
+def _sparkline(values, width=220, height=40, color="#c0392b"):
+    if not values:
+        return ""
+    hi = max(max(values), 1)
+    n = len(values)
+    step = width / max(n - 1, 1)
+    points = " ".join(f"{i * step:.1f},{height - 2 - (v / hi) * (height - 4):.1f}"
+                      for i, v in enumerate(values))
+    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'role="img" aria-label="live bytes per iteration">'
+            f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}"/></svg>')
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222}
+h1{font-size:20px;margin:0 0 4px} .muted{color:#666}
+table{border-collapse:collapse;margin:12px 0;width:100%}
+th,td{border-bottom:1px solid #ddd;padding:6px 8px;text-align:left;vertical-align:top}
+th{background:#f4f4f4} .leak{color:#c0392b;font-weight:600} .num{text-align:right;white-space:nowrap}
+code{font:12px ui-monospace,Menlo,monospace;background:#f6f6f6;padding:1px 3px}
+details{margin:4px 0} .warn{background:#fff4e5;border-left:4px solid #f0a020;padding:6px 10px}
+"""
+
+
+def _devices(devices):
+    parts = ["<h2>Devices</h2><table><tr><th>device</th><th>tracked live bytes</th>"
+             "<th>curve</th><th>leak / iteration</th><th>projected full at</th></tr>"]
+    for d in devices:
+        alloc = d.get("allocated") or [0]
+        oom = d.get("projected_oom_iteration")
+        parts.append(
+            f"<tr><td>{_e(d['device'])}</td><td class=\"num\">{_e(format_bytes(alloc[-1]))}</td>"
+            f"<td>{_sparkline(alloc, color='#2c7fb8')}</td>"
+            f"<td class=\"num\">{_e(format_bytes(d.get('leak_bytes_per_iteration', 0)))}</td>"
+            f"<td class=\"num\">{_e('iteration ' + format(oom, ',') if oom is not None else '-')}</td></tr>")
+    parts.append("</table>")
+    return parts
+
+
+def _finding_row(f):
+    verdict_cls = "leak" if f["verdict"] == "leak" else ""
+    stack_items = "".join(
+        f"<li><code>{_e(site_text(fr))}</code> in {_e(fr.get('function'))}"
+        f"{'' if fr.get('user', True) else ' <span class=muted>(library)</span>'}</li>"
+        for fr in f.get("stack", []))
+    details = [f"<div>{_e(f['count'])} block(s), {_e(finding_tensor(f) or 'storage')} "
+               f"on {_e(f['device'])}</div>"]
+    if f.get("autograd_node"):
+        details.append(f"<div>allocated in backward by <code>{_e(f['autograd_node'])}</code></div>")
+    if f.get("path"):
+        steps = "".join(
+            f"<li><code>{_e(step.get('label'))}</code> <span class=muted>{_e(step.get('kind'))}</span> "
+            f"{_e(step_what(step))}"
+            f"{' &mdash; ' + _e(step['note']) if step.get('note') else ''}</li>"
+            for step in f["path"])
+        details.append(f"<div>held by <code>{_e(f['path_text'])}</code> "
+                       f"({_e(f.get('retention', 'unknown'))})</div>"
+                       f"<details><summary>retaining path</summary><ol>{steps}</ol></details>")
+    if f.get("holder"):
+        details.append(f"<div>holder <code>{_e(f['holder']['path_text'])}</code></div>")
+    if f.get("suggestion"):
+        details.append(f"<div>fix: {_e(f['suggestion'])}</div>")
+    if stack_items:
+        details.append(f"<details><summary>stack</summary><ol>{stack_items}</ol></details>")
+    return (f"<tr><td class=\"{verdict_cls}\">{_e(f['verdict'])}</td>"
+            f"<td><code>{_e(site_text(f['site']))}</code><br>{_e(f['site'].get('function'))}</td>"
+            f"<td class=\"num\">{_e(format_bytes(f['bytes_per_iteration']))}</td>"
+            f"<td class=\"num\">{_e(format_bytes(f['total_bytes']))}</td>"
+            f"<td>{_sparkline(f.get('series') or [])}</td><td>{''.join(details)}</td></tr>")
+
+
+def render(data):
+    findings = data.get("findings", [])
+    summary = data.get("summary", {})
+    parts = ["<!DOCTYPE html><html><head><meta charset=\"utf-8\">",
+             "<title>torchleak report</title>", f"<style>{_CSS}</style></head><body>",
+             "<h1>torchleak report</h1>",
+             f"<p class=\"muted\">{_e(data.get('iterations', 0))} iterations ({_e(data.get('boundary'))} "
+             f"boundaries, warm-up {_e(data.get('warmup', 0))}), torch "
+             f"{_e(data.get('torch_version'))}, Python {_e(data.get('python_version'))}. "
+             f"Score {_e(summary.get('score', 100))}/100 ({_e(summary.get('grade', 'A'))}).</p>"]
+    for w in data.get("warnings", []):
+        parts.append(f"<p class=\"warn\">{_e(w)}</p>")
+    if data.get("devices"):
+        parts.extend(_devices(data["devices"]))
+    parts.append("<h2>Findings</h2>")
+    if empty_text(data):
+        parts.append(f"<p>{_e(empty_text(data))}</p>")
+    if findings:
+        parts.append("<table><tr><th>verdict</th><th>site</th><th class=\"num\">per iteration</th>"
+                     "<th class=\"num\">live</th><th>curve</th><th>details</th></tr>")
+        parts.extend(_finding_row(f) for f in findings)
+        parts.append("</table>")
+    recs = summary.get("recommendations", [])
+    if recs:
+        parts.append("<h2>Recommendations</h2><ul>")
+        for r in recs:
+            parts.append(f"<li><b>{_e(r.get('priority'))}</b>: {_e(r.get('text'))}</li>")
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "".join(parts)

@@ -1,0 +1,112 @@
+"""The text report: ``print(report)`` and the CLI. One block per leak, then the rest."""
+
+import linecache
+import os
+
+from .format import (empty_text, finding_tensor, format_bytes, leaks_and_others, site_text,
+                     step_what)
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _source_line(frame):
+    if not frame:
+        return ""
+    if frame.get("source"):
+        return frame["source"]
+    try:
+        return linecache.getline(frame.get("file") or "", int(frame.get("line") or 0)).strip()
+    except (OSError, ValueError, TypeError):
+        return ""
+
+
+def _is_tool_frame(frame):
+    """torchleak's own frames and the runpy trampoline: kept in JSON, hidden in text."""
+    name = frame.get("file") or ""
+    return name.startswith(_PACKAGE_DIR) or name == "<frozen runpy>"
+
+
+def _device_line(d):
+    alloc = d.get("allocated") or [0]
+    line = f"{d['device']}: {format_bytes(alloc[-1])} tracked live at the end"
+    rate = d.get("leak_bytes_per_iteration", 0)
+    if rate > 0:
+        line += f", leaking {format_bytes(rate)} per iteration"
+        if d.get("projection_text"):
+            line += "; " + d["projection_text"]
+    return line
+
+
+def _path_lines(path, limit=14):
+    """The chain from the root to the tensor, one step a line, long middles cut."""
+    steps = list(path)
+    if len(steps) > limit:
+        steps = steps[:limit // 2] + [{"kind": "elided", "label": "...",
+                                       "note": f"{len(path) - limit + 1} more steps"}] + steps[-(limit // 2 - 1):]
+    lines = []
+    for step in steps:
+        note = f"  ({step['note']})" if step.get("note") else ""
+        lines.append(f"      {step['label']:<34s} {step_what(step)}{note}")
+    return lines
+
+
+def _leak_block(f):
+    out = [f"LEAK  {format_bytes(f['bytes_per_iteration'])} per iteration at "
+           f"{site_text(f['site'])} in {f['site'].get('function')}  [{f.get('severity')}]"]
+    src = _source_line(f["site"])
+    if src:
+        out.append(f"    {src}")
+    out.append(f"  {f['count']} block(s) alive, {format_bytes(f['total_bytes'])} "
+               f"({finding_tensor(f) or 'tensor storage'} on {f['device']})")
+    if f.get("autograd_node"):
+        out.append(f"  allocated in backward by {f['autograd_node']}")
+    series = f.get("series") or []
+    if series:
+        trend = f.get("trend", {})
+        out.append(f"  growth: {format_bytes(series[0])} -> {format_bytes(series[-1])} over "
+                   f"{len(series)} iterations (r2 {trend.get('r2', 0):.2f}, "
+                   f"p {trend.get('p_value', 1):.2g}, confidence {f.get('confidence', 0):.2f})")
+    if f.get("path"):
+        out.append(f"  why alive ({f.get('retention', 'unknown')}): {f.get('path_text')}")
+        out.extend(_path_lines(f["path"]))
+    if f.get("holder"):
+        h = f["holder"]
+        out.append(f"  holder: {h['path_text']} ({h['type']}, "
+                   f"+{h['growth_per_iteration']:.2g} per iteration)")
+    stack = [fr for fr in f.get("stack", []) if not _is_tool_frame(fr)][:6]
+    if stack:
+        out.append("  stack (innermost first):")
+        for fr in stack:
+            mark = " " if fr.get("user", True) else "~"
+            out.append(f"   {mark} {site_text(fr)} in {fr.get('function')}")
+    if f.get("suggestion"):
+        out.append(f"  fix: {f['suggestion']}")
+    return out
+
+
+def render(data):
+    leaks, others = leaks_and_others(data)
+    summary = data.get("summary", {})
+    out = [f"torchleak report: {data.get('iterations', 0)} iterations "
+           f"({data.get('boundary')} boundaries, warm-up {data.get('warmup', 0)}), "
+           f"torch {data.get('torch_version')}"]
+    for d in data.get("devices", []):
+        out.append("  " + _device_line(d))
+    out.append(f"  {summary.get('headline', '')}; "
+               f"score {summary.get('score', 100)}/100 ({summary.get('grade', 'A')})")
+    for w in data.get("warnings", []):
+        out.append(f"  warning: {w}")
+    if empty_text(data):
+        out.append("")
+        out.append(empty_text(data))
+    for f in leaks:
+        out.append("")
+        out.extend(_leak_block(f))
+    if others:
+        out.append("")
+        out.append("Not leaks:")
+        for f in others:
+            held = f"  held by {f['path_text']}" if f.get("path_text") else ""
+            out.append(f"  {f['verdict']:<10s} {format_bytes(f['total_bytes']):>10s} at "
+                       f"{site_text(f['site'])} in {f['site'].get('function')}{held}")
+    return "\n".join(out)
