@@ -5,13 +5,15 @@
     torchleak.config.reset()
 
 Values are validated by the C++ core (the same checks as `%leakconfig KEY=VALUE`): an unknown
-key or a bad value raises ValueError saying what is accepted.
+key or a bad value raises ValueError saying what is accepted. The settings, their names and
+types, are one table in the core (`_core.AnalysisConfig.settings()`).
 """
 
 from . import _core
 
-_INT_KEYS = {"min_bytes", "min_leak_bytes_per_iteration", "critical_bytes", "warning_bytes", "warmup"}
-_FLOAT_KEYS = {"min_confidence", "fragmentation_ratio"}
+# What each setting's text reads back as in Python, by the core's setting type.
+_READ_AS = {"size": int, "count": int, "fraction": float}
+_TYPES = {name: kind for name, kind, _ in _core.AnalysisConfig.settings()}
 
 
 class Config:
@@ -21,11 +23,11 @@ class Config:
     def set(self, **settings):
         """Set thresholds by name; sizes accept units ("1MiB", "100MB")."""
         for key, value in settings.items():
-            if key == "allow":
+            if _TYPES.get(key) == "patterns":
                 patterns = [value] if isinstance(value, str) else list(value)
-                self._cpp.set("allow", "")
+                self._cpp.set(key, "")
                 for pattern in patterns:
-                    self._cpp.set("allow", str(pattern))
+                    self._cpp.set(key, str(pattern))
                 continue
             if isinstance(value, bool) or value is None:
                 raise ValueError(f"{key} needs a number or a size, got {value!r}")
@@ -41,19 +43,25 @@ class Config:
             self._cpp.set("allow", pattern)
         return self
 
+    def set_text(self, pairs):
+        """Apply ``(key, value-text)`` pairs, as `%leakconfig KEY=VALUE` gives them, all or
+        nothing: every value is validated before any is kept. ``allow=PATTERN`` adds a pattern,
+        ``allow=`` empties the allow-list."""
+        trial = self._cpp.copy()
+        for key, value in pairs:
+            trial.set(key, value)
+        self._cpp = trial
+        return self
+
     def reset(self):
         self._cpp = _core.AnalysisConfig()
         return self
 
     def get(self, key):
-        text = self._cpp.get(key)
-        if key == "allow":
+        text = self._cpp.get(key)  # raises ValueError naming the known keys
+        if _TYPES[key] == "patterns":
             return list(self._cpp.allow)
-        if key in _INT_KEYS:
-            return int(text)
-        if key in _FLOAT_KEYS:
-            return float(text)
-        return text
+        return _READ_AS[_TYPES[key]](text)
 
     def __getattr__(self, key):
         if key.startswith("_"):
@@ -64,7 +72,7 @@ class Config:
             raise AttributeError(str(exc)) from None
 
     def to_dict(self):
-        return {key: self.get(key) for key in _core.AnalysisConfig.keys()}
+        return {key: self.get(key) for key in _TYPES}
 
     def snapshot(self):
         """A copy for one report, so later changes do not affect it."""

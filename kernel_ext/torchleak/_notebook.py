@@ -19,9 +19,9 @@ from IPython.display import display
 
 from . import _core, _tracking
 from ._config import config
-from ._display import report_bundle
-from ._report import Report, format_bytes
 from ._widget import make_widget
+from .render.bundle import report_bundle
+from .render.format import format_bytes
 
 USAGE = {
     "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [--json PATH] [--html PATH]",
@@ -137,25 +137,23 @@ class LeakMagics(Magics):
         resume_watch = self._pause_watch()
         tracker = _tracking.Tracker(warmup=warmup, min_bytes=args.min_bytes, boundary="repeat")
         live = _LiveDisplay()
-        failure = None
         started = time.monotonic()
+
+        def run_cell():
+            exec(code, self.shell.user_global_ns, self.shell.user_ns)
+
+        def after_each(k):
+            if live.due():
+                elapsed = time.monotonic() - started
+                live.update(tracker.report(paths=False).to_dict(),
+                            {"k": k, "n": args.n, "elapsed": elapsed,
+                             "remaining": elapsed / k * (args.n - k)})
+
         try:
             with tracker:
-                live.show(tracker.report(paths=False).to_dict(), {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0})
-                for k in range(args.n):
-                    try:
-                        exec(code, self.shell.user_global_ns, self.shell.user_ns)
-                    except BaseException as exc:  # noqa: BLE001 - reported, then re-raised
-                        failure = exc
-                        tracker._warnings.append(
-                            f"stopped in iteration {k} of {args.n} by {type(exc).__name__}: {exc}")
-                        break
-                    tracker._session.step()
-                    elapsed = time.monotonic() - started
-                    progress = {"k": k + 1, "n": args.n, "elapsed": elapsed,
-                                "remaining": elapsed / (k + 1) * (args.n - k - 1)}
-                    if live.due():
-                        live.update(tracker.report(paths=False).to_dict(), progress)
+                live.show(tracker.report(paths=False).to_dict(),
+                          {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0})
+                failure = tracker.run_iterations(run_cell, args.n, after_each=after_each)
             report = tracker.report()
             live.update(report.to_dict())
             _save(report, args.json, args.html, "leakcheck")
@@ -217,17 +215,15 @@ class LeakMagics(Magics):
         self._callbacks = []
 
     def _start_watch(self):
-        if _tracking._active is not None:
+        if _tracking.active_tracker() is not None:
             return  # another tracking session runs: watch resumes after it
-        tracker = _tracking.Tracker(boundary="cell")
-        tracker.__enter__()
-        tracker._on_preempt = self._stop_watch  # resumed after the cell by _post_run_cell
-        self.watch = tracker
+        # Preempted by an explicit track()/check(), it stops; _post_run_cell resumes it.
+        self.watch = _tracking.Tracker(boundary="cell", on_preempt=self._stop_watch).start()
 
     def _stop_watch(self):
         tracker, self.watch = self.watch, None
         if tracker is not None:
-            tracker.__exit__(None, None, None)
+            tracker.stop()
             self.watch_report = tracker.report()
 
     def _pause_watch(self):
@@ -242,7 +238,7 @@ class LeakMagics(Magics):
             if self.watch is None:
                 self._start_watch()
                 return
-            self.watch._session.step()
+            self.watch.step()
             report = self.watch.report()
             cell = getattr(result, "execution_count", None)
             self._show_ledger(report, cell if isinstance(cell, int) else self._current_cell())
@@ -310,20 +306,10 @@ class LeakMagics(Magics):
             if not sep or not key:
                 raise UsageError(f"expected KEY=VALUE, got {word!r}\nusage: {USAGE['leakconfig']}")
             pending.append((key, value))
-        trial = config.snapshot()
-        for key, value in pending:
-            try:
-                trial.set(key, value)  # validate everything before changing anything
-            except ValueError as exc:
-                raise UsageError(f"{exc}\nusage: {USAGE['leakconfig']}") from None
-        for key, value in pending:
-            if key == "allow":
-                if value:
-                    config.allow(value)
-                else:
-                    config.set(allow=[])
-            else:
-                config._cpp.set(key, value)
+        try:
+            config.set_text(pending)  # all or nothing
+        except ValueError as exc:
+            raise UsageError(f"{exc}\nusage: {USAGE['leakconfig']}") from None
 
     def close(self):
         self._unregister_events()

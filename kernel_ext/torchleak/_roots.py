@@ -26,7 +26,7 @@ def _ipython_shell():
         return None
 
 
-def _is_library_file(path, library_prefixes, user_prefixes):
+def _is_library_file(path, library_prefixes, package_prefixes):
     """torch, the standard library, torchleak, and installed packages are not user code."""
     if not path or path.startswith("<"):
         return not path or not (path.startswith("<ipython-input") or path.startswith("<stdin>"))
@@ -34,7 +34,7 @@ def _is_library_file(path, library_prefixes, user_prefixes):
     for candidate in (path, real):
         if any(candidate.startswith(p) for p in library_prefixes):
             return True
-        if any(candidate.startswith(p) for p in user_prefixes):
+        if any(candidate.startswith(p) for p in package_prefixes):
             return True  # site-packages: third-party code, not the user's
     return False
 
@@ -44,7 +44,7 @@ def _frame_label(frame):
     return f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
 
 
-def collect(library_prefixes, user_prefixes):
+def collect(library_prefixes, package_prefixes):
     roots = []
     seen_namespaces = set()
     shell = _ipython_shell()
@@ -84,7 +84,7 @@ def collect(library_prefixes, user_prefixes):
         if not isinstance(namespace, dict):
             continue
         path = namespace.get("__file__")
-        if not isinstance(path, str) or _is_library_file(path, library_prefixes, user_prefixes):
+        if not isinstance(path, str) or _is_library_file(path, library_prefixes, package_prefixes):
             continue
         add_namespace(f"{modname}.", namespace)
 
@@ -99,7 +99,7 @@ def collect(library_prefixes, user_prefixes):
             frame = frame.f_back
         for frame in reversed(chain):
             path = frame.f_code.co_filename
-            if path.startswith(_TOOL_DIR) or _is_library_file(path, library_prefixes, user_prefixes):
+            if path.startswith(_TOOL_DIR) or _is_library_file(path, library_prefixes, package_prefixes):
                 continue
             if frame.f_globals is frame.f_locals:
                 continue  # module level: already a namespace root

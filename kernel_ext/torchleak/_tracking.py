@@ -17,7 +17,14 @@ from ._report import Report
 _profiler_module = sys.modules["torch.autograd.profiler"]
 
 _BOUNDARIES = ("auto", "explicit", "optimizer_step", "repeat", "cell")
-_active = None  # the Tracker whose session is recording, if any
+# The Tracker that torchleak.step() reaches. The one-session-per-process guard itself is the
+# C++ session's (a second start() raises there), not this variable's.
+_active = None
+
+
+def active_tracker():
+    """The Tracker that is recording now, or None."""
+    return _active
 
 
 def _library_prefixes():
@@ -28,8 +35,10 @@ def _library_prefixes():
     return _with_realpaths(dirs)
 
 
-def _user_prefixes():
-    """Third-party and user packages inside a standard-library directory stay user code."""
+def _package_prefixes():
+    """Where installed packages live (site-packages, dist-packages, the user site). The frame
+    rule does not count them as the standard library even inside its directory; roots skip
+    their modules."""
     dirs = []
     try:
         dirs += site.getsitepackages()
@@ -94,7 +103,8 @@ class Tracker:
     with gradient accumulation can mark their own boundaries.
     """
 
-    def __init__(self, *, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto"):
+    def __init__(self, *, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto",
+                 on_preempt=None):
         if warmup is None:
             warmup = _config.warmup
         if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
@@ -114,17 +124,22 @@ class Tracker:
         self._report = None
         self._cuda_history = False
         self._cuda_snapshot = None
-        self._on_preempt = None  # set by watch mode: called when another Tracker starts
+        # Watch mode's: called when another Tracker starts, so it steps aside instead of failing.
+        self._on_preempt = on_preempt
 
-    # -- context manager ---------------------------------------------------------------------
+    # -- start and stop ------------------------------------------------------------------------
     def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        self.stop()
+        return False
+
+    def start(self):
+        """Install the hooks and start recording (what ``with`` does on entry)."""
         global _active
         if _active is not None and _active._on_preempt is not None:
             _active._on_preempt()  # watch mode steps aside for an explicit track()/check()
-        if _active is not None:
-            raise RuntimeError(
-                "torchleak is already tracking: nested or concurrent track()/check() is not "
-                "supported; finish the active one first")
         if self._session is not None:
             raise RuntimeError("a Tracker can be used once; create a new one with torchleak.track()")
         _core.retry_deferred_removals()
@@ -136,7 +151,7 @@ class Tracker:
             msg = ("torch.profiler is active on this thread: torchleak records nothing until "
                    "it stops")
             self._warnings.append(msg)
-            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
         else:
             session.start()
         self._session = session
@@ -148,13 +163,9 @@ class Tracker:
             try:
                 self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
             except BaseException:
-                self._stop()
+                self.stop()
                 raise
         return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self._stop()
-        return False
 
     # torch.profiler refuses to start while anything sits in PROFILER_STATE, so step aside when
     # it starts on this thread and come back when it stops. torch calls these two module
@@ -171,8 +182,7 @@ class Tracker:
                 session.pause()
                 msg = ("torch.profiler ran inside torchleak.track(): allocations made while it "
                        "was on were not recorded")
-                if msg not in tracker._warnings:
-                    tracker._warnings.append(msg)
+                tracker.warn(msg)
             return original_start()
 
         def on_profiler_stop():
@@ -194,7 +204,8 @@ class Tracker:
             _profiler_module._run_on_profiler_start, _profiler_module._run_on_profiler_stop = originals
             self._profiler_originals = None
 
-    def _stop(self):
+    def stop(self):
+        """Stop recording and restore every hook (what ``with`` does on exit). Idempotent."""
         global _active
         self._unwrap_profiler_hooks()
         try:
@@ -215,7 +226,7 @@ class Tracker:
                     msg = ("another tool pushed a profiler state on top of torchleak's hook and "
                            "is still running: torchleak stopped recording and removes its hook "
                            "once that state is gone")
-                    self._warnings.append(msg)
+                    self.warn(msg)
                     warnings.warn(msg, RuntimeWarning, stacklevel=3)
             if _active is self:
                 _active = None
@@ -226,11 +237,33 @@ class Tracker:
             self._session.step()
 
     def step(self):
-        """End the current iteration."""
+        """End the current iteration. With ``boundary="auto"``, optimizer steps no longer end
+        iterations once this was called."""
         if self._session is None or not self._session.active:
             raise RuntimeError("step() outside an active torchleak.track() block")
         self._explicit_seen = True
         self._session.step()
+
+    def warn(self, message):
+        """Add a warning to the report (once)."""
+        if message not in self._warnings:
+            self._warnings.append(message)
+
+    def run_iterations(self, body, iterations, *, after_each=None):
+        """Call ``body()`` ``iterations`` times, ending an iteration after each, and
+        ``after_each(k)`` after iteration k (1-based). An exception from ``body`` (an OOM, a bug,
+        KeyboardInterrupt) stops the loop, is noted in the report's warnings and is returned,
+        not raised, so the caller can report what was seen before re-raising it."""
+        for k in range(iterations):
+            try:
+                body()
+            except BaseException as exc:  # noqa: BLE001 - returned to the caller, who re-raises
+                self.warn(f"stopped in iteration {k} of {iterations} by {type(exc).__name__}: {exc}")
+                return exc
+            self.step()
+            if after_each is not None:
+                after_each(k + 1)
+        return None
 
     @property
     def _kind(self):
@@ -257,8 +290,8 @@ class Tracker:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         if self._report is not None and warmup is None and not self.active:
             return self._report
-        library, user = _library_prefixes(), _user_prefixes()
-        roots = _roots.collect(library, user) if paths else []
+        library, packages = _library_prefixes(), _package_prefixes()
+        roots = _roots.collect(library, packages) if paths else []
         snapshot = self._cuda_snapshot if not self.active else _cuda.snapshot_stacks()
         cfg = _config.snapshot()
         if self.min_bytes:
@@ -271,7 +304,7 @@ class Tracker:
             config=cfg,
             capacities=_capacities(),
             warnings=list(self._warnings),
-            frame_filter=_core.FrameFilter(library, user, _cell_files()),
+            frame_filter=_core.FrameFilter(library, packages, _cell_files()),
             roots=roots,
             explain=bool(paths),
             external_stacks=_cuda.block_stacks(snapshot),
@@ -314,17 +347,8 @@ def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=Tru
         raise ValueError(f"warmup must be an int with 0 <= warmup < iterations, got {warmup!r}")
     tracker = Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
                       boundary="repeat")
-    failure = None
     with tracker:
-        for i in range(iterations):
-            try:
-                fn(*args, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - reported, then re-raised below
-                failure = exc
-                tracker._warnings.append(
-                    f"stopped in iteration {i} of {iterations} by {type(exc).__name__}: {exc}")
-                break
-            tracker._session.step()
+        failure = tracker.run_iterations(lambda: fn(*args, **kwargs), iterations)
     report = tracker.report()
     if failure is not None:
         try:
