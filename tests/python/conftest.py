@@ -1,5 +1,6 @@
 import pytest
 
+import ipython_shell
 from torchleak import _core, _tracking
 
 
@@ -14,3 +15,12 @@ def no_hook_left_behind():
 
 
 MiB = 1 << 20
+
+
+@pytest.fixture
+def ipython(tmp_path, monkeypatch):
+    """An InteractiveShell of its own per test (see ipython_shell.py)."""
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    sh = ipython_shell.open_shell(tmp_path / "ipython")
+    yield sh
+    ipython_shell.close_shell(sh)

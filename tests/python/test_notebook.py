@@ -6,39 +6,20 @@ import sys
 
 import pytest
 
+from ipython_shell import run
 from torchleak import _core
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 @pytest.fixture
-def shell(tmp_path, monkeypatch):
-    from IPython.core.displaypub import CapturingDisplayPublisher
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    InteractiveShell.clear_instance()
-    cfg = Config()
-    cfg.HistoryManager.hist_file = ":memory:"
-    sh = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
-    run(sh, "%load_ext torchleak")
-    run(sh, "import torch")
-    yield sh
-    run(sh, "%unload_ext torchleak")
-    sh.reset()
-    InteractiveShell.clear_instance()
-    for name in ("last_value", "last_traceback", "last_type", "last_exc"):
-        sys.__dict__.pop(name, None)
+def shell(ipython):
+    run(ipython, "%load_ext torchleak")
+    run(ipython, "import torch")
+    yield ipython
+    run(ipython, "%unload_ext torchleak")
     import torchleak
     torchleak.config.reset()
-
-
-def run(shell, source):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        result = shell.run_cell(source, store_history=True)
-    result.output = out.getvalue()
-    return result
 
 
 def last_bundle(shell):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import torchleak
+from ipython_shell import run
 from torchleak import _core
 
 MiB = 1 << 20
@@ -180,24 +181,8 @@ def test_memory_held_only_from_cpp():
 
 
 @pytest.fixture
-def shell(tmp_path, monkeypatch):
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
-    cfg = Config()
-    cfg.HistoryManager.hist_file = ":memory:"
-    sh = InteractiveShell.instance(config=cfg)
-    yield sh
-    sh.reset()
-    InteractiveShell.clear_instance()
-    import sys
-    for name in ("last_value", "last_traceback", "last_type", "last_exc"):
-        sys.__dict__.pop(name, None)
-
-
-def run(shell, source):
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return shell.run_cell(source, store_history=True)
+def shell(ipython):
+    return ipython
 
 
 def test_notebook_output_cache(shell):

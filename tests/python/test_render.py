@@ -1,0 +1,143 @@
+"""Every view of a report, from fixture reports (tests/fixtures, made by regenerate.py there):
+no tracking, no torch tensors. The views show the display strings the core wrote into the JSON
+(site.text, projection_text, summary.headline, summary.empty_text) and escape everything."""
+import copy
+import json
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+import torchleak
+from torchleak import _core
+from torchleak.render import RENDERERS, bundle, format
+
+FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
+ALL = sorted(p.name for p in FIXTURES.glob("*.json"))
+
+
+def fixture(name):
+    return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+
+
+def test_the_fixtures_are_there():
+    assert {"leaky_loop.json", "hostile.json", "empty.json"} <= set(ALL)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_fixture_is_a_valid_report_and_the_schema_round_trip_is_stable(name):
+    text = (FIXTURES / name).read_text(encoding="utf-8")
+    once = _core.normalize_report(text)
+    assert json.loads(once) == json.loads(_core.normalize_report(once))
+    assert json.loads(once)["schema_version"] == _core.SCHEMA_VERSION == "torchleak.report/1"
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("view", sorted(RENDERERS))
+def test_every_view_renders_every_fixture(name, view):
+    out = RENDERERS[view](fixture(name))
+    assert isinstance(out, str) and out
+
+
+@pytest.mark.parametrize("view", sorted(RENDERERS))
+def test_views_show_the_cores_strings_instead_of_deriving_their_own(view):
+    data = fixture("leaky_loop.json")
+    data["findings"][0]["site"]["text"] = "SITE-FROM-CORE"
+    data["summary"]["headline"] = "HEADLINE-FROM-CORE"
+    data["devices"][0]["projection_text"] = "PROJECTION-FROM-CORE"
+    out = RENDERERS[view](data)
+    assert "SITE-FROM-CORE" in out
+    if view != "page":  # the page has its own counts table, not the headline
+        assert "HEADLINE-FROM-CORE" in out
+    if view in ("text", "notebook"):
+        assert "PROJECTION-FROM-CORE" in out
+
+
+@pytest.mark.parametrize("view", sorted(RENDERERS))
+def test_an_empty_run_says_so_in_the_cores_words(view):
+    data = fixture("empty.json")
+    assert data["findings"] == []
+    sentence = data["summary"]["empty_text"]
+    assert sentence == "No tensor allocated during the run survived an iteration boundary."
+    if view != "plain":
+        assert sentence in RENDERERS[view](data)
+    data["summary"]["empty_text"] = "EMPTY-FROM-CORE"
+    if view != "plain":
+        assert "EMPTY-FROM-CORE" in RENDERERS[view](data)
+
+
+def test_the_text_report_of_a_leaky_loop():
+    text = RENDERERS["text"](fixture("leaky_loop.json"))
+    data = fixture("leaky_loop.json")
+    leak = data["findings"][0]
+    assert f"LEAK  {format.format_bytes(leak['bytes_per_iteration'])} per iteration at {leak['site']['text']}" in text
+    assert f"why alive (reachable): {leak['path_text']}" in text
+    assert "; " + data["devices"][0]["projection_text"] in text
+    assert "Not leaks:" in text and "warmup" in text
+    assert text.splitlines()[2].startswith("  1 leak(s), 1 other finding(s); score ")
+
+
+@pytest.mark.parametrize("view", ["page", "notebook"])
+def test_html_views_escape_every_string(view):
+    out = RENDERERS[view](fixture("hostile.json"))
+    assert "<script" not in out
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;&quot;&amp;amp;" in out
+    assert "In [7], line 3" in out and "backward (MmBackward0)" in out
+
+
+def test_the_notebook_bundle_carries_every_view_and_the_data():
+    data = fixture("hostile.json")
+    mime = bundle.report_bundle(data, progress={"k": 2, "n": 8, "elapsed": 1.0, "remaining": 3.0})
+    assert set(mime) == {"text/plain", "text/html", "application/json"}
+    assert mime["application/json"] is data
+    assert "iteration 2 of 8, 1.0 s elapsed, ~3.0 s left" in mime["text/plain"]
+    assert "iteration 2 of 8, 1.0 s elapsed, ~3.0 s left" in mime["text/html"]
+    assert "fragmentation (90% reserved but unused)" in mime["text/html"]
+    assert "<script" not in mime["text/html"] and "<style" not in mime["text/html"]
+
+
+def test_report_objects_render_through_the_same_modules(tmp_path):
+    report = torchleak.Report.load(FIXTURES / "leaky_loop.json")
+    assert str(report) == RENDERERS["text"](report.to_dict())
+    assert report.to_html() == RENDERERS["page"](report.to_dict())
+    assert report.findings[0].site_text == report.to_dict()["findings"][0]["site"]["text"]
+    saved = tmp_path / "r.json"
+    report.save(saved)
+    assert torchleak.Report.load(saved).to_dict() == report.to_dict()
+
+
+BYTE_VALUES = [0, 1, 1023, 1024, 1536, 1048575, 1048576, 2.5 * 2**20, 123456789, 2**40,
+               5e15, -1, -4096, 66564]
+
+
+def test_one_byte_format_in_cpp_python_and_the_widget():
+    expected = [_core.format_bytes(v) for v in BYTE_VALUES]
+    assert [format.format_bytes(v) for v in BYTE_VALUES] == expected
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the widget's formatter is not compared")
+    bundle_js = pathlib.Path(torchleak.__file__).resolve().parent / "static" / "torchleak-widget.js"
+    script = (f"import {{ formatBytes }} from {json.dumps(bundle_js.as_uri())};"
+              f"console.log(JSON.stringify({json.dumps(BYTE_VALUES)}.map(formatBytes)));")
+    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == expected
+
+
+def test_a_live_report_carries_the_display_strings():
+    kept = []
+    report = torchleak.check(lambda: kept.append(torch_ones()), iterations=4)
+    data = report.to_dict()
+    for f in data["findings"]:
+        assert f["site"]["text"] == f"{f['site']['file']}:{f['site']['line']}"
+        assert all(fr["text"] for fr in f["stack"])
+    assert data["summary"]["headline"] == "1 leak(s), 0 other finding(s)"
+    assert data["summary"]["empty_text"] is None
+    (cpu,) = data["devices"]
+    assert cpu["projection_text"].startswith("at 64.0 KiB per iteration, cpu is full in ~")
+
+
+def torch_ones():
+    import torch
+    return torch.ones(64, 256)
