@@ -1,0 +1,332 @@
+#include "inspect/path_builder.h"
+
+#include "inspect/frame_capture.h"
+#include "inspect/tensor_index.h"
+#include "inspect/torch_objects.h"
+#include "torchleak/stack_table.h"
+
+#include <algorithm>
+#include <cstring>
+#include <structmember.h>
+#include <torch/csrc/autograd/python_cpp_function.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+namespace torchleak::python {
+
+using torch::autograd::Node;
+
+namespace {
+
+// Keys that print as Python literals; anything else would need its __repr__ (user code).
+std::string keyText(PyObject* key) {
+    if (PyUnicode_Check(key)) {
+        std::string s = utf8(key);
+        std::string out = "'";
+        for (char c : s) {
+            if (c == '\'' || c == '\\') {
+                out += '\\';
+            }
+            out += c;
+        }
+        return out + "'";
+    }
+    if (PyLong_CheckExact(key)) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(key, &overflow);
+        if (!overflow && !PyErr_Occurred()) {
+            return std::to_string(v);
+        }
+        PyErr_Clear();
+    }
+    if (key == Py_None) {
+        return "None";
+    }
+    if (key == Py_True || key == Py_False) {
+        return key == Py_True ? "True" : "False";
+    }
+    return std::string("<") + Py_TYPE(key)->tp_name + " key>";
+}
+
+bool isIdentifier(const std::string& s) {
+    if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) {
+        return false;
+    }
+    return std::all_of(s.begin(), s.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (c & 0x80);
+    });
+}
+
+} // namespace
+
+std::vector<PathStep> PathBuilder::build(uint32_t i, bool dropRoot) {
+    std::vector<uint32_t> chain;
+    for (uint32_t k = i; k != kNoParent; k = d_nodes[k].parent) {
+        chain.push_back(k);
+    }
+    std::reverse(chain.begin(), chain.end());
+    // A path through a long graph (an RNN unrolled over thousands of steps) keeps its
+    // first and last steps; the middle is summarised in one step.
+    constexpr size_t kKeep = 24;
+    size_t elideFrom = chain.size(), elideTo = chain.size();
+    if (chain.size() > 2 * kKeep + 1) {
+        elideFrom = kKeep;
+        elideTo = chain.size() - kKeep;
+    }
+    std::vector<PathStep> steps;
+    for (size_t c = 0; c < chain.size(); ++c) {
+        const WalkNode& n = d_nodes[chain[c]];
+        if (dropRoot && c == 0) {
+            continue;
+        }
+        if (c == elideFrom) {
+            PathStep gap;
+            gap.kind = StepKind::Elided;
+            gap.label = "...";
+            gap.note = std::to_string(elideTo - elideFrom) + " steps elided";
+            steps.push_back(std::move(gap));
+            c = elideTo - 1;
+            continue;
+        }
+        if (n.edge == Edge::AttrDict || n.edge == Edge::CtxOf || n.edge == Edge::NodeOf) {
+            // No label of their own; the type of what follows tells the story.
+            if (!steps.empty() && n.kind == NodeKind::Python && n.edge != Edge::AttrDict) {
+                steps.back().type = typeName(n);
+            }
+            continue;
+        }
+        PathStep step = label(chain[c]);
+        step.type = typeName(n);
+        describeTensor(n, step);
+        steps.push_back(std::move(step));
+    }
+    appendViewBase(d_nodes[i], steps);
+    return steps;
+}
+
+void PathBuilder::appendViewBase(const WalkNode& n, std::vector<PathStep>& steps) {
+    at::Tensor t = tensorOf(n);
+    try {
+        if (!t.defined() || !t.is_view()) {
+            return;
+        }
+        at::Tensor base(t._base());
+        if (!base.defined()) {
+            return;
+        }
+        WalkNode baseNode{base.unsafeGetTensorImpl(), n.parent,      0, nullptr,
+                          NodeKind::Tensor,           Edge::Variable};
+        PathStep step;
+        step.kind = StepKind::Base;
+        step.label = "._base";
+        step.type = "Tensor";
+        describeTensor(baseNode, step);
+        steps.push_back(std::move(step));
+    } catch (...) {
+    }
+}
+
+std::string PathBuilder::typeName(const WalkNode& n) {
+    switch (n.kind) {
+    case NodeKind::Python: {
+        auto* obj = static_cast<PyObject*>(const_cast<void*>(n.ptr));
+        if (isTensor(obj)) {
+            return "Tensor";
+        }
+        return Py_TYPE(obj)->tp_name;
+    }
+    case NodeKind::Tensor:
+        return "Tensor";
+    case NodeKind::Autograd: {
+        auto* node = static_cast<Node*>(const_cast<void*>(n.ptr));
+        if (isPyNode(node)) {
+            PyObject* ctx = torch::autograd::functionToPyObject(node->getptr());
+            if (ctx == nullptr) {
+                PyErr_Clear();
+                return "PyNode";
+            }
+            std::string name = Py_TYPE(ctx)->tp_name;
+            Py_DECREF(ctx);
+            return name;
+        }
+        return shortTypeName(typeid(*node).name());
+    }
+    }
+    return "";
+}
+
+at::Tensor PathBuilder::tensorOf(const WalkNode& n) {
+    if (n.kind == NodeKind::Tensor) {
+        return tensorFromImpl(static_cast<const c10::TensorImpl*>(n.ptr));
+    }
+    auto* obj = static_cast<PyObject*>(const_cast<void*>(n.ptr));
+    if (n.kind == NodeKind::Python && isTensor(obj)) {
+        return THPVariable_Unpack(obj);
+    }
+    return at::Tensor();
+}
+
+void PathBuilder::describeTensor(const WalkNode& n, PathStep& step) {
+    at::Tensor t = tensorOf(n);
+    if (!t.defined()) {
+        return;
+    }
+    TensorInfo info;
+    try {
+        info.dtype = dtypeName(t.scalar_type());
+        auto sizes = t.sizes();
+        info.shape.assign(sizes.begin(), sizes.end());
+        info.device = t.device().str();
+        if (t.has_storage()) {
+            info.nbytes = t.storage().nbytes();
+            info.block = reinterpret_cast<uintptr_t>(t.storage().data_ptr().get());
+            uint64_t own = static_cast<uint64_t>(t.numel()) * t.element_size();
+            if (t.is_view() && own < info.nbytes && step.note.empty()) {
+                step.note = "a view: its ._base storage (" + std::to_string(info.nbytes) +
+                            " bytes) stays alive with it";
+            }
+        }
+    } catch (...) {
+        return; // sizes of nested or symbolic tensors
+    }
+    step.tensor = std::move(info);
+}
+
+std::optional<std::string> PathBuilder::attributeName(PyObject* parent, PyObject* child) {
+    PyObject** dictPtr = _PyObject_GetDictPtr(parent);
+    if (dictPtr != nullptr && *dictPtr != nullptr && PyDict_Check(*dictPtr)) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(*dictPtr, &pos, &key, &value)) {
+            if (value == child && PyUnicode_Check(key)) {
+                return utf8(key);
+            }
+        }
+    }
+    for (PyTypeObject* type = Py_TYPE(parent); type != nullptr; type = type->tp_base) {
+        for (PyMemberDef* m = type->tp_members; m != nullptr && m->name != nullptr; ++m) {
+            if ((m->type == T_OBJECT || m->type == T_OBJECT_EX) &&
+                *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(parent) + m->offset) ==
+                    child) {
+                return std::string(m->name);
+            }
+        }
+    }
+    return std::nullopt;
+}
+
+PathStep PathBuilder::label(uint32_t i) {
+    const WalkNode& n = d_nodes[i];
+    PathStep s;
+    auto parentObj = [&]() -> PyObject* {
+        return static_cast<PyObject*>(const_cast<void*>(d_nodes[n.parent].ptr));
+    };
+    switch (n.edge) {
+    case Edge::Root: {
+        const NamedRoot& r = d_roots[n.index];
+        s.kind = r.kind;
+        s.label = r.label;
+        s.note = r.note;
+        return s;
+    }
+    case Edge::DictValue:
+    case Edge::DictKey: {
+        PyObject* dict = parentObj();
+        Py_ssize_t pos = 0, ordinal = 0;
+        PyObject *key = nullptr, *value = nullptr;
+        while (PyDict_Next(dict, &pos, &key, &value) && ordinal < n.index) {
+            ++ordinal;
+        }
+        const WalkNode& dictNode = d_nodes[n.parent];
+        bool attributes = dictNode.edge == Edge::AttrDict;
+        bool ctxAttributes = attributes && dictNode.parent != kNoParent &&
+                             d_nodes[dictNode.parent].kind == NodeKind::Python &&
+                             isCustomFunctionCtx(static_cast<PyObject*>(
+                                 const_cast<void*>(d_nodes[dictNode.parent].ptr)));
+        std::string name = key != nullptr && PyUnicode_Check(key) ? utf8(key) : "";
+        if (n.edge == Edge::DictKey) {
+            s.kind = StepKind::Key;
+            s.label = "<key " + (key ? keyText(key) : std::string("?")) + ">";
+        } else if (attributes && isIdentifier(name)) {
+            s.kind = ctxAttributes ? StepKind::Ctx : StepKind::Attr;
+            s.label = "." + name;
+        } else {
+            s.kind = StepKind::Key;
+            s.label = "[" + (key ? keyText(key) : std::string("?")) + "]";
+        }
+        return s;
+    }
+    case Edge::SeqItem:
+        s.kind = StepKind::Index;
+        s.label = "[" + std::to_string(n.index) + "]";
+        return s;
+    case Edge::Closure: {
+        s.kind = StepKind::Closure;
+        s.label = ".__closure__[" + std::to_string(n.index) + "].cell_contents";
+        auto* f = reinterpret_cast<PyFunctionObject*>(parentObj());
+        PyObject* freevars = PyObject_GetAttrString(f->func_code, "co_freevars");
+        if (freevars != nullptr && PyTuple_Check(freevars) &&
+            static_cast<Py_ssize_t>(n.index) < PyTuple_GET_SIZE(freevars)) {
+            s.note = "closure variable '" + utf8(PyTuple_GET_ITEM(freevars, n.index)) + "' of " +
+                     utf8(f->func_qualname);
+        }
+        Py_XDECREF(freevars);
+        PyErr_Clear();
+        return s;
+    }
+    case Edge::Ref: {
+        if (n.name != nullptr) {
+            s.kind = StepKind::Attr;
+            s.label = std::string(".") + n.name;
+            return s;
+        }
+        PyObject* parent = parentObj();
+        auto name = attributeName(parent, static_cast<PyObject*>(const_cast<void*>(n.ptr)));
+        if (name) {
+            s.kind = StepKind::Attr;
+            s.label = "." + *name;
+        } else if (std::strcmp(Py_TYPE(parent)->tp_name, "functools._lru_cache_wrapper") == 0) {
+            s.kind = StepKind::Ref;
+            s.label = "<lru_cache entries>";
+        } else {
+            s.kind = StepKind::Ref;
+            s.label = std::string("<referent of ") + Py_TYPE(parent)->tp_name + ">";
+        }
+        return s;
+    }
+    case Edge::GradFn:
+        s.kind = StepKind::GradFn;
+        s.label = ".grad_fn";
+        return s;
+    case Edge::NextFunction:
+        s.kind = StepKind::NextFunctions;
+        s.label = ".next_functions[" + std::to_string(n.index) + "][0]";
+        return s;
+    case Edge::Saved:
+        s.kind = StepKind::Saved;
+        s.label = std::string(".") + n.name;
+        return s;
+    case Edge::SavedList:
+        s.kind = StepKind::Saved;
+        s.label = std::string(".") + n.name + "[" + std::to_string(n.index) + "]";
+        return s;
+    case Edge::CtxSaved:
+        s.kind = StepKind::Ctx;
+        s.label = ".saved_tensors[" + std::to_string(n.index) + "]";
+        return s;
+    case Edge::Variable:
+        s.kind = StepKind::Attr;
+        s.label = ".variable";
+        return s;
+    case Edge::Grad:
+        s.kind = StepKind::Grad;
+        s.label = ".grad";
+        return s;
+    case Edge::AttrDict:
+    case Edge::CtxOf:
+    case Edge::NodeOf:
+        break;
+    }
+    return s;
+}
+
+} // namespace torchleak::python

@@ -1,0 +1,48 @@
+#pragma once
+// PathBuilder: the steps of a retaining path, labelled as a user would write them (`[3]`,
+// `.grad_fn`, `._saved_self`, `['key']`, a closure variable's name). Labels are computed only
+// for the paths that are reported, from the nodes a Walk recorded, and without running user
+// code: names come from dict entries, slots and code objects, never from __repr__.
+
+#include "inspect/heap_walker.h"
+#include "inspect/walk_graph.h"
+
+#include <ATen/core/Tensor.h>
+#include <Python.h>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torchleak::python {
+
+class PathBuilder {
+  public:
+    PathBuilder(const std::vector<WalkNode>& nodes, const std::vector<NamedRoot>& roots)
+        : d_nodes(nodes), d_roots(roots) {}
+
+    // Steps from the root to node `i`. With `dropRoot`, the root itself is left out.
+    std::vector<PathStep> build(uint32_t i, bool dropRoot = false);
+
+  private:
+    // A view shares its base's storage: the path ends at the view, and `._base` shows the
+    // (often much larger) tensor whose storage the view keeps alive.
+    void appendViewBase(const WalkNode& n, std::vector<PathStep>& steps);
+
+    std::string typeName(const WalkNode& n);
+
+    // The tensor a node is (a C++ tensor, or a Python one), or an undefined tensor.
+    static at::Tensor tensorOf(const WalkNode& n);
+
+    void describeTensor(const WalkNode& n, PathStep& step);
+
+    // The object `parent` refers to `child` through: find the name (dict key, slot) without
+    // running user code.
+    std::optional<std::string> attributeName(PyObject* parent, PyObject* child);
+
+    PathStep label(uint32_t i);
+
+    const std::vector<WalkNode>& d_nodes;
+    const std::vector<NamedRoot>& d_roots;
+};
+
+} // namespace torchleak::python

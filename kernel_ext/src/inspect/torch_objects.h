@@ -1,0 +1,26 @@
+#pragma once
+// What an object is, in torch's terms, told without running user code: exact type and
+// deallocator tests instead of isinstance(), raw fields instead of attributes.
+
+#include "inspect/saved_variables.h"
+
+#include <ATen/core/Tensor.h>
+#include <Python.h>
+
+namespace torchleak::python {
+
+bool isTensor(PyObject* obj);
+// A custom autograd.Function's ctx (THPFunction).
+bool isCustomFunctionCtx(PyObject* obj);
+// The Python wrapper of a C++ autograd node (what `tensor.grad_fn` returns for built-in ops).
+bool isCppFunctionWrapper(PyObject* obj);
+torch::autograd::Node* nodeOfCtx(PyObject* ctx);
+torch::autograd::Node* nodeOfWrapper(PyObject* wrapper);
+// A custom Function's node; its saved state is in its Python ctx.
+bool isPyNode(const torch::autograd::Node* node);
+// A Tensor handle on an impl a walk reached (takes a reference for the handle's lifetime).
+at::Tensor tensorFromImpl(const c10::TensorImpl* impl);
+// The generated visitor of a node type's saved variables, or nullptr.
+SavedVisitFn savedVisitorFor(const torch::autograd::Node* node);
+
+} // namespace torchleak::python

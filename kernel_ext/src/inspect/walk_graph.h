@@ -1,0 +1,59 @@
+#pragma once
+// The graph a retaining-path walk records: one WalkNode per object it reached (a Python object,
+// a C++ tensor, an autograd node), each with the edge it was reached through from its parent.
+// Walk (heap_walker.cpp) writes them; PathBuilder turns a chain of them into labelled steps.
+
+#include <cstdint>
+#include <vector>
+
+namespace torchleak::python {
+
+enum class NodeKind : uint8_t { Python, Tensor, Autograd };
+
+enum class Edge : uint8_t {
+    Root,
+    DictValue, // index: position in PyDict_Next order
+    DictKey,   // index: position
+    SeqItem,   // index: list/tuple position
+    AttrDict,  // an object's __dict__ (no label of its own)
+    Closure,   // index: cell number in __closure__
+    Ref,       // generic tp_traverse referent; index: ordinal
+    GradFn,
+    NextFunction, // index: edge number
+    Saved,        // name: "_saved_self"
+    SavedList,    // name and index
+    CtxSaved,     // index into ctx.saved_tensors
+    CtxOf,        // a custom Function node's ctx object (the same thing as grad_fn in Python)
+    NodeOf,       // a Python wrapper's C++ node
+    Variable,     // AccumulateGrad.variable
+    Grad,
+};
+
+struct WalkNode {
+    const void* ptr;
+    uint32_t parent;
+    uint32_t index;
+    const char* name;
+    NodeKind kind;
+    Edge edge;
+};
+
+constexpr uint32_t kNoParent = UINT32_MAX;
+// The visited set is insert-only and the walk's main cache cost: a load of up to 3/4 keeps it
+// small.
+constexpr unsigned kVisitedLoadQuarters = 3;
+
+// The visited set holds tagged pointers: the low two bits are the node kind.
+inline uintptr_t tag(const void* p, NodeKind k) {
+    return reinterpret_cast<uintptr_t>(p) | static_cast<uintptr_t>(k);
+}
+
+// The root a node was reached from.
+inline uint32_t rootOf(const std::vector<WalkNode>& nodes, uint32_t i) {
+    while (nodes[i].parent != kNoParent) {
+        i = nodes[i].parent;
+    }
+    return i;
+}
+
+} // namespace torchleak::python
