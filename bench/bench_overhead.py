@@ -1,7 +1,9 @@
 """Overhead of torchleak, measured side by side in one run (`make bench`).
 
 Workloads, each run untracked, under torchleak and under tracemalloc, interleaved in rounds so
-that machine noise hits every mode alike; the figure per mode is the median over rounds:
+that machine noise hits every mode alike. Each round gives every mode's ratio to the untracked
+run of the same round; the table prints the median and the minimum of those ratios over the
+rounds (10 by default, 20 for (b)), and the median time per mode:
   (a) a CPU training step of a small transformer: 4 encoder layers, d=256, batch 32, seq 128;
   (b) an allocation-heavy loop of small tensor ops.
 Then the cost per allocation event:
@@ -90,19 +92,26 @@ def run_mode(mode, step, iterations, warmup, capture_stacks=True):
                 step()
                 torchleak.step()
             elapsed = time.perf_counter() - t0
-            events = tracker._session.events
+            events = tracker.events
     return elapsed / iterations, events / iterations
 
 
 def interleaved(step, modes, rounds, iterations, warmup):
+    """Median seconds per mode, each mode's per-round ratios to the untracked run of the same
+    round, and allocation events per iteration."""
     samples = {name: [] for name, _ in modes}
+    ratios = {name: [] for name, _ in modes}
     events = {name: 0.0 for name, _ in modes}
     for _ in range(rounds):
+        this_round = {}
         for name, (mode, stacks) in modes:
             seconds, ev = run_mode(mode, step, iterations, warmup, stacks)
             samples[name].append(seconds)
+            this_round[name] = seconds
             events[name] = max(events[name], ev)
-    return {name: statistics.median(v) for name, v in samples.items()}, events
+        for name in this_round:
+            ratios[name].append(this_round[name] / this_round["untracked"])
+    return {name: statistics.median(v) for name, v in samples.items()}, ratios, events
 
 
 def walk_benchmark(repeats=5):
@@ -136,17 +145,18 @@ def deep_call(depth, fn):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
     modes = [("untracked", ("untracked", True)), ("torchleak", ("torchleak", True)),
              ("tracemalloc", ("tracemalloc", True))]
-    t_med, t_events = interleaved(transformer_workload(), modes, args.rounds, iterations=4, warmup=1)
+    t_med, t_ratios, t_events = interleaved(transformer_workload(), modes, args.rounds,
+                                            iterations=4, warmup=1)
     small_modes = modes + [("torchleak, no stacks", ("torchleak", False))]
-    s_med, s_events = interleaved(small_ops_workload(), small_modes, args.rounds * 2,
-                                  iterations=20, warmup=2)
+    s_med, s_ratios, s_events = interleaved(small_ops_workload(), small_modes, args.rounds * 2,
+                                            iterations=20, warmup=2)
 
     events_small = s_events["torchleak"]
     e2e_stacks = (s_med["torchleak"] - s_med["untracked"]) / events_small * 1e9
@@ -158,22 +168,24 @@ def main():
 
     walk_s, collect_s, heap_objects, walk_stats = walk_benchmark()
 
-    def pct(x, base):
-        return f"{(x / base - 1) * 100:+.1f}%"
+    def pct(ratios):
+        """Median and minimum over rounds of the overhead against the same round's untracked run."""
+        return (f"{(statistics.median(ratios) - 1) * 100:+.1f}% median, "
+                f"{(min(ratios) - 1) * 100:+.1f}% min")
 
     rows = [
         ("(a) transformer step, untracked", f"{t_med['untracked'] * 1e3:.1f} ms", ""),
         ("(a) transformer step, torchleak", f"{t_med['torchleak'] * 1e3:.1f} ms",
-         pct(t_med["torchleak"], t_med["untracked"])),
+         pct(t_ratios["torchleak"])),
         ("(a) transformer step, tracemalloc", f"{t_med['tracemalloc'] * 1e3:.1f} ms",
-         pct(t_med["tracemalloc"], t_med["untracked"])),
+         pct(t_ratios["tracemalloc"])),
         ("(b) 2000 small ops, untracked", f"{s_med['untracked'] * 1e3:.2f} ms", ""),
         ("(b) 2000 small ops, torchleak", f"{s_med['torchleak'] * 1e3:.2f} ms",
-         pct(s_med["torchleak"], s_med["untracked"])),
+         pct(s_ratios["torchleak"])),
         ("(b) 2000 small ops, torchleak without stacks", f"{s_med['torchleak, no stacks'] * 1e3:.2f} ms",
-         pct(s_med["torchleak, no stacks"], s_med["untracked"])),
+         pct(s_ratios["torchleak, no stacks"])),
         ("(b) 2000 small ops, tracemalloc", f"{s_med['tracemalloc'] * 1e3:.2f} ms",
-         pct(s_med["tracemalloc"], s_med["untracked"])),
+         pct(s_ratios["tracemalloc"])),
         ("allocation events per (a) step / (b) iteration",
          f"{t_events['torchleak']:.0f} / {events_small:.0f}", ""),
         ("per event, end to end on (b), with stacks", f"{e2e_stacks:.0f} ns", "incl. c10 bookkeeping"),
@@ -187,11 +199,13 @@ def main():
     ]
     width = max(len(r[0]) for r in rows)
     print(f"torchleak overhead — torch {torch.__version__}, Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs, median of {args.rounds} rounds ((b): {args.rounds * 2})")
+          f"{os.cpu_count()} CPUs, {args.rounds} interleaved rounds ((b): {args.rounds * 2}); "
+          f"overheads are per-round ratios to the untracked run")
     print(f"{'measure':<{width}}  {'value':>14}  vs untracked / note")
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>14}  {note}")
-    results = {"transformer_s": t_med, "small_ops_s": s_med, "events": {"transformer": t_events,
+    results = {"transformer_s": t_med, "small_ops_s": s_med,
+               "ratios": {"transformer": t_ratios, "small_ops": s_ratios}, "events": {"transformer": t_events,
                "small_ops": s_events}, "ns_per_event": {"end_to_end_stacks": e2e_stacks,
                "end_to_end_no_stacks": e2e_nostacks, "hook_stacks_depth20": hook_stacks,
                "hook_no_stacks": hook_nostacks},

@@ -163,20 +163,6 @@ const SettingEntry& entryFor(std::string_view key) {
 
 } // namespace
 
-std::string_view toString(SettingType type) noexcept {
-    switch (type) {
-    case SettingType::Size:
-        return "size";
-    case SettingType::Count:
-        return "count";
-    case SettingType::Fraction:
-        return "fraction";
-    case SettingType::Patterns:
-        return "patterns";
-    }
-    return "size";
-}
-
 const std::vector<SettingSpec>& AnalysisConfig::settings() {
     static const std::vector<SettingSpec> specs = [] {
         std::vector<SettingSpec> out;

@@ -1,5 +1,6 @@
 #include "torchleak/model.h"
 
+#include "torchleak/config.h"
 #include "torchleak/errors.h"
 
 #include <utility>
@@ -67,6 +68,15 @@ template <> struct Names<Retention> {
         {Retention::Unknown, "unknown"}};
 };
 
+template <> struct Names<SettingType> {
+    static constexpr const char* what = "setting type";
+    static constexpr std::pair<SettingType, std::string_view> table[] = {
+        {SettingType::Size, "size"},
+        {SettingType::Count, "count"},
+        {SettingType::Fraction, "fraction"},
+        {SettingType::Patterns, "patterns"}};
+};
+
 template <typename Enum> std::string_view nameOf(Enum value) noexcept {
     for (const auto& [v, name] : Names<Enum>::table) {
         if (v == value) {
@@ -101,6 +111,9 @@ std::string_view toString(StepKind k) noexcept {
 }
 std::string_view toString(Retention r) noexcept {
     return nameOf(r);
+}
+std::string_view toString(SettingType t) noexcept {
+    return nameOf(t);
 }
 
 Verdict verdictFromString(std::string_view s) {

@@ -277,6 +277,11 @@ class Tracker:
         return 0 if self._session is None else self._session.iterations
 
     @property
+    def events(self):
+        """Allocation and free events recorded so far."""
+        return 0 if self._session is None else self._session.events
+
+    @property
     def active(self):
         return self._session is not None and self._session.active
 

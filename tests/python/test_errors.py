@@ -1,4 +1,4 @@
-"""The one translation table from C++ exceptions to Python exceptions (kernel_ext/src/python.cpp)."""
+"""The one translation table from C++ exceptions to Python exceptions (kernel_ext/src/bindings/python.cpp)."""
 import pytest
 
 from torchleak import _core, _testing

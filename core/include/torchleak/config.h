@@ -17,7 +17,7 @@ enum class SettingType {
     Fraction, // a number between 0 and 1; Python float
     Patterns, // glob patterns: each set() adds one, an empty value clears them; Python list
 };
-std::string_view toString(SettingType type) noexcept;
+std::string_view toString(SettingType type) noexcept; // model.cpp, with the other enums' names
 
 struct SettingSpec {
     std::string_view name;

@@ -1,8 +1,8 @@
 #pragma once
 // torchleak's exceptions. They are thrown only on slow paths (API calls, report building,
 // parsing); the allocator hook never throws. The bindings translate each one to exactly one
-// Python exception type (kernel_ext/src/python.cpp), and tests/python/test_errors.py checks
-// that table.
+// Python exception type (kernel_ext/src/bindings/python.cpp), and tests/python/test_errors.py
+// checks that table.
 
 #include <stdexcept>
 
