@@ -51,9 +51,25 @@ Frame backwardFrame(const std::string& node) {
     return f;
 }
 
+// The innermost frame of an installed package below the site (the innermost user frame):
+// where in a third-party library the user's line allocated.
+std::optional<Frame> packageFrameBelowSite(const std::vector<Frame>& stack) {
+    const Frame* package = nullptr;
+    for (const Frame& f : stack) {
+        if (f.user) {
+            return package ? std::optional<Frame>(*package) : std::nullopt;
+        }
+        if (f.package && package == nullptr) {
+            package = &f;
+        }
+    }
+    return std::nullopt; // no user frame: the package frame is the site itself
+}
+
 // The site of a group of blocks recorded with one stack: the innermost user frame; inside
 // backward the node says which gradient formula allocated (custom Functions, PyNode, keep their
-// own frame); a library frame or "<unknown>" only when the stack has nothing better.
+// own frame); with no user frame, the innermost installed-package frame (a third-party
+// library's line says more than torch's internals), then any library frame, then "<unknown>".
 Frame siteOfGroup(const std::vector<Frame>& frames, const std::string& node) {
     if (const Frame* user = innermostUserFrame(frames)) {
         Frame site = *user;
@@ -64,6 +80,11 @@ Frame siteOfGroup(const std::vector<Frame>& frames, const std::string& node) {
     }
     if (!node.empty()) {
         return backwardFrame(node);
+    }
+    auto package =
+        std::find_if(frames.begin(), frames.end(), [](const Frame& f) { return f.package; });
+    if (package != frames.end()) {
+        return *package;
     }
     if (!frames.empty()) {
         return frames.front();
@@ -238,6 +259,7 @@ class ReportBuilder {
             if (!acc.node.empty()) {
                 f.autograd_node = acc.node;
             }
+            f.allocated_inside = packageFrameBelowSite(acc.stack);
             f.count = acc.lastCount;
             f.total_bytes = static_cast<uint64_t>(std::max<int64_t>(acc.series.bytes.back(), 0));
             f.bytes_per_iteration = c.bytes_per_iteration;

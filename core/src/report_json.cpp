@@ -19,6 +19,9 @@ json frameJson(const Frame& f, bool withCell) {
         j["cell"] = *f.cell;
     }
     j["user"] = f.user;
+    if (f.package) {
+        j["package"] = true;
+    }
     if (f.source) {
         j["source"] = *f.source;
     }
@@ -34,6 +37,7 @@ Frame frameFrom(const json& j) {
         f.cell = j["cell"].get<int>();
     }
     f.user = j.value("user", true);
+    f.package = j.value("package", false);
     if (j.contains("source") && j["source"].is_string()) {
         f.source = j["source"].get<std::string>();
     }
@@ -83,6 +87,9 @@ std::string toJson(const Report& r, int indent) {
         fj["dtype"] = optionalJson(f.dtype);
         fj["shape"] = optionalJson(f.shape);
         fj["autograd_node"] = optionalJson(f.autograd_node);
+        if (f.allocated_inside) {
+            fj["allocated_inside"] = frameJson(*f.allocated_inside, false);
+        }
         fj["count"] = f.count;
         fj["total_bytes"] = f.total_bytes;
         fj["bytes_per_iteration"] = f.bytes_per_iteration;
@@ -187,6 +194,9 @@ Report reportFromJson(const std::string& text) {
             }
             if (fj.contains("autograd_node") && !fj["autograd_node"].is_null()) {
                 f.autograd_node = fj["autograd_node"].get<std::string>();
+            }
+            if (fj.contains("allocated_inside") && !fj["allocated_inside"].is_null()) {
+                f.allocated_inside = frameFrom(fj["allocated_inside"]);
             }
             f.count = fj.at("count").get<uint64_t>();
             f.total_bytes = fj.at("total_bytes").get<uint64_t>();

@@ -26,17 +26,19 @@ def _ipython_shell():
         return None
 
 
-def _is_library_file(path, library_prefixes, package_prefixes):
-    """torch, the standard library, torchleak, and installed packages are not user code."""
+def _file_kind(path, library_prefixes, package_prefixes):
+    """"user", "package" (an installed third-party package) or "library" (torch, the standard
+    library, torchleak, code with no file): the frame rule's classes, longest prefix winning."""
     if not path or path.startswith("<"):
-        return not path or not (path.startswith("<ipython-input") or path.startswith("<stdin>"))
-    real = os.path.realpath(path)
-    for candidate in (path, real):
-        if any(candidate.startswith(p) for p in library_prefixes):
-            return True
-        if any(candidate.startswith(p) for p in package_prefixes):
-            return True  # site-packages: third-party code, not the user's
-    return False
+        return "user" if path.startswith(("<ipython-input", "<stdin>")) else "library"
+    for candidate in (path, os.path.realpath(path)):
+        library = max((len(p) for p in library_prefixes if candidate.startswith(p)), default=0)
+        package = max((len(p) for p in package_prefixes if candidate.startswith(p)), default=0)
+        if library > package:
+            return "library"
+        if package:
+            return "package"
+    return "user"
 
 
 def _frame_label(frame):
@@ -77,6 +79,10 @@ def collect(library_prefixes, package_prefixes):
         add_namespace("", shell.user_ns, notebook=True)
     if main is not None:
         add_namespace("", vars(main))
+    # Globals of the user's own modules; installed packages' modules are roots too, but last
+    # (below), so a user's name wins and a cache inside a library still reads
+    # `somepkg.models.detector.Detector.make_grid` rather than "outside the named roots".
+    package_modules = []
     for modname, module in list(sys.modules.items()):
         if module is None or modname == "__main__" or modname.startswith("torchleak"):
             continue
@@ -84,9 +90,13 @@ def collect(library_prefixes, package_prefixes):
         if not isinstance(namespace, dict):
             continue
         path = namespace.get("__file__")
-        if not isinstance(path, str) or _is_library_file(path, library_prefixes, package_prefixes):
+        if not isinstance(path, str):
             continue
-        add_namespace(f"{modname}.", namespace)
+        kind = _file_kind(path, library_prefixes, package_prefixes)
+        if kind == "package":
+            package_modules.append((modname, namespace))
+        elif kind == "user":
+            add_namespace(f"{modname}.", namespace)
 
     # Locals of live frames in user code, innermost last (outer frames name things first).
     current = threading.get_ident()
@@ -99,7 +109,7 @@ def collect(library_prefixes, package_prefixes):
             frame = frame.f_back
         for frame in reversed(chain):
             path = frame.f_code.co_filename
-            if path.startswith(_TOOL_DIR) or _is_library_file(path, library_prefixes, package_prefixes):
+            if path.startswith(_TOOL_DIR) or _file_kind(path, library_prefixes, package_prefixes) != "user":
                 continue
             if frame.f_globals is frame.f_locals:
                 continue  # module level: already a namespace root
@@ -130,4 +140,6 @@ def collect(library_prefixes, package_prefixes):
         tb = tb.tb_next
     if exc is not None:
         roots.append(("<last exception>", "root", "sys.last_value", exc))
+    for modname, namespace in package_modules:
+        add_namespace(f"{modname}.", namespace)
     return roots

@@ -59,13 +59,15 @@ StepKind stepKindFromString(std::string_view s);
 Retention retentionFromString(std::string_view s);
 
 // One decoded stack frame. `cell` is the IPython execution count when the frame is a notebook
-// cell; `user` is false for torch, the standard library and torchleak itself.
+// cell; `user` is false for library code: torch, the standard library, torchleak itself and
+// installed third-party packages (`package`).
 struct Frame {
     std::string file;
     int line = 0;
     std::string function;
     std::optional<int> cell;
     bool user = true;
+    bool package = false; // in an installed third-party package (site-packages, dist-packages)
     std::optional<std::string> source; // the line's text, when known (filled at report time)
     // Identity for grouping, when the file name is not one (a notebook cell re-run is compiled
     // under a new name but is the same code). Not serialised.
@@ -111,8 +113,11 @@ struct Finding {
     std::optional<std::string> dtype;
     std::optional<std::vector<int64_t>> shape;
     std::optional<std::string> autograd_node; // set when allocated inside backward
-    uint64_t count = 0;                       // live blocks of this site at the last boundary
-    uint64_t total_bytes = 0;                 // their bytes
+    // The innermost frame of an installed package between the allocation and the site, when
+    // the user's line called into one: "allocated inside somepkg/ops.py:41".
+    std::optional<Frame> allocated_inside;
+    uint64_t count = 0;       // live blocks of this site at the last boundary
+    uint64_t total_bytes = 0; // their bytes
     int64_t bytes_per_iteration = 0;
     std::vector<int64_t> series; // live bytes of this site at every boundary
     std::vector<PathStep> path;

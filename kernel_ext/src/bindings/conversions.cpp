@@ -81,6 +81,7 @@ std::unordered_map<uintptr_t, std::vector<Frame>> externalStacks(const py::dict&
             f.function = t[2].cast<std::string>();
             FileClass where = filter.classify(f.file);
             f.user = where.user;
+            f.package = where.package;
             f.cell = where.cell;
             f.group = where.group;
             decoded.push_back(std::move(f));

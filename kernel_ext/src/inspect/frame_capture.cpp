@@ -174,6 +174,9 @@ FileClass FrameFilter::classify(const std::string& file) const {
     }
     if (libraryMatch > packageMatch) {
         c.user = false;
+    } else if (packageMatch > 0) {
+        c.user = false;
+        c.package = true;
     }
     return c;
 }
@@ -214,6 +217,7 @@ std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> fr
         f.cell = ci.where.cell;
         f.group = ci.where.group;
         f.user = ci.where.user;
+        f.package = ci.where.package;
         f.line = PyCode_Addr2Line(code, raw.offset);
         out.push_back(std::move(f));
     }

@@ -42,10 +42,12 @@ const char* captureStrategy() noexcept;
 // unless they are notebook cells.
 // Installed packages (site-packages, dist-packages) are passed as packagePrefixes; the longest
 // matching prefix decides, so a package directory inside a stdlib directory (no virtualenv) is
-// not the standard library, while torch inside it is. Frames of installed packages other than
-// torch count as user code for the site.
+// not the standard library, while torch inside it is. Installed third-party packages are
+// library code too: a finding's site is the user's own line, and the package's line is kept
+// beside it ("allocated inside").
 struct FileClass {
     bool user = true;
+    bool package = false;    // in an installed third-party package (not torch, not the stdlib)
     std::optional<int> cell; // the execution count, when the file is a notebook cell
     std::string group;       // the cell's source identity, shared by its re-runs
 };

@@ -23,6 +23,15 @@ def site_text(frame):
     return frame.get("text") or "<unknown>"
 
 
+def allocated_inside_text(finding):
+    """`allocated inside somepkg/ops.py:41 (reshape_heads)`: the installed package's line under
+    the user's site, or None."""
+    inside = finding.get("allocated_inside")
+    if not inside:
+        return None
+    return f"allocated inside {site_text(inside)} ({inside.get('function')})"
+
+
 def escape(value):
     """Every string shown in HTML goes through here."""
     return html.escape(str(value), quote=True)

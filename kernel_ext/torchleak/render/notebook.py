@@ -4,7 +4,8 @@ retaining paths as nested ``<details>``), so saved and exported notebooks keep i
 
 import base64
 
-from .format import empty_text, escape as _e, format_bytes, progress_text, site_text, step_what
+from .format import (allocated_inside_text, empty_text, escape as _e, format_bytes, progress_text,
+                     site_text, step_what)
 
 _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
                     "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
@@ -81,6 +82,8 @@ def _finding_row(f):
     colour = _VERDICT_COLOURS.get(f["verdict"], "#333")
     source = f["site"].get("source")
     source_html = f'<br><code style="color:#555">{_e(source)}</code>' if source else ""
+    if allocated_inside_text(f):
+        source_html += f'<br><span style="color:#888">{_e(allocated_inside_text(f))}</span>'
     fix = f"<div>fix: {_e(f['suggestion'])}</div>" if f.get("suggestion") else ""
     return (f'<tr data-testid="finding-row"><td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
             f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> {_e(f["site"].get("function"))}'

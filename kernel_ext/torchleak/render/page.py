@@ -1,8 +1,8 @@
 """The saved report page (``report.save("r.html")``): self-contained HTML, no scripts, no network,
 every string escaped."""
 
-from .format import (empty_text, escape as _e, finding_tensor, format_bytes, site_text,
-                     step_what)
+from .format import (allocated_inside_text, empty_text, escape as _e, finding_tensor,
+                     format_bytes, site_text, step_what)
 
 
 def _sparkline(values, width=220, height=40, color="#c0392b"):
@@ -54,6 +54,8 @@ def _finding_row(f):
                f"on {_e(f['device'])}</div>"]
     if f.get("autograd_node"):
         details.append(f"<div>allocated in backward by <code>{_e(f['autograd_node'])}</code></div>")
+    if allocated_inside_text(f):
+        details.append(f"<div>{_e(allocated_inside_text(f))}</div>")
     if f.get("path"):
         steps = "".join(
             f"<li><code>{_e(step.get('label'))}</code> <span class=muted>{_e(step.get('kind'))}</span> "

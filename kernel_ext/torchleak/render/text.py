@@ -3,8 +3,10 @@
 import linecache
 import os
 
-from .format import (empty_text, finding_tensor, format_bytes, leaks_and_others, site_text,
-                     step_what)
+from .format import (allocated_inside_text, empty_text, finding_tensor, format_bytes,
+                     leaks_and_others, site_text, step_what)
+
+_STACK_LINES = 6
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -50,6 +52,25 @@ def _path_lines(path, limit=14):
     return lines
 
 
+def _stack_lines(stack):
+    """The innermost frames, and always the user's own frame, however deep it is."""
+    if not stack:
+        return []
+    shown = list(range(min(len(stack), _STACK_LINES)))
+    user = next((i for i, fr in enumerate(stack) if fr.get("user", True)), None)
+    if user is not None and user >= _STACK_LINES:
+        shown[-1:] = [None, user]  # None: the frames left out
+    lines = ["  stack (innermost first):"]
+    for i in shown:
+        if i is None:
+            lines.append(f"     ... {user - _STACK_LINES + 1} more library frame(s)")
+            continue
+        fr = stack[i]
+        mark = " " if fr.get("user", True) else "~"
+        lines.append(f"   {mark} {site_text(fr)} in {fr.get('function')}")
+    return lines
+
+
 def _leak_block(f):
     out = [f"LEAK  {format_bytes(f['bytes_per_iteration'])} per iteration at "
            f"{site_text(f['site'])} in {f['site'].get('function')}  [{f.get('severity')}]"]
@@ -60,6 +81,8 @@ def _leak_block(f):
                f"({finding_tensor(f) or 'tensor storage'} on {f['device']})")
     if f.get("autograd_node"):
         out.append(f"  allocated in backward by {f['autograd_node']}")
+    if allocated_inside_text(f):
+        out.append(f"  {allocated_inside_text(f)}")
     series = f.get("series") or []
     if series:
         trend = f.get("trend", {})
@@ -73,12 +96,7 @@ def _leak_block(f):
         h = f["holder"]
         out.append(f"  holder: {h['path_text']} ({h['type']}, "
                    f"+{h['growth_per_iteration']:.2g} per iteration)")
-    stack = [fr for fr in f.get("stack", []) if not _is_tool_frame(fr)][:6]
-    if stack:
-        out.append("  stack (innermost first):")
-        for fr in stack:
-            mark = " " if fr.get("user", True) else "~"
-            out.append(f"   {mark} {site_text(fr)} in {fr.get('function')}")
+    out.extend(_stack_lines([fr for fr in f.get("stack", []) if not _is_tool_frame(fr)]))
     if f.get("suggestion"):
         out.append(f"  fix: {f['suggestion']}")
     return out

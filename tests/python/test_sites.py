@@ -1,0 +1,125 @@
+"""The site is the user's line: installed third-party packages are library code like torch; the
+package's own line is kept as "allocated inside", and its module globals name what it caches."""
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torchleak
+from torchleak import _tracking
+
+KiB = 1 << 10
+
+
+@pytest.fixture
+def somepkg(tmp_path, monkeypatch):
+    """An installed package `somepkg` in a site-packages directory of the test's own."""
+    site = tmp_path / "site-packages"
+    files = {
+        "somepkg/__init__.py": "",
+        "somepkg/ops.py": """
+            import torch
+
+            def reshape_heads(x, heads=4):
+                return x.reshape(x.shape[0], heads, -1).transpose(0, 1).contiguous()  # ALLOC ops
+
+            def deep(x, depth):
+                return deep(x, depth - 1) if depth else x.clone()  # ALLOC deep
+            """,
+        "somepkg/models/__init__.py": "",
+        "somepkg/models/detector.py": """
+            import functools
+            import torch
+
+            class Detector:
+                @functools.lru_cache(maxsize=None)
+                def make_grid(self, n):
+                    return torch.ones(n, 256)  # ALLOC grid
+
+            DEFAULT = Detector()
+
+            def grid(n):
+                return DEFAULT.make_grid(n)
+            """,
+    }
+    for name, text in files.items():
+        path = site / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    prefixes = _tracking._package_prefixes()
+    monkeypatch.setattr(_tracking, "_package_prefixes", lambda: prefixes + [str(site) + "/"])
+    monkeypatch.syspath_prepend(str(site))
+    yield site
+    for name in [m for m in sys.modules if m == "somepkg" or m.startswith("somepkg.")]:
+        del sys.modules[name]
+
+
+def line_of(path, marker):
+    for number, text in enumerate(path.read_text().splitlines(), start=1):
+        if marker in text:
+            return number
+    raise AssertionError(marker)
+
+
+def test_a_package_call_is_sited_at_the_users_line_and_keeps_the_package_line(somepkg):
+    from somepkg.ops import reshape_heads
+    kept = []
+
+    def step():
+        kept.append(reshape_heads(torch.ones(64, 1024)))  # the user's line
+
+    report = torchleak.check(step, iterations=5)
+    (leak,) = report.leaks
+    assert leak.site["file"] == __file__
+    assert leak.site["line"] == step.__code__.co_firstlineno + 1
+    inside = leak.allocated_inside
+    assert inside["file"].endswith("somepkg/ops.py") and inside["function"] == "reshape_heads"
+    assert inside["line"] == line_of(somepkg / "somepkg/ops.py", "# ALLOC ops")
+    assert inside["package"] is True and inside["user"] is False
+    assert leak.holder["path_text"] == "kept"
+    text = str(report)
+    assert f"allocated inside {inside['text']} (reshape_heads)" in text
+
+
+def test_the_text_report_shows_the_users_frame_however_deep_the_package_calls_go(somepkg):
+    from somepkg.ops import deep
+    kept = []
+
+    def step():
+        kept.append(deep(torch.ones(64, 256), 12))
+
+    report = torchleak.check(step, iterations=4)
+    (leak,) = report.leaks
+    assert leak.site["line"] == step.__code__.co_firstlineno + 1
+    user_line = f"{leak.site['text']} in "
+    stack_text = str(report).split("stack (innermost first):")[1]
+    assert user_line in stack_text
+    assert "more library frame(s)" in stack_text
+    assert leak.allocated_inside["function"] == "deep"
+
+
+def test_a_cache_inside_a_package_is_named_by_the_packages_globals(somepkg):
+    import importlib
+    sizes = iter(range(64, 64 + 64 * 10, 64))
+
+    def step():
+        # No name of the user's reaches the cache: only the package's own globals do. A new
+        # shape each iteration, so the unbounded cache never hits.
+        importlib.import_module("somepkg.models.detector").grid(next(sizes))
+
+    report = torchleak.check(step, iterations=6)
+    (leak,) = report.leaks
+    assert leak.site["line"] == step.__code__.co_firstlineno + 3
+    assert leak.allocated_inside["function"] == "Detector.make_grid"
+    assert leak.path_text.startswith("somepkg.models.detector.Detector.make_grid"), leak.path_text
+    assert leak.retention == "reachable"
+
+
+def test_the_frame_rule_classifies_installed_packages_as_library_code(somepkg):
+    from torchleak import _core
+    library, packages = _tracking._library_prefixes(), _tracking._package_prefixes()
+    rule = _core.FrameFilter(library, packages, {})
+    assert rule.classify(str(somepkg / "somepkg" / "ops.py")) == (False, None)
+    assert rule.classify(torch.__file__) == (False, None)
+    assert rule.classify(__file__) == (True, None)
