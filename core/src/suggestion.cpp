@@ -3,6 +3,8 @@
 #include "torchleak/retention.h"
 
 #include <algorithm>
+#include <optional>
+#include <string_view>
 
 namespace torchleak {
 
@@ -10,6 +12,66 @@ namespace {
 bool hasKind(const Finding& f, StepKind kind) {
     return std::any_of(f.path.begin(), f.path.end(),
                        [&](const PathStep& s) { return s.kind == kind; });
+}
+
+// The first step whose label starts with `prefix`, or null.
+const PathStep* stepStarting(const Finding& f, std::string_view prefix) {
+    for (const PathStep& s : f.path) {
+        if (std::string_view(s.label).substr(0, prefix.size()) == prefix) {
+            return &s;
+        }
+    }
+    return nullptr;
+}
+
+// "in failed_batches" when a holder is known: where the fix goes.
+std::string inHolder(const Finding& f) {
+    return f.holder ? " in " + f.holder->path_text : "";
+}
+
+// Retention through Python's own machinery (exceptions, suspended generators, default
+// arguments, partial objects): each has its remedy, whatever container it sits in.
+std::optional<std::string> suggestForPythonMachinery(const Finding& f) {
+    if (stepStarting(f, ".__traceback__")) {
+        const PathStep* local = nullptr;
+        for (const PathStep& s : f.path) {
+            if (s.kind == StepKind::Frame && !s.note.empty()) {
+                local = &s;
+            }
+        }
+        return "an exception kept" + inHolder(f) +
+               " keeps its traceback, and with it the locals of every frame it unwound" +
+               (local ? " (" + local->note + ")" : std::string()) +
+               ": keep str(exc) or traceback.format_exception(exc) instead, or drop the frames "
+               "with exc.with_traceback(None)";
+    }
+    for (const char* via : {".gi_frame", ".cr_frame", ".ag_frame"}) {
+        if (const PathStep* s = stepStarting(f, via)) {
+            return "a suspended generator or coroutine" + inHolder(f) +
+                   " keeps its frame's locals (" + s->note +
+                   ") until it finishes: exhaust it, call .close() on it, or drop it";
+        }
+    }
+    if (stepStarting(f, "<lru_cache entries>")) {
+        return "a functools.lru_cache without a bound (maxsize=None) keeps every result it "
+               "returned: bound it (maxsize=N), key it on fewer distinct arguments, or call "
+               ".cache_clear()";
+    }
+    if (stepStarting(f, ".__defaults__") || stepStarting(f, ".__kwdefaults__")) {
+        return "a default argument is made once and lives as long as its function, so what is "
+               "added to it accumulates: default to None and create the container in the call";
+    }
+    std::string prefix;
+    for (size_t k = 0; k + 1 < f.path.size(); ++k) {
+        prefix += f.path[k].label;
+        if (f.path[k].type == "functools.partial" &&
+            (f.path[k + 1].label == ".args" || f.path[k + 1].label == ".keywords")) {
+            return "the functools.partial " + prefix +
+                   " keeps the arguments it was made with: bind .detach()ed or smaller values, "
+                   "or make a new partial per use";
+        }
+    }
+    return std::nullopt;
 }
 } // namespace
 
@@ -38,6 +100,9 @@ std::string suggestFix(const Finding& f) {
         return "the last exception's traceback keeps the failed frame's locals: run "
                "`import sys; sys.last_value = sys.last_traceback = sys.last_exc = None` "
                "or %reset -f, or re-run the cell successfully";
+    }
+    if (auto machinery = suggestForPythonMachinery(f)) {
+        return *machinery;
     }
     bool graph = hasKind(f, StepKind::GradFn) || hasKind(f, StepKind::NextFunctions) ||
                  hasKind(f, StepKind::Saved);

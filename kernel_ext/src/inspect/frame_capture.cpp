@@ -13,6 +13,7 @@
 #    ifndef Py_BUILD_CORE
 #        define Py_BUILD_CORE 1
 #    endif
+#    include <internal/pycore_code.h>
 #    include <internal/pycore_frame.h>
 #    undef Py_BUILD_CORE
 #else
@@ -223,5 +224,126 @@ std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> fr
     }
     return out;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Frame locals
+
+LocalsOwner localsOwner(PyObject* obj) noexcept {
+    if (PyFrame_Check(obj)) {
+        return LocalsOwner::Frame;
+    }
+    if (PyGen_CheckExact(obj)) {
+        return LocalsOwner::Generator;
+    }
+    if (PyCoro_CheckExact(obj)) {
+        return LocalsOwner::Coroutine;
+    }
+    if (PyAsyncGen_CheckExact(obj)) {
+        return LocalsOwner::AsyncGenerator;
+    }
+    return LocalsOwner::None;
+}
+
+#if TORCHLEAK_INTERPRETER_FRAMES
+namespace {
+// The interpreter frame that holds the owner's locals, or null when they are gone (a finished
+// generator's frame is cleared).
+_PyInterpreterFrame* interpreterFrameOf(PyObject* owner) noexcept {
+    if (PyFrame_Check(owner)) {
+        return reinterpret_cast<PyFrameObject*>(owner)->f_frame;
+    }
+    if (localsOwner(owner) == LocalsOwner::None) {
+        return nullptr;
+    }
+    // Generators, coroutines and async generators share the head that embeds their frame.
+    auto* gen = reinterpret_cast<PyGenObject*>(owner);
+    if (gen->gi_frame_state >= FRAME_COMPLETED) {
+        return nullptr;
+    }
+    return reinterpret_cast<_PyInterpreterFrame*>(gen->gi_iframe);
+}
+} // namespace
+
+void forEachLocal(PyObject* owner, LocalVisitor fn, void* context) noexcept {
+    _PyInterpreterFrame* frame = interpreterFrameOf(owner);
+    if (frame == nullptr || frame->f_code == nullptr) {
+        return;
+    }
+    PyCodeObject* code = frame->f_code;
+    for (int i = 0; i < code->co_nlocalsplus; ++i) {
+        PyObject* value = frame->localsplus[i];
+        if (value == nullptr) {
+            continue; // unbound, or a slot past the frame's live part
+        }
+        _PyLocals_Kind kind = _PyLocals_GetKind(code->co_localspluskinds, i);
+        if ((kind & (CO_FAST_CELL | CO_FAST_FREE)) && PyCell_Check(value)) {
+            value = PyCell_GET(value);
+            if (value == nullptr) {
+                continue;
+            }
+        }
+        fn(context, static_cast<uint32_t>(i), value);
+    }
+}
+
+std::optional<LocalName> localName(PyObject* owner, uint32_t index) {
+    _PyInterpreterFrame* frame = interpreterFrameOf(owner);
+    if (frame == nullptr || frame->f_code == nullptr ||
+        index >= static_cast<uint32_t>(frame->f_code->co_nlocalsplus)) {
+        return std::nullopt;
+    }
+    PyCodeObject* code = frame->f_code;
+    return LocalName{utf8(PyTuple_GET_ITEM(code->co_localsplusnames, index)),
+                     utf8(code->co_qualname)};
+}
+#else
+// Other CPython versions: frames through the public API (f_locals), generators not at all
+// (their referents are still walked, without local names).
+void forEachLocal(PyObject* owner, LocalVisitor fn, void* context) noexcept {
+    if (!PyFrame_Check(owner)) {
+        return;
+    }
+    PyObject* locals = PyFrame_GetLocals(reinterpret_cast<PyFrameObject*>(owner));
+    if (locals == nullptr || !PyDict_Check(locals)) {
+        PyErr_Clear();
+        Py_XDECREF(locals);
+        return;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    uint32_t index = 0;
+    while (PyDict_Next(locals, &pos, &key, &value)) {
+        fn(context, index++, value);
+    }
+    Py_DECREF(locals);
+}
+
+std::optional<LocalName> localName(PyObject* owner, uint32_t index) {
+    if (!PyFrame_Check(owner)) {
+        return std::nullopt;
+    }
+    auto* frame = reinterpret_cast<PyFrameObject*>(owner);
+    PyObject* locals = PyFrame_GetLocals(frame);
+    PyCodeObject* code = PyFrame_GetCode(frame);
+    std::optional<LocalName> out;
+    if (locals != nullptr && PyDict_Check(locals)) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        for (uint32_t k = 0; PyDict_Next(locals, &pos, &key, &value); ++k) {
+            if (k == index) {
+                PyObject* qualname =
+                    PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
+                out = LocalName{utf8(key), utf8(qualname)};
+                Py_XDECREF(qualname);
+                break;
+            }
+        }
+    }
+    PyErr_Clear();
+    Py_XDECREF(locals);
+    Py_XDECREF(code);
+    return out;
+}
+#endif
 
 } // namespace torchleak::python

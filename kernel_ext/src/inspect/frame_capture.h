@@ -21,6 +21,7 @@
 #include "torchleak/stack_table.h"
 
 #include <Python.h>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -82,5 +83,23 @@ class PythonStackSymbolizer final : public StackSymbolizer {
 
 // UTF-8 of a str object; lone surrogates and other unencodable text become U+FFFD.
 std::string utf8(PyObject* text);
+
+// ---- frame locals, for the retaining-path walk (need the GIL; run no user code) ----------
+// What holds a frame's locals: a frame object (a finished frame kept by a traceback, or a live
+// one), or a suspended generator, coroutine or async generator, whose frame lives inside it.
+enum class LocalsOwner { None, Frame, Generator, Coroutine, AsyncGenerator };
+LocalsOwner localsOwner(PyObject* obj) noexcept;
+
+// Calls fn(index, value) for every bound local of `owner` (cell variables dereferenced); the
+// index names the local for localName(). Reads the interpreter's own slots: no f_locals dict
+// is built and nothing is allocated.
+using LocalVisitor = void (*)(void* context, uint32_t index, PyObject* value);
+void forEachLocal(PyObject* owner, LocalVisitor fn, void* context) noexcept;
+
+struct LocalName {
+    std::string name;     // the variable: "logits"
+    std::string function; // the qualified name of its function: "Classifier.forward"
+};
+std::optional<LocalName> localName(PyObject* owner, uint32_t index);
 
 } // namespace torchleak::python

@@ -1,5 +1,6 @@
 #include "inspect/heap_walker.h"
 
+#include "inspect/frame_capture.h"
 #include "inspect/path_builder.h"
 #include "inspect/saved_variables.h"
 #include "inspect/torch_objects.h"
@@ -288,8 +289,36 @@ class Walk {
                  0, nullptr);
             return;
         }
-        if (PyFrame_Check(obj)) {
-            return; // frames are roots (by local name) when they matter
+        if (localsOwner(obj) != LocalsOwner::None) {
+            // A finished frame kept by a traceback, or a suspended generator: its locals, by
+            // name. Not f_back or f_globals: callers and module state have roots of their own.
+            struct Ctx {
+                Walk* walk;
+                uint32_t from;
+            } ctx{this, i};
+            forEachLocal(
+                obj,
+                [](void* c, uint32_t index, PyObject* value) {
+                    auto* x = static_cast<Ctx*>(c);
+                    x->walk->push(value, NodeKind::Python, x->from, Edge::FrameLocal, index,
+                                  nullptr);
+                },
+                &ctx);
+            return;
+        }
+        if (PyExceptionInstance_Check(obj)) {
+            // What an exception keeps, by the names Python gives it; the rest (args,
+            // attributes, a subclass's fields) below.
+            auto* exc = reinterpret_cast<PyBaseExceptionObject*>(obj);
+            push(exc->traceback, NodeKind::Python, i, Edge::Ref, 0, "__traceback__");
+            push(exc->context, NodeKind::Python, i, Edge::Ref, 0, "__context__");
+            push(exc->cause, NodeKind::Python, i, Edge::Ref, 0, "__cause__");
+            push(exc->args, NodeKind::Python, i, Edge::Ref, 0, "args");
+        } else if (PyTraceBack_Check(obj)) {
+            auto* tb = reinterpret_cast<PyTracebackObject*>(obj);
+            push(tb->tb_frame, NodeKind::Python, i, Edge::Ref, 0, "tb_frame");
+            push(tb->tb_next, NodeKind::Python, i, Edge::Ref, 0, "tb_next");
+            return;
         }
         traverseGeneric(i, obj);
     }

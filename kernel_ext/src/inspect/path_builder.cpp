@@ -17,18 +17,38 @@ using torch::autograd::Node;
 
 namespace {
 
+// collections.deque, looked up once (the collections module is loaded at interpreter start).
+PyTypeObject* dequeType() {
+    static PyTypeObject* type = []() -> PyTypeObject* {
+        PyObject* collections = PyImport_ImportModule("_collections");
+        PyObject* deque = collections ? PyObject_GetAttrString(collections, "deque") : nullptr;
+        Py_XDECREF(collections);
+        if (deque == nullptr || !PyType_Check(deque)) {
+            PyErr_Clear();
+            Py_XDECREF(deque);
+            return nullptr;
+        }
+        return reinterpret_cast<PyTypeObject*>(deque); // kept: a static type, never freed
+    }();
+    return type;
+}
+
+// A str key as a Python literal.
+std::string keyTextOf(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) {
+        if (c == '\'' || c == '\\') {
+            out += '\\';
+        }
+        out += c;
+    }
+    return out + "'";
+}
+
 // Keys that print as Python literals; anything else would need its __repr__ (user code).
 std::string keyText(PyObject* key) {
     if (PyUnicode_Check(key)) {
-        std::string s = utf8(key);
-        std::string out = "'";
-        for (char c : s) {
-            if (c == '\'' || c == '\\') {
-                out += '\\';
-            }
-            out += c;
-        }
-        return out + "'";
+        return keyTextOf(utf8(key));
     }
     if (PyLong_CheckExact(key)) {
         int overflow = 0;
@@ -54,6 +74,37 @@ bool isIdentifier(const std::string& s) {
     return std::all_of(s.begin(), s.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || (c & 0x80);
     });
+}
+
+// `.f_locals['logits']` with the note "local 'logits' in Classifier.forward": Python that
+// reads the value back from the frame (or from a suspended generator's frame).
+PathStep frameLocalStep(PyObject* owner, uint32_t index) {
+    PathStep s;
+    s.kind = StepKind::Frame;
+    auto name = localName(owner, index);
+    std::string variable = name ? name->name : "local " + std::to_string(index);
+    std::string via;
+    std::string where = name ? name->function : std::string("?");
+    switch (localsOwner(owner)) {
+    case LocalsOwner::Generator:
+        via = ".gi_frame";
+        where = "suspended generator " + where;
+        break;
+    case LocalsOwner::Coroutine:
+        via = ".cr_frame";
+        where = "suspended coroutine " + where;
+        break;
+    case LocalsOwner::AsyncGenerator:
+        via = ".ag_frame";
+        where = "suspended async generator " + where;
+        break;
+    case LocalsOwner::Frame:
+    case LocalsOwner::None:
+        break;
+    }
+    s.label = via + ".f_locals[" + keyTextOf(variable) + "]";
+    s.note = "local '" + variable + "' in " + where;
+    return s;
 }
 
 } // namespace
@@ -287,6 +338,10 @@ PathStep PathBuilder::label(uint32_t i) {
         } else if (std::strcmp(Py_TYPE(parent)->tp_name, "functools._lru_cache_wrapper") == 0) {
             s.kind = StepKind::Ref;
             s.label = "<lru_cache entries>";
+        } else if (dequeType() != nullptr && PyObject_TypeCheck(parent, dequeType())) {
+            // A deque's tp_traverse visits its items in order: the ordinal is the index.
+            s.kind = StepKind::Index;
+            s.label = "[" + std::to_string(n.index) + "]";
         } else {
             s.kind = StepKind::Ref;
             s.label = std::string("<referent of ") + Py_TYPE(parent)->tp_name + ">";
@@ -321,6 +376,8 @@ PathStep PathBuilder::label(uint32_t i) {
         s.kind = StepKind::Grad;
         s.label = ".grad";
         return s;
+    case Edge::FrameLocal:
+        return frameLocalStep(parentObj(), n.index);
     case Edge::AttrDict:
     case Edge::CtxOf:
     case Edge::NodeOf:

@@ -27,6 +27,7 @@ enum class Edge : uint8_t {
     NodeOf,       // a Python wrapper's C++ node
     Variable,     // AccumulateGrad.variable
     Grad,
+    FrameLocal, // index: the local's slot in its frame (a frame object or a generator's frame)
 };
 
 struct WalkNode {

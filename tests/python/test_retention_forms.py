@@ -1,0 +1,429 @@
+"""Every way a tensor stays alive, named: one test per retention form, each asserting the path
+text, the holder, the site (the line marked `# ALLOC`) and the fix.
+
+Each form leaks one tensor per iteration through one mechanism; the names the test function
+binds are the roots a user would have (locals of a live frame in user code)."""
+import asyncio
+import collections
+import dataclasses
+import functools
+import inspect
+
+import torch
+
+import torchleak
+
+ITERATIONS = 5
+
+
+def alloc_line(fn):
+    """The line marked `# ALLOC` in fn's source."""
+    lines, first = inspect.getsourcelines(fn)
+    (offset,) = [i for i, text in enumerate(lines) if "# ALLOC" in text]
+    return first + offset
+
+
+def the_leak(step, **kwargs):
+    report = torchleak.check(step, iterations=ITERATIONS, **kwargs)
+    assert report.leaks, str(report)
+    return max(report.leaks, key=lambda f: f.total_bytes)
+
+
+def assert_form(leak, *, path, holder, site_of, fix, retention="reachable"):
+    """path: the path text's start; holder: its path text (None: no holder); site_of: the
+    function whose `# ALLOC` line is the site; fix: a phrase of the suggestion."""
+    assert leak.path_text.startswith(path), leak.path_text
+    assert (leak.holder or {}).get("path_text") == holder, (leak.holder, leak.path_text)
+    assert leak.site["line"] == alloc_line(site_of), (leak.site, leak.path_text)
+    assert fix in leak.suggestion, leak.suggestion
+    assert leak.retention == retention
+
+
+# -- containers --------------------------------------------------------------------------------
+
+def test_list_append():
+    kept = []
+
+    def step():
+        kept.append(torch.ones(64, 256))  # ALLOC
+
+    assert_form(the_leak(step), path="kept[", holder="kept", site_of=step, fix=".clear() it")
+
+
+def test_dict_keyed_by_iteration():
+    cache = {}
+
+    def step():
+        cache[len(cache)] = torch.ones(64, 256)  # ALLOC
+
+    assert_form(the_leak(step), path="cache[", holder="cache", site_of=step, fix=".clear() it")
+
+
+def test_dict_of_lists():
+    store = {"train": []}
+
+    def step():
+        store["train"].append(torch.ones(64, 256))  # ALLOC
+
+    assert_form(the_leak(step), path="store['train'][", holder="store['train']", site_of=step,
+                fix="store['train'] grows by 1 per iteration")
+
+
+def test_defaultdict_of_lists():
+    stats = collections.defaultdict(list)
+
+    def step():
+        stats["grad_norm"].append(torch.ones(64, 256))  # ALLOC
+
+    assert_form(the_leak(step), path="stats['grad_norm'][", holder="stats['grad_norm']",
+                site_of=step, fix=".clear() it")
+
+
+def test_deque_without_maxlen():
+    window = collections.deque()
+
+    def step():
+        window.append(torch.ones(64, 256))  # ALLOC
+
+    assert_form(the_leak(step), path="window[", holder="window", site_of=step,
+                fix="collections.deque(maxlen=...)")
+
+
+def test_tuples_in_a_list():
+    pairs = []
+
+    def step():
+        pred = torch.ones(64, 256)  # ALLOC
+        pairs.append((pred, 0))
+
+    assert_form(the_leak(step), path="pairs[", holder="pairs", site_of=step, fix=".clear() it")
+
+
+# -- objects -----------------------------------------------------------------------------------
+
+class Trainer:
+    def __init__(self):
+        self.history = []
+
+    def step(self):
+        self.history.append(torch.ones(64, 256))  # ALLOC
+
+
+def test_instance_attribute_list():
+    trainer = Trainer()
+    assert_form(the_leak(trainer.step), path="trainer.history[", holder="trainer.history",
+                site_of=Trainer.step, fix="trainer.history grows")
+
+
+class Registry:
+    items = []
+
+
+def test_class_attribute_list():
+    registry = Registry
+
+    def step():
+        registry.items.append(torch.ones(64, 256))  # ALLOC
+
+    try:
+        # The module's own global outranks the test's local alias of it.
+        assert_form(the_leak(step), path="test_retention_forms.Registry.items[",
+                    holder="test_retention_forms.Registry.items", site_of=step, fix=".clear() it")
+    finally:
+        Registry.items.clear()
+
+
+@dataclasses.dataclass
+class Metric:
+    values: list = dataclasses.field(default_factory=list)
+
+
+def test_dataclass_field():
+    metric = Metric()
+
+    def step():
+        metric.values.append(torch.ones(64, 256))  # ALLOC
+
+    assert_form(the_leak(step), path="metric.values[", holder="metric.values", site_of=step,
+                fix=".clear() it")
+
+
+def test_module_attribute():
+    model = torch.nn.Linear(8, 8)
+    model.seen = []
+
+    def step():
+        model.seen.append(torch.ones(64, 256))  # ALLOC
+
+    assert_form(the_leak(step), path="model.seen[", holder="model.seen", site_of=step,
+                fix=".clear() it")
+
+
+# -- functions ---------------------------------------------------------------------------------
+
+def make_recorder():
+    buf = []
+
+    def record():
+        buf.append(torch.ones(64, 256))  # ALLOC
+
+    return record
+
+
+def test_closure_variable():
+    record = make_recorder()
+    leak = the_leak(record)
+    assert_form(leak, path="record.__closure__[0].cell_contents[",
+                holder="record.__closure__[0].cell_contents", site_of=record, fix=".clear() it")
+    assert leak.path[1]["note"] == "closure variable 'buf' of make_recorder.<locals>.record"
+
+
+def remember(seen=[]):  # noqa: B006 - the form under test
+    seen.append(torch.ones(64, 256))  # ALLOC
+
+
+def test_mutable_default_argument():
+    try:
+        leak = the_leak(remember)
+        assert_form(leak, path="test_retention_forms.remember.__defaults__[0][",
+                    holder="test_retention_forms.remember.__defaults__[0]", site_of=remember,
+                    fix="a default argument is made once")
+    finally:
+        remember.__defaults__[0].clear()
+
+
+def append_to(store):
+    store.append(torch.ones(64, 256))  # ALLOC
+
+
+def test_functools_partial_arguments():
+    callback = functools.partial(append_to, [])
+    assert_form(the_leak(callback), path="callback.args[0][", holder="callback.args[0]",
+                site_of=append_to, fix="the functools.partial callback keeps the arguments")
+
+
+def test_unbounded_lru_cache():
+    sizes = iter(range(64, 64 * 20, 64))
+
+    @functools.lru_cache(maxsize=None)
+    def causal_mask(n):
+        return torch.ones(n, 256)  # ALLOC
+
+    def step():
+        causal_mask(next(sizes))
+
+    assert_form(the_leak(step), path="causal_mask<lru_cache entries>[",
+                holder="causal_mask<lru_cache entries>", site_of=causal_mask, fix="maxsize=N")
+
+
+def test_forward_hook_closure_on_a_module():
+    model = torch.nn.Linear(256, 256)
+    activations = []
+
+    def keep(module, args, output):
+        activations.append(output)
+
+    model.register_forward_hook(keep)
+    x = torch.ones(64, 256)
+    del keep
+
+    def step():
+        with torch.no_grad():
+            model(x)  # ALLOC: the output is allocated inside, under this line
+
+    assert_form(the_leak(step), path="activations[", holder="activations", site_of=step,
+                fix=".clear() it")
+
+
+# -- exceptions, frames, generators -------------------------------------------------------------
+
+class Classifier(torch.nn.Module):
+    def forward(self, x):
+        logits = torch.ones(64, 256) * 2  # ALLOC
+        raise ValueError(f"bad batch {x.shape}")
+
+
+def test_exception_kept_with_its_traceback():
+    model = Classifier()
+    failed_batches = []
+
+    def step():
+        try:
+            model(torch.ones(2))
+        except ValueError as exc:
+            failed_batches.append(exc)
+
+    leak = the_leak(step)
+    assert_form(leak, path="failed_batches[", holder="failed_batches", site_of=Classifier.forward,
+                fix="keeps its traceback")
+    assert ".__traceback__.tb_next" in leak.path_text
+    assert leak.path_text.endswith(".tb_frame.f_locals['logits']")
+    assert leak.path[-1]["note"] == "local 'logits' in Classifier.forward"
+    assert leak.path[-1]["kind"] == "frame"
+    assert "local 'logits' in Classifier.forward" in leak.suggestion
+
+
+def load(batch):
+    decoded = torch.ones(64, 256)  # ALLOC
+    raise KeyError(batch)
+
+
+def test_exception_context_chain():
+    errors = []
+
+    def step():
+        try:
+            try:
+                load(3)
+            except KeyError:
+                raise RuntimeError("loader failed")  # noqa: B904 - the implicit chain under test
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    leak = the_leak(step)
+    assert_form(leak, path="errors[", holder="errors", site_of=load, fix="keeps its traceback")
+    assert ".__context__.__traceback__" in leak.path_text
+    assert leak.path_text.endswith(".f_locals['decoded']")
+
+
+def test_exception_cause_chain():
+    errors = []
+
+    def step():
+        try:
+            try:
+                load(3)
+            except KeyError as inner:
+                raise RuntimeError("loader failed") from inner
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    leak = the_leak(step)
+    assert_form(leak, path="errors[", holder="errors", site_of=load, fix="keeps its traceback")
+    assert ".__cause__.__traceback__" in leak.path_text or ".__context__." in leak.path_text
+
+
+def batches():
+    buffer = torch.ones(64, 256)  # ALLOC
+    yield buffer.sum()
+    yield buffer.mean()
+
+
+def test_suspended_generator():
+    pending = []
+
+    def step():
+        gen = batches()
+        next(gen)  # suspended at its first yield, buffer alive in its frame
+        pending.append(gen)
+
+    leak = the_leak(step)
+    assert_form(leak, path="pending[", holder="pending", site_of=batches,
+                fix="suspended generator or coroutine")
+    assert leak.path_text.endswith(".gi_frame.f_locals['buffer']")
+    assert leak.path[-1]["note"] == "local 'buffer' in suspended generator batches"
+
+
+async def fetch():
+    payload = torch.ones(64, 256)  # ALLOC
+    await asyncio.sleep(0)
+    return payload.sum()
+
+
+def test_suspended_coroutine():
+    inflight = []
+
+    def step():
+        coro = fetch()
+        coro.send(None)  # runs to its first await and suspends there
+        inflight.append(coro)
+
+    try:
+        leak = the_leak(step)
+        assert_form(leak, path="inflight[", holder="inflight", site_of=fetch,
+                    fix="suspended generator or coroutine")
+        assert leak.path_text.endswith(".cr_frame.f_locals['payload']")
+    finally:
+        for coro in inflight:
+            coro.close()
+
+
+# -- autograd ----------------------------------------------------------------------------------
+
+def test_loss_kept_with_its_graph():
+    w = torch.randn(256, 256, requires_grad=True)
+    x = torch.randn(64, 256)
+    losses = []
+
+    def step():
+        h = torch.tanh(x @ w)  # ALLOC
+        losses.append(h.sum())
+
+    leak = the_leak(step)
+    assert_form(leak, path="losses[", holder="losses", site_of=step,
+                fix="loss.detach() or loss.item()")
+    assert ".grad_fn" in leak.path_text and "._saved_result" in leak.path_text
+
+
+def test_recurrent_state_not_detached():
+    w = torch.randn(256, 256, requires_grad=True)
+    state = {"hidden": torch.zeros(64, 256)}
+
+    def step():
+        state["hidden"] = torch.tanh(state["hidden"] @ w)  # ALLOC
+
+    leak = the_leak(step)
+    assert_form(leak, path="state['hidden'].grad_fn", holder=None, site_of=step,
+                fix="detach() the recurrent state")
+
+
+def test_grad_built_with_create_graph():
+    w = torch.randn(128, 128, requires_grad=True)
+    x = torch.randn(64, 128)
+
+    def step():
+        y = torch.tanh(x @ w)  # ALLOC
+        y.sum().backward(create_graph=True)
+
+    leak = the_leak(step)
+    assert_form(leak, path="w.grad.grad_fn", holder=None, site_of=step, fix="create_graph=True")
+
+
+class KeepOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x * 2  # ALLOC
+        ctx.out = out
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def test_custom_function_ctx_attribute_cycle():
+    import gc
+    x = torch.randn(64, 256, requires_grad=True)
+    gc.disable()
+    try:
+        def step():
+            KeepOutput.apply(x).sum()
+
+        leak = the_leak(step)
+    finally:
+        gc.enable()
+        gc.collect()
+    assert_form(leak, path="<reference cycle>", holder=None, site_of=KeepOutput.forward,
+                fix="ctx.save_for_backward()", retention="cycle")
+
+
+def test_small_view_keeps_its_big_base():
+    views = []
+
+    def step():
+        big = torch.ones(256, 1024)  # ALLOC
+        views.append(big[0])
+
+    leak = the_leak(step)
+    assert_form(leak, path="views[", holder="views", site_of=step, fix=".clear() it")
+    assert leak.path_text.endswith("._base")
