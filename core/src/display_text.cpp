@@ -1,5 +1,7 @@
 #include "torchleak/display_text.h"
 
+#include "torchleak/retention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -54,10 +56,81 @@ std::string projectionText(const DeviceTimeline& d, int iterations) {
 }
 
 std::string headline(const Report& report) {
-    size_t leaks = std::count_if(report.findings.begin(), report.findings.end(),
-                                 [](const Finding& f) { return f.verdict == Verdict::Leak; });
-    return std::to_string(leaks) + " leak(s), " + std::to_string(report.findings.size() - leaks) +
-           " other finding(s)";
+    size_t leakSites = std::count_if(report.findings.begin(), report.findings.end(),
+                                     [](const Finding& f) { return f.verdict == Verdict::Leak; });
+    std::string others = std::to_string(report.findings.size() - leakSites) + " other finding(s)";
+    // Reports built before causes existed (or loaded from such a file) count sites.
+    if (report.causes.empty() || report.causes.size() == leakSites) {
+        return std::to_string(leakSites) + " leak(s), " + others;
+    }
+    return std::to_string(report.causes.size()) +
+           (report.causes.size() == 1 ? " leak (" : " leaks (") + std::to_string(leakSites) +
+           " allocation sites), " + others;
+}
+
+namespace {
+bool pathHas(const Finding& f, std::string_view labelPrefix) {
+    return std::any_of(f.path.begin(), f.path.end(), [&](const PathStep& s) {
+        return std::string_view(s.label).substr(0, labelPrefix.size()) == labelPrefix;
+    });
+}
+
+bool keepsGraph(const Finding& f) {
+    return std::any_of(f.path.begin(), f.path.end(), [](const PathStep& s) {
+        return s.kind == StepKind::GradFn || s.kind == StepKind::NextFunctions ||
+               s.kind == StepKind::Saved;
+    });
+}
+
+// What the cause's keeper does, from the path of its biggest site.
+std::string mechanism(const Cause& c, const Finding& f) {
+    const std::string root = f.path.empty() ? "" : f.path.front().label;
+    if (f.retention == Retention::Cycle) {
+        return c.keeper + " is a reference cycle that only gc.collect() frees";
+    }
+    if (f.retention == Retention::CppOnly) {
+        return c.keeper + " is held only from C++";
+    }
+    if (isOutputCacheRoot(root)) {
+        return "the notebook's output cache (" + root + ") keeps results";
+    }
+    if (isLastExceptionRoot(root)) {
+        return "the last exception keeps the failed frame's locals";
+    }
+    if (pathHas(f, ".__traceback__")) {
+        return c.keeper + " keeps exceptions with their tracebacks' frames";
+    }
+    if (pathHas(f, ".gi_frame") || pathHas(f, ".cr_frame") || pathHas(f, ".ag_frame")) {
+        return c.keeper + " keeps suspended generators with their frames";
+    }
+    if (keepsGraph(f)) {
+        return c.keeper + (c.holder ? " keeps every iteration's autograd graph"
+                                    : " keeps the autograd graph of every iteration");
+    }
+    if (c.holder) {
+        return c.keeper + " grows every iteration";
+    }
+    if (f.path.empty()) {
+        return "tensors allocated at " + c.keeper + " stay alive";
+    }
+    return c.keeper + " keeps tensors alive";
+}
+} // namespace
+
+std::string causeText(const Cause& c, const Report& report) {
+    if (c.findings.empty()) {
+        return c.keeper;
+    }
+    const Finding& biggest = report.findings[static_cast<size_t>(c.findings.front())];
+    std::string text =
+        c.bytes_per_iteration > 0
+            ? formatBytes(static_cast<double>(c.bytes_per_iteration)) + " per iteration: "
+            : formatBytes(static_cast<double>(c.total_bytes)) + " held: ";
+    text += mechanism(c, biggest);
+    if (c.findings.size() > 1) {
+        return text + ", across " + std::to_string(c.findings.size()) + " allocation sites";
+    }
+    return text + ", at " + siteText(biggest.site);
 }
 
 std::string emptyReportText(const Report& report) {

@@ -1,5 +1,6 @@
 #include "torchleak/report_builder.h"
 
+#include "torchleak/causes.h"
 #include "torchleak/scoring.h"
 #include "torchleak/suggestion.h"
 #include "torchleak/verdict.h"
@@ -120,7 +121,7 @@ class ReportBuilder {
         sortFindings();
         d_report.devices = buildDeviceTimelines(d_boundaries, d_inputs.devices, d_report.findings,
                                                 d_inputs.warmup, d_inputs.config);
-        escalateByProjection(d_report);
+        d_report.causes = groupCauses(d_report, d_inputs.config);
         warnAboutShadowedIterations();
         d_report.summary = summarize(d_report);
         return std::move(d_report);

@@ -128,6 +128,23 @@ std::string toJson(const Report& r, int indent) {
         fj["confidence"] = f.confidence;
         j["findings"].push_back(std::move(fj));
     }
+    j["causes"] = json::array();
+    for (const Cause& c : r.causes) {
+        json cj = {{"verdict", toString(c.verdict)},
+                   {"keeper", c.keeper},
+                   {"bytes_per_iteration", c.bytes_per_iteration},
+                   {"total_bytes", c.total_bytes},
+                   {"findings", c.findings},
+                   {"suggestion", c.suggestion},
+                   {"severity", toString(c.severity)},
+                   {"projected_oom_iteration", optionalJson(c.projected_oom_iteration)},
+                   {"text", causeText(c, r)}};
+        cj["holder"] = c.holder ? json{{"path_text", c.holder->path_text},
+                                       {"type", c.holder->type},
+                                       {"growth_per_iteration", c.holder->growth_per_iteration}}
+                                : json(nullptr);
+        j["causes"].push_back(std::move(cj));
+    }
     json recs = json::array();
     for (const Recommendation& rec : r.summary.recommendations) {
         recs.push_back(
@@ -237,6 +254,35 @@ Report reportFromJson(const std::string& text) {
                        t.at("p_value").get<double>()};
             f.confidence = fj.at("confidence").get<double>();
             r.findings.push_back(std::move(f));
+        }
+        for (const json& cj : j.value("causes", json::array())) {
+            Cause c;
+            c.verdict = verdictFromString(cj.at("verdict").get<std::string>());
+            c.keeper = cj.value("keeper", "");
+            c.bytes_per_iteration = cj.at("bytes_per_iteration").get<int64_t>();
+            c.total_bytes = cj.value("total_bytes", uint64_t{0});
+            c.findings = cj.at("findings").get<std::vector<int>>();
+            for (int i : c.findings) {
+                if (i < 0 || static_cast<size_t>(i) >= r.findings.size()) {
+                    throw SchemaError("a cause names finding " + std::to_string(i) +
+                                      ", which the report does not have");
+                }
+            }
+            if (c.findings.empty()) {
+                throw SchemaError("a cause without findings");
+            }
+            c.suggestion = cj.value("suggestion", "");
+            c.severity = severityFromString(cj.at("severity").get<std::string>());
+            if (cj.contains("projected_oom_iteration") &&
+                !cj["projected_oom_iteration"].is_null()) {
+                c.projected_oom_iteration = cj["projected_oom_iteration"].get<int64_t>();
+            }
+            if (cj.contains("holder") && !cj["holder"].is_null()) {
+                const json& h = cj["holder"];
+                c.holder = Holder{h.at("path_text").get<std::string>(), h.value("type", ""),
+                                  h.value("growth_per_iteration", 0.0)};
+            }
+            r.causes.push_back(std::move(c));
         }
         const json& s = j.at("summary");
         r.summary.score = s.at("score").get<int>();

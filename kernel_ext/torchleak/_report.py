@@ -75,6 +75,12 @@ class Report:
         return sorted(leaks, key=lambda f: (f.total_bytes, f.bytes_per_iteration), reverse=True)
 
     @property
+    def causes(self):
+        """One entry per root cause of the leaks (a holder, a graph, a line), biggest first:
+        ``cause["text"]``, ``cause["findings"]`` (indices into ``findings``), its fix."""
+        return self._data.get("causes", [])
+
+    @property
     def iterations(self):
         return self._data.get("iterations", 0)
 

@@ -43,11 +43,18 @@ def test_every_view_renders_every_fixture(name, view):
 @pytest.mark.parametrize("view", sorted(RENDERERS))
 def test_views_show_the_cores_strings_instead_of_deriving_their_own(view):
     data = fixture("leaky_loop.json")
-    data["findings"][0]["site"]["text"] = "SITE-FROM-CORE"
+    leak, warmup = data["findings"]
+    leak["site"]["text"] = "LEAK-SITE-FROM-CORE"
+    warmup["site"]["text"] = "WARMUP-SITE-FROM-CORE"
+    data["causes"][0]["text"] = "CAUSE-FROM-CORE"
     data["summary"]["headline"] = "HEADLINE-FROM-CORE"
     data["devices"][0]["projection_text"] = "PROJECTION-FROM-CORE"
     out = RENDERERS[view](data)
-    assert "SITE-FROM-CORE" in out
+    assert "CAUSE-FROM-CORE" in out
+    if view != "plain":  # plain text lists the first findings only
+        assert "WARMUP-SITE-FROM-CORE" in out
+    if view != "text":  # the text shows a one-site leak by its cause's line
+        assert "LEAK-SITE-FROM-CORE" in out
     if view != "page":  # the page has its own counts table, not the headline
         assert "HEADLINE-FROM-CORE" in out
     if view in ("text", "notebook"):
@@ -71,7 +78,11 @@ def test_the_text_report_of_a_leaky_loop():
     text = RENDERERS["text"](fixture("leaky_loop.json"))
     data = fixture("leaky_loop.json")
     leak = data["findings"][0]
-    assert f"LEAK  {format.format_bytes(leak['bytes_per_iteration'])} per iteration at {leak['site']['text']}" in text
+    (cause,) = data["causes"]
+    assert cause["text"] == (f"{format.format_bytes(leak['bytes_per_iteration'])} per iteration: "
+                             f"val_history keeps every iteration's autograd graph, at "
+                             f"{leak['site']['text']}")
+    assert f"LEAK  {cause['text']}  [{cause['severity']}]" in text
     assert f"why alive (reachable): {leak['path_text']}" in text
     assert "; " + data["devices"][0]["projection_text"] in text
     assert "Not leaks:" in text and "warmup" in text

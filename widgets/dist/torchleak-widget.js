@@ -151,6 +151,13 @@ function render({ model, el: host }) {
         `iteration ${progress.k} of ${progress.n}, ${Number(progress.elapsed).toFixed(1)} s elapsed, ~${Number(progress.remaining).toFixed(1)} s left`));
     }
     root.appendChild(head);
+    for (const cause of report.causes || []) {
+      const line = el("div", { class: "tl-cause", "data-testid": "cause" });
+      line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
+      line.appendChild(document.createTextNode(`${cause.text} [${cause.severity}]`));
+      if (cause.suggestion) line.appendChild(el("div", { class: "tl-note" }, `fix: ${cause.suggestion}`));
+      root.appendChild(line);
+    }
     for (const device of report.devices || []) {
       const box = el("div", { class: "tl-device", "data-testid": "growth-curve" });
       let text = `${device.device}: ${formatBytes((device.allocated || [0]).slice(-1)[0])} tracked live`;

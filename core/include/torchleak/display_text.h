@@ -27,8 +27,13 @@ std::string groupThousands(int64_t value);
 // not leak or its capacity is unknown.
 std::string projectionText(const DeviceTimeline& device, int iterations);
 
-// The count line every view prints: "2 leak(s), 3 other finding(s)".
+// The count line every view prints: "2 leak(s), 3 other finding(s)", or with causes that span
+// several sites, "1 leak (4 allocation sites), 3 other finding(s)".
 std::string headline(const Report& report);
+
+// One line per cause, its size first: "2.5 MiB per iteration: loss_history keeps every
+// iteration's autograd graph, across 4 allocation sites".
+std::string causeText(const Cause& cause, const Report& report);
 
 // The sentence for a run in which nothing survived a boundary; "" when there are findings.
 std::string emptyReportText(const Report& report);

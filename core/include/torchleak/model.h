@@ -67,11 +67,11 @@ struct Frame {
     std::string function;
     std::optional<int> cell;
     bool user = true;
-    bool package = false; // in an installed third-party package (site-packages, dist-packages)
     std::optional<std::string> source; // the line's text, when known (filled at report time)
     // Identity for grouping, when the file name is not one (a notebook cell re-run is compiled
     // under a new name but is the same code). Not serialised.
     std::string group;
+    bool package = false; // in an installed third-party package (site-packages, dist-packages)
 };
 
 // A tensor met on a retaining path.
@@ -143,6 +143,20 @@ struct DeviceTimeline {
     double fragmentation_ratio = 0.0; // (reserved - allocated) / reserved at the end
 };
 
+// One root cause: the leak findings that one holder (or one graph, one object, one user line)
+// keeps alive, reported as one entry however many allocation sites it spans.
+struct Cause {
+    Verdict verdict = Verdict::Leak;
+    std::string keeper; // where the fix goes: the holder's path, the tensor keeping a graph, ...
+    std::optional<Holder> holder;
+    int64_t bytes_per_iteration = 0; // of all its findings
+    uint64_t total_bytes = 0;
+    std::vector<int> findings; // indices into Report::findings, biggest first
+    std::string suggestion;
+    Severity severity = Severity::Info;
+    std::optional<int64_t> projected_oom_iteration; // its device full at this rate alone
+};
+
 struct Recommendation {
     std::string priority; // high, medium, low
     std::string text;
@@ -164,6 +178,7 @@ struct Report {
     BoundaryKind boundary = BoundaryKind::Explicit;
     std::vector<DeviceTimeline> devices;
     std::vector<Finding> findings;
+    std::vector<Cause> causes; // the leaks, one entry per root cause, biggest first
     Summary summary;
     std::vector<std::string> warnings; // e.g. events missed while torch.profiler was on top
     uint64_t events_recorded = 0;

@@ -5,15 +5,22 @@
 #include "torchleak/config.h"
 #include "torchleak/model.h"
 
+#include <optional>
+
 namespace torchleak {
 
 // From the bytes a leak would hold over the run (rate x iterations, at least what is live).
 Severity severityOf(const Finding& f, int iterations, const AnalysisConfig& config);
 
-// A leak that fills its device within ten runs of this length is critical whatever its size.
-void escalateByProjection(Report& report);
+// When the cause's device is full at its rate alone, or nothing when the capacity is unknown.
+std::optional<int64_t> projectedOomIteration(const Cause& c, const Report& report);
 
-// Score, grade, critical issues and recommendations, from the final findings and devices.
+// A cause's severity from its bytes over the run and its device's projected time to OOM: full
+// within a short training run (10,000 iterations, or 10 runs of this length) is critical,
+// within a long one (10^6) a warning; critical_bytes and warning_bytes over the run count too.
+Severity severityOfCause(const Cause& c, const Report& report, const AnalysisConfig& config);
+
+// Score, grade, critical issues and recommendations, one entry per cause.
 Summary summarize(const Report& report);
 
 } // namespace torchleak

@@ -104,6 +104,10 @@ def render(data, *, progress=None):
     parts = [head + "</div>"]
     for w in data.get("warnings", []):
         parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')
+    for cause in data.get("causes") or []:
+        parts.append(f'<div data-testid="cause" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
+                     f'{_e(cause["text"])} <span style="color:#888">[{_e(cause.get("severity"))}]</span>'
+                     f'<br>fix: {_e(cause.get("suggestion"))}</div>')
     for d in data.get("devices", []):
         parts.extend(_device(d))
     if findings:

@@ -92,6 +92,16 @@ def render(data):
         parts.append(f"<p class=\"warn\">{_e(w)}</p>")
     if data.get("devices"):
         parts.extend(_devices(data["devices"]))
+    if data.get("causes"):
+        parts.append("<h2>Leaks</h2><ol>")
+        for cause in data["causes"]:
+            sites = "".join(
+                f"<li><code>{_e(site_text(findings[i]['site']))}</code> "
+                f"{_e(format_bytes(findings[i]['bytes_per_iteration']))} per iteration</li>"
+                for i in cause["findings"])
+            parts.append(f"<li class=\"leak\">{_e(cause['text'])} [{_e(cause.get('severity'))}]"
+                         f"<div>fix: {_e(cause.get('suggestion'))}</div><ul>{sites}</ul></li>")
+        parts.append("</ol>")
     parts.append("<h2>Findings</h2>")
     if empty_text(data):
         parts.append(f"<p>{_e(empty_text(data))}</p>")

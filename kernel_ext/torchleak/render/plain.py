@@ -9,6 +9,8 @@ def render(data, *, progress=None, limit=4):
     lines = [f"torchleak: {summary.get('headline', '')} in {data.get('iterations', 0)} iteration(s)"]
     if progress:
         lines.append(progress_text(progress))
+    for cause in data.get("causes") or []:
+        lines.append(f"  LEAK {cause['text']}")
     for f in findings[:limit]:
         held = f" held by {f['path_text']}" if f.get("path_text") else ""
         holder = f" (holder {f['holder']['path_text']})" if f.get("holder") else ""

@@ -72,8 +72,27 @@ def _stack_lines(stack):
 
 
 def _leak_block(f):
-    out = [f"LEAK  {format_bytes(f['bytes_per_iteration'])} per iteration at "
-           f"{site_text(f['site'])} in {f['site'].get('function')}  [{f.get('severity')}]"]
+    """A leak finding with no cause entry (a report from before causes existed)."""
+    return [f"LEAK  {format_bytes(f['bytes_per_iteration'])} per iteration at "
+            f"{site_text(f['site'])} in {f['site'].get('function')}  [{f.get('severity')}]",
+            *_site_details(f)]
+
+
+def _cause_block(cause, findings):
+    """One leak: the cause's line, its sites (biggest first), the biggest site in detail."""
+    members = [findings[i] for i in cause["findings"]]
+    out = [f"LEAK  {cause['text']}  [{cause.get('severity')}]"]
+    if len(members) > 1:
+        out.append("  allocation sites (biggest first):")
+        for f in members:
+            out.append(f"    {format_bytes(f['bytes_per_iteration']):>10s} per iteration at "
+                       f"{site_text(f['site'])} in {f['site'].get('function')}")
+        out.append(f"  the biggest, {site_text(members[0]['site'])}:")
+    return out + _site_details(members[0])
+
+
+def _site_details(f):
+    out = []
     src = _source_line(f["site"])
     if src:
         out.append(f"    {src}")
@@ -117,9 +136,15 @@ def render(data):
     if empty_text(data):
         out.append("")
         out.append(empty_text(data))
-    for f in leaks:
-        out.append("")
-        out.extend(_leak_block(f))
+    causes = data.get("causes")
+    if causes:
+        for cause in causes:
+            out.append("")
+            out.extend(_cause_block(cause, data["findings"]))
+    else:
+        for f in leaks:
+            out.append("")
+            out.extend(_leak_block(f))
     if others:
         out.append("")
         out.append("Not leaks:")

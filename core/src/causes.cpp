@@ -1,0 +1,92 @@
+#include "torchleak/causes.h"
+
+#include "torchleak/display_text.h"
+#include "torchleak/retention.h"
+#include "torchleak/scoring.h"
+
+#include <algorithm>
+#include <map>
+
+namespace torchleak {
+
+namespace {
+
+bool isGraphStep(const PathStep& s) {
+    return s.kind == StepKind::GradFn || s.kind == StepKind::NextFunctions ||
+           s.kind == StepKind::Saved || s.kind == StepKind::Ctx;
+}
+
+// The path text up to (not including) step `end`.
+std::string prefixText(const std::vector<PathStep>& path, size_t end) {
+    std::string out;
+    for (size_t k = 0; k < end && k < path.size(); ++k) {
+        out += path[k].label;
+    }
+    return out;
+}
+
+} // namespace
+
+std::string causeKey(const Finding& f) {
+    if (f.holder) {
+        return "holder:" + f.holder->path_text;
+    }
+    auto graph = std::find_if(f.path.begin(), f.path.end(), isGraphStep);
+    if (graph != f.path.end() && graph != f.path.begin()) {
+        // The tensor whose .grad_fn keeps the graph: every allocation of that graph is one
+        // leak (an RNN state that is never detached).
+        return "graph:" + prefixText(f.path, static_cast<size_t>(graph - f.path.begin()));
+    }
+    if (f.path.size() >= 2) {
+        return "object:" + prefixText(f.path, f.path.size() - 1);
+    }
+    return "site:" + siteText(f.site) + "\x1f" + f.device;
+}
+
+std::vector<Cause> groupCauses(Report& report, const AnalysisConfig& config) {
+    std::map<std::string, size_t> byKey;
+    std::vector<Cause> causes;
+    for (size_t i = 0; i < report.findings.size(); ++i) {
+        const Finding& f = report.findings[i];
+        if (f.verdict != Verdict::Leak) {
+            continue;
+        }
+        std::string key = causeKey(f);
+        auto [it, fresh] = byKey.emplace(key, causes.size());
+        if (fresh) {
+            Cause c;
+            c.verdict = f.verdict;
+            c.keeper = key.substr(key.find(':') + 1);
+            if (key.rfind("site:", 0) == 0) {
+                c.keeper = siteText(f.site);
+            }
+            c.holder = f.holder;
+            causes.push_back(std::move(c));
+        }
+        Cause& c = causes[it->second];
+        c.findings.push_back(static_cast<int>(i));
+        c.bytes_per_iteration += std::max<int64_t>(f.bytes_per_iteration, 0);
+        c.total_bytes += f.total_bytes;
+    }
+    for (Cause& c : causes) {
+        std::stable_sort(c.findings.begin(), c.findings.end(), [&](int a, int b) {
+            return report.findings[a].total_bytes > report.findings[b].total_bytes;
+        });
+        // The biggest site's fix: its path is the one every view shows for the cause.
+        c.suggestion = report.findings[c.findings.front()].suggestion;
+        c.projected_oom_iteration = projectedOomIteration(c, report);
+        c.severity = severityOfCause(c, report, config);
+        for (int i : c.findings) {
+            report.findings[i].severity = c.severity;
+        }
+    }
+    std::stable_sort(causes.begin(), causes.end(), [](const Cause& a, const Cause& b) {
+        if (a.bytes_per_iteration != b.bytes_per_iteration) {
+            return a.bytes_per_iteration > b.bytes_per_iteration;
+        }
+        return a.total_bytes > b.total_bytes;
+    });
+    return causes;
+}
+
+} // namespace torchleak

@@ -1,0 +1,145 @@
+// One leak, one entry: grouping leak findings into causes, their severity and their text.
+#include "torchleak/causes.h"
+#include "torchleak/display_text.h"
+#include "torchleak/errors.h"
+#include "torchleak/report_json.h"
+#include "torchleak/scoring.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+using namespace torchleak;
+
+namespace {
+constexpr int64_t MiB = 1 << 20;
+
+PathStep step(StepKind kind, std::string label) {
+    PathStep s;
+    s.kind = kind;
+    s.label = std::move(label);
+    return s;
+}
+
+Finding leakAt(int line, int64_t rate, std::vector<PathStep> path, std::optional<Holder> holder) {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.site.file = "train.py";
+    f.site.line = line;
+    f.device = "cpu";
+    f.bytes_per_iteration = rate;
+    f.total_bytes = static_cast<uint64_t>(rate) * 12;
+    f.path = std::move(path);
+    f.holder = std::move(holder);
+    f.retention = Retention::Reachable;
+    f.suggestion = "fix for line " + std::to_string(line);
+    return f;
+}
+
+Report reportWith(std::vector<Finding> findings, uint64_t capacity = 24ull << 30) {
+    Report r;
+    r.iterations = 12;
+    r.findings = std::move(findings);
+    DeviceTimeline cpu;
+    cpu.device = "cpu";
+    cpu.capacity_bytes = capacity;
+    cpu.allocated = {0, 38 * MiB};
+    r.devices = {cpu};
+    return r;
+}
+
+std::vector<PathStep> graphPath(const std::string& root) {
+    return {step(StepKind::Root, root), step(StepKind::Index, "[10]"),
+            step(StepKind::GradFn, ".grad_fn"), step(StepKind::Saved, "._saved_mat1")};
+}
+} // namespace
+
+TEST_CASE("one holder, four sites: one cause, biggest site first, rates summed") {
+    Holder losses{"loss_history", "list", 0.92};
+    Report r = reportWith({leakAt(17, 10 * 1024, graphPath("loss_history"), losses),
+                           leakAt(16, 2 * MiB, graphPath("loss_history"), losses),
+                           leakAt(14, MiB / 2, graphPath("loss_history"), losses),
+                           leakAt(15, 2048, graphPath("loss_history"), losses)});
+    Finding warm;
+    warm.verdict = Verdict::Warmup;
+    r.findings.push_back(warm);
+    r.causes = groupCauses(r, AnalysisConfig{});
+    REQUIRE(r.causes.size() == 1);
+    const Cause& c = r.causes[0];
+    REQUIRE(c.keeper == "loss_history");
+    REQUIRE(c.findings == std::vector<int>{1, 2, 0, 3});
+    REQUIRE(c.bytes_per_iteration == 2 * MiB + MiB / 2 + 10 * 1024 + 2048);
+    REQUIRE(c.suggestion == "fix for line 16"); // the biggest site's
+    REQUIRE(c.severity == Severity::Critical);  // 24 GiB full in under 10,000 iterations
+    for (int i : c.findings) {
+        REQUIRE(r.findings[i].severity == Severity::Critical);
+    }
+    REQUIRE(causeText(c, r) == "2.5 MiB per iteration: loss_history keeps every iteration's "
+                               "autograd graph, across 4 allocation sites");
+    REQUIRE(headline(r) == "1 leak (4 allocation sites), 1 other finding(s)");
+}
+
+TEST_CASE("without a holder, the tensor that keeps the graph is the cause") {
+    auto hidden = [](const std::string& saved) {
+        return std::vector<PathStep>{step(StepKind::Root, "hidden"),
+                                     step(StepKind::GradFn, ".grad_fn"),
+                                     step(StepKind::Saved, saved)};
+    };
+    Report r =
+        reportWith({leakAt(20, MiB, hidden("._saved_self"), std::nullopt),
+                    leakAt(21, MiB, hidden("._saved_result"), std::nullopt),
+                    leakAt(30, MiB, {step(StepKind::Root, "cache"), step(StepKind::Key, "['a']")},
+                           std::nullopt)});
+    r.causes = groupCauses(r, AnalysisConfig{});
+    REQUIRE(r.causes.size() == 2);
+    REQUIRE(r.causes[0].keeper == "hidden");
+    REQUIRE(r.causes[0].findings.size() == 2);
+    REQUIRE(r.causes[1].keeper == "cache");
+    REQUIRE(causeText(r.causes[0], r) ==
+            "2.0 MiB per iteration: hidden keeps the autograd graph of every iteration, across 2 "
+            "allocation sites");
+    REQUIRE(headline(r) == "2 leaks (3 allocation sites), 0 other finding(s)");
+}
+
+TEST_CASE("a cause's severity follows its rate and the time its device has left") {
+    auto severityAt = [](int64_t rate) {
+        Report r = reportWith({leakAt(1, rate, {}, std::nullopt)});
+        r.causes = groupCauses(r, AnalysisConfig{});
+        return r.causes.at(0).severity;
+    };
+    REQUIRE(severityAt(3 * MiB) == Severity::Critical); // full in ~8,000 iterations
+    REQUIRE(severityAt(MiB) == Severity::Warning);      // ~24,500 iterations
+    REQUIRE(severityAt(4) == Severity::Info);           // billions of iterations
+}
+
+TEST_CASE("the score counts causes, not allocation sites") {
+    Holder h{"kept", "list", 1.0};
+    std::vector<Finding> many;
+    for (int line = 1; line <= 30; ++line) {
+        many.push_back(leakAt(line, 64, {step(StepKind::Root, "kept")}, h));
+    }
+    Report r = reportWith(many);
+    r.causes = groupCauses(r, AnalysisConfig{});
+    REQUIRE(r.causes.size() == 1);
+    REQUIRE(r.causes[0].severity == Severity::Info);
+    Summary s = summarize(r);
+    REQUIRE(s.score == 85);
+    REQUIRE(s.recommendations.size() == 1);
+    REQUIRE(s.recommendations[0].findings.size() == 30);
+}
+
+TEST_CASE("causes round-trip through the JSON; a bad finding index is a schema error") {
+    Holder h{"losses", "list", 1.0};
+    Report r = reportWith({leakAt(3, MiB, graphPath("losses"), h)});
+    r.causes = groupCauses(r, AnalysisConfig{});
+    std::string text = toJson(r);
+    auto j = nlohmann::json::parse(text);
+    REQUIRE(j["causes"][0]["keeper"] == "losses");
+    REQUIRE(j["causes"][0]["text"] ==
+            "1.0 MiB per iteration: losses keeps every iteration's autograd graph, at train.py:3");
+    Report back = reportFromJson(text);
+    REQUIRE(back.causes.size() == 1);
+    REQUIRE(back.causes[0].findings == std::vector<int>{0});
+    REQUIRE(toJson(back) == text);
+    j["causes"][0]["findings"] = {7};
+    REQUIRE_THROWS_AS(reportFromJson(j.dump()), SchemaError);
+}
