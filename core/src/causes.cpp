@@ -28,6 +28,9 @@ std::string prefixText(const std::vector<PathStep>& path, size_t end) {
 } // namespace
 
 std::string causeKey(const Finding& f) {
+    if (f.retention == Retention::Cycle && !f.path.empty()) {
+        return "cycle:" + f.path.front().label; // one cycle, by its entry: <cycle: Attention>
+    }
     if (f.holder) {
         return "holder:" + f.holder->path_text;
     }

@@ -86,7 +86,11 @@ bool keepsGraph(const Finding& f) {
 std::string mechanism(const Cause& c, const Finding& f) {
     const std::string root = f.path.empty() ? "" : f.path.front().label;
     if (f.retention == Retention::Cycle) {
-        return c.keeper + " is a reference cycle that only gc.collect() frees";
+        std::string entry = c.keeper; // "<cycle: Attention>"
+        if (entry.rfind("<cycle: ", 0) == 0 && entry.back() == '>') {
+            entry = entry.substr(8, entry.size() - 9);
+        }
+        return "a reference cycle of " + entry + " objects that only gc.collect() frees";
     }
     if (f.retention == Retention::CppOnly) {
         return c.keeper + " is held only from C++";

@@ -151,8 +151,10 @@ def test_reference_cycle_freed_only_by_gc_collect():
         report = torchleak.check(step, iterations=4)
         (leak,) = report.leaks
         assert leak.retention == "cycle"
-        assert leak.path_text.startswith("<reference cycle>")
+        # Named by its members (issue 9): the dict that refers to itself through 'self'.
+        assert leak.path_text == "<cycle: dict>['self']['t']", leak.path_text
         assert "gc.collect()" in leak.suggestion
+        assert "break it at ['self']" in leak.suggestion
     finally:
         gc.enable()
         gc.collect()

@@ -77,6 +77,10 @@ class Walk {
     const std::vector<WalkNode>& nodes() const { return d_nodes; }
     uint32_t goalNode() const { return d_goalNode; }
 
+    // A ctx and its own autograd node refer to each other in C++: a loop search that took that
+    // edge would find only that unlabelled two-member loop, never the user's.
+    void skipCtxNode() { d_followCtxNode = false; }
+
     // Python objects this walk made (custom Function ctx objects) stay alive until it ends.
     PyObject* keep(PyObject* o) {
         d_temporaries.push_back(o);
@@ -257,7 +261,8 @@ class Walk {
                           nullptr);
             }
             pushInstanceDict(i, obj);
-            if (Node* node = nodeOfCtx(obj)) {
+            Node* node = d_followCtxNode ? nodeOfCtx(obj) : nullptr;
+            if (node != nullptr) {
                 push(node, NodeKind::Autograd, i, Edge::NodeOf, 0, nullptr);
             }
             return;
@@ -362,6 +367,7 @@ class Walk {
     }
 
     const std::unordered_set<uintptr_t>& d_targets;
+    bool d_followCtxNode = true;
     PointerSet& d_visited;
     WalkStats& d_stats;
     std::vector<WalkNode> d_nodes;
@@ -435,44 +441,79 @@ std::unordered_set<uintptr_t> RetainingPathFinder::walkFromNamedRoots(
     return unreached;
 }
 
-// Phase 2a: reference cycles that only gc.collect() frees. The path starts at a member of the
-// cycle and shows the way around it back to that member before it goes on to the tensor.
+// Phase 2a: reference cycles that only gc.collect() frees. The entry of a cycle is the member
+// a user recognizes: an instance of their own class when the cycle has one (an Attention whose
+// .score_fn is its own bound method), else another member that reaches the tensor first. The path
+// starts there, goes around the cycle back to it (the last of those steps is noted: that is an
+// edge to break) and then on to the tensor.
 void RetainingPathFinder::explainCycles(const std::vector<PyObject*>& garbage,
                                         std::unordered_set<uintptr_t>& unreached,
                                         PointerSet& visited,
                                         Paths& result) {
-    std::vector<NamedRoot> cycleRoots;
+    // Entries in order of what a user recognizes: their own classes' instances, other objects
+    // (a custom Function's ctx), then plain containers (often an object's __dict__, whose owner
+    // names the path better), and tensors last: a tensor is usually what a cycle keeps, not a
+    // member of it.
+    std::vector<PyObject*> users, objects, containers, tensors;
     for (PyObject* o : garbage) {
-        cycleRoots.push_back({"<reference cycle>", StepKind::Root,
-                              "unreachable: only a reference cycle keeps it; gc.collect() "
-                              "frees it",
-                              o});
+        if (isUserClassInstance(o)) {
+            users.push_back(o);
+        } else if (isTensor(o)) {
+            tensors.push_back(o);
+        } else if (PyDict_Check(o) || PyList_Check(o) || PyTuple_Check(o) || PyAnySet_Check(o) ||
+                   PyCell_Check(o)) {
+            containers.push_back(o);
+        } else {
+            objects.push_back(o);
+        }
     }
-    Walk cycles(unreached, visited, d_stats);
-    cycles.addRoots(cycleRoots);
-    cycles.run();
-    PathBuilder cycleBuilder(cycles.nodes(), cycleRoots);
-    for (const auto& [block, node] : cycles.found()) {
-        std::vector<PathStep> steps = cycleBuilder.build(node);
-        uint32_t rootNode = rootOf(cycles.nodes(), node);
-        PyObject* rootObj = static_cast<PyObject*>(const_cast<void*>(cycles.nodes()[rootNode].ptr));
-        PointerSet loopVisited(1 << 16, kVisitedLoadQuarters);
-        std::unordered_set<uintptr_t> none;
-        WalkStats scratch;
-        Walk loop(none, loopVisited, scratch);
-        std::vector<NamedRoot> loopRoots = {{"", StepKind::Root, "", rootObj}};
-        loop.addRoot(rootObj, 0);
-        loop.run(rootObj, 200000);
-        if (loop.goalNode() != kNoParent) {
-            PathBuilder loopBuilder(loop.nodes(), loopRoots);
-            std::vector<PathStep> around = loopBuilder.build(loop.goalNode(), true);
-            if (!steps.empty()) {
+    for (const auto* members : {&users, &objects, &containers, &tensors}) {
+        if (unreached.empty() || members->empty()) {
+            continue;
+        }
+        std::vector<NamedRoot> cycleRoots;
+        for (PyObject* o : *members) {
+            cycleRoots.push_back({"<cycle: " + typeQualname(o) + ">", StepKind::Root,
+                                  "unreachable: only a reference cycle keeps it; gc.collect() "
+                                  "frees it",
+                                  o});
+        }
+        Walk cycles(unreached, visited, d_stats);
+        cycles.addRoots(cycleRoots);
+        cycles.run();
+        PathBuilder cycleBuilder(cycles.nodes(), cycleRoots);
+        for (const auto& [block, node] : cycles.found()) {
+            std::vector<PathStep> steps = cycleBuilder.build(node);
+            uint32_t rootNode = rootOf(cycles.nodes(), node);
+            PyObject* entry =
+                static_cast<PyObject*>(const_cast<void*>(cycles.nodes()[rootNode].ptr));
+            std::vector<PathStep> around = aroundCycle(entry);
+            if (!steps.empty() && !around.empty()) {
+                std::string& note = around.back().note;
+                note = (note.empty() ? "" : note + "; ") + "back to the " + typeQualname(entry) +
+                       " the cycle started from: an edge to break";
                 steps.insert(steps.begin() + 1, around.begin(), around.end());
             }
+            result[block] = BlockPath{Retention::Cycle, std::move(steps)};
+            unreached.erase(block);
         }
-        result[block] = BlockPath{Retention::Cycle, std::move(steps)};
-        unreached.erase(block);
     }
+}
+
+// The steps from a cycle's member around the cycle back to it, or none.
+std::vector<PathStep> RetainingPathFinder::aroundCycle(PyObject* entry) {
+    PointerSet loopVisited(1 << 16, kVisitedLoadQuarters);
+    std::unordered_set<uintptr_t> none;
+    WalkStats scratch;
+    Walk loop(none, loopVisited, scratch);
+    loop.skipCtxNode();
+    std::vector<NamedRoot> loopRoots = {{"", StepKind::Root, "", entry}};
+    loop.addRoot(entry, 0);
+    loop.run(entry, 200000);
+    if (loop.goalNode() == kNoParent) {
+        return {};
+    }
+    return PathBuilder(loop.nodes(), loopRoots).build(loop.goalNode(), true);
 }
 
 // Phase 2b: held by objects outside the roots: library state, C extensions, or (a tensor or a

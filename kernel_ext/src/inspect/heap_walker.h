@@ -57,6 +57,7 @@ class RetainingPathFinder final : public RetentionExplainer {
                        std::unordered_set<uintptr_t>& unreached,
                        PointerSet& visited,
                        Paths& result);
+    static std::vector<PathStep> aroundCycle(PyObject* entry);
     void explainOutsideRoots(const std::vector<PyObject*>& external,
                              std::unordered_set<uintptr_t>& unreached,
                              PointerSet& visited,

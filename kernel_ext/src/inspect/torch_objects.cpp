@@ -1,5 +1,7 @@
 #include "inspect/torch_objects.h"
 
+#include "inspect/frame_capture.h"
+
 #include <cstring>
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_function.h>
@@ -97,6 +99,38 @@ bool isPyNode(const Node* node) {
 at::Tensor tensorFromImpl(const c10::TensorImpl* impl) {
     return at::Tensor(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(
         const_cast<c10::TensorImpl*>(impl)));
+}
+
+bool isUserClassInstance(PyObject* obj) {
+    PyTypeObject* type = Py_TYPE(obj);
+    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) || isTensor(obj) ||
+        isCustomFunctionCtx(obj) || PyExceptionInstance_Check(obj)) {
+        return false;
+    }
+    // The module the class was defined in, from its own dict: no attribute lookup, no user code.
+    PyObject* module = type->tp_dict ? PyDict_GetItemString(type->tp_dict, "__module__") : nullptr;
+    if (module == nullptr || !PyUnicode_Check(module)) {
+        return false;
+    }
+    std::string name = utf8(module);
+    for (const char* library : {"torch", "builtins", "functools", "collections", "typing", "abc",
+                                "enum", "weakref", "dataclasses", "_"}) {
+        if (name.rfind(library, 0) == 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+std::string typeQualname(PyObject* obj) {
+    PyTypeObject* type = Py_TYPE(obj);
+    if (type->tp_flags & Py_TPFLAGS_HEAPTYPE) {
+        std::string name = utf8(reinterpret_cast<PyHeapTypeObject*>(type)->ht_qualname);
+        if (!name.empty()) {
+            return name;
+        }
+    }
+    return type->tp_name;
 }
 
 } // namespace torchleak::python

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <Python.h>
+#include <string>
 
 namespace torchleak::python {
 
@@ -20,6 +21,12 @@ torch::autograd::Node* nodeOfWrapper(PyObject* wrapper);
 bool isPyNode(const torch::autograd::Node* node);
 // A Tensor handle on an impl a walk reached (takes a reference for the handle's lifetime).
 at::Tensor tensorFromImpl(const c10::TensorImpl* impl);
+// An instance of a class the user wrote (a heap type that is not torch's or Python's own): what
+// a user recognizes as the entry of a reference cycle.
+bool isUserClassInstance(PyObject* obj);
+// "Attention", "Trainer.Inner": the qualified name of an object's type, read from the type.
+std::string typeQualname(PyObject* obj);
+
 // The generated visitor of a node type's saved variables, or nullptr.
 SavedVisitFn savedVisitorFor(const torch::autograd::Node* node);
 
