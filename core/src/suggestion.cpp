@@ -52,6 +52,19 @@ std::optional<std::string> suggestForPythonMachinery(const Finding& f) {
                    ") until it finishes: exhaust it, call .close() on it, or drop it";
         }
     }
+    std::string module;
+    for (const PathStep& s : f.path) {
+        for (const char* hooks : {"._forward_hooks", "._forward_pre_hooks", "._backward_hooks",
+                                  "._backward_pre_hooks"}) {
+            if (s.label == hooks) {
+                return "a hook registered on the module " + module + " (" + s.label.substr(1) +
+                       ") keeps what it records: remove it with the handle its register_*_hook "
+                       "call returned (handle.remove()) when done, or record only while "
+                       "module.training, and store .detach()ed copies";
+            }
+        }
+        module += s.label;
+    }
     if (stepStarting(f, "<lru_cache entries>")) {
         return "a functools.lru_cache without a bound (maxsize=None) keeps every result it "
                "returned: bound it (maxsize=N), key it on fewer distinct arguments, or call "

@@ -490,3 +490,30 @@ def test_cycle_through_a_closure_names_the_variable():
                 holder=None, site_of=Pipeline.__init__, fix="a closure refers back to it",
                 retention="cycle")
     assert "closure variable 'pipeline' of Pipeline.__init__.<locals>.<lambda>" in leak.suggestion
+
+
+def add_recording_hook(module):
+    seen = []
+
+    def record(mod, args, output):
+        seen.append(output)
+
+    module.register_forward_hook(record)
+
+
+def test_a_hook_reachable_only_through_its_module_names_the_hooks_remedy():
+    model = torch.nn.Linear(256, 256)
+    add_recording_hook(model)
+    x = torch.ones(64, 256)
+
+    def step():
+        with torch.no_grad():
+            model(x)  # ALLOC: the output, kept by the hook's closure
+
+    leak = the_leak(step)
+    holder = leak.path_text[:leak.path_text.index(".cell_contents") + len(".cell_contents")]
+    assert holder.startswith("model._forward_hooks[")  # the hook's id is the key
+    assert_form(leak, path="model._forward_hooks[", holder=holder, site_of=step,
+                fix="a hook registered on the module model (_forward_hooks)")
+    assert "handle.remove()" in leak.suggestion and "module.training" in leak.suggestion
+    assert ".__closure__[0].cell_contents[" in leak.path_text
