@@ -44,6 +44,25 @@ Frame frameFrom(const json& j) {
     return f;
 }
 
+json holderJson(const std::optional<Holder>& h) {
+    if (!h) {
+        return nullptr;
+    }
+    return {{"path_text", h->path_text},
+            {"type", h->type},
+            {"growth_per_iteration", h->growth_per_iteration}};
+}
+
+// The "holder" member of a finding or a cause.
+std::optional<Holder> holderFrom(const json& owner) {
+    if (!owner.contains("holder") || owner["holder"].is_null()) {
+        return std::nullopt;
+    }
+    const json& h = owner["holder"];
+    return Holder{h.at("path_text").get<std::string>(), h.value("type", ""),
+                  h.value("growth_per_iteration", 0.0)};
+}
+
 template <typename T> json optionalJson(const std::optional<T>& v) {
     return v ? json(*v) : json(nullptr);
 }
@@ -113,13 +132,7 @@ std::string toJson(const Report& r, int indent) {
         fj["retention"] = toString(f.retention);
         fj["released_periodically"] = f.released_periodically;
         fj["path_text"] = f.path_text;
-        if (f.holder) {
-            fj["holder"] = {{"path_text", f.holder->path_text},
-                            {"type", f.holder->type},
-                            {"growth_per_iteration", f.holder->growth_per_iteration}};
-        } else {
-            fj["holder"] = nullptr;
-        }
+        fj["holder"] = holderJson(f.holder);
         fj["suggestion"] = f.suggestion;
         fj["severity"] = toString(f.severity);
         fj["trend"] = {{"slope_bytes_per_iteration", f.trend.slope_bytes_per_iteration},
@@ -139,10 +152,7 @@ std::string toJson(const Report& r, int indent) {
                    {"severity", toString(c.severity)},
                    {"projected_oom_iteration", optionalJson(c.projected_oom_iteration)},
                    {"text", causeText(c, r)}};
-        cj["holder"] = c.holder ? json{{"path_text", c.holder->path_text},
-                                       {"type", c.holder->type},
-                                       {"growth_per_iteration", c.holder->growth_per_iteration}}
-                                : json(nullptr);
+        cj["holder"] = holderJson(c.holder);
         j["causes"].push_back(std::move(cj));
     }
     json recs = json::array();
@@ -242,11 +252,7 @@ Report reportFromJson(const std::string& text) {
             f.retention = retentionFromString(fj.value("retention", "unknown"));
             f.released_periodically = fj.value("released_periodically", false);
             f.path_text = fj.value("path_text", "");
-            if (fj.contains("holder") && !fj["holder"].is_null()) {
-                const json& h = fj["holder"];
-                f.holder = Holder{h.at("path_text").get<std::string>(), h.value("type", ""),
-                                  h.value("growth_per_iteration", 0.0)};
-            }
+            f.holder = holderFrom(fj);
             f.suggestion = fj.value("suggestion", "");
             f.severity = severityFromString(fj.at("severity").get<std::string>());
             const json& t = fj.at("trend");
@@ -277,11 +283,7 @@ Report reportFromJson(const std::string& text) {
                 !cj["projected_oom_iteration"].is_null()) {
                 c.projected_oom_iteration = cj["projected_oom_iteration"].get<int64_t>();
             }
-            if (cj.contains("holder") && !cj["holder"].is_null()) {
-                const json& h = cj["holder"];
-                c.holder = Holder{h.at("path_text").get<std::string>(), h.value("type", ""),
-                                  h.value("growth_per_iteration", 0.0)};
-            }
+            c.holder = holderFrom(cj);
             r.causes.push_back(std::move(c));
         }
         const json& s = j.at("summary");
