@@ -146,6 +146,12 @@ std::string suggestFix(const Finding& f) {
                "`import sys; sys.last_value = sys.last_traceback = sys.last_exc = None` "
                "or %reset -f, or re-run the cell successfully";
     }
+    if (!f.holder && (stepStarting(f, "<tensor hooks>") || stepStarting(f, "<prehooks>") ||
+                      stepStarting(f, "<hooks>"))) {
+        return "a hook on the autograd graph (Tensor.register_hook, Node.register_hook) keeps "
+               "what its closure captured for as long as the graph lives: capture .detach()ed "
+               "copies or nothing, remove it with handle.remove(), or let the graph go";
+    }
     if (auto machinery = suggestForPythonMachinery(f)) {
         return *machinery;
     }

@@ -517,3 +517,38 @@ def test_a_hook_reachable_only_through_its_module_names_the_hooks_remedy():
                 fix="a hook registered on the module model (_forward_hooks)")
     assert "handle.remove()" in leak.suggestion and "module.training" in leak.suggestion
     assert ".__closure__[0].cell_contents[" in leak.path_text
+
+
+def test_a_tensor_hooks_closure_kept_by_the_graph():
+    x = torch.randn(64, 256, requires_grad=True)
+    kept_states = {}
+
+    def step():
+        scale = torch.ones(64, 256)  # ALLOC
+        h = x * 2
+        h.register_hook(lambda grad: grad * scale)  # the closure keeps `scale`
+        kept_states[len(kept_states)] = h.sum().grad_fn  # the graph, and with it the hook
+
+    leak = the_leak(step)
+    assert_form(leak, path="kept_states[", holder="kept_states", site_of=step,
+                fix="not the tensor with its graph, in kept_states")
+    hooks = [s for s in leak.path if s["label"] == "<tensor hooks>"]
+    assert hooks and "kept by this autograd node in C++" in hooks[0]["note"], leak.path_text
+    assert leak.path_text.endswith(".__closure__[0].cell_contents")
+    assert leak.path[-1]["note"] == "closure variable 'scale' of test_a_tensor_hooks_closure_kept_by_the_graph.<locals>.step.<locals>.<lambda>"
+
+
+def test_hooks_along_a_chained_graph_get_the_hooks_fix():
+    w = torch.randn(64, 64, requires_grad=True)
+    state = {"h": torch.zeros(8, 64)}
+
+    def step():
+        weight = torch.ones(64, 256)  # ALLOC
+        h = state["h"] @ w  # chained to the previous iteration's graph: never detached
+        h.register_hook(lambda grad: grad * weight.mean())
+        state["h"] = h
+
+    leak = the_leak(step)
+    assert_form(leak, path="state['h'].grad_fn", holder=None, site_of=step,
+                fix="a hook on the autograd graph (Tensor.register_hook")
+    assert "<tensor hooks>" in leak.path_text

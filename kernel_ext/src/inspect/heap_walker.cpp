@@ -183,6 +183,17 @@ class Walk {
                 push(e.function.get(), NodeKind::Autograd, i, Edge::NextFunction, k, nullptr);
             }
         }
+        // Python hooks on the node or on its outputs (Tensor.register_hook): their closures
+        // live as long as the graph, kept by C++ hook objects gc cannot see.
+        for (const auto& hook : node->tensor_pre_hooks()) {
+            push(pythonHookDict(*hook), NodeKind::Python, i, Edge::NodeHooks, 0, "tensor hooks");
+        }
+        for (const auto& hook : node->pre_hooks()) {
+            push(pythonHookDict(*hook), NodeKind::Python, i, Edge::NodeHooks, 0, "prehooks");
+        }
+        for (const auto& hook : node->post_hooks()) {
+            push(pythonHookDict(*hook), NodeKind::Python, i, Edge::NodeHooks, 0, "hooks");
+        }
         if (SavedVisitFn visit = savedVisitorFor(node)) {
             struct Visitor final : SavedVariableVisitor {
                 Walk* walk;

@@ -378,6 +378,12 @@ PathStep PathBuilder::label(uint32_t i) {
         return s;
     case Edge::FrameLocal:
         return frameLocalStep(parentObj(), n.index);
+    case Edge::NodeHooks:
+        s.kind = StepKind::Ref;
+        s.label = std::string("<") + n.name + ">";
+        s.note = std::string("Python ") + n.name +
+                 " kept by this autograd node in C++: they live as long as its graph";
+        return s;
     case Edge::AttrDict:
     case Edge::CtxOf:
     case Edge::NodeOf:

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_function.h>
+#include <torch/csrc/autograd/python_hook.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <unordered_map>
 
@@ -99,6 +100,26 @@ bool isPyNode(const Node* node) {
 at::Tensor tensorFromImpl(const c10::TensorImpl* impl) {
     return at::Tensor(c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(
         const_cast<c10::TensorImpl*>(impl)));
+}
+
+// torch's Python hook types live in libtorch_python without exported type_info (as PyNode),
+// so they are told by the mangled name of the dynamic type; their layout is the header's.
+PyObject* pythonHookDict(const torch::autograd::FunctionPreHook& hook) {
+    const char* name = typeid(hook).name();
+    if (std::strcmp(name, "N5torch8autograd23PyFunctionTensorPreHookE") == 0) {
+        return static_cast<const torch::autograd::PyFunctionTensorPreHook&>(hook).dict;
+    }
+    if (std::strcmp(name, "N5torch8autograd17PyFunctionPreHookE") == 0) {
+        return static_cast<const torch::autograd::PyFunctionPreHook&>(hook).dict;
+    }
+    return nullptr;
+}
+
+PyObject* pythonHookDict(const torch::autograd::FunctionPostHook& hook) {
+    if (std::strcmp(typeid(hook).name(), "N5torch8autograd18PyFunctionPostHookE") == 0) {
+        return static_cast<const torch::autograd::PyFunctionPostHook&>(hook).dict;
+    }
+    return nullptr;
 }
 
 bool isUserClassInstance(PyObject* obj) {

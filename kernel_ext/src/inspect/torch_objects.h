@@ -27,6 +27,11 @@ bool isUserClassInstance(PyObject* obj);
 // "Attention", "Trainer.Inner": the qualified name of an object's type, read from the type.
 std::string typeQualname(PyObject* obj);
 
+// The dict of Python hooks a node's hook object keeps (Tensor.register_hook, Node.register_hook
+// and register_prehook), or nullptr for a C++ hook.
+PyObject* pythonHookDict(const torch::autograd::FunctionPreHook& hook);
+PyObject* pythonHookDict(const torch::autograd::FunctionPostHook& hook);
+
 // The generated visitor of a node type's saved variables, or nullptr.
 SavedVisitFn savedVisitorFor(const torch::autograd::Node* node);
 

@@ -28,6 +28,7 @@ enum class Edge : uint8_t {
     Variable,     // AccumulateGrad.variable
     Grad,
     FrameLocal, // index: the local's slot in its frame (a frame object or a generator's frame)
+    NodeHooks,  // the dict of Python hooks a node's C++ hook object keeps; name: which hooks
 };
 
 struct WalkNode {
