@@ -552,3 +552,24 @@ def test_hooks_along_a_chained_graph_get_the_hooks_fix():
     assert_form(leak, path="state['h'].grad_fn", holder=None, site_of=step,
                 fix="a hook on the autograd graph (Tensor.register_hook")
     assert "<tensor hooks>" in leak.path_text
+
+
+def pack_to_copy(t):
+    return t.clone()  # ALLOC: the packed copy the graph keeps
+
+
+def test_what_a_saved_tensors_hook_packed_is_kept_by_the_graph():
+    w = torch.randn(256, 256, requires_grad=True)
+    x = torch.randn(64, 256)
+    losses = []
+
+    def step():
+        with torch.autograd.graph.saved_tensors_hooks(pack_to_copy, lambda packed: packed):
+            out = torch.tanh(x @ w)
+        losses.append(out.sum())
+
+    leak = the_leak(step)
+    assert_form(leak, path="losses[", holder="losses", site_of=pack_to_copy,
+                fix="loss.detach() or loss.item()")
+    assert leak.path[-1]["note"].startswith("what a torch.autograd.graph.saved_tensors_hooks pack")
+    assert leak.retention == "reachable"

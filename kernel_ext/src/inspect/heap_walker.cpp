@@ -10,6 +10,7 @@
 #include "torchleak/stack_table.h"
 
 #include <chrono>
+#include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_function.h>
@@ -173,6 +174,16 @@ class Walk {
         if (auto t = rawSavedTensor(sv)) {
             // The Tensor handle is temporary; the node holds the TensorImpl for the walk.
             push(t->unsafeGetTensorImpl(), NodeKind::Tensor, i, edge, index, name);
+            return;
+        }
+        // Under torch.autograd.graph.saved_tensors_hooks the variable keeps whatever the pack
+        // hook returned, a Python object only C++ refers to. Reading it runs no hook.
+        if constexpr (requires { sv.retrieve_unpack_hook_data(); }) {
+            if (auto packed = sv.retrieve_unpack_hook_data()) {
+                PyObject* data = packed->second.ptr(getPyInterpreter());
+                uint32_t at = edge == Edge::Saved ? kNoIndex : index;
+                push(data, NodeKind::Python, i, Edge::SavedPacked, at, name);
+            }
         }
     }
 

@@ -378,6 +378,15 @@ PathStep PathBuilder::label(uint32_t i) {
         return s;
     case Edge::FrameLocal:
         return frameLocalStep(parentObj(), n.index);
+    case Edge::SavedPacked:
+        s.kind = n.name != nullptr ? StepKind::Saved : StepKind::Ctx;
+        s.label = n.name != nullptr ? std::string(".") + n.name : std::string(".saved_tensors");
+        if (n.index != kNoIndex) {
+            s.label += "[" + std::to_string(n.index) + "]";
+        }
+        s.note = "what a torch.autograd.graph.saved_tensors_hooks pack hook returned; the "
+                 "graph keeps it in C++";
+        return s;
     case Edge::NodeHooks:
         s.kind = StepKind::Ref;
         s.label = std::string("<") + n.name + ">";

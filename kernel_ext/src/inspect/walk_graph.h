@@ -27,8 +27,10 @@ enum class Edge : uint8_t {
     NodeOf,       // a Python wrapper's C++ node
     Variable,     // AccumulateGrad.variable
     Grad,
-    FrameLocal, // index: the local's slot in its frame (a frame object or a generator's frame)
-    NodeHooks,  // the dict of Python hooks a node's C++ hook object keeps; name: which hooks
+    FrameLocal,  // index: the local's slot in its frame (a frame object or a generator's frame)
+    NodeHooks,   // the dict of Python hooks a node's C++ hook object keeps; name: which hooks
+    SavedPacked, // what a saved_tensors_hooks pack hook returned for a saved variable; name:
+                 // the variable (null: ctx.saved_tensors), index: list position or kNoIndex
 };
 
 struct WalkNode {
@@ -41,6 +43,7 @@ struct WalkNode {
 };
 
 constexpr uint32_t kNoParent = UINT32_MAX;
+constexpr uint32_t kNoIndex = UINT32_MAX;
 // The visited set is insert-only and the walk's main cache cost: a load of up to 3/4 keeps it
 // small.
 constexpr unsigned kVisitedLoadQuarters = 3;
