@@ -187,6 +187,21 @@ std::string suggestFix(const Finding& f) {
                ".item() or .detach(), and wrap evaluation in torch.no_grad()";
     }
     if (f.holder) {
+        // The object that owns the holder, when its class has its own way to drop the state.
+        std::string prefix;
+        for (size_t k = 0; k + 1 < f.path.size(); ++k) {
+            std::string owner = prefix;
+            prefix += f.path[k].label;
+            if (prefix == f.holder->path_text && k > 0 &&
+                f.path[k - 1].note.find(kDefinesResetNote) != std::string::npos) {
+                return f.holder->path_text + " grows by " +
+                       std::to_string(
+                           static_cast<long long>(f.holder->growth_per_iteration + 0.5)) +
+                       " per iteration: call " + owner +
+                       ".reset() once its values are used (at each epoch end, for a metric); "
+                       "its class defines reset() to drop them";
+            }
+        }
         return f.holder->path_text + " grows by " +
                std::to_string(static_cast<long long>(f.holder->growth_per_iteration + 0.5)) +
                " per iteration: .clear() it, bound it (collections.deque(maxlen=...)) or store "

@@ -573,3 +573,28 @@ def test_what_a_saved_tensors_hook_packed_is_kept_by_the_graph():
                 fix="loss.detach() or loss.item()")
     assert leak.path[-1]["note"].startswith("what a torch.autograd.graph.saved_tensors_hooks pack")
     assert leak.retention == "reachable"
+
+
+class PRCurve:
+    """Laid out as a torchmetrics Metric with list states: they grow until reset()."""
+
+    def __init__(self):
+        self.reset()
+
+    def update(self, preds):
+        self.preds.append(preds)
+
+    def reset(self):
+        self.preds = []
+
+
+def test_a_holder_whose_owner_defines_reset_gets_that_remedy():
+    metric = PRCurve()
+
+    def step():
+        metric.update(torch.ones(64, 256))  # ALLOC
+
+    leak = the_leak(step)
+    assert_form(leak, path="metric.preds[", holder="metric.preds", site_of=step,
+                fix="call metric.reset() once its values are used")
+    assert leak.path[0]["note"].endswith("its class defines reset()")

@@ -84,6 +84,10 @@ struct TensorInfo {
     std::optional<Frame> site; // where its storage was allocated, when torchleak saw it
 };
 
+// The note the walk gives an object whose class defines reset(): how that class (a torchmetrics
+// Metric, a user's accumulator) wants its state dropped. The fix names it.
+inline constexpr const char* kDefinesResetNote = "its class defines reset()";
+
 struct PathStep {
     StepKind kind = StepKind::Root;
     std::string label; // the pasteable fragment: "losses", "[3]", ".grad_fn", "['k']"

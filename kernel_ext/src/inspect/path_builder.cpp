@@ -76,6 +76,18 @@ bool isIdentifier(const std::string& s) {
     });
 }
 
+// A class of the user's (or a library's, like torchmetrics' Metric) that defines reset() says
+// how it wants its accumulated state dropped. Looked up in the type's MRO dicts: no
+// attribute access, no user code.
+bool definesReset(PyObject* obj) {
+    static PyObject* name = PyUnicode_InternFromString("reset");
+    if (name == nullptr || !(Py_TYPE(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        return false;
+    }
+    PyObject* found = _PyType_Lookup(Py_TYPE(obj), name);
+    return found != nullptr && PyFunction_Check(found);
+}
+
 // `.f_locals['logits']` with the note "local 'logits' in Classifier.forward": Python that
 // reads the value back from the frame (or from a suspended generator's frame).
 PathStep frameLocalStep(PyObject* owner, uint32_t index) {
@@ -148,6 +160,7 @@ std::vector<PathStep> PathBuilder::build(uint32_t i, bool dropRoot) {
         PathStep step = label(chain[c]);
         step.type = typeName(n);
         describeTensor(n, step);
+        noteResetMethod(n, step);
         steps.push_back(std::move(step));
     }
     appendViewBase(d_nodes[i], steps);
@@ -399,6 +412,16 @@ PathStep PathBuilder::label(uint32_t i) {
         break;
     }
     return s;
+}
+
+void PathBuilder::noteResetMethod(const WalkNode& n, PathStep& step) {
+    if (n.kind != NodeKind::Python) {
+        return;
+    }
+    auto* obj = static_cast<PyObject*>(const_cast<void*>(n.ptr));
+    if (!isTensor(obj) && definesReset(obj)) {
+        step.note += (step.note.empty() ? "" : "; ") + std::string(kDefinesResetNote);
+    }
 }
 
 } // namespace torchleak::python

@@ -34,6 +34,7 @@ class PathBuilder {
     static at::Tensor tensorOf(const WalkNode& n);
 
     void describeTensor(const WalkNode& n, PathStep& step);
+    void noteResetMethod(const WalkNode& n, PathStep& step);
 
     // The object `parent` refers to `child` through: find the name (dict key, slot) without
     // running user code.
