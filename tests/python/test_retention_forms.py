@@ -598,3 +598,35 @@ def test_a_holder_whose_owner_defines_reset_gets_that_remedy():
     assert_form(leak, path="metric.preds[", holder="metric.preds", site_of=step,
                 fix="call metric.reset() once its values are used")
     assert leak.path[0]["note"].endswith("its class defines reset()")
+
+
+def test_a_local_of_another_threads_frame():
+    import queue
+    import threading
+    inbox = queue.Queue()
+
+    def collector():
+        received = []  # only this thread's frame refers to it
+        while True:
+            item = inbox.get()
+            if item is None:
+                inbox.task_done()
+                return
+            received.append(item)
+            inbox.task_done()
+
+    worker = threading.Thread(target=collector, name="collector", daemon=True)
+    worker.start()
+
+    def step():
+        inbox.put(torch.ones(64, 256))  # ALLOC
+        inbox.join()  # the collector has taken it
+
+    try:
+        leak = the_leak(step)
+    finally:
+        inbox.put(None)
+        worker.join(timeout=10)
+    assert_form(leak, path="received[", holder="received", site_of=step, fix=".clear() it")
+    assert leak.path[0]["kind"] == "frame"
+    assert "in thread 'collector'" in leak.path[0]["note"]
