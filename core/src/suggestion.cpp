@@ -186,6 +186,12 @@ std::string suggestFix(const Finding& f) {
         return "this tensor keeps the autograd graph of every iteration: accumulate "
                ".item() or .detach(), and wrap evaluation in torch.no_grad()";
     }
+    if (f.holder && !f.path.empty() &&
+        f.path.back().note.find(kKeepsGraphNote) != std::string::npos) {
+        return "store loss.item() (or loss.detach()) in " + f.holder->path_text +
+               ", not the tensor: each one kept has a grad_fn and keeps its autograd graph's "
+               "nodes alive, and with them anything backward() did not free";
+    }
     if (f.holder) {
         // The object that owns the holder, when its class has its own way to drop the state.
         std::string prefix;

@@ -630,3 +630,22 @@ def test_a_local_of_another_threads_frame():
     assert_form(leak, path="received[", holder="received", site_of=step, fix=".clear() it")
     assert leak.path[0]["kind"] == "frame"
     assert "in thread 'collector'" in leak.path[0]["note"]
+
+
+def test_a_loss_kept_after_backward_still_keeps_its_graphs_nodes():
+    model = torch.nn.Linear(256, 256)
+    x = torch.randn(64, 256)
+    losses = []
+
+    def step():
+        out = model(x)
+        loss = out.square().mean()  # ALLOC: the scalar loss, kept with its grad_fn
+        loss.backward()  # frees the saved activations, not the graph's nodes
+        losses.append(loss)
+
+    report = torchleak.check(step, iterations=ITERATIONS)
+    (leak,) = [f for f in report.leaks if f.path_text.startswith("losses[")]
+    assert leak.holder["path_text"] == "losses"
+    assert leak.site["line"] == alloc_line(step)
+    assert leak.path[-1]["note"].startswith("keeps its autograd graph through .grad_fn (")
+    assert "store loss.item() (or loss.detach()) in losses, not the tensor" in leak.suggestion

@@ -87,6 +87,8 @@ struct TensorInfo {
 // The note the walk gives an object whose class defines reset(): how that class (a torchmetrics
 // Metric, a user's accumulator) wants its state dropped. The fix names it.
 inline constexpr const char* kDefinesResetNote = "its class defines reset()";
+// The note on a path's last tensor when it has a grad_fn: kept, it keeps its graph's nodes.
+inline constexpr const char* kKeepsGraphNote = "keeps its autograd graph through .grad_fn";
 
 struct PathStep {
     StepKind kind = StepKind::Root;

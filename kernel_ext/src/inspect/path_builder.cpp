@@ -163,6 +163,7 @@ std::vector<PathStep> PathBuilder::build(uint32_t i, bool dropRoot) {
         noteResetMethod(n, step);
         steps.push_back(std::move(step));
     }
+    noteGraphOfLastTensor(d_nodes[i], steps);
     appendViewBase(d_nodes[i], steps);
     return steps;
 }
@@ -412,6 +413,20 @@ PathStep PathBuilder::label(uint32_t i) {
         break;
     }
     return s;
+}
+
+// A tensor kept after backward() (losses.append(loss)) holds no saved activations any more, but
+// its grad_fn still keeps the graph's nodes: the path ends at it, so say so there.
+void PathBuilder::noteGraphOfLastTensor(const WalkNode& n, std::vector<PathStep>& steps) {
+    if (steps.empty() || !steps.back().tensor) {
+        return;
+    }
+    at::Tensor t = tensorOf(n);
+    if (t.defined() && t.grad_fn()) {
+        PathStep& last = steps.back();
+        last.note += (last.note.empty() ? "" : "; ") + std::string(kKeepsGraphNote) + " (" +
+                     shortTypeName(typeid(*t.grad_fn()).name()) + ")";
+    }
 }
 
 void PathBuilder::noteResetMethod(const WalkNode& n, PathStep& step) {

@@ -35,6 +35,7 @@ class PathBuilder {
 
     void describeTensor(const WalkNode& n, PathStep& step);
     void noteResetMethod(const WalkNode& n, PathStep& step);
+    void noteGraphOfLastTensor(const WalkNode& n, std::vector<PathStep>& steps);
 
     // The object `parent` refers to `child` through: find the name (dict key, slot) without
     // running user code.
