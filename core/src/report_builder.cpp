@@ -23,7 +23,8 @@ struct SiteAccumulator {
     std::string node;
     SiteSeries series;
     std::vector<Frame> stack;
-    uint64_t stackBytes = 0; // bytes of the group whose stack we show
+    uint64_t stackBytes = 0;   // bytes of the group whose stack we show
+    StackToken stackToken = 0; // its stack: on a tie the earlier interned stack is shown
     uint64_t lastCount = 0;
     uintptr_t example = 0;
     uint64_t exampleSize = 0;
@@ -224,9 +225,13 @@ class ReportBuilder {
         acc.series.bytes[b] += static_cast<int64_t>(g.bytes);
         acc.series.born[b] += static_cast<int64_t>(g.bornThisIteration);
         acc.series.oldest[b] = std::min(acc.series.oldest[b], g.oldestIteration);
-        if (g.bytes >= acc.stackBytes) {
+        // Groups arrive in live-table order, which follows addresses: break ties by stack token
+        // so the shown stack does not change from run to run.
+        if (g.bytes > acc.stackBytes ||
+            (g.bytes == acc.stackBytes && (acc.stack.empty() || g.key.stack < acc.stackToken))) {
             acc.stackBytes = g.bytes;
             acc.stack = frames;
+            acc.stackToken = g.key.stack;
         }
         if (b == d_n - 1) {
             acc.lastCount += g.count;

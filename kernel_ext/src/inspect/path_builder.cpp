@@ -421,6 +421,13 @@ void PathBuilder::noteGraphOfLastTensor(const WalkNode& n, std::vector<PathStep>
     if (steps.empty() || !steps.back().tensor) {
         return;
     }
+    bool throughGraph = std::any_of(steps.begin(), steps.end(), [](const PathStep& s) {
+        return s.kind == StepKind::GradFn || s.kind == StepKind::NextFunctions ||
+               s.kind == StepKind::Saved || s.kind == StepKind::Ctx;
+    });
+    if (throughGraph) {
+        return; // the path already shows the graph
+    }
     at::Tensor t = tensorOf(n);
     if (t.defined() && t.grad_fn()) {
         PathStep& last = steps.back();
