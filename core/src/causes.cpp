@@ -11,11 +11,6 @@ namespace torchleak {
 
 namespace {
 
-bool isGraphStep(const PathStep& s) {
-    return s.kind == StepKind::GradFn || s.kind == StepKind::NextFunctions ||
-           s.kind == StepKind::Saved || s.kind == StepKind::Ctx;
-}
-
 // The path text up to (not including) step `end`.
 std::string prefixText(const std::vector<PathStep>& path, size_t end) {
     std::string out;
@@ -34,7 +29,8 @@ std::string causeKey(const Finding& f) {
     if (f.holder) {
         return "holder:" + f.holder->path_text;
     }
-    auto graph = std::find_if(f.path.begin(), f.path.end(), isGraphStep);
+    auto graph = std::find_if(f.path.begin(), f.path.end(),
+                              [](const PathStep& s) { return isAutogradStep(s.kind); });
     if (graph != f.path.end() && graph != f.path.begin()) {
         // The tensor whose .grad_fn keeps the graph: every allocation of that graph is one
         // leak (an RNN state that is never detached).

@@ -116,6 +116,11 @@ std::string_view toString(SettingType t) noexcept {
     return nameOf(t);
 }
 
+bool isAutogradStep(StepKind k) noexcept {
+    return k == StepKind::GradFn || k == StepKind::NextFunctions || k == StepKind::Saved ||
+           k == StepKind::Ctx;
+}
+
 Verdict verdictFromString(std::string_view s) {
     return parse<Verdict>(s);
 }

@@ -58,6 +58,9 @@ BoundaryKind boundaryFromString(std::string_view s);
 StepKind stepKindFromString(std::string_view s);
 Retention retentionFromString(std::string_view s);
 
+// A step into or through the autograd graph: .grad_fn, .next_functions, a saved variable, a ctx.
+bool isAutogradStep(StepKind k) noexcept;
+
 // One decoded stack frame. `cell` is the IPython execution count when the frame is a notebook
 // cell; `user` is false for library code: torch, the standard library, torchleak itself and
 // installed third-party packages (`package`).

@@ -421,10 +421,8 @@ void PathBuilder::noteGraphOfLastTensor(const WalkNode& n, std::vector<PathStep>
     if (steps.empty() || !steps.back().tensor) {
         return;
     }
-    bool throughGraph = std::any_of(steps.begin(), steps.end(), [](const PathStep& s) {
-        return s.kind == StepKind::GradFn || s.kind == StepKind::NextFunctions ||
-               s.kind == StepKind::Saved || s.kind == StepKind::Ctx;
-    });
+    bool throughGraph = std::any_of(steps.begin(), steps.end(),
+                                    [](const PathStep& s) { return isAutogradStep(s.kind); });
     if (throughGraph) {
         return; // the path already shows the graph
     }
