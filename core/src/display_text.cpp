@@ -69,19 +69,6 @@ std::string headline(const Report& report) {
 }
 
 namespace {
-bool pathHas(const Finding& f, std::string_view labelPrefix) {
-    return std::any_of(f.path.begin(), f.path.end(), [&](const PathStep& s) {
-        return std::string_view(s.label).substr(0, labelPrefix.size()) == labelPrefix;
-    });
-}
-
-bool keepsGraph(const Finding& f) {
-    return std::any_of(f.path.begin(), f.path.end(), [](const PathStep& s) {
-        return s.kind == StepKind::GradFn || s.kind == StepKind::NextFunctions ||
-               s.kind == StepKind::Saved;
-    });
-}
-
 // What the cause's keeper does, from the path of its biggest site.
 std::string mechanism(const Cause& c, const Finding& f) {
     const std::string root = f.path.empty() ? "" : f.path.front().label;
@@ -101,13 +88,14 @@ std::string mechanism(const Cause& c, const Finding& f) {
     if (isLastExceptionRoot(root)) {
         return "the last exception keeps the failed frame's locals";
     }
-    if (pathHas(f, ".__traceback__")) {
+    if (stepStarting(f.path, ".__traceback__")) {
         return c.keeper + " keeps exceptions with their tracebacks' frames";
     }
-    if (pathHas(f, ".gi_frame") || pathHas(f, ".cr_frame") || pathHas(f, ".ag_frame")) {
+    if (stepStarting(f.path, ".gi_frame") || stepStarting(f.path, ".cr_frame") ||
+        stepStarting(f.path, ".ag_frame")) {
         return c.keeper + " keeps suspended generators with their frames";
     }
-    if (keepsGraph(f)) {
+    if (keepsAutogradGraph(f.path)) {
         return c.keeper + (c.holder ? " keeps every iteration's autograd graph"
                                     : " keeps the autograd graph of every iteration");
     }

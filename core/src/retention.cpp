@@ -15,6 +15,22 @@ std::string pathText(const std::vector<PathStep>& steps) {
     return out;
 }
 
+const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view prefix) {
+    for (const PathStep& s : path) {
+        if (std::string_view(s.label).substr(0, prefix.size()) == prefix) {
+            return &s;
+        }
+    }
+    return nullptr;
+}
+
+bool keepsAutogradGraph(const std::vector<PathStep>& path) {
+    return std::any_of(path.begin(), path.end(), [](const PathStep& s) {
+        return s.kind == StepKind::GradFn || s.kind == StepKind::NextFunctions ||
+               s.kind == StepKind::Saved;
+    });
+}
+
 bool isGrowableContainer(const std::string& typeName) {
     static const char* const kContainers[] = {"list",        "dict",        "set",     "deque",
                                               "OrderedDict", "defaultdict", "Counter", "ChainMap"};

@@ -14,16 +14,6 @@ bool hasKind(const Finding& f, StepKind kind) {
                        [&](const PathStep& s) { return s.kind == kind; });
 }
 
-// The first step whose label starts with `prefix`, or null.
-const PathStep* stepStarting(const Finding& f, std::string_view prefix) {
-    for (const PathStep& s : f.path) {
-        if (std::string_view(s.label).substr(0, prefix.size()) == prefix) {
-            return &s;
-        }
-    }
-    return nullptr;
-}
-
 // "in failed_batches" when a holder is known: where the fix goes.
 std::string inHolder(const Finding& f) {
     return f.holder ? " in " + f.holder->path_text : "";
@@ -32,7 +22,7 @@ std::string inHolder(const Finding& f) {
 // Retention through Python's own machinery (exceptions, suspended generators, default
 // arguments, partial objects): each has its remedy, whatever container it sits in.
 std::optional<std::string> suggestForPythonMachinery(const Finding& f) {
-    if (stepStarting(f, ".__traceback__")) {
+    if (stepStarting(f.path, ".__traceback__")) {
         const PathStep* local = nullptr;
         for (const PathStep& s : f.path) {
             if (s.kind == StepKind::Frame && !s.note.empty()) {
@@ -46,7 +36,7 @@ std::optional<std::string> suggestForPythonMachinery(const Finding& f) {
                "with exc.with_traceback(None)";
     }
     for (const char* via : {".gi_frame", ".cr_frame", ".ag_frame"}) {
-        if (const PathStep* s = stepStarting(f, via)) {
+        if (const PathStep* s = stepStarting(f.path, via)) {
             return "a suspended generator or coroutine" + inHolder(f) +
                    " keeps its frame's locals (" + s->note +
                    ") until it finishes: exhaust it, call .close() on it, or drop it";
@@ -65,12 +55,12 @@ std::optional<std::string> suggestForPythonMachinery(const Finding& f) {
         }
         module += s.label;
     }
-    if (stepStarting(f, "<lru_cache entries>")) {
+    if (stepStarting(f.path, "<lru_cache entries>")) {
         return "a functools.lru_cache without a bound (maxsize=None) keeps every result it "
                "returned: bound it (maxsize=N), key it on fewer distinct arguments, or call "
                ".cache_clear()";
     }
-    if (stepStarting(f, ".__defaults__") || stepStarting(f, ".__kwdefaults__")) {
+    if (stepStarting(f.path, ".__defaults__") || stepStarting(f.path, ".__kwdefaults__")) {
         return "a default argument is made once and lives as long as its function, so what is "
                "added to it accumulates: default to None and create the container in the call";
     }
@@ -146,8 +136,8 @@ std::string suggestFix(const Finding& f) {
                "`import sys; sys.last_value = sys.last_traceback = sys.last_exc = None` "
                "or %reset -f, or re-run the cell successfully";
     }
-    if (!f.holder && (stepStarting(f, "<tensor hooks>") || stepStarting(f, "<prehooks>") ||
-                      stepStarting(f, "<hooks>"))) {
+    if (!f.holder && (stepStarting(f.path, "<tensor hooks>") ||
+                      stepStarting(f.path, "<prehooks>") || stepStarting(f.path, "<hooks>"))) {
         return "a hook on the autograd graph (Tensor.register_hook, Node.register_hook) keeps "
                "what its closure captured for as long as the graph lives: capture .detach()ed "
                "copies or nothing, remove it with handle.remove(), or let the graph go";
@@ -155,8 +145,7 @@ std::string suggestFix(const Finding& f) {
     if (auto machinery = suggestForPythonMachinery(f)) {
         return *machinery;
     }
-    bool graph = hasKind(f, StepKind::GradFn) || hasKind(f, StepKind::NextFunctions) ||
-                 hasKind(f, StepKind::Saved);
+    bool graph = keepsAutogradGraph(f.path);
     bool ctxAttr = std::any_of(f.path.begin(), f.path.end(), [](const PathStep& s) {
         return s.kind == StepKind::Ctx && s.label.rfind(".saved_tensors", 0) != 0;
     });

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +40,14 @@ std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
 // Shows nn.Module internals the way users write them: `._parameters['weight']` becomes
 // `.weight`, `._modules['0']` becomes `[0]`.
 std::vector<PathStep> normalizePath(std::vector<PathStep> steps);
+
+// The first step of `path` whose label starts with `prefix` (".__traceback__", "<lru_cache"),
+// or null.
+const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view prefix);
+
+// The path goes through the autograd graph's nodes (.grad_fn, .next_functions, a saved
+// variable): the memory is a graph kept alive.
+bool keepsAutogradGraph(const std::vector<PathStep>& path);
 
 bool isGrowableContainer(const std::string& typeName);
 // A root that is notebook machinery, not a name of the user's: IPython's output cache
