@@ -29,6 +29,15 @@ std::string causeKey(const Finding& f) {
     if (f.holder) {
         return "holder:" + f.holder->path_text;
     }
+    // One owner in torch's C++: its constants and what it allocated while running are one leak.
+    switch (torchOwnerOf(f)) {
+    case TorchOwner::TorchScriptUnit:
+        return std::string("object:") + kTorchScriptUnitRoot;
+    case TorchOwner::CompileCaches:
+        return std::string("object:") + kCompileCachesOwner;
+    case TorchOwner::None:
+        break;
+    }
     auto graph = std::find_if(f.path.begin(), f.path.end(),
                               [](const PathStep& s) { return isAutogradStep(s.kind); });
     if (graph != f.path.end() && graph != f.path.begin()) {

@@ -24,6 +24,26 @@ const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view
     return nullptr;
 }
 
+TorchOwner torchOwnerOf(const Finding& f) {
+    if (!f.path.empty() && f.path.front().label == kTorchScriptUnitRoot) {
+        return TorchOwner::TorchScriptUnit;
+    }
+    if (f.retention != Retention::CppOnly) {
+        return TorchOwner::None;
+    }
+    auto inside = [&](std::string_view dir) {
+        return std::any_of(f.stack.begin(), f.stack.end(),
+                           [&](const Frame& fr) { return fr.file.find(dir) != std::string::npos; });
+    };
+    if (inside("/torch/jit/")) {
+        return TorchOwner::TorchScriptUnit;
+    }
+    if (inside("/torch/_dynamo/") || inside("/torch/_inductor/")) {
+        return TorchOwner::CompileCaches;
+    }
+    return TorchOwner::None;
+}
+
 bool keepsAutogradGraph(const std::vector<PathStep>& path) {
     return std::any_of(path.begin(), path.end(), [](const PathStep& s) {
         return s.kind == StepKind::GradFn || s.kind == StepKind::NextFunctions ||

@@ -76,6 +76,38 @@ std::optional<std::string> suggestForPythonMachinery(const Finding& f) {
     }
     return std::nullopt;
 }
+// TorchScript's compilation unit and torch.compile's caches keep memory in C++; the path (a
+// constant of a compiled graph) or the allocating stack says which.
+std::optional<std::string> suggestForTorchOwner(const Finding& f) {
+    constexpr const char* kTraceOnce =
+        "trace once, outside the loop, and reuse the result (pass tensors in as inputs "
+        "rather than capturing them)";
+    switch (torchOwnerOf(f)) {
+    case TorchOwner::TorchScriptUnit:
+        if (f.retention == Retention::CppOnly) {
+            return std::string("allocated while TorchScript traced or ran a function "
+                               "(torch.jit.trace runs it to check the trace): the compiled "
+                               "function's executor keeps it in C++ for as long as the function "
+                               "stays in TorchScript's global compilation unit, which is for "
+                               "good: ") +
+                   kTraceOnce;
+        }
+        return std::string("TorchScript keeps what torch.jit.trace compiled: every trace adds "
+                           "its functions (a traced module's methods too), with the tensors it "
+                           "captured as constants, to the global compilation unit, which never "
+                           "frees them: ") +
+               kTraceOnce;
+    case TorchOwner::CompileCaches:
+        return "allocated while torch.compile compiled or ran a graph: its compile caches (a "
+               "graph per recompilation, CUDA graph pools) keep what they captured in C++; "
+               "torch.compiler.reset() frees them, and a stable input (no new closure, shape "
+               "or Python value per call) stops the recompiles";
+    case TorchOwner::None:
+        break;
+    }
+    return std::nullopt;
+}
+
 // The fix names the cycle (its entry and the way around it) and the edge to break there.
 std::string suggestForCycle(const Finding& f) {
     size_t closing = 0; // the step that leads back to the entry
@@ -121,6 +153,9 @@ std::string suggestFix(const Finding& f) {
     }
     if (f.retention == Retention::Cycle) {
         return suggestForCycle(f);
+    }
+    if (auto owner = suggestForTorchOwner(f)) {
+        return *owner;
     }
     if (f.retention == Retention::CppOnly) {
         return "no Python object holds it: C++ keeps it (an autograd graph kept by a hook or "

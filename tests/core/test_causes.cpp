@@ -3,7 +3,9 @@
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 #include "torchleak/report_json.h"
+#include "torchleak/retention.h"
 #include "torchleak/scoring.h"
+#include "torchleak/suggestion.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -98,6 +100,39 @@ TEST_CASE("without a holder, the tensor that keeps the graph is the cause") {
             "2.0 MiB per iteration: hidden keeps the autograd graph of every iteration, across 2 "
             "allocation sites");
     REQUIRE(headline(r) == "2 leaks (3 allocation sites), 0 other finding(s)");
+}
+
+TEST_CASE("an owner in torch's C++ is one cause, named by its path or its allocating stack") {
+    auto allocatedIn = [](int line, const std::string& libraryFile) {
+        Finding f = leakAt(line, 8, {step(StepKind::Root, "<held only from C++>")}, std::nullopt);
+        f.retention = Retention::CppOnly;
+        Frame inside;
+        inside.file = libraryFile;
+        f.stack = {inside, f.site};
+        return f;
+    };
+    Finding constant = leakAt(4, MiB,
+                              {step(StepKind::Root, kTorchScriptUnitRoot),
+                               step(StepKind::Ref, "<TorchScript constant of M.forward>")},
+                              std::nullopt);
+    Finding ranInTrace = allocatedIn(7, "/venv/site-packages/torch/jit/_trace.py");
+    Finding compiled = allocatedIn(9, "/venv/site-packages/torch/_dynamo/eval_frame.py");
+    Finding elsewhere = allocatedIn(11, "/venv/site-packages/torch/nn/functional.py");
+    REQUIRE(torchOwnerOf(constant) == TorchOwner::TorchScriptUnit);
+    REQUIRE(torchOwnerOf(ranInTrace) == TorchOwner::TorchScriptUnit);
+    REQUIRE(torchOwnerOf(compiled) == TorchOwner::CompileCaches);
+    REQUIRE(torchOwnerOf(elsewhere) == TorchOwner::None);
+    REQUIRE(suggestFix(constant).find("trace once, outside the loop") != std::string::npos);
+    REQUIRE(suggestFix(ranInTrace).find("executor keeps it") != std::string::npos);
+    REQUIRE(suggestFix(compiled).find("torch.compiler.reset()") != std::string::npos);
+    REQUIRE(suggestFix(elsewhere).find("no Python object holds it") != std::string::npos);
+
+    Report r = reportWith({constant, ranInTrace, compiled, elsewhere});
+    r.causes = groupCauses(r, AnalysisConfig{});
+    REQUIRE(r.causes.size() == 3);
+    REQUIRE(r.causes[0].keeper == kTorchScriptUnitRoot);
+    REQUIRE(r.causes[0].findings == std::vector<int>{0, 1});
+    REQUIRE(r.causes[1].keeper == kCompileCachesOwner);
 }
 
 TEST_CASE("a cause's severity follows its rate and the time its device has left") {

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import inspect
 
+import pytest
 import torch
 
 import torchleak
@@ -649,3 +650,51 @@ def test_a_loss_kept_after_backward_still_keeps_its_graphs_nodes():
     assert leak.site["line"] == alloc_line(step)
     assert leak.path[-1]["note"].startswith("keeps its autograd graph through .grad_fn (")
     assert "store loss.item() (or loss.detach()) in losses, not the tensor" in leak.suggestion
+
+
+# -- owners in torch's C++ ---------------------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace")
+def test_a_function_traced_in_a_loop_is_kept_by_torchscripts_compilation_unit():
+    kept = []  # the user keeps the traced functions too, but clearing this would not free them
+
+    def step():
+        scale = torch.ones(64, 256)  # ALLOC: captured by the trace as a constant
+
+        def scaled(x):
+            return x * scale
+
+        kept.append(torch.jit.trace(scaled, torch.ones(64, 256)))
+
+    leak = the_leak(step)
+    assert_form(leak, path="torch.jit._state._python_cu<TorchScript constant of test_retention_forms.scaled>",
+                holder=None, site_of=step, fix="trace once, outside the loop")
+    assert "global compilation unit" in leak.path[0]["note"]
+    assert "constant of test_retention_forms.scaled's compiled graph" in leak.path[1]["note"]
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace")
+def test_a_traced_module_is_one_torchscript_leak_with_what_its_check_kept():
+    class Scaler(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.ones(64, 256)  # ALLOC: a plain tensor attribute, traced as a constant
+
+        def forward(self, x):
+            return x * self.table.sum()
+
+    def step():
+        torch.jit.trace(Scaler(), torch.ones(3))  # the result is dropped at once
+
+    report = torchleak.check(step, iterations=ITERATIONS)
+    (cause,) = report.causes
+    assert cause["keeper"] == "torch.jit._state._python_cu"
+    findings = [report.findings[i] for i in cause["findings"]]
+    biggest = findings[0]
+    assert_form(biggest, path="torch.jit._state._python_cu<TorchScript constant of test_retention_forms.Scaler.forward>",
+                holder=None, site_of=Scaler.__init__, fix="trace once, outside the loop")
+    # What the trace check computed is kept by the compiled function's executor, which no Python
+    # object reaches: named by where it was allocated, not left as a bare "C++ only".
+    for small in findings[1:]:
+        assert small.retention == "cpp_only"
+        assert "executor keeps it in C++" in small.suggestion

@@ -49,6 +49,14 @@ const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view
 // variable): the memory is a graph kept alive.
 bool keepsAutogradGraph(const std::vector<PathStep>& path);
 
+// An owner inside torch's C++ that keeps a finding's memory, told by its path (TorchScript's
+// compilation unit, reached as a root through its graphs' constants) or, for memory no Python
+// object reaches, by where it was allocated (while TorchScript or torch.compile ran).
+enum class TorchOwner { None, TorchScriptUnit, CompileCaches };
+inline constexpr const char* kTorchScriptUnitRoot = "torch.jit._state._python_cu";
+inline constexpr const char* kCompileCachesOwner = "torch.compile's caches";
+TorchOwner torchOwnerOf(const Finding& f);
+
 bool isGrowableContainer(const std::string& typeName);
 // A root that is notebook machinery, not a name of the user's: IPython's output cache
 // (Out[n], _, __, ___, _n) or the last exception.

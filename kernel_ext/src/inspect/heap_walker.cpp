@@ -3,6 +3,7 @@
 #include "inspect/frame_capture.h"
 #include "inspect/path_builder.h"
 #include "inspect/saved_variables.h"
+#include "inspect/script_constants.h"
 #include "inspect/torch_objects.h"
 #include "inspect/unreached.h"
 #include "inspect/walk_graph.h"
@@ -10,6 +11,7 @@
 #include "torchleak/stack_table.h"
 
 #include <chrono>
+#include <deque>
 #include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/python_cpp_function.h>
@@ -110,8 +112,9 @@ class Walk {
             // modules) are leaves.
             // PyType_IS_GC is a flag test; PyObject_IS_GC is an exported call per object. An
             // object gc has untracked (a tuple or dict of atomic values) cannot reach a tensor.
-            if (!PyType_IS_GC(Py_TYPE(obj)) || !PyObject_GC_IsTracked(obj) || PyModule_Check(obj) ||
-                PyCode_Check(obj) ||
+            // TorchScript objects are not gc types, but their graphs keep tensors in C++.
+            bool gcLeaf = !PyType_IS_GC(Py_TYPE(obj)) || !PyObject_GC_IsTracked(obj);
+            if ((gcLeaf && !isScriptObject(obj)) || PyModule_Check(obj) || PyCode_Check(obj) ||
                 (PyType_Check(obj) &&
                  !(reinterpret_cast<PyTypeObject*>(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE))) {
                 return;
@@ -316,6 +319,23 @@ class Walk {
                  0, nullptr);
             return;
         }
+        if (isScriptObject(obj)) {
+            struct Ctx {
+                Walk* walk;
+                uint32_t from;
+                uint32_t ordinal;
+            } ctx{this, i, 0};
+            forEachScriptConstant(
+                obj,
+                [](void* c, PyObject* tensor, const std::string& function) {
+                    auto* x = static_cast<Ctx*>(c);
+                    const char* name = x->walk->d_names.emplace_back(function).c_str();
+                    x->walk->push(x->walk->keep(tensor), NodeKind::Python, x->from,
+                                  Edge::ScriptConstant, x->ordinal++, name);
+                },
+                &ctx);
+            return;
+        }
         if (localsOwner(obj) != LocalsOwner::None) {
             // A finished frame kept by a traceback, or a suspended generator: its locals, by
             // name. Not f_back or f_globals: callers and module state have roots of their own.
@@ -395,6 +415,7 @@ class Walk {
     std::vector<WalkNode> d_nodes;
     std::unordered_map<uintptr_t, uint32_t> d_found;
     std::vector<PyObject*> d_temporaries;
+    std::deque<std::string> d_names; // edge names the walk made; a deque never moves them
     struct DeferredKey {
         PyObject* key;
         uint32_t parent;

@@ -401,6 +401,12 @@ PathStep PathBuilder::label(uint32_t i) {
         s.note = "what a torch.autograd.graph.saved_tensors_hooks pack hook returned; the "
                  "graph keeps it in C++";
         return s;
+    case Edge::ScriptConstant:
+        s.kind = StepKind::Ref;
+        s.label = std::string("<TorchScript constant of ") + n.name + ">";
+        s.note = "torch.jit.trace captured this tensor as a constant of " + std::string(n.name) +
+                 "'s compiled graph, which keeps it in C++";
+        return s;
     case Edge::NodeHooks:
         s.kind = StepKind::Ref;
         s.label = std::string("<") + n.name + ">";
