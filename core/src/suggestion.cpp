@@ -167,9 +167,17 @@ std::string suggestFix(const Finding& f) {
                "result, or drop it with %reset -f out";
     }
     if (isLastExceptionRoot(root)) {
-        return "the last exception's traceback keeps the failed frame's locals: run "
-               "`import sys; sys.last_value = sys.last_traceback = sys.last_exc = None` "
-               "or %reset -f, or re-run the cell successfully";
+        // IPython keeps the traceback twice, in sys.last_* and in the shell's traceback
+        // printer, and its ExecutionResult of the failed cell is a reference cycle with the
+        // frames: the fix clears both and collects the cycle, or the memory stays.
+        bool ipython =
+            !f.path.empty() && f.path.front().note.find("InteractiveTB") != std::string::npos;
+        return std::string("the last exception's traceback keeps the failed frame's locals: "
+                           "run `import sys") +
+               (ipython ? ", gc" : "") +
+               "; sys.last_value = sys.last_traceback = sys.last_exc = None" +
+               (ipython ? "; get_ipython().InteractiveTB.tb = None; gc.collect()" : "") +
+               "`, or re-run the cell successfully";
     }
     if (!f.holder && (stepStarting(f.path, "<tensor hooks>") ||
                       stepStarting(f.path, "<prehooks>") || stepStarting(f.path, "<hooks>"))) {

@@ -148,6 +148,15 @@ DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
     if (allocated.empty() || reserved.size() != allocated.size() || reserved.back() <= 0) {
         return v;
     }
+    // Fragmentation is a caching allocator's reserve left unused; a device whose reserve is its
+    // allocation (the CPU) has none, whatever its curve does.
+    bool hasReserve = false;
+    for (size_t k = 0; k < allocated.size() && !hasReserve; ++k) {
+        hasReserve = reserved[k] != allocated[k];
+    }
+    if (!hasReserve) {
+        return v;
+    }
     v.ratio = static_cast<double>(reserved.back() - allocated.back()) /
               static_cast<double>(reserved.back());
     size_t first = std::min(static_cast<size_t>(std::max(warmup - 1, 0)), allocated.size() - 1);

@@ -46,6 +46,35 @@ def _frame_label(frame):
     return f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
 
 
+def _tracebacks(tb):
+    while tb is not None and type(tb).__name__ == "traceback":
+        yield tb
+        tb = tb.tb_next
+
+
+def _frames_of(tb):
+    return [t.tb_frame for t in _tracebacks(tb)]
+
+
+def _add_traceback_roots(roots, tb, keeper, seen_frames, also=(frozenset(), "")):
+    """Each failed frame's locals, named `<last exception> frame f: local 'x'`; the note says
+    what keeps the frame (both keepers when another traceback holds it too)."""
+    for t in _tracebacks(tb):
+        frame = t.tb_frame
+        code = frame.f_code
+        if id(frame) in seen_frames or code.co_filename.startswith(_TOOL_DIR) or \
+                frame.f_globals is frame.f_locals:
+            continue
+        seen_frames.add(id(frame))
+        keepers = keeper + (f" and {also[1]}" if id(frame) in also[0] else "")
+        for name, value in list(frame.f_locals.items()):
+            if type(value).__name__ == "module":
+                continue
+            roots.append((f"<last exception> frame {code.co_name}: local '{name}'", "frame",
+                          f"kept by {keepers} ({os.path.basename(code.co_filename)}:"
+                          f"{t.tb_lineno})", value))
+
+
 def collect(library_prefixes, package_prefixes):
     roots = []
     seen_namespaces = set()
@@ -122,22 +151,20 @@ def collect(library_prefixes, package_prefixes):
                 roots.append((name, "frame", f"local '{name}' in {where}", value))
         del chain, frame
 
-    # The last exception keeps its traceback, and with it every failed frame's locals.
+    # The last exception keeps its traceback, and with it every failed frame's locals. IPython
+    # keeps the traceback a second time (InteractiveTB.tb, set when it printed it): clearing
+    # sys.last_* alone frees nothing there, so its frames are roots of their own.
     exc = sys.__dict__.get("last_exc") or sys.__dict__.get("last_value")
     tb = sys.__dict__.get("last_traceback")
     if tb is None and exc is not None:
         tb = exc.__traceback__
-    while tb is not None:
-        frame = tb.tb_frame
-        code = frame.f_code
-        if not code.co_filename.startswith(_TOOL_DIR):
-            for name, value in list(frame.f_locals.items()):
-                if type(value).__name__ == "module" or (frame.f_globals is frame.f_locals):
-                    continue
-                roots.append((f"<last exception> frame {code.co_name}: local '{name}'", "frame",
-                              f"kept by sys.last_traceback ({os.path.basename(code.co_filename)}:"
-                              f"{tb.tb_lineno})", value))
-        tb = tb.tb_next
+    printer = getattr(shell, "InteractiveTB", None) if shell is not None else None
+    printer_tb = vars(printer).get("tb") if hasattr(printer, "__dict__") else None
+    printed = set(id(f) for f in _frames_of(printer_tb))
+    seen_frames = set()
+    _add_traceback_roots(roots, tb, "sys.last_traceback", seen_frames,
+                         also=(printed, "IPython's InteractiveTB.tb"))
+    _add_traceback_roots(roots, printer_tb, "IPython's InteractiveTB.tb", seen_frames)
     if exc is not None:
         roots.append(("<last exception>", "root", "sys.last_value", exc))
     for modname, namespace in package_modules:

@@ -49,6 +49,10 @@ TEST_CASE("projectionText only for a leaking device with a known capacity") {
     REQUIRE(projectionText(d, 12) == "at 2.5 MiB per iteration, cpu is full in ~9,582 iterations");
     d.projected_oom_iteration = 3;
     REQUIRE(projectionText(d, 12) == "at 2.5 MiB per iteration, cpu is full in ~0 iterations");
+    d.leak_bytes_per_iteration = 4;
+    d.projected_oom_iteration = 6'318'453'766;
+    REQUIRE(projectionText(d, 12) ==
+            "at 4 B per iteration, cpu would take over 100,000,000 iterations to fill: negligible");
 }
 
 TEST_CASE("headline counts; the empty sentence only for an empty run") {

@@ -194,4 +194,13 @@ TEST_CASE("reserved-only growth with flat allocated memory is fragmentation") {
     // A reserve that stays far above a flat allocation is flagged too.
     std::vector<int64_t> high(10, 400 * MiB);
     REQUIRE(judgeDevice(allocated, high, 0).fragmentation);
+    // A device with no reserve (the CPU: reserved is allocated) is never fragmented, even when
+    // a tiny leak grows its curve steadily.
+    std::vector<int64_t> creeping;
+    for (int i = 0; i < 10; ++i) {
+        creeping.push_back(100 * MiB + 4 * i);
+    }
+    auto cpu = judgeDevice(creeping, creeping, 0);
+    REQUIRE_FALSE(cpu.fragmentation);
+    REQUIRE(cpu.ratio == 0.0);
 }

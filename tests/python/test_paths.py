@@ -214,6 +214,32 @@ def test_last_exception_keeps_the_failed_frame(shell):
     assert "sys.last_value" in finding.suggestion
 
 
+def test_the_last_exception_fix_frees_what_ipython_keeps_too(shell):
+    """IPython's traceback printer keeps the traceback a second time (InteractiveTB.tb): the
+    fix clears both, and memory still held after clearing only sys.last_* is still named as
+    the last exception's, not "C++ only" or a cycle."""
+    run(shell, "import torch\ndef train_step():\n    x = torch.ones(1024, 1024)\n    raise ValueError('bad batch')\n")
+    with torchleak.track() as tracker:
+        run(shell, "train_step()")
+        torchleak.step()
+        (finding,) = [f for f in tracker.report().findings if f.total_bytes == 4 * MiB]
+        assert "InteractiveTB.tb" in finding.path[0]["note"]
+        fix = finding.suggestion.split("`")[1]
+        assert "get_ipython().InteractiveTB.tb = None" in fix
+
+        run(shell, "import sys; sys.last_value = sys.last_traceback = sys.last_exc = None")
+        torchleak.step()
+        (still,) = [f for f in tracker.report().findings if f.total_bytes == 4 * MiB]
+        assert still.path_text == "<last exception> frame train_step: local 'x'"
+        assert still.retention == "reachable"
+        assert still.path[0]["note"].startswith("kept by IPython's InteractiveTB.tb")
+
+        assert run(shell, fix).success
+        torchleak.step()
+        left = [f for f in tracker.report().findings if f.total_bytes == 4 * MiB]
+        assert not left, [(f.path_text, f.path) for f in left]
+
+
 def test_find_paths_directly_and_the_walk_keeps_nothing_alive():
     import weakref
     t = torch.ones(64, 64)
