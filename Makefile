@@ -34,7 +34,7 @@ test-core: debian-packages
 test-python: install
 	$(PY) -m pytest -q tests/python tests/notebooks tests/browser
 
-# The committed widget bundle must match its sources.
+# The committed widget bundle and lab extension must match their sources.
 test-widgets:
 	$(PYTHON) widgets/build.py --check
 
@@ -64,11 +64,11 @@ $(STAMPS)/venv:
 	$(PIP) install -q --disable-pip-version-check "$(TORCH_SPEC)" $(PY_PACKAGES)
 	@mkdir -p $(STAMPS) && touch $@
 
-# Rebuilt whenever a C++, build, package or shipped data file (the widget bundle, the
-# kernelspec) changed; pip's build directory keeps it
+# Rebuilt whenever a C++, build, package or shipped data file (the widget bundle, the lab
+# extension, the kernelspec) changed; pip's build directory keeps it
 # incremental. --no-build-isolation: compile against the torch in the virtualenv.
 SOURCES := $(shell find core kernel_ext -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.py' \)) \
-	CMakeLists.txt pyproject.toml widgets/dist/torchleak-widget.js share/jupyter/kernels/torchleak/kernel.json
+	CMakeLists.txt pyproject.toml $(shell find widgets/dist -type f) share/jupyter/kernels/torchleak/kernel.json
 install: $(STAMPS)/install
 $(STAMPS)/install: $(STAMPS)/debian $(STAMPS)/venv $(SOURCES)
 	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps .

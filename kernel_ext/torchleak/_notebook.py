@@ -84,7 +84,9 @@ def _save(report, json_path, html_path, magic):
 
 class _LiveDisplay:
     """One display per report: a widget (if available) updated while the cell runs, throttled,
-    then the final bundle, so saved notebooks keep the static HTML of the result."""
+    then the final bundle without it. A saved notebook keeps no widget state by default, so the
+    finished report must not need one: it is carried as torchleak's own MIME type (rendered by
+    the lab extension) with text/html beside it."""
 
     def __init__(self):
         self.widget = None
@@ -107,6 +109,16 @@ class _LiveDisplay:
             self.widget.progress = progress or {}
         if self.handle is not None:
             self.handle.update(report_bundle(data, widget=self.widget, progress=progress), raw=True)
+
+    def finish(self, data):
+        """The final report, in place of the live one; the widget's model is closed."""
+        if self.handle is not None:
+            self.handle.update(report_bundle(data), raw=True)
+        else:
+            display(report_bundle(data), raw=True)
+        if self.widget is not None:
+            self.widget.close()
+            self.widget = None
 
 
 @magics_class
@@ -155,7 +167,7 @@ class LeakMagics(Magics):
                           {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0})
                 failure = tracker.run_iterations(run_cell, args.n, after_each=after_each)
             report = tracker.report()
-            live.update(report.to_dict())
+            live.finish(report.to_dict())
             _save(report, args.json, args.html, "leakcheck")
         finally:
             if resume_watch:
@@ -270,7 +282,7 @@ class LeakMagics(Magics):
         if leaks:
             text += f" ({len(leaks)} leak(s): %leakreport for details)"
         html = ('<div data-testid="torchleak-ledger" style="font-family:sans-serif;font-size:12px;'
-                'color:#555">' + __import__("html").escape(text) + "</div>")
+                'color:var(--jp-ui-font-color2,#555)">' + __import__("html").escape(text) + "</div>")
         display({"text/plain": text, "text/html": html}, raw=True)
 
     # -- %leakreport --------------------------------------------------------------------------
@@ -289,8 +301,7 @@ class LeakMagics(Magics):
         else:
             raise UsageError(f"nothing recorded yet: run %leakwatch on first\nusage: {USAGE['leakreport']}")
         _save(report, args.json, args.html, "leakreport")
-        live = _LiveDisplay()
-        live.show(report.to_dict())
+        _LiveDisplay().finish(report.to_dict())
 
     # -- %leakconfig --------------------------------------------------------------------------
     @line_magic

@@ -1,6 +1,7 @@
 """A real browser: JupyterLab 4 on localhost (with a token) runs the tour in headless Debian
 Chromium through Playwright; the widget must render (curve points, findings rows, a path tree
-that opens on click), and the static fallback must render in an nbconvert HTML export.
+that opens on click), the saved report must come back after save, kernel shutdown and reopen,
+and the static fallback must render in an nbconvert HTML export.
 Screenshots go to tests/browser/artifacts (not committed)."""
 import os
 import pathlib
@@ -122,7 +123,49 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     highlighted.wait_for(timeout=5_000)
     assert f"[{target}]" in highlighted.locator(".jp-InputPrompt").text_content()
     assert "ctx.stage_out = out" in highlighted.text_content()
+    # Save, shut the kernel down, reopen: the reports come back, drawn by torchleak's lab
+    # extension from the saved MIME type (no widget state is saved by default).
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+                           timeout=30_000)
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.shutdown()")
     page.close()
+    reopened = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
+    reopened.goto(f"{base}/lab/tree/tour.ipynb?token={token}")
+    saved = reopened.locator(".jp-OutputArea-output [data-testid=torchleak-widget]")
+    saved.first.wait_for(timeout=60_000)
+    # Cells out of view are not rendered (windowing): count the saved outputs in the model, and
+    # ask the notebook's registry which type it draws them with.
+    reopened.wait_for_function("() => window.jupyterapp.shell.currentWidget && "
+                               "window.jupyterapp.shell.currentWidget.content.model")
+    kept = reopened.evaluate("""() => {
+        const nb = window.jupyterapp.shell.currentWidget.content;
+        let n = 0;
+        for (const cell of nb.model.cells) {
+            const outputs = cell.outputs || (cell.sharedModel && cell.sharedModel.outputs) || [];
+            for (let i = 0; i < (outputs.length || 0); i++) {
+                const o = outputs.get ? outputs.get(i) : outputs[i];
+                if (o && o.data && o.data['application/vnd.torchleak.report+json']) n += 1;
+            }
+        }
+        const bundle = {'text/html': '<b>x</b>', 'text/plain': 'x',
+                        'application/vnd.torchleak.report+json': {}};
+        return [n, nb.rendermime.preferredMimeType(bundle, 'any')];
+    }""")
+    assert kept[0] >= 10
+    assert kept[1] == "application/vnd.torchleak.report+json"
+    assert saved.count() >= 2
+    assert reopened.locator("text=model not found").count() == 0
+    assert reopened.locator(".jp-RenderedJSON").count() == 0  # no JSON tree
+    first = saved.first
+    first.scroll_into_view_if_needed()
+    assert int(first.locator("[data-testid=curve-allocated]").first.get_attribute("data-points")) == 8
+    tree = first.locator("[data-testid=path-tree]").first
+    first.locator("[data-testid=finding-row]").first.click()
+    reopened.wait_for_function("el => el.open", arg=tree.element_handle())
+    assert "losses[" in tree.text_content()
+    first.screenshot(path=str(ARTIFACTS / "reopened.png"))
+    reopened.close()
 
 
 def test_static_fallback_renders_in_an_nbconvert_html_export(tmp_path, browser):

@@ -10,6 +10,8 @@ from nbclient import NotebookClient
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KERNELS = ["python3", "xpython"]
+REPORT = "application/vnd.torchleak.report+json"
+WIDGET = "application/vnd.jupyter.widget-view+json"
 _executed = {}
 
 
@@ -32,8 +34,7 @@ def tagged(nb, tag):
 
 
 def report_of(cell):
-    reports = [o["data"]["application/json"] for o in cell.outputs
-               if "application/json" in o.get("data", {})]
+    reports = [o["data"][REPORT] for o in cell.outputs if REPORT in o.get("data", {})]
     assert reports, f"no report displayed by {cell.source[:40]!r}"
     return reports[-1]
 
@@ -56,6 +57,20 @@ def test_notebook_runs_top_to_bottom(path, kernel):
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error" and "raises-exception" not in c.metadata.get("tags", [])]
     assert not errors, errors
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_saved_reports_need_no_kernel_and_no_widget_state(kernel):
+    """What the notebook file keeps once it ran: every report as torchleak's MIME type with
+    text/html beside it, never a widget view (its model is gone once the kernel is) and never
+    plain application/json (JupyterLab would show a JSON tree instead of the HTML)."""
+    nb = execute(ROOT / "notebooks" / "tour.ipynb", kernel)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+               if REPORT in o.get("data", {})]
+    assert len(outputs) >= 10
+    for o in outputs:
+        assert WIDGET not in o["data"] and "application/json" not in o["data"]
+        assert "text/html" in o["data"] and o["data"][REPORT]["schema_version"] == "torchleak.report/1"
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

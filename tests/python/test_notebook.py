@@ -10,6 +10,7 @@ from ipython_shell import run
 from torchleak import _core
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
+REPORT = "application/vnd.torchleak.report+json"
 
 
 @pytest.fixture
@@ -26,14 +27,20 @@ def last_bundle(shell):
     return shell.display_pub.outputs[-1]["data"]
 
 
-def test_leakcheck_displays_all_four_mime_types_with_site_path_and_escaped_names(shell):
+def test_leakcheck_shows_a_live_widget_then_a_report_that_needs_no_kernel(shell):
     run(shell, "store = {'<b>x</b>': []}")
     number = shell.execution_count
+    before = len(shell.display_pub.outputs)
     result = run(shell, "%%leakcheck -n 5\nt = torch.ones(256, 1024)\nstore['<b>x</b>'].append(t)\n")
     assert result.success, result.output
+    shown = shell.display_pub.outputs[before:]
+    assert WIDGET in shown[0]["data"]  # live while the cell runs
+    # The final bundle replaces it in place: no widget view (a saved notebook keeps no widget
+    # state) and no plain application/json (JupyterLab ranks it above text/html).
+    assert shown[-1]["update"] is True
     data = last_bundle(shell)
-    assert {"text/plain", "text/html", "application/json", WIDGET} <= set(data)
-    report = data["application/json"]
+    assert set(data) == {"text/plain", "text/html", REPORT}
+    report = data[REPORT]
     (leak,) = [f for f in report["findings"] if f["verdict"] == "leak"]
     assert leak["site"]["cell"] == number and leak["site"]["line"] == 2
     assert leak["path_text"] == "store['<b>x</b>'][3]"
@@ -128,7 +135,7 @@ def test_an_exception_in_the_cell_still_reports_and_restores_the_hook(shell):
     result = run(shell, "%%leakcheck -n 5\nkept = globals().setdefault('kept', [])\nkept.append(torch.ones(8, 1024))\n"
                         "if len(kept) == 3:\n    raise RuntimeError('boom')\n")
     assert type(result.error_in_exec).__name__ == "RuntimeError"
-    report = last_bundle(shell)["application/json"]
+    report = last_bundle(shell)[REPORT]
     assert report["iterations"] == 2
     assert any("RuntimeError" in w for w in report["warnings"])
     assert not _core.profiler_state_installed()

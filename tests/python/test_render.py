@@ -100,8 +100,9 @@ def test_html_views_escape_every_string(view):
 def test_the_notebook_bundle_carries_every_view_and_the_data():
     data = fixture("hostile.json")
     mime = bundle.report_bundle(data, progress={"k": 2, "n": 8, "elapsed": 1.0, "remaining": 3.0})
-    assert set(mime) == {"text/plain", "text/html", "application/json"}
-    assert mime["application/json"] is data
+    assert set(mime) == {"text/plain", "text/html", bundle.REPORT_MIME}
+    assert bundle.REPORT_MIME == "application/vnd.torchleak.report+json"  # design.md's contract
+    assert mime[bundle.REPORT_MIME] is data
     assert "iteration 2 of 8, 1.0 s elapsed, ~3.0 s left" in mime["text/plain"]
     assert "iteration 2 of 8, 1.0 s elapsed, ~3.0 s left" in mime["text/html"]
     assert "fragmentation (90% reserved but unused)" in mime["text/html"]

@@ -1,0 +1,89 @@
+// torchleak's JupyterLab / Notebook 7 mime renderer: a finished report, saved in the notebook
+// under application/vnd.torchleak.report+json, reopens interactive without a kernel (the way
+// plotly and vega outputs do), drawn by the same view as the live widget.
+//
+// JupyterLab loads a prebuilt extension as a webpack module-federation container: a classic
+// script that sets window._JUPYTERLAB[name] to {init(shareScope), get(module)}. The view has
+// no dependencies, so the container is written by hand instead of by webpack; the one thing it
+// takes from JupyterLab is Lumino's Widget class, from the share scope JupyterLab passes to
+// init() (the same singleton every extension gets).
+(function () {
+  "use strict";
+  const MIME = "application/vnd.torchleak.report+json";
+
+  __TORCHLEAK_VIEW__
+
+  let shareScope = null;
+
+  function newer(a, b) {
+    const pa = a.split(/[.-]/).map(Number), pb = b.split(/[.-]/).map(Number);
+    for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+      const x = pa[i] || 0, y = pb[i] || 0;
+      if (x !== y) return x > y;
+    }
+    return false;
+  }
+
+  async function shared(name) {
+    const versions = (shareScope && shareScope[name]) || {};
+    const keys = Object.keys(versions);
+    if (!keys.length) throw new Error(`torchleak: ${name} is not shared by this JupyterLab`);
+    const best = keys.reduce((a, b) => (newer(b, a) ? b : a));
+    const factory = await versions[best].get();
+    return factory();
+  }
+
+  function mimeExtension(Widget) {
+    class ReportRenderer extends Widget {
+      constructor(options) {
+        super();
+        this.mimeType = options.mimeType;
+        this.addClass("torchleak-report");
+        this.dispose_view = null;
+      }
+
+      renderModel(model) {
+        if (this.dispose_view) this.dispose_view();
+        this.node.replaceChildren();
+        const state = { report: model.data[this.mimeType] || {}, progress: {} };
+        const saved = { get: (key) => state[key], on() {}, off() {} };
+        this.dispose_view = render({ model: saved, el: this.node });
+        return Promise.resolve();
+      }
+
+      dispose() {
+        if (this.dispose_view) this.dispose_view();
+        this.dispose_view = null;
+        super.dispose();
+      }
+    }
+    return {
+      id: "torchleak:report",
+      description: "Renders torchleak reports saved in notebooks.",
+      // Safe: the view builds DOM from text nodes only, so untrusted (reopened) notebooks
+      // render it too.
+      rendererFactory: { safe: true, mimeTypes: [MIME], createRenderer: (o) => new ReportRenderer(o) },
+      rank: 0, // before text/html (rank 50), the fallback for every other front end
+      dataType: "json",
+    };
+  }
+
+  const modules = {
+    "./mimeExtension": async () => {
+      const { Widget } = await shared("@lumino/widgets");
+      const ext = mimeExtension(Widget);
+      return () => ({ __esModule: true, default: ext });
+    },
+  };
+
+  const root = (window._JUPYTERLAB = window._JUPYTERLAB || {});
+  root.torchleak = {
+    init(scope) {
+      shareScope = scope;
+    },
+    get(module) {
+      if (!modules[module]) return Promise.reject(new Error(`torchleak has no module ${module}`));
+      return modules[module]();
+    },
+  };
+})();
