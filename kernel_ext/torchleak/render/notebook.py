@@ -55,9 +55,9 @@ def _path_details(finding):
         return ""
     rows = []
     for step in path:
-        note = f' <span style="color:#888">{_e(step["note"])}</span>' if step.get("note") else ""
+        note = f' <span style="color:var(--jp-ui-font-color2,#888)">{_e(step["note"])}</span>' if step.get("note") else ""
         rows.append(f'<div style="margin-left:12px;font-family:monospace;text-align:left">'
-                    f'<b>{_e(step.get("label"))}</b> <span style="color:#888">{_e(step.get("kind"))}</span> '
+                    f'<b>{_e(step.get("label"))}</b> <span style="color:var(--jp-ui-font-color2,#888)">{_e(step.get("kind"))}</span> '
                     f'{_e(step_what(step))}{note}</div>')
     holder = finding.get("holder")
     holder_text = (f' &middot; holder <code>{_e(holder["path_text"])}</code> '
@@ -81,9 +81,9 @@ def _device(d):
 def _finding_row(f):
     colour = _VERDICT_COLOURS.get(f["verdict"], "#333")
     source = f["site"].get("source")
-    source_html = f'<br><code style="color:#555">{_e(source)}</code>' if source else ""
+    source_html = f'<br><code style="color:var(--jp-ui-font-color2,#555)">{_e(source)}</code>' if source else ""
     if allocated_inside_text(f):
-        source_html += f'<br><span style="color:#888">{_e(allocated_inside_text(f))}</span>'
+        source_html += f'<br><span style="color:var(--jp-ui-font-color2,#888)">{_e(allocated_inside_text(f))}</span>'
     fix = f"<div>fix: {_e(f['suggestion'])}</div>" if f.get("suggestion") else ""
     return (f'<tr data-testid="finding-row"><td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
             f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> {_e(f["site"].get("function"))}'
@@ -104,9 +104,12 @@ def render(data, *, progress=None):
     parts = [head + "</div>"]
     for w in data.get("warnings", []):
         parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')
+    if not data.get("causes") and data.get("iterations"):
+        parts.append('<div data-testid="no-leak" style="color:var(--jp-success-color1,#2e7d32);'
+                     f'font-weight:bold">No leak. {_e(summary.get("headline", ""))}</div>')
     for cause in data.get("causes") or []:
         parts.append(f'<div data-testid="cause" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
-                     f'{_e(cause["text"])} <span style="color:#888">[{_e(cause.get("severity"))}]</span>'
+                     f'{_e(cause["text"])} <span style="color:var(--jp-ui-font-color2,#888)">[{_e(cause.get("severity"))}]</span>'
                      f'<br>fix: {_e(cause.get("suggestion"))}</div>')
     for d in data.get("devices", []):
         parts.extend(_device(d))
@@ -117,5 +120,5 @@ def render(data, *, progress=None):
                      + "".join(_finding_row(f) for f in findings) + "</table>")
     if empty_text(data):
         parts.append(f"<div>{_e(empty_text(data))}</div>")
-    parts.append('<div style="color:#888;font-size:11px">the interactive view needs a running kernel</div></div>')
+    parts.append("</div>")
     return "".join(parts)

@@ -65,22 +65,32 @@ function downsample(values, buckets) {
   return out;
 }
 
-function drawCurve(device, leakRate, iterations) {
-  const width = 460, height = 150, pad = 34;
+// Scales with its container (a split view, a narrow output): the viewBox is fixed and the
+// element takes the width it is given.
+function drawCurve(device, leakRate, iterations, unit) {
+  const width = 460, height = 150, pad = 54;
   const alloc = device.allocated || [];
   const reserved = device.reserved || [];
-  const top = Math.max(1, ...alloc, ...reserved);
+  const peak = device.peak || [];
+  const top = Math.max(1, ...alloc, ...reserved, ...peak);
   const n = Math.max(alloc.length, 1);
   const x = (i) => pad + ((width - pad - 8) * i) / Math.max(n - 1, 1);
-  const y = (v) => 8 + (height - 30) * (1 - v / top);
-  const svg = svgEl("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "tl-curve" });
-  svg.appendChild(svgEl("line", { x1: pad, y1: y(0), x2: width - 8, y2: y(0), stroke: "#999" }));
-  const label = svgEl("text", { x: 2, y: 14 });
-  label.textContent = formatBytes(top);
-  svg.appendChild(label);
-  const axis = svgEl("text", { x: width - 70, y: height - 4 });
-  axis.textContent = `iteration ${n}`;
-  svg.appendChild(axis);
+  const y = (v) => 8 + (height - 34) * (1 - v / top);
+  const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, class: "tl-curve",
+                             preserveAspectRatio: "xMinYMin meet", role: "img" });
+  const text = (x0, y0, content, anchor = "start") => {
+    const t = svgEl("text", { x: x0, y: y0, "text-anchor": anchor });
+    t.textContent = content;
+    svg.appendChild(t);
+  };
+  svg.appendChild(svgEl("line", { class: "axis", x1: pad, y1: y(0), x2: width - 8, y2: y(0) }));
+  svg.appendChild(svgEl("line", { class: "axis", x1: pad, y1: y(0), x2: pad, y2: y(top) }));
+  text(pad - 4, y(top) + 4, formatBytes(top), "end");
+  text(pad - 4, y(top / 2) + 4, formatBytes(top / 2), "end");
+  text(pad - 4, y(0) + 4, "0", "end");
+  text(pad, height - 6, "1");
+  text(width - 8, height - 6, `${n}`, "end");
+  text((pad + width) / 2, height - 6, unit === "cell" ? "cell run" : "iteration", "middle");
   const line = (values, cls) => {
     const pts = downsample(values, 200);
     const path = svgEl("polyline", { class: cls, points: pts.map(([i, v]) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ") });
@@ -88,13 +98,39 @@ function drawCurve(device, leakRate, iterations) {
     path.dataset.points = String(pts.length);
     return path;
   };
-  if (reserved.length && reserved.some((v, i) => v !== alloc[i])) svg.appendChild(line(reserved, "reserved"));
+  const legend = [["alloc", "allocated"]];
+  if (peak.length && peak.some((v, i) => v > (alloc[i] || 0))) {
+    svg.appendChild(line(peak, "peak"));
+    legend.push(["peak", "peak within the iteration"]);
+  }
+  if (reserved.length && reserved.some((v, i) => v !== alloc[i])) {
+    svg.appendChild(line(reserved, "reserved"));
+    legend.push(["reserved", "reserved"]);
+  }
   svg.appendChild(line(alloc, "alloc"));
   if (leakRate > 0 && alloc.length > 1) {
     const end = alloc[alloc.length - 1];
     const start = end - leakRate * (alloc.length - 1);
     svg.appendChild(svgEl("line", { class: "trend", x1: x(0), y1: y(Math.max(start, 0)), x2: x(n - 1), y2: y(end) }));
+    legend.push(["trend", `leak trend, ${formatBytes(leakRate)} per ${unit === "cell" ? "cell run" : "iteration"}`]);
   }
+  legend.forEach(([cls, label], k) => {
+    const lx = pad + 8, ly = 14 + 12 * k;
+    svg.appendChild(svgEl("line", { class: cls, x1: lx, y1: ly - 3, x2: lx + 14, y2: ly - 3 }));
+    text(lx + 18, ly, label);
+  });
+  // Hover readout: the iteration under the pointer and its allocated bytes.
+  const readout = svgEl("text", { class: "readout", x: width - 8, y: 14, "text-anchor": "end" });
+  readout.dataset.testid = "curve-readout";
+  svg.appendChild(readout);
+  svg.addEventListener("mousemove", (event) => {
+    const box = svg.getBoundingClientRect();
+    const px = ((event.clientX - box.left) / Math.max(box.width, 1)) * width;
+    const i = Math.min(n - 1, Math.max(0, Math.round(((px - pad) / (width - pad - 8)) * Math.max(n - 1, 1))));
+    readout.textContent = `${unit === "cell" ? "cell run" : "iteration"} ${i + 1}: ${formatBytes(alloc[i] || 0)}` +
+      (peak[i] > (alloc[i] || 0) ? `, peak ${formatBytes(peak[i])}` : "");
+  });
+  svg.addEventListener("mouseleave", () => { readout.textContent = ""; });
   return svg;
 }
 
@@ -119,8 +155,10 @@ function pathTree(finding) {
 
 // Scroll to the notebook cell a site points at (`In [n]`), found by its input prompt. Plain
 // DOM, so it works in JupyterLab and Notebook 7 when the cell is rendered; elsewhere a no-op.
-function revealCell(number) {
-  const prompts = document.querySelectorAll(".jp-InputPrompt, .input_prompt");
+// Only in the notebook the view is in (two notebooks side by side have their own In [n]).
+function revealCell(number, host) {
+  const notebook = host.closest(".jp-Notebook, #notebook-container") || host.ownerDocument;
+  const prompts = notebook.querySelectorAll(".jp-InputPrompt, .input_prompt");
   for (const prompt of prompts) {
     if (prompt.textContent.replace(/\s/g, "").startsWith(`[${number}]`)) {
       const cell = prompt.closest(".jp-Cell, .cell") || prompt;
@@ -134,8 +172,11 @@ function revealCell(number) {
   return false;
 }
 
+// Leaks first when sorting by verdict, not the alphabet's order.
+const VERDICT_RANK = { leak: 0, fragmentation: 1, plateau: 2, warmup: 3, transient: 4 };
+
 const COLUMNS = [
-  ["verdict", (f) => f.verdict],
+  ["verdict", (f) => -(VERDICT_RANK[f.verdict] ?? 5)],
   ["site", (f) => siteText(f.site)],
   ["per iteration", (f) => f.bytes_per_iteration],
   ["live", (f) => f.total_bytes],
@@ -145,10 +186,14 @@ const COLUMNS = [
 function render({ model, el: host }) {
   const root = el("div", { class: "tl-root", "data-testid": "torchleak-widget" });
   const style = document.createElement("style");
-  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin-left: 8px; }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; }\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
+  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin-left: 8px; }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; }\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
   host.appendChild(style);
   host.appendChild(root);
-  let sortBy = 3, descending = true;
+  // null: the report's own order (leaks first, biggest first). Rows the user opened stay open
+  // across redraws (a live update, a sort).
+  let sortBy = null, descending = true;
+  const opened = new Set();
+  const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${f.verdict}`;
 
   const draw = () => {
     const report = model.get("report") || {};
@@ -164,7 +209,15 @@ function render({ model, el: host }) {
         `iteration ${progress.k} of ${progress.n}, ${Number(progress.elapsed).toFixed(1)} s elapsed, ~${Number(progress.remaining).toFixed(1)} s left`));
     }
     root.appendChild(head);
-    for (const cause of report.causes || []) {
+    for (const warning of report.warnings || []) {
+      root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
+    }
+    const causes = report.causes || [];
+    if (!causes.length && report.iterations) {
+      root.appendChild(el("div", { class: "tl-ok", "data-testid": "no-leak" },
+        `No leak. ${summary.headline || ""}`));
+    }
+    for (const cause of causes) {
       const line = el("div", { class: "tl-cause", "data-testid": "cause" });
       line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
       line.appendChild(document.createTextNode(`${cause.text} [${cause.severity}]`));
@@ -178,21 +231,22 @@ function render({ model, el: host }) {
       if (device.projection_text) text += ` — ${device.projection_text}`;
       if (device.verdict === "fragmentation") text += ` — fragmentation (${(device.fragmentation_ratio * 100).toFixed(0)}% reserved but unused)`;
       box.appendChild(el("div", {}, text));
-      box.appendChild(drawCurve(device, rate, report.iterations || 0));
+      box.appendChild(drawCurve(device, rate, report.iterations || 0, report.boundary === "cell" ? "cell" : "iteration"));
       root.appendChild(box);
     }
     const table = el("table", { class: "tl-table", "data-testid": "findings" });
     const header = el("tr");
     COLUMNS.forEach(([name], i) => {
-      const th = el("th", { "data-testid": `sort-${i}` }, name + (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
+      const th = el("th", { "data-testid": `sort-${i}`, title: "sort" }, name + (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
       th.addEventListener("click", () => { descending = sortBy === i ? !descending : true; sortBy = i; draw(); });
       header.appendChild(th);
     });
     table.appendChild(header);
-    const key = COLUMNS[sortBy][1];
-    const sorted = findings.slice().sort((a, b) => {
+    const key = sortBy === null ? null : COLUMNS[sortBy][1];
+    const sorted = key === null ? findings : findings.slice().sort((a, b) => {
       const ka = key(a), kb = key(b);
-      const c = typeof ka === "number" ? ka - kb : String(ka).localeCompare(String(kb));
+      let c = typeof ka === "number" ? ka - kb : String(ka).localeCompare(String(kb));
+      if (c === 0) c = (a.bytes_per_iteration - b.bytes_per_iteration) || (a.total_bytes - b.total_bytes);
       return descending ? -c : c;
     });
     for (const f of sorted) {
@@ -200,11 +254,14 @@ function render({ model, el: host }) {
       row.appendChild(el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict));
       const siteCell = el("td", {}, `${siteText(f.site)} ${f.site.function || ""}`);
       if (f.site && f.site.cell !== null && f.site.cell !== undefined) {
-        const link = el("a", { href: "#", "data-testid": "site-link", title: "show the cell" }, siteText(f.site));
+        const link = el("a", { href: "#", class: "tl-site-link", "data-testid": "site-link", title: "show the cell" }, siteText(f.site));
         link.addEventListener("click", (event) => {
           event.preventDefault();
           event.stopPropagation();
-          revealCell(f.site.cell);
+          if (!revealCell(f.site.cell, host)) {
+            link.title = `no cell shows In [${f.site.cell}] in this notebook now (re-run since?)`;
+            link.classList.add("tl-missing");
+          }
         });
         siteCell.replaceChildren(link, document.createTextNode(` ${f.site.function || ""}`));
       }
@@ -217,6 +274,9 @@ function render({ model, el: host }) {
         const detailRow = el("tr");
         const cell = el("td", { colspan: String(COLUMNS.length) });
         const tree = pathTree(f);
+        const k = rowKey(f);
+        tree.open = opened.has(k);
+        tree.addEventListener("toggle", () => { if (tree.open) opened.add(k); else opened.delete(k); });
         cell.appendChild(tree);
         detailRow.appendChild(cell);
         table.appendChild(detailRow);

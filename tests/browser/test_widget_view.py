@@ -1,0 +1,105 @@
+"""The report view on its own, in headless Chromium (no JupyterLab): what the live widget and
+the saved-report renderer both draw. Leaks first, warnings shown, opened rows survive a redraw,
+a clean run says so, the chart fits a narrow output, hostile text stays text, and a site link
+looks only in its own notebook."""
+import base64
+import copy
+import json
+import pathlib
+
+import pytest
+
+from test_jupyterlab import CHROMIUM, browser  # noqa: F401 - the shared browser fixture
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUNDLE = (ROOT / "widgets" / "dist" / "torchleak-widget.js").read_text(encoding="utf-8")
+FIXTURES = ROOT / "tests" / "fixtures"
+
+# Two notebooks side by side, each with a cell whose prompt is [2]; the view is in the first.
+PAGE = """<!DOCTYPE html><html><body>
+<div class="jp-Notebook" id="mine"><div class="jp-Cell" id="my-cell"><div class="jp-InputPrompt">[2]:</div></div>
+  <div class="jp-OutputArea"><div id="host" style="width: %dpx"></div></div></div>
+<div class="jp-Notebook" id="theirs"><div class="jp-Cell" id="their-cell"><div class="jp-InputPrompt">[7]:</div></div></div>
+</body></html>"""
+
+MOUNT = """async ([source, report]) => {
+    const mod = await import('data:text/javascript;base64,' + source);
+    const listeners = {};
+    const state = {report, progress: {}};
+    window.tlModel = {
+        get: (k) => state[k],
+        set: (k, v) => { state[k] = v; (listeners['change:' + k] || []).forEach(f => f()); },
+        on: (e, f) => { (listeners[e] = listeners[e] || []).push(f); },
+        off: () => {},
+    };
+    mod.default.render({model: window.tlModel, el: document.getElementById('host')});
+}"""
+
+
+def mount(browser, report, width=900):  # noqa: F811 - pytest fixture passed in
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.set_content(PAGE % width)
+    page.evaluate(MOUNT, [base64.b64encode(BUNDLE.encode()).decode(), report])
+    return page
+
+
+def fixture(name):
+    return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+
+
+def test_leaks_first_warnings_shown_and_open_rows_survive_a_redraw(browser):  # noqa: F811
+    report = fixture("hostile.json")
+    report["findings"].reverse()  # whatever order arrives, sorting by verdict puts leaks first
+    page = mount(browser, report)
+    view = page.locator("[data-testid=torchleak-widget]")
+    warning = view.locator("[data-testid=warning]")
+    assert warning.count() == 1 and "stopped in iteration 3 of 8" in warning.text_content()
+    assert page.locator("script").count() == 0  # the warning's <script> stayed text
+    view.locator("[data-testid=sort-0]").click()
+    rows = view.locator("[data-testid=finding-row]")
+    assert rows.first.locator("td").first.text_content() == "leak"
+    rows.first.click()
+    tree = view.locator("[data-testid=path-tree]").first
+    assert tree.evaluate("el => el.open")
+    page.evaluate("() => window.tlModel.set('report', JSON.parse(JSON.stringify(window.tlModel.get('report'))))")
+    assert view.locator("[data-testid=path-tree]").first.evaluate("el => el.open")
+    page.close()
+
+
+def test_a_clean_run_says_no_leak(browser):  # noqa: F811
+    report = fixture("leaky_loop.json")
+    report["findings"] = [f for f in report["findings"] if f["verdict"] != "leak"]
+    report["causes"] = []
+    page = mount(browser, report)
+    assert page.locator("[data-testid=no-leak]").text_content().startswith("No leak.")
+    assert page.locator("[data-testid=cause]").count() == 0
+    page.close()
+
+
+def test_the_chart_fits_a_narrow_output_and_reads_out_on_hover(browser):  # noqa: F811
+    page = mount(browser, fixture("leaky_loop.json"), width=300)
+    svg = page.locator("svg.tl-curve").first
+    box = svg.bounding_box()
+    assert box["width"] <= 300
+    assert "iteration" in svg.text_content() and "0" in svg.text_content()
+    svg.hover(position={"x": box["width"] - 5, "y": box["height"] / 2})
+    assert page.locator("[data-testid=curve-readout]").first.text_content().startswith("iteration ")
+    page.close()
+
+
+def test_a_site_link_looks_only_in_its_own_notebook(browser):  # noqa: F811
+    report = fixture("leaky_loop.json")
+    report = copy.deepcopy(report)
+    leak = next(f for f in report["findings"] if f["verdict"] == "leak")
+    leak["site"]["cell"] = 7  # only the other notebook has In [7]
+    page = mount(browser, report)
+    link = page.locator("[data-testid=site-link]").first
+    assert link.evaluate("a => getComputedStyle(a).textDecorationLine") == "underline"
+    link.click()
+    assert page.locator("[data-torchleak-highlight]").count() == 0
+    assert "no cell shows In [7]" in link.get_attribute("title")
+    leak["site"]["cell"] = 2
+    page.evaluate("r => window.tlModel.set('report', r)", report)
+    page.locator("[data-testid=site-link]").first.click()
+    assert page.locator("#my-cell[data-torchleak-highlight=true]").count() == 1
+    page.close()
