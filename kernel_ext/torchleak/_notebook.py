@@ -10,6 +10,7 @@ as anything else. Unloading removes every event handler and stops watching.
 """
 
 import argparse
+import keyword
 import shlex
 import time
 
@@ -24,7 +25,7 @@ from .render.bundle import report_bundle
 from .render.format import format_bytes
 
 USAGE = {
-    "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [--json PATH] [--html PATH]",
+    "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [-o NAME] [--json PATH] [--html PATH]",
     "leakwatch": "%leakwatch on|off",
     "leakreport": "%leakreport [--json PATH] [--html PATH]",
     "leakconfig": "%leakconfig [KEY=VALUE ...]    (no argument: show the settings)",
@@ -138,9 +139,14 @@ class LeakMagics(Magics):
         parser.add_argument("-n", type=_int_at_least(1), default=20)
         parser.add_argument("--warmup", type=_int_at_least(0), default=None)
         parser.add_argument("--min-bytes", type=_size, default=0)
+        parser.add_argument("-o", dest="output", default=None)
         parser.add_argument("--json", default=None)
         parser.add_argument("--html", default=None)
         args = parser.parse_args(_split("leakcheck", line))
+        if args.output is not None and not (args.output.isidentifier()
+                                            and not keyword.iskeyword(args.output)):
+            raise UsageError(f"-o needs a Python name, not {args.output!r}\n"
+                             f"usage: {USAGE['leakcheck']}")
         warmup = config.warmup if args.warmup is None else args.warmup
         if warmup >= args.n:
             raise UsageError(f"--warmup must be smaller than -n\nusage: {USAGE['leakcheck']}")
@@ -168,6 +174,9 @@ class LeakMagics(Magics):
                 failure = tracker.run_iterations(run_cell, args.n, after_each=after_each)
             report = tracker.report()
             live.finish(report.to_dict())
+            if args.output is not None:
+                # Like %timeit -o: the Report (data only, no tensors) under the user's name.
+                self.shell.user_ns[args.output] = report
             _save(report, args.json, args.html, "leakcheck")
         finally:
             if resume_watch:

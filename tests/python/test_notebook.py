@@ -64,8 +64,19 @@ def test_leakcheck_writes_json_and_html(shell, tmp_path):
     assert out_html.read_text().startswith("<!DOCTYPE html>")
 
 
+def test_leakcheck_o_keeps_the_report_under_the_users_name(shell):
+    run(shell, "kept = []")
+    result = run(shell, "%%leakcheck -n 4 -o checked\nkept.append(torch.ones(64, 1024))\n")
+    assert result.success, result.output
+    checked = shell.user_ns["checked"]
+    assert type(checked).__name__ == "Report"
+    (leak,) = checked.leaks
+    assert leak.holder["path_text"] == "kept"
+
+
 @pytest.mark.parametrize("line", [
     "-n 0", "-n many", "--bogus", "--min-bytes lots", "-n 3 --warmup 3", "--json", "-n '2",
+    "-o", "-o 1x", "-o class", "-o a.b",
 ])
 def test_bad_leakcheck_options_are_usage_errors_with_the_usage_line(shell, line):
     result = run(shell, f"%%leakcheck {line}\nx = 1\n")
