@@ -50,16 +50,15 @@ std::string projectionText(const DeviceTimeline& d, int iterations) {
         return "";
     }
     int64_t remaining = std::max<int64_t>(*d.projected_oom_iteration - iterations, 0);
+    std::string rate = "at " + formatBytes(static_cast<double>(d.leak_bytes_per_iteration)) +
+                       " per iteration, " + d.device;
     // Past this, the exact count is noise: no run lasts that long.
     constexpr int64_t kNegligible = 100'000'000;
     if (remaining > kNegligible) {
-        return "at " + formatBytes(static_cast<double>(d.leak_bytes_per_iteration)) +
-               " per iteration, " + d.device + " would take over " + groupThousands(kNegligible) +
+        return rate + " would take over " + groupThousands(kNegligible) +
                " iterations to fill: negligible";
     }
-    return "at " + formatBytes(static_cast<double>(d.leak_bytes_per_iteration)) +
-           " per iteration, " + d.device + " is full in ~" + groupThousands(remaining) +
-           " iterations";
+    return rate + " is full in ~" + groupThousands(remaining) + " iterations";
 }
 
 std::string headline(const Report& report) {

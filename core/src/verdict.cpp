@@ -150,11 +150,7 @@ DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
     }
     // Fragmentation is a caching allocator's reserve left unused; a device whose reserve is its
     // allocation (the CPU) has none, whatever its curve does.
-    bool hasReserve = false;
-    for (size_t k = 0; k < allocated.size() && !hasReserve; ++k) {
-        hasReserve = reserved[k] != allocated[k];
-    }
-    if (!hasReserve) {
+    if (reserved == allocated) {
         return v;
     }
     v.ratio = static_cast<double>(reserved.back() - allocated.back()) /

@@ -52,26 +52,20 @@ def _tracebacks(tb):
         tb = tb.tb_next
 
 
-def _frames_of(tb):
-    return [t.tb_frame for t in _tracebacks(tb)]
-
-
-def _add_traceback_roots(roots, tb, keeper, seen_frames, also=(frozenset(), "")):
-    """Each failed frame's locals, named `<last exception> frame f: local 'x'`; the note says
-    what keeps the frame (both keepers when another traceback holds it too)."""
-    for t in _tracebacks(tb):
+def _add_failed_frame_roots(roots, keepers):
+    """Each failed frame's locals, named `<last exception> frame f: local 'x'`, noted with what
+    keeps the frame. keepers: the tracebacks that hold it, as (traceback entry, [keeper names])
+    per frame in order."""
+    for t, names in keepers:
         frame = t.tb_frame
         code = frame.f_code
-        if id(frame) in seen_frames or code.co_filename.startswith(_TOOL_DIR) or \
-                frame.f_globals is frame.f_locals:
+        if code.co_filename.startswith(_TOOL_DIR) or frame.f_globals is frame.f_locals:
             continue
-        seen_frames.add(id(frame))
-        keepers = keeper + (f" and {also[1]}" if id(frame) in also[0] else "")
         for name, value in list(frame.f_locals.items()):
             if type(value).__name__ == "module":
                 continue
             roots.append((f"<last exception> frame {code.co_name}: local '{name}'", "frame",
-                          f"kept by {keepers} ({os.path.basename(code.co_filename)}:"
+                          f"kept by {' and '.join(names)} ({os.path.basename(code.co_filename)}:"
                           f"{t.tb_lineno})", value))
 
 
@@ -160,11 +154,13 @@ def collect(library_prefixes, package_prefixes):
         tb = exc.__traceback__
     printer = getattr(shell, "InteractiveTB", None) if shell is not None else None
     printer_tb = vars(printer).get("tb") if hasattr(printer, "__dict__") else None
-    printed = set(id(f) for f in _frames_of(printer_tb))
-    seen_frames = set()
-    _add_traceback_roots(roots, tb, "sys.last_traceback", seen_frames,
-                         also=(printed, "IPython's InteractiveTB.tb"))
-    _add_traceback_roots(roots, printer_tb, "IPython's InteractiveTB.tb", seen_frames)
+    keepers = {}  # id(frame) -> (its first traceback entry, what keeps it)
+    for keeper, chain in (("sys.last_traceback", tb), ("IPython's InteractiveTB.tb", printer_tb)):
+        for t in _tracebacks(chain):
+            names = keepers.setdefault(id(t.tb_frame), (t, []))[1]
+            if keeper not in names:
+                names.append(keeper)
+    _add_failed_frame_roots(roots, keepers.values())
     if exc is not None:
         roots.append(("<last exception>", "root", "sys.last_value", exc))
     for modname, namespace in package_modules:

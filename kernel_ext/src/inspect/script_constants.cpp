@@ -72,15 +72,24 @@ std::string strAttr(PyObject* obj, const char* attr) {
     return out;
 }
 
+// A binding call's result when it is a list (the new reference passes on), else null with the
+// call's error cleared.
+PyObject* asList(PyObject* result) {
+    if (result == nullptr || !PyList_Check(result)) {
+        Py_XDECREF(result);
+        PyErr_Clear();
+        return nullptr;
+    }
+    return result;
+}
+
 using Visit = void (*)(void*, PyObject*, const std::string&);
 
 // The tensor constants of one graph: prim::Constant nodes (in nested blocks too) whose value
 // attribute is a tensor.
 void graphConstants(PyObject* graph, const std::string& function, Visit visit, void* ctx) {
-    PyObject* nodes = PyObject_CallMethod(graph, "findAllNodes", "s", "prim::Constant");
-    if (nodes == nullptr || !PyList_Check(nodes)) {
-        Py_XDECREF(nodes);
-        PyErr_Clear();
+    PyObject* nodes = asList(PyObject_CallMethod(graph, "findAllNodes", "s", "prim::Constant"));
+    if (nodes == nullptr) {
         return;
     }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(nodes); ++k) {
@@ -113,10 +122,8 @@ void callableConstants(PyObject* fn, const std::string& name, Visit visit, void*
 }
 
 void moduleConstants(PyObject* module, Visit visit, void* ctx) {
-    PyObject* names = PyObject_CallMethod(module, "_method_names", nullptr);
-    if (names == nullptr || !PyList_Check(names)) {
-        Py_XDECREF(names);
-        PyErr_Clear();
+    PyObject* names = asList(PyObject_CallMethod(module, "_method_names", nullptr));
+    if (names == nullptr) {
         return;
     }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(names); ++k) {
@@ -133,10 +140,8 @@ void moduleConstants(PyObject* module, Visit visit, void* ctx) {
 }
 
 void unitConstants(PyObject* unit, Visit visit, void* ctx) {
-    PyObject* functions = PyObject_CallMethod(unit, "get_functions", nullptr);
-    if (functions == nullptr || !PyList_Check(functions)) {
-        Py_XDECREF(functions);
-        PyErr_Clear();
+    PyObject* functions = asList(PyObject_CallMethod(unit, "get_functions", nullptr));
+    if (functions == nullptr) {
         return;
     }
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(functions); ++k) {

@@ -325,21 +325,21 @@ function render({ model, el: host }) {
         super();
         this.mimeType = options.mimeType;
         this.addClass("torchleak-report");
-        this.dispose_view = null;
+        this.disposeView = null;
       }
 
       renderModel(model) {
-        if (this.dispose_view) this.dispose_view();
+        if (this.disposeView) this.disposeView();
         this.node.replaceChildren();
         const state = { report: model.data[this.mimeType] || {}, progress: {} };
         const saved = { get: (key) => state[key], on() {}, off() {} };
-        this.dispose_view = render({ model: saved, el: this.node });
+        this.disposeView = render({ model: saved, el: this.node });
         return Promise.resolve();
       }
 
       dispose() {
-        if (this.dispose_view) this.dispose_view();
-        this.dispose_view = null;
+        if (this.disposeView) this.disposeView();
+        this.disposeView = null;
         super.dispose();
       }
     }
