@@ -414,7 +414,8 @@ class ReportBuilder {
     }
 
     // Each finding's verdict is final only now that its path is known: the machinery rule,
-    // then the allow-list; then its severity and the fix.
+    // then the allow-list; then the fix. (A leak's severity is its cause's, set by
+    // groupCauses; every other finding is Info.)
     void finalizeFindings() {
         for (Finding& f : d_report.findings) {
             if (f.verdict != Verdict::Leak && f.total_bytes > 0 && heldByMachinery(f)) {
@@ -424,7 +425,6 @@ class ReportBuilder {
             if (allowListed(f, d_inputs.config.allow)) {
                 f.verdict = Verdict::Allowed;
             }
-            f.severity = severityOf(f, d_report.iterations, d_inputs.config);
             f.suggestion = suggestFix(f);
             if (f.verdict == Verdict::Leak && f.released_periodically) {
                 f.suggestion += " (it is released only at a coarser boundary, such as an epoch "

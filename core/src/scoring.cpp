@@ -7,21 +7,6 @@
 
 namespace torchleak {
 
-Severity severityOf(const Finding& f, int iterations, const AnalysisConfig& t) {
-    if (f.verdict != Verdict::Leak) {
-        return Severity::Info;
-    }
-    double projected = static_cast<double>(f.bytes_per_iteration) * std::max(iterations, 1);
-    projected = std::max(projected, static_cast<double>(f.total_bytes));
-    if (projected >= static_cast<double>(t.critical_bytes)) {
-        return Severity::Critical;
-    }
-    if (projected >= static_cast<double>(t.warning_bytes)) {
-        return Severity::Warning;
-    }
-    return Severity::Info;
-}
-
 namespace {
 
 // How many iterations a training run has: a leak that fills its device within a short run is

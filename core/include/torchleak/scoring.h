@@ -9,9 +9,6 @@
 
 namespace torchleak {
 
-// From the bytes a leak would hold over the run (rate x iterations, at least what is live).
-Severity severityOf(const Finding& f, int iterations, const AnalysisConfig& config);
-
 // When the cause's device is full at its rate alone, or nothing when the capacity is unknown.
 std::optional<int64_t> projectedOomIteration(const Cause& c, const Report& report);
 
