@@ -23,6 +23,24 @@ std::string formatBytes(double bytes) {
 }
 
 std::string siteText(const Frame& f) {
+    if (f.cell && f.runs.size() > 1) {
+        // Every run, so the user finds the one still on screen; a long list keeps its ends.
+        constexpr size_t kShown = 6;
+        std::ostringstream text;
+        text << "In ";
+        for (size_t i = 0; i < f.runs.size(); ++i) {
+            if (f.runs.size() > kShown && i == kShown - 2) {
+                text << "…, ";
+                i = f.runs.size() - 1;
+            }
+            text << '[' << f.runs[i] << ']' << (i + 1 < f.runs.size() ? ", " : "");
+        }
+        if (f.runs.size() > kShown) {
+            text << " (" << f.runs.size() << " runs)";
+        }
+        text << ", line " << f.line;
+        return text.str();
+    }
     if (f.cell) {
         return "In [" + std::to_string(*f.cell) + "], line " + std::to_string(f.line);
     }
@@ -45,20 +63,25 @@ std::string groupThousands(int64_t value) {
     return value < 0 ? "-" + out : out;
 }
 
-std::string projectionText(const DeviceTimeline& d, int iterations) {
+const char* iterationNoun(BoundaryKind boundary) {
+    return boundary == BoundaryKind::Cell ? "cell run" : "iteration";
+}
+
+std::string projectionText(const DeviceTimeline& d, int iterations, BoundaryKind boundary) {
     if (d.leak_bytes_per_iteration <= 0 || !d.projected_oom_iteration) {
         return "";
     }
+    const std::string noun = iterationNoun(boundary);
     int64_t remaining = std::max<int64_t>(*d.projected_oom_iteration - iterations, 0);
     std::string rate = "at " + formatBytes(static_cast<double>(d.leak_bytes_per_iteration)) +
-                       " per iteration, " + d.device;
+                       " per " + noun + ", " + d.device;
     // Past this, the exact count is noise: no run lasts that long.
     constexpr int64_t kNegligible = 100'000'000;
     if (remaining > kNegligible) {
-        return rate + " would take over " + groupThousands(kNegligible) +
-               " iterations to fill: negligible";
+        return rate + " would take over " + groupThousands(kNegligible) + " " + noun +
+               "s to fill: negligible";
     }
-    return rate + " is full in ~" + groupThousands(remaining) + " iterations";
+    return rate + " is full in ~" + groupThousands(remaining) + " " + noun + "s";
 }
 
 std::string headline(const Report& report) {
@@ -120,10 +143,10 @@ std::string causeText(const Cause& c, const Report& report) {
         return c.keeper;
     }
     const Finding& biggest = report.findings[static_cast<size_t>(c.findings.front())];
-    std::string text =
-        c.bytes_per_iteration > 0
-            ? formatBytes(static_cast<double>(c.bytes_per_iteration)) + " per iteration: "
-            : formatBytes(static_cast<double>(c.total_bytes)) + " held: ";
+    std::string text = c.bytes_per_iteration > 0
+                           ? formatBytes(static_cast<double>(c.bytes_per_iteration)) + " per " +
+                                 iterationNoun(report.boundary) + ": "
+                           : formatBytes(static_cast<double>(c.total_bytes)) + " held: ";
     text += mechanism(c, biggest);
     if (c.findings.size() > 1) {
         return text + ", across " + std::to_string(c.findings.size()) + " allocation sites";

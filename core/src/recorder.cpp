@@ -178,4 +178,24 @@ size_t AllocationRecorder::stackCount() const {
     return d_stacks.size();
 }
 
+IterationTotals iterationTotals(const std::vector<BoundarySnapshot>& boundaries, size_t b) {
+    IterationTotals t;
+    if (b >= boundaries.size()) {
+        return t;
+    }
+    for (const GroupSample& g : boundaries[b].groups) {
+        t.live += static_cast<int64_t>(g.bytes);
+        t.born += static_cast<int64_t>(g.bornThisIteration);
+    }
+    int64_t before = 0;
+    if (b > 0) {
+        for (const GroupSample& g : boundaries[b - 1].groups) {
+            before += static_cast<int64_t>(g.bytes);
+        }
+    }
+    // What survived from before is live minus born; the rest of `before` was freed.
+    t.freed = std::max<int64_t>(before - (t.live - t.born), 0);
+    return t;
+}
+
 } // namespace torchleak

@@ -256,10 +256,10 @@ class ReportBuilder {
                     o = 0;
                 }
             }
-            Classification c = classify(acc.series, d_inputs.warmup, d_inputs.config);
             Finding f;
-            f.verdict = c.verdict;
             f.site = acc.site;
+            Classification c = classifyPerRun(acc, f.site);
+            f.verdict = c.verdict;
             f.stack = acc.stack;
             f.device = acc.device;
             if (!acc.node.empty()) {
@@ -277,6 +277,46 @@ class ReportBuilder {
             d_report.findings.push_back(std::move(f));
             d_findingSites.push_back(&acc);
         }
+    }
+
+    // A site's verdict and rate. In watch mode an iteration is one cell run, whichever cell:
+    // a cell re-run between others that adds 1 MiB each time grows 1 MiB per run of that cell,
+    // not a fraction per cell executed. So the series is read at the boundaries ending a run of
+    // the cell the allocations ran in (the outermost cell on the stack: a function defined in
+    // one cell and called from another leaks per run of the caller), and a site in that cell
+    // names every run.
+    Classification classifyPerRun(const SiteAccumulator& acc, Frame& site) const {
+        const std::vector<BoundaryRun>& runs = d_inputs.boundary_runs;
+        auto outermostCell = std::find_if(acc.stack.rbegin(), acc.stack.rend(), [](const Frame& f) {
+            return f.cell.has_value() && !f.group.empty();
+        });
+        if (d_inputs.boundary != BoundaryKind::Cell || runs.size() != d_n ||
+            outermostCell == acc.stack.rend()) {
+            return classify(acc.series, d_inputs.warmup, d_inputs.config);
+        }
+        std::vector<size_t> at;
+        for (size_t b = 0; b < d_n; ++b) {
+            if (runs[b].group == outermostCell->group) {
+                at.push_back(b);
+            }
+        }
+        if (at.empty()) {
+            return classify(acc.series, d_inputs.warmup, d_inputs.config);
+        }
+        SiteSeries perRun;
+        for (size_t b : at) {
+            perRun.bytes.push_back(acc.series.bytes[b]);
+            perRun.born.push_back(acc.series.born[b]);
+            // A birth iteration, renumbered as the run it happened in (or the next run).
+            perRun.oldest.push_back(static_cast<uint32_t>(
+                std::lower_bound(at.begin(), at.end(), acc.series.oldest[b]) - at.begin()));
+        }
+        if (site.group == outermostCell->group && at.size() > 1) {
+            for (size_t b : at) {
+                site.runs.push_back(runs[b].cell);
+            }
+        }
+        return classify(perRun, d_inputs.warmup, d_inputs.config);
     }
 
     void describeExample(const SiteAccumulator& acc, Finding& f) {

@@ -25,6 +25,9 @@ json frameJson(const Frame& f, bool withCell) {
     if (f.source) {
         j["source"] = *f.source;
     }
+    if (!f.runs.empty()) {
+        j["runs"] = f.runs;
+    }
     return j;
 }
 
@@ -40,6 +43,9 @@ Frame frameFrom(const json& j) {
     f.package = j.value("package", false);
     if (j.contains("source") && j["source"].is_string()) {
         f.source = j["source"].get<std::string>();
+    }
+    if (j.contains("runs")) {
+        f.runs = j["runs"].get<std::vector<int>>();
     }
     return f;
 }
@@ -77,6 +83,8 @@ std::string toJson(const Report& r, int indent) {
     j["iterations"] = r.iterations;
     j["warmup"] = r.warmup;
     j["boundary"] = toString(r.boundary);
+    // The word every rate is per ("iteration", "cell run"): the views say it, not derive it.
+    j["iteration_unit"] = iterationNoun(r.boundary);
     j["events_recorded"] = r.events_recorded;
     j["warnings"] = r.warnings;
     j["devices"] = json::array();
@@ -91,7 +99,7 @@ std::string toJson(const Report& r, int indent) {
              {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
              {"verdict", d.verdict},
              {"fragmentation_ratio", d.fragmentation_ratio},
-             {"projection_text", projectionText(d, r.iterations)}});
+             {"projection_text", projectionText(d, r.iterations, r.boundary)}});
     }
     j["findings"] = json::array();
     for (const Finding& f : r.findings) {

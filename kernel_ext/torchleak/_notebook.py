@@ -1,7 +1,7 @@
 """The IPython extension: `%load_ext torchleak`.
 
     %%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [--json PATH] [--html PATH]
-    %leakwatch on|off
+    %leakwatch [on|off|reset]
     %leakreport [--json PATH] [--html PATH]
     %leakconfig [KEY=VALUE ...]
 
@@ -22,11 +22,11 @@ from . import _core, _tracking
 from ._config import config
 from ._widget import make_widget
 from .render.bundle import report_bundle
-from .render.format import format_bytes
+from .render.format import escape, format_bytes
 
 USAGE = {
     "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [-o NAME] [--json PATH] [--html PATH]",
-    "leakwatch": "%leakwatch on|off",
+    "leakwatch": "%leakwatch [on|off|reset]    (no argument: what watch mode has seen)",
     "leakreport": "%leakreport [--json PATH] [--html PATH]",
     "leakconfig": "%leakconfig [KEY=VALUE ...]    (no argument: show the settings)",
 }
@@ -206,18 +206,42 @@ class LeakMagics(Magics):
     # -- %leakwatch ---------------------------------------------------------------------------
     @line_magic
     def leakwatch(self, line):
-        """Watch mode: every cell is an iteration; after each cell a ledger of what it left
-        alive and who holds it."""
+        """Watch mode: every cell run is an iteration; after a cell that left tensors alive or
+        freed them, a ledger of what and who holds it. No argument: what watch mode has seen."""
         words = _split("leakwatch", line)
-        if len(words) != 1 or words[0] not in ("on", "off"):
-            raise UsageError(f"expected 'on' or 'off'\nusage: {USAGE['leakwatch']}")
-        if words[0] == "on":
+        if len(words) > 1 or (words and words[0] not in ("on", "off", "reset")):
+            raise UsageError(f"expected 'on', 'off', 'reset' or nothing\nusage: {USAGE['leakwatch']}")
+        if not words:
+            print(self._watch_state())
+        elif words[0] == "on":
             if self.watch is None:
                 self._register_events()
                 self._start_watch()
-        else:
+        elif words[0] == "off":
             self._stop_watch()
             self._unregister_events()
+        else:  # reset: forget what was recorded, keep watching if it was on
+            was_on = self.watch is not None or bool(self._callbacks)
+            self._stop_watch()
+            self.watch_report = None
+            if was_on:
+                self._start_watch()
+            print("torchleak: watch mode reset" + (", watching from the next cell" if was_on else ""))
+
+    def _watch_state(self):
+        if self.watch is None and not self._callbacks:
+            state = "torchleak: watch mode is off"
+            return state + (" (%leakreport shows the last watch)" if self.watch_report else "")
+        if self.watch is None:
+            return "torchleak: watch mode is on, paused while another tracking session runs"
+        tracker = self.watch
+        report = tracker.report(paths=False)
+        data = report.to_dict()
+        live = tracker.last_iteration["live"]
+        leaks = len(data.get("causes") or [])
+        return (f"torchleak: watch mode is on: {tracker.iterations} cell run(s) recorded, "
+                f"{format_bytes(live)} tracked live, {leaks} leak(s) so far"
+                + (" (%leakreport for details)" if leaks else ""))
 
     def _register_events(self):
         if self._callbacks:
@@ -253,16 +277,29 @@ class LeakMagics(Magics):
         self._stop_watch()
         return True
 
+    def _cell_file(self, count):
+        """The file name IPython compiled cell `count` under (re-runs of one source share
+        the group the core derives from it)."""
+        mapping = getattr(self.shell.compile, "_filename_map", {}) or {}
+        return next((name for name, n in reversed(list(mapping.items())) if n == count), "")
+
     def _post_run_cell(self, result):
         # An event handler must never raise into the kernel loop.
         try:
             if self.watch is None:
                 self._start_watch()
                 return
-            self.watch.step()
-            report = self.watch.report()
             cell = getattr(result, "execution_count", None)
-            self._show_ledger(report, cell if isinstance(cell, int) else self._current_cell())
+            cell = cell if isinstance(cell, int) else self._current_cell()
+            self.watch.end_cell(self._cell_file(cell), cell)
+            # The recorder's counts say whether the cell changed anything: a cell that left
+            # nothing alive and freed nothing costs no report (the common case).
+            totals = self.watch.last_iteration
+            threshold = max(config.min_bytes, 1)
+            if totals["born"] < threshold and totals["freed"] < threshold:
+                return
+            report = self.watch.report() if totals["born"] >= threshold else None
+            self._show_ledger(report, cell, totals["freed"])
         except Exception as exc:  # noqa: BLE001
             print(f"torchleak: watch mode stopped after an internal error: {exc}")
             try:
@@ -270,11 +307,12 @@ class LeakMagics(Magics):
             except Exception:  # noqa: BLE001
                 self.watch = None
 
-    def _show_ledger(self, report, cell):
-        """What the cell just run left alive, by who holds it."""
+    def _show_ledger(self, report, cell, freed):
+        """What the cell just run left alive, by who holds it, and what it freed (so a fix can
+        be confirmed: the cell that clears a list shows the bytes it gave back)."""
         by_holder = {}
         total = 0
-        for f in report.findings:
+        for f in report.findings if report is not None else []:
             series = f.series or []
             added = series[-1] - (series[-2] if len(series) > 1 else 0)
             if added <= 0:
@@ -282,16 +320,22 @@ class LeakMagics(Magics):
             holder = (f.holder or {}).get("path_text") or (f.path[0]["label"] if f.path else "<unknown>")
             by_holder[holder] = by_holder.get(holder, 0) + added
             total += added
-        if total < max(config.min_bytes, 1):
+        threshold = max(config.min_bytes, 1)
+        parts = []
+        if total >= threshold:
+            holders = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in
+                                sorted(by_holder.items(), key=lambda kv: -kv[1])[:5])
+            parts.append(f"left {format_bytes(total)} alive: {holders}")
+        if freed >= threshold:
+            parts.append(f"freed {format_bytes(freed)}")
+        if not parts:
             return
-        parts = ", ".join(f"{holder} {format_bytes(b)}"
-                          for holder, b in sorted(by_holder.items(), key=lambda kv: -kv[1])[:5])
-        text = f"torchleak: In [{cell}] left {format_bytes(total)} alive: {parts}"
-        leaks = [f for f in report.leaks if f.site.get("cell") == cell]
+        text = f"torchleak: In [{cell}] " + "; ".join(parts)
+        leaks = [f for f in report.leaks if f.site.get("cell") == cell] if report is not None else []
         if leaks:
             text += f" ({len(leaks)} leak(s): %leakreport for details)"
         html = ('<div data-testid="torchleak-ledger" style="font-family:sans-serif;font-size:12px;'
-                'color:var(--jp-ui-font-color2,#555)">' + __import__("html").escape(text) + "</div>")
+                'color:var(--jp-ui-font-color2,#555)">' + escape(text) + "</div>")
         display({"text/plain": text, "text/html": html}, raw=True)
 
     # -- %leakreport --------------------------------------------------------------------------

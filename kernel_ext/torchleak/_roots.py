@@ -26,9 +26,26 @@ def _ipython_shell():
         return None
 
 
+# path -> kind, for the prefixes it was computed with: realpath() of ~1,500 module files was
+# most of a report's fixed cost, and a module's file does not change class while it is loaded.
+_kind_cache = {}
+_kind_cache_prefixes = None
+
+
 def _file_kind(path, library_prefixes, package_prefixes):
     """"user", "package" (an installed third-party package) or "library" (torch, the standard
     library, torchleak, code with no file): the frame rule's classes, longest prefix winning."""
+    global _kind_cache, _kind_cache_prefixes
+    prefixes = (tuple(library_prefixes), tuple(package_prefixes))
+    if prefixes != _kind_cache_prefixes:
+        _kind_cache, _kind_cache_prefixes = {}, prefixes
+    kind = _kind_cache.get(path)
+    if kind is None:
+        kind = _kind_cache[path] = _classify_file(path, library_prefixes, package_prefixes)
+    return kind
+
+
+def _classify_file(path, library_prefixes, package_prefixes):
     if not path or path.startswith("<"):
         return "user" if path.startswith(("<ipython-input", "<stdin>")) else "library"
     for candidate in (path, os.path.realpath(path)):

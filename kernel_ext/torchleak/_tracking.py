@@ -124,6 +124,8 @@ class Tracker:
         self._report = None
         self._cuda_history = False
         self._cuda_snapshot = None
+        # Watch mode's (cell file, execution count) per boundary: rates per run of a cell.
+        self._cell_runs = []
         # Watch mode's: called when another Tracker starts, so it steps aside instead of failing.
         self._on_preempt = on_preempt
 
@@ -244,6 +246,22 @@ class Tracker:
         self._explicit_seen = True
         self._session.step()
 
+    def end_cell(self, cell_file, execution_count):
+        """Watch mode's boundary: the cell compiled as ``cell_file`` ran as ``execution_count``.
+        A site's rate is then per run of its cell, and a re-run cell's site names every run."""
+        if self._session is None or not self._session.active:
+            raise RuntimeError("end_cell() outside an active tracking session")
+        self._session.step()
+        self._cell_runs.append((str(cell_file or ""), int(execution_count or 0)))
+
+    @property
+    def last_iteration(self):
+        """Bytes the last iteration left alive (`born`), freed (`freed`) and all tracked live
+        bytes (`live`), from the recorder's counts alone: no report is built."""
+        if self._session is None:
+            return {"live": 0, "born": 0, "freed": 0}
+        return self._session.last_iteration
+
     def warn(self, message):
         """Add a warning to the report (once)."""
         if message not in self._warnings:
@@ -313,6 +331,7 @@ class Tracker:
             roots=roots,
             explain=bool(paths),
             external_stacks=_cuda.block_stacks(snapshot),
+            boundary_runs=self._cell_runs if self._boundary == "cell" else [],
         )
         del roots
         report = Report(text)

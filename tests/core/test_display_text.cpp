@@ -39,6 +39,30 @@ TEST_CASE("groupThousands") {
     REQUIRE(groupThousands(-12345) == "-12,345");
 }
 
+TEST_CASE("siteText: a re-run cell names every run, a long list keeps its ends") {
+    Frame f;
+    f.file = "/tmp/ipykernel_1/abc.py";
+    f.line = 2;
+    f.cell = 9;
+    f.runs = {3, 6, 9};
+    REQUIRE(siteText(f) == "In [3], [6], [9], line 2");
+    f.runs = {1, 2, 3, 4, 5, 6, 7, 8};
+    REQUIRE(siteText(f) == "In [1], [2], [3], [4], \u2026, [8] (8 runs), line 2");
+    f.runs = {5};
+    REQUIRE(siteText(f) == "In [9], line 2");
+}
+
+TEST_CASE("iterationNoun: watch mode's rates are per cell run") {
+    REQUIRE(std::string(iterationNoun(BoundaryKind::Cell)) == "cell run");
+    REQUIRE(std::string(iterationNoun(BoundaryKind::Repeat)) == "iteration");
+    DeviceTimeline d;
+    d.device = "cpu";
+    d.leak_bytes_per_iteration = 1 << 20;
+    d.projected_oom_iteration = 1012;
+    REQUIRE(projectionText(d, 12, BoundaryKind::Cell) ==
+            "at 1.0 MiB per cell run, cpu is full in ~1,000 cell runs");
+}
+
 TEST_CASE("projectionText only for a leaking device with a known capacity") {
     DeviceTimeline d;
     d.device = "cpu";

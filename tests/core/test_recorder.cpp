@@ -110,3 +110,28 @@ TEST_CASE("A new stack is handed to the retainer exactly once") {
     }
     REQUIRE(retained == 2);
 }
+
+TEST_CASE("iterationTotals: what an iteration left alive and what it freed, without a report") {
+    AllocationRecorder rec;
+    std::vector<RawFrame> stack = {{0x1, 1}};
+    constexpr DeviceKey cpu{0, -1};
+    REQUIRE(iterationTotals(rec.boundaries(), 0).live == 0); // no boundary yet
+    rec.recordAlloc(0x1000, 100, cpu, stack, nullptr, 0, 0, false);
+    rec.recordAlloc(0x2000, 50, cpu, stack, nullptr, 0, 0, false);
+    rec.markBoundary();
+    IterationTotals first = iterationTotals(rec.boundaries(), 0);
+    REQUIRE(first.live == 150);
+    REQUIRE(first.born == 150);
+    REQUIRE(first.freed == 0);
+    rec.recordFree(0x1000, cpu, 0, 0, false);
+    rec.recordAlloc(0x3000, 7, cpu, stack, nullptr, 0, 0, false);
+    rec.markBoundary();
+    IterationTotals second = iterationTotals(rec.boundaries(), 1);
+    REQUIRE(second.live == 57);
+    REQUIRE(second.born == 7);
+    REQUIRE(second.freed == 100);
+    rec.markBoundary(); // a cell that did nothing
+    IterationTotals idle = iterationTotals(rec.boundaries(), 2);
+    REQUIRE(idle.born == 0);
+    REQUIRE(idle.freed == 0);
+}

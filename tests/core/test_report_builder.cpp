@@ -136,3 +136,83 @@ TEST_CASE("buildReport: CUDA blocks without a hook stack are attributed by exter
     REQUIRE(f.count == 5);
     REQUIRE(f.stack.size() == 2);
 }
+
+namespace {
+
+// Code 0xA0 + k: line 1 of notebook cell k ("cell:k" groups its re-runs).
+class CellSymbolizer final : public StackSymbolizer {
+  public:
+    std::vector<Frame> symbolize(std::span<const RawFrame> frames) override {
+        std::vector<Frame> out;
+        for (const RawFrame& r : frames) {
+            Frame f;
+            int k = static_cast<int>(r.code - 0xA0);
+            f.file = "/tmp/ipykernel_1/" + std::to_string(k) + ".py";
+            f.line = r.offset;
+            f.function = "<module>";
+            f.cell = 100 + k; // the newest run's count, as IPython's file map says
+            f.group = "cell:" + std::to_string(k);
+            out.push_back(f);
+        }
+        return out;
+    }
+};
+
+} // namespace
+
+TEST_CASE("buildReport: in watch mode a re-run cell grows per run of that cell") {
+    // Cell 0 adds 1 MiB each run; cells 1 and 2 run between its runs and allocate nothing.
+    AllocationRecorder rec;
+    std::vector<RawFrame> cell0 = {{0xA0, 1}};
+    ReportInputs in;
+    in.boundary = BoundaryKind::Cell;
+    int count = 1;
+    for (uint32_t run = 0; run < 4; ++run) {
+        for (int k = 0; k < 3; ++k, ++count) {
+            if (k == 0) {
+                rec.recordAlloc(0x100000 + run * 0x1000, MiB, kCpu, cell0, nullptr, 0, 0, false);
+            }
+            rec.markBoundary();
+            in.boundary_runs.push_back({"cell:" + std::to_string(k), count});
+        }
+    }
+    CellSymbolizer sym;
+    FakeDescriber desc;
+    Report r = buildReport(rec, in, sym, desc);
+    REQUIRE(r.findings.size() == 1);
+    REQUIRE(r.findings[0].verdict == Verdict::Leak);
+    REQUIRE(r.findings[0].bytes_per_iteration == MiB);
+    REQUIRE(r.findings[0].site.runs == std::vector<int>{1, 4, 7, 10});
+
+    SECTION("without the runs, every cell is an iteration") {
+        in.boundary_runs.clear();
+        Report all = buildReport(rec, in, sym, desc);
+        REQUIRE(all.findings[0].bytes_per_iteration < MiB);
+        REQUIRE(all.findings[0].site.runs.empty());
+    }
+}
+
+TEST_CASE("buildReport: a function from one cell called by another grows per run of the caller") {
+    // Cell 0 defines the function (the site, innermost); cell 1 calls it and is what re-runs.
+    AllocationRecorder rec;
+    std::vector<RawFrame> stack = {{0xA0, 3}, {0xA1, 1}};
+    ReportInputs in;
+    in.boundary = BoundaryKind::Cell;
+    in.boundary_runs = {{"cell:0", 1}};
+    rec.markBoundary();
+    for (uint32_t run = 0; run < 4; ++run) {
+        rec.recordAlloc(0x100000 + run * 0x1000, 2 * MiB, kCpu, stack, nullptr, 0, 0, false);
+        rec.markBoundary();
+        in.boundary_runs.push_back({"cell:1", 2 + 2 * static_cast<int>(run)});
+        rec.markBoundary();
+        in.boundary_runs.push_back({"cell:2", 3 + 2 * static_cast<int>(run)});
+    }
+    CellSymbolizer sym;
+    FakeDescriber desc;
+    Report r = buildReport(rec, in, sym, desc);
+    REQUIRE(r.findings.size() == 1);
+    REQUIRE(r.findings[0].verdict == Verdict::Leak);
+    REQUIRE(r.findings[0].bytes_per_iteration == 2 * MiB);
+    REQUIRE(r.findings[0].site.line == 3);
+    REQUIRE(r.findings[0].site.runs.empty()); // the site's own cell did not re-run
+}

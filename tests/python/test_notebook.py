@@ -87,8 +87,8 @@ def test_bad_leakcheck_options_are_usage_errors_with_the_usage_line(shell, line)
 
 
 @pytest.mark.parametrize("source, usage", [
-    ("%leakwatch", "%leakwatch on|off"),
-    ("%leakwatch maybe", "%leakwatch on|off"),
+    ("%leakwatch on off", "%leakwatch [on|off|reset]"),
+    ("%leakwatch maybe", "%leakwatch [on|off|reset]"),
     ("%leakreport --bogus", "%leakreport [--json PATH]"),
     ("%leakreport", "%leakreport [--json PATH]"),
     ("%leakconfig colour=red", "%leakconfig [KEY=VALUE"),
@@ -130,6 +130,79 @@ def test_watch_mode_ledger_and_leakreport(shell, tmp_path):
     assert not _core.profiler_state_installed()
     # the report of the watched cells stays available
     assert run(shell, "%leakreport").success
+
+
+def _ledger(shell):
+    return [o["data"]["text/plain"] for o in shell.display_pub.outputs
+            if o["data"].get("text/plain", "").startswith("torchleak: In [")]
+
+
+def test_watch_mode_rates_a_rerun_cell_per_run_and_names_every_run(shell, tmp_path):
+    # Defect 8: a cell re-run between others that adds 1 MiB each time grows 1 MiB per run of
+    # that cell, not 1 MiB divided by every cell executed; its site names all its runs.
+    run(shell, "kept = []")
+    assert run(shell, "%leakwatch on").success
+    runs = []
+    for _ in range(4):
+        runs.append(shell.execution_count)
+        run(shell, "kept.append(torch.ones(256, 1024))")
+        run(shell, "y = 2")
+        run(shell, "z = 3")
+    out = tmp_path / "watch.json"
+    assert run(shell, f"%leakreport --json {out}").success
+    run(shell, "%leakwatch off")
+    report = json.loads(out.read_text())
+    assert report["iteration_unit"] == "cell run"
+    [leak] = [f for f in report["findings"] if f["verdict"] == "leak"]
+    assert leak["bytes_per_iteration"] == 1 << 20
+    assert leak["site"]["runs"] == runs
+    assert leak["site"]["text"] == "In " + ", ".join(f"[{n}]" for n in runs) + ", line 1"
+    assert report["causes"][0]["text"].startswith("1.0 MiB per cell run: kept")
+
+
+def test_watch_mode_skips_the_report_for_a_cell_that_changed_nothing(shell, monkeypatch):
+    # The <= 20 ms per trivial cell goal: the recorder's counts decide, no report is built.
+    from torchleak import _tracking
+    built = []
+    original = _tracking.Tracker.report
+    monkeypatch.setattr(_tracking.Tracker, "report",
+                        lambda self, **kw: built.append(kw) or original(self, **kw))
+    run(shell, "%leakwatch on")
+    before = len(_ledger(shell))
+    for _ in range(3):
+        run(shell, "x = 1 + 1")
+    assert built == [] and len(_ledger(shell)) == before
+    run(shell, "kept = [torch.ones(64, 1024)]")
+    assert len(built) == 1 and "left 256.0 KiB alive: kept 256.0 KiB" in _ledger(shell)[-1]
+    run(shell, "%leakwatch off")
+
+
+def test_the_ledger_says_what_a_cell_freed(shell):
+    run(shell, "%leakwatch on")
+    run(shell, "kept = [torch.ones(256, 1024) for _ in range(4)]")
+    cleared = shell.execution_count
+    run(shell, "kept.clear()")
+    assert _ledger(shell)[-1] == f"torchleak: In [{cleared}] freed 4.0 MiB"
+    run(shell, "%leakwatch off")
+
+
+def test_leakwatch_without_argument_shows_state_and_reset_starts_over(shell):
+    result = run(shell, "%leakwatch")
+    assert result.success and "watch mode is off" in result.output
+    run(shell, "%leakwatch on")
+    run(shell, "kept = []")
+    for _ in range(3):
+        run(shell, "kept.append(torch.ones(256, 1024))")
+    state = run(shell, "%leakwatch").output
+    assert "watch mode is on" in state and "1 leak(s) so far" in state, state
+    assert "cell run(s) recorded" in state
+    result = run(shell, "%leakwatch reset")
+    assert result.success and "reset" in result.output
+    assert _core.profiler_state_installed()  # still watching
+    assert "0 leak(s) so far" in run(shell, "%leakwatch").output
+    run(shell, "%leakwatch off")
+    assert not _core.profiler_state_installed()
+    assert "watch mode is off" in run(shell, "%leakwatch").output
 
 
 def test_leakcheck_inside_watch_mode_pauses_and_resumes_watching(shell):

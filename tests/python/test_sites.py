@@ -123,3 +123,19 @@ def test_the_frame_rule_classifies_installed_packages_as_library_code(somepkg):
     assert rule.classify(str(somepkg / "somepkg" / "ops.py")) == (False, None)
     assert rule.classify(torch.__file__) == (False, None)
     assert rule.classify(__file__) == (True, None)
+
+
+@pytest.mark.parametrize("name", [
+    "<ipython-input-" + "7" * 200_000 + "-ab>",          # overflowed the regex's recursion
+    "<ipython-input-99999999999999999999-ab>",          # raised from stoi
+    "<ipython-input-12-" + "a" * 200_000 + ">",
+    "<ipython-input-->",
+])
+def test_hostile_cell_file_names_neither_crash_nor_raise(name):
+    code = compile("kept.append(torch.ones(64, 1024))", name, "exec")
+    kept = []
+    report = torchleak.check(lambda: exec(code, {"torch": torch, "kept": kept}), iterations=3)
+    [leak] = report.leaks
+    # A name that parses is a cell; one that does not is `<...>` library code, so the site is
+    # the caller's line here. Either way a site, not a crash.
+    assert leak.site["line"] == 1 if leak.site.get("cell") is not None else leak.site["file"] == __file__

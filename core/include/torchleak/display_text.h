@@ -16,16 +16,22 @@ namespace torchleak {
 // all three to the same output.
 std::string formatBytes(double bytes);
 
-// "In [7], line 3" for a notebook cell, "backward (MmBackward0)" inside backward without a
+// "In [7], line 3" for a notebook cell ("In [3], [6], [9], line 3" for a cell re-run in watch
+// mode, the middle of long lists elided), "backward (MmBackward0)" inside backward without a
 // Python frame, "file.py:42" otherwise.
 std::string siteText(const Frame& f);
 
 // "12,345": thousands separated as users read counts of iterations.
 std::string groupThousands(int64_t value);
 
+// What one iteration is, as rates say it: "iteration", or "cell run" in watch mode.
+const char* iterationNoun(BoundaryKind boundary);
+
 // "at 2.0 MiB per iteration, cuda:0 is full in ~9,582 iterations", or "" when the device does
 // not leak or its capacity is unknown.
-std::string projectionText(const DeviceTimeline& device, int iterations);
+std::string projectionText(const DeviceTimeline& device,
+                           int iterations,
+                           BoundaryKind boundary = BoundaryKind::Explicit);
 
 // The count line every view prints: "2 leak(s), 3 other finding(s)", or with causes that span
 // several sites, "1 leak (4 allocation sites), 3 other finding(s)".

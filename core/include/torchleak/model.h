@@ -75,6 +75,9 @@ struct Frame {
     // under a new name but is the same code). Not serialised.
     std::string group;
     bool package = false; // in an installed third-party package (site-packages, dist-packages)
+    // Watch mode: the execution count of every run of this frame's cell, oldest first, when it
+    // ran more than once (the site then names them all: "In [3], [6], [9], line 1").
+    std::vector<int> runs = {};
 };
 
 // A tensor met on a retaining path.

@@ -143,4 +143,13 @@ class AllocationRecorder {
     std::vector<BoundarySnapshot> d_boundaries;
 };
 
+// What the iteration that boundary `b` ended did to tracked memory, from two snapshots and no
+// report: watch mode's per-cell ledger, and its way to skip a cell that changed nothing.
+struct IterationTotals {
+    int64_t live = 0;  // bytes alive at the boundary
+    int64_t born = 0;  // of those, allocated during the iteration
+    int64_t freed = 0; // bytes alive at the previous boundary and freed during the iteration
+};
+IterationTotals iterationTotals(const std::vector<BoundarySnapshot>& boundaries, size_t b);
+
 } // namespace torchleak

@@ -38,6 +38,14 @@ class BlockDescriber {
     virtual std::optional<BlockDescription> describe(uintptr_t block) = 0;
 };
 
+// Watch mode: which notebook cell ran in the iteration a boundary ends. `group` is the
+// cell's grouping identity (Frame::group: re-runs of one cell share it), `cell` its execution
+// count.
+struct BoundaryRun {
+    std::string group;
+    int cell = 0;
+};
+
 struct ReportInputs {
     // Stacks of device blocks that the hook recorded without one (CUDA: the allocator's
     // mutex is held, so PyTorch's own history recording supplies them), innermost first, by
@@ -50,6 +58,9 @@ struct ReportInputs {
     AnalysisConfig config;
     std::vector<DeviceInfo> devices;
     std::vector<std::string> warnings;
+    // With BoundaryKind::Cell, one entry per boundary (or none). A site's rate and verdict are
+    // then taken over the runs of the cell its allocations ran in, not over every cell.
+    std::vector<BoundaryRun> boundary_runs;
 };
 
 // Builds the report of a recording: one finding per site group, biggest leaks first. With an

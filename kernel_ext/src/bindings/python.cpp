@@ -108,6 +108,15 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("events", &python::TrackingSession::events)
         .def_property_readonly("live_blocks", &python::TrackingSession::liveBlocks)
         .def_property_readonly("stacks", &python::TrackingSession::stacks)
+        .def_property_readonly("last_iteration",
+                               [](const python::TrackingSession& self) {
+                                   IterationTotals t = self.lastIteration();
+                                   py::dict d;
+                                   d["live"] = t.live;
+                                   d["born"] = t.born;
+                                   d["freed"] = t.freed;
+                                   return d;
+                               })
         .def("set_capture_stacks", &python::TrackingSession::setCaptureStacks)
         .def(
             "report_json",
@@ -115,7 +124,8 @@ PYBIND11_MODULE(_core, m) {
                const std::string& pythonVersion, int warmup, const std::string& boundary,
                const AnalysisConfig& config, const std::map<std::string, uint64_t>& capacities,
                const std::vector<std::string>& warnings, const python::FrameFilter& filter,
-               const py::list& roots, bool explain, const py::dict& externalStacks, int indent) {
+               const py::list& roots, bool explain, const py::dict& externalStacks, int indent,
+               const std::vector<std::pair<std::string, int>>& boundaryRuns) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -128,6 +138,11 @@ PYBIND11_MODULE(_core, m) {
                 in.external_stacks = python::externalStacks(externalStacks, filter);
                 in.warnings = warnings;
                 in.devices = python::deviceCapacities(capacities);
+                // Watch mode's (cell file, execution count) per boundary, grouped by the same
+                // rule as the frames, so a cell's re-runs are one group.
+                for (const auto& [file, cell] : boundaryRuns) {
+                    in.boundary_runs.push_back({filter.classify(file).group, cell});
+                }
                 // `roots` (the Python list) keeps every root object alive during the walk.
                 return self.reportJson(in, filter, python::namedRoots(roots), explain, indent);
             },
@@ -137,7 +152,8 @@ PYBIND11_MODULE(_core, m) {
             py::arg("warnings") = std::vector<std::string>{},
             py::arg("frame_filter") = python::FrameFilter{}, py::arg("roots") = py::list(),
             py::arg("explain") = true, py::arg("external_stacks") = py::dict(),
-            py::arg("indent") = -1)
+            py::arg("indent") = -1,
+            py::arg("boundary_runs") = std::vector<std::pair<std::string, int>>{})
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
             return python::walkStatsDict(self.lastWalk());
         });

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <mutex>
-#include <regex>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
@@ -141,22 +143,60 @@ std::string utf8(PyObject* text) {
     return out;
 }
 
+namespace {
+
+// `<ipython-input-N-HASH>`: N, the execution count, and HASH, the source's. Parsed by hand: a
+// regex over a hostile 200,000-character name recursed off the stack, and std::stoi threw on a
+// count past INT_MAX.
+struct IpythonInputName {
+    int cell = 0;
+    std::string hash;
+};
+
+std::optional<IpythonInputName> parseIpythonInput(const std::string& file) {
+    static constexpr std::string_view kPrefix = "<ipython-input-";
+    if (file.compare(0, kPrefix.size(), kPrefix) != 0) {
+        return std::nullopt;
+    }
+    size_t i = kPrefix.size();
+    int64_t cell = 0;
+    size_t digits = 0;
+    for (; i < file.size() && file[i] >= '0' && file[i] <= '9'; ++i, ++digits) {
+        cell = cell * 10 + (file[i] - '0');
+        if (cell > std::numeric_limits<int>::max()) {
+            return std::nullopt;
+        }
+    }
+    if (digits == 0 || i >= file.size() || file[i] != '-') {
+        return std::nullopt;
+    }
+    size_t hashStart = ++i;
+    while (i < file.size() &&
+           ((file[i] >= '0' && file[i] <= '9') || (file[i] >= 'a' && file[i] <= 'f'))) {
+        ++i;
+    }
+    if (i == hashStart || i >= file.size() || file[i] != '>') {
+        return std::nullopt;
+    }
+    return IpythonInputName{static_cast<int>(cell), file.substr(hashStart, i - hashStart)};
+}
+
+} // namespace
+
 FileClass FrameFilter::classify(const std::string& file) const {
     FileClass c;
     // A cell re-run is the same code under a new name (<ipython-input-N-HASH>): group by the
     // hash. ipykernel's cell files are already named by a hash of their source.
-    static const std::regex kIpythonInput(R"(^<ipython-input-(\d+)-([0-9a-f]+)>)");
-    std::smatch m;
-    bool ipythonInput = std::regex_search(file, m, kIpythonInput);
+    std::optional<IpythonInputName> input = parseIpythonInput(file);
     auto cell = cellFiles.find(file);
     if (cell != cellFiles.end()) {
         c.cell = cell->second;
-        c.group = ipythonInput ? "cell:" + m[2].str() : file;
+        c.group = input ? "cell:" + input->hash : file;
         return c;
     }
-    if (ipythonInput) {
-        c.cell = std::stoi(m[1].str());
-        c.group = "cell:" + m[2].str();
+    if (input) {
+        c.cell = input->cell;
+        c.group = "cell:" + input->hash;
         return c;
     }
     if (!file.empty() && file.front() == '<') {

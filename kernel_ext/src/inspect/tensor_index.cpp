@@ -108,7 +108,17 @@ void addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, con
 
 } // namespace
 
+LiveTensorIndex LiveTensorIndex::onFirstUse() {
+    LiveTensorIndex index;
+    index.d_scanPending = true;
+    return index;
+}
+
 std::optional<BlockDescription> LiveTensorIndex::describe(uintptr_t block) {
+    if (d_scanPending) {
+        d_scanPending = false;
+        d_byBlock = scan().d_byBlock;
+    }
     auto it = d_byBlock.find(block);
     if (it == d_byBlock.end()) {
         return std::nullopt;

@@ -18,6 +18,9 @@ class LiveTensorIndex final : public BlockDescriber {
   public:
     // Needs the GIL. Walks gc.get_objects() once.
     static LiveTensorIndex scan();
+    // Scans on the first describe(): a report with no finding to describe (a trivial cell, a
+    // progress update early in a run) skips the heap scan, most of its cost.
+    static LiveTensorIndex onFirstUse();
     std::optional<BlockDescription> describe(uintptr_t block) override;
     size_t size() const noexcept { return d_byBlock.size(); }
 
@@ -28,6 +31,7 @@ class LiveTensorIndex final : public BlockDescriber {
 
   private:
     std::unordered_map<uintptr_t, Entry> d_byBlock;
+    bool d_scanPending = false;
 };
 
 } // namespace torchleak::python

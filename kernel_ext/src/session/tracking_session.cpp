@@ -138,7 +138,7 @@ std::string TrackingSession::reportJson(const ReportInputs& inputs,
                                         int indent) {
     drainPendingRetains();
     PythonStackSymbolizer symbolizer(filter);
-    LiveTensorIndex tensors = LiveTensorIndex::scan();
+    LiveTensorIndex tensors = LiveTensorIndex::onFirstUse();
     RetainingPathFinder finder(std::move(roots));
     Report report =
         buildReport(*d_recorder, inputs, symbolizer, tensors, explain ? &finder : nullptr);

@@ -38,6 +38,10 @@ class TrackingSession {
     uint64_t events() const noexcept { return d_recorder->eventCount(); }
     size_t liveBlocks() const { return d_recorder->liveBlockCount(); }
     size_t stacks() const { return d_recorder->stackCount(); }
+    IterationTotals lastIteration() const {
+        const auto& b = d_recorder->boundaries();
+        return b.empty() ? IterationTotals{} : iterationTotals(b, b.size() - 1);
+    }
     void setCaptureStacks(bool on) noexcept;
 
     // Needs the GIL.

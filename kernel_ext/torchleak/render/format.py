@@ -23,6 +23,11 @@ def site_text(frame):
     return frame.get("text") or "<unknown>"
 
 
+def iteration_unit(data):
+    """What every rate in the report is per: the core's word ("iteration", "cell run")."""
+    return data.get("iteration_unit") or "iteration"
+
+
 def allocated_inside_text(finding):
     """`allocated inside somepkg/ops.py:41 (reshape_heads)`: the installed package's line under
     the user's site, or None."""

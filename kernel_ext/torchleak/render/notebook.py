@@ -4,8 +4,8 @@ retaining paths as nested ``<details>``), so saved and exported notebooks keep i
 
 import base64
 
-from .format import (allocated_inside_text, empty_text, escape as _e, format_bytes, progress_text,
-                     site_text, step_what)
+from .format import (allocated_inside_text, empty_text, escape as _e, format_bytes, iteration_unit,
+                     progress_text, site_text, step_what)
 
 _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
                     "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
@@ -98,7 +98,7 @@ def render(data, *, progress=None):
     summary = data.get("summary", {})
     head = (f'<div data-testid="torchleak-static" style="font-family:sans-serif;font-size:13px">'
             f'<div><b>torchleak</b>: {_e(summary.get("headline", ""))} in '
-            f'{data.get("iterations", 0)} iteration(s) ({_e(data.get("boundary"))} boundaries)')
+            f'{data.get("iterations", 0)} {_e(iteration_unit(data))}(s) ({_e(data.get("boundary"))} boundaries)')
     if progress:
         head += " &middot; " + progress_text(progress)
     parts = [head + "</div>"]

@@ -1,12 +1,13 @@
 """The ``text/plain`` lines of a notebook output: consoles, CI logs, terminals."""
 
-from .format import format_bytes, progress_text, site_text
+from .format import format_bytes, iteration_unit, progress_text, site_text
 
 
 def render(data, *, progress=None, limit=4):
     findings = data.get("findings", [])
     summary = data.get("summary", {})
-    lines = [f"torchleak: {summary.get('headline', '')} in {data.get('iterations', 0)} iteration(s)"]
+    unit = iteration_unit(data)
+    lines = [f"torchleak: {summary.get('headline', '')} in {data.get('iterations', 0)} {unit}(s)"]
     if progress:
         lines.append(progress_text(progress))
     for cause in data.get("causes") or []:
@@ -14,7 +15,7 @@ def render(data, *, progress=None, limit=4):
     for f in findings[:limit]:
         held = f" held by {f['path_text']}" if f.get("path_text") else ""
         holder = f" (holder {f['holder']['path_text']})" if f.get("holder") else ""
-        lines.append(f"  {f['verdict']}: {format_bytes(f['bytes_per_iteration'])}/iteration at "
+        lines.append(f"  {f['verdict']}: {format_bytes(f['bytes_per_iteration'])}/{unit} at "
                      f"{site_text(f['site'])}{held}{holder}")
     if len(findings) > limit:
         lines.append(f"  ... {len(findings) - limit} more")

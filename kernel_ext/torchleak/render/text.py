@@ -1,10 +1,9 @@
 """The text report: ``print(report)`` and the CLI. One block per leak, then the rest."""
 
-import linecache
 import os
 
 from .format import (allocated_inside_text, empty_text, finding_tensor, format_bytes,
-                     leaks_and_others, site_text, step_what)
+                     iteration_unit, leaks_and_others, site_text, step_what)
 
 _STACK_LINES = 6
 
@@ -12,14 +11,9 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.
 
 
 def _source_line(frame):
-    if not frame:
-        return ""
-    if frame.get("source"):
-        return frame["source"]
-    try:
-        return linecache.getline(frame.get("file") or "", int(frame.get("line") or 0)).strip()
-    except (OSError, ValueError, TypeError):
-        return ""
+    """The line as the report carries it (added when the report was made). Never read from
+    disk here: a received report's file names are not files of this machine."""
+    return (frame or {}).get("source") or ""
 
 
 def _is_tool_frame(frame):
@@ -28,12 +22,12 @@ def _is_tool_frame(frame):
     return name.startswith(_PACKAGE_DIR) or name == "<frozen runpy>"
 
 
-def _device_line(d):
+def _device_line(d, unit):
     alloc = d.get("allocated") or [0]
     line = f"{d['device']}: {format_bytes(alloc[-1])} tracked live at the end"
     rate = d.get("leak_bytes_per_iteration", 0)
     if rate > 0:
-        line += f", leaking {format_bytes(rate)} per iteration"
+        line += f", leaking {format_bytes(rate)} per {unit}"
         if d.get("projection_text"):
             line += "; " + d["projection_text"]
     return line
@@ -71,27 +65,27 @@ def _stack_lines(stack):
     return lines
 
 
-def _leak_block(f):
+def _leak_block(f, unit):
     """A leak finding with no cause entry (a report from before causes existed)."""
-    return [f"LEAK  {format_bytes(f['bytes_per_iteration'])} per iteration at "
+    return [f"LEAK  {format_bytes(f['bytes_per_iteration'])} per {unit} at "
             f"{site_text(f['site'])} in {f['site'].get('function')}  [{f.get('severity')}]",
-            *_site_details(f)]
+            *_site_details(f, unit)]
 
 
-def _cause_block(cause, findings):
+def _cause_block(cause, findings, unit):
     """One leak: the cause's line, its sites (biggest first), the biggest site in detail."""
     members = [findings[i] for i in cause["findings"]]
     out = [f"LEAK  {cause['text']}  [{cause.get('severity')}]"]
     if len(members) > 1:
         out.append("  allocation sites (biggest first):")
         for f in members:
-            out.append(f"    {format_bytes(f['bytes_per_iteration']):>10s} per iteration at "
+            out.append(f"    {format_bytes(f['bytes_per_iteration']):>10s} per {unit} at "
                        f"{site_text(f['site'])} in {f['site'].get('function')}")
         out.append(f"  the biggest, {site_text(members[0]['site'])}:")
-    return out + _site_details(members[0])
+    return out + _site_details(members[0], unit)
 
 
-def _site_details(f):
+def _site_details(f, unit):
     out = []
     src = _source_line(f["site"])
     if src:
@@ -106,7 +100,7 @@ def _site_details(f):
     if series:
         trend = f.get("trend", {})
         out.append(f"  growth: {format_bytes(series[0])} -> {format_bytes(series[-1])} over "
-                   f"{len(series)} iterations (r2 {trend.get('r2', 0):.2f}, "
+                   f"{len(series)} {unit}s (r2 {trend.get('r2', 0):.2f}, "
                    f"p {trend.get('p_value', 1):.2g}, confidence {f.get('confidence', 0):.2f})")
     if f.get("path"):
         out.append(f"  why alive ({f.get('retention', 'unknown')}): {f.get('path_text')}")
@@ -114,7 +108,7 @@ def _site_details(f):
     if f.get("holder"):
         h = f["holder"]
         out.append(f"  holder: {h['path_text']} ({h['type']}, "
-                   f"+{h['growth_per_iteration']:.2g} per iteration)")
+                   f"+{h['growth_per_iteration']:.2g} per {unit})")
     out.extend(_stack_lines([fr for fr in f.get("stack", []) if not _is_tool_frame(fr)]))
     if f.get("suggestion"):
         out.append(f"  fix: {f['suggestion']}")
@@ -124,11 +118,12 @@ def _site_details(f):
 def render(data):
     leaks, others = leaks_and_others(data)
     summary = data.get("summary", {})
-    out = [f"torchleak report: {data.get('iterations', 0)} iterations "
+    unit = iteration_unit(data)
+    out = [f"torchleak report: {data.get('iterations', 0)} {unit}s "
            f"({data.get('boundary')} boundaries, warm-up {data.get('warmup', 0)}), "
            f"torch {data.get('torch_version')}"]
     for d in data.get("devices", []):
-        out.append("  " + _device_line(d))
+        out.append("  " + _device_line(d, unit))
     out.append(f"  {summary.get('headline', '')}; "
                f"score {summary.get('score', 100)}/100 ({summary.get('grade', 'A')})")
     for w in data.get("warnings", []):
@@ -140,11 +135,11 @@ def render(data):
     if causes:
         for cause in causes:
             out.append("")
-            out.extend(_cause_block(cause, data["findings"]))
+            out.extend(_cause_block(cause, data["findings"], unit))
     else:
         for f in leaks:
             out.append("")
-            out.extend(_leak_block(f))
+            out.extend(_leak_block(f, unit))
     if others:
         out.append("")
         out.append("Not leaks:")
