@@ -83,6 +83,14 @@ def _save(report, json_path, html_path, magic):
             raise UsageError(f"cannot write {path}: {exc}\nusage: {USAGE[magic]}") from None
 
 
+def _from_code(tb, code):
+    """The traceback from the first entry that runs `code` (or all of it, when none does)."""
+    entry = tb
+    while entry is not None and entry.tb_frame.f_code is not code:
+        entry = entry.tb_next
+    return entry if entry is not None else tb
+
+
 class _LiveDisplay:
     """One display per report: a widget (if available) updated while the cell runs, throttled,
     then the final bundle without it. A saved notebook keeps no widget state by default, so the
@@ -150,6 +158,7 @@ class LeakMagics(Magics):
         warmup = config.warmup if args.warmup is None else args.warmup
         if warmup >= args.n:
             raise UsageError(f"--warmup must be smaller than -n\nusage: {USAGE['leakcheck']}")
+        __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
         code = self._compile_cell(cell)
 
         resume_watch = self._pause_watch()
@@ -158,6 +167,7 @@ class LeakMagics(Magics):
         started = time.monotonic()
 
         def run_cell():
+            __tracebackhide__ = True  # noqa: F841
             exec(code, self.shell.user_global_ns, self.shell.user_ns)
 
         def after_each(k):
@@ -171,7 +181,8 @@ class LeakMagics(Magics):
             with tracker:
                 live.show(tracker.report(paths=False).to_dict(),
                           {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0})
-                failure = tracker.run_iterations(run_cell, args.n, after_each=after_each)
+                failure = tracker.run_iterations(run_cell, args.n, after_each=after_each,
+                                                 describe=self._in_cell_names)
             report = tracker.report()
             live.finish(report.to_dict())
             if args.output is not None:
@@ -182,8 +193,23 @@ class LeakMagics(Magics):
             if resume_watch:
                 self._start_watch()
         if failure is not None:
-            raise failure
+            # The user's frames only: from the cell's own code on, as if the cell had failed
+            # by itself (the magic's frames hide themselves too).
+            if hasattr(failure, "add_note"):
+                failure.add_note(f"torchleak: %%leakcheck stopped in iteration "
+                                 f"{tracker.iterations} of {args.n} of In [{self._current_cell()}]; "
+                                 f"the report above covers the iterations before it")
+            raise failure.with_traceback(_from_code(failure.__traceback__, code))
         return None
+
+    def _in_cell_names(self, exc):
+        """An exception's message with the names IPython compiled cells under (temporary
+        files in ipykernel, `<ipython-input-N-...>`) written as the user sees them: `In [N]`."""
+        text = str(exc)
+        for name, number in getattr(self.shell.compile, "_filename_map", {}).items():
+            if isinstance(number, int) and name in text:
+                text = text.replace(name, f"In [{number}]")
+        return text
 
     def _compile_cell(self, cell):
         """Compile the cell body under the cell's own file name, so frames read
@@ -194,7 +220,10 @@ class LeakMagics(Magics):
         try:
             return self.shell.compile(source, name, "exec")
         except SyntaxError as exc:
-            raise UsageError(f"the cell does not compile: {exc}\nusage: {USAGE['leakcheck']}") from None
+            where = f"In [{number}], line {exc.lineno}" if exc.lineno else f"In [{number}]"
+            code_line = f"\n    {exc.text.strip()}" if (exc.text or "").strip() else ""
+            raise UsageError(f"the cell does not compile: {exc.msg} ({where}){code_line}\n"
+                             f"usage: {USAGE['leakcheck']}") from None
 
     def _current_cell(self):
         """The In [n] of the running cell: the newest number IPython compiled a cell under

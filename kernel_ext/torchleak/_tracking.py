@@ -267,16 +267,23 @@ class Tracker:
         if message not in self._warnings:
             self._warnings.append(message)
 
-    def run_iterations(self, body, iterations, *, after_each=None):
+    def run_iterations(self, body, iterations, *, after_each=None, describe=str):
         """Call ``body()`` ``iterations`` times, ending an iteration after each, and
         ``after_each(k)`` after iteration k (1-based). An exception from ``body`` (an OOM, a bug,
-        KeyboardInterrupt) stops the loop, is noted in the report's warnings and is returned,
-        not raised, so the caller can report what was seen before re-raising it."""
+        KeyboardInterrupt) stops the loop, is noted in the report's warnings (its message as
+        ``describe`` words it) and is returned, not raised, so the caller can report what was
+        seen before re-raising it."""
+        __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
         for k in range(iterations):
             try:
                 body()
             except BaseException as exc:  # noqa: BLE001 - returned to the caller, who re-raises
-                self.warn(f"stopped in iteration {k} of {iterations} by {type(exc).__name__}: {exc}")
+                try:
+                    message = describe(exc)
+                except Exception:  # noqa: BLE001 - a user __str__ that raises
+                    message = f"<{type(exc).__name__} whose message could not be read>"
+                self.warn(f"stopped in iteration {k} of {iterations} by {type(exc).__name__}: "
+                          f"{message}")
                 return exc
             self.step()
             if after_each is not None:

@@ -225,6 +225,35 @@ def test_an_exception_in_the_cell_still_reports_and_restores_the_hook(shell):
     assert not _core.profiler_state_installed()
 
 
+def test_a_failing_body_shows_the_users_frames_and_names_cells_as_in_n(shell):
+    import traceback
+    number = shell.execution_count
+    result = run(shell, "%%leakcheck -n 4\nimport sys\n"
+                        "def f():\n    raise ValueError(sys._getframe().f_code.co_filename)\nf()\n")
+    exc = result.error_in_exec
+    assert type(exc).__name__ == "ValueError"
+    # Below the magic's own raise (hidden from IPython's display) only the cell's frames.
+    files = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
+    assert files[-2:] == [files[-1]] * 2 and "torchleak" not in files[-1], files
+    assert not any(name.endswith("_tracking.py") for name in files), files
+    assert any(f"In [{number}]" in note and "iteration 0 of 4" in note
+               for note in getattr(exc, "__notes__", []))
+    shown = "\n".join(shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__))
+    assert "_notebook.py" not in shown and "_tracking.py" not in shown
+    # the report's warning names the cell as the user sees it, not the compiled file name
+    [warning] = last_bundle(shell)[REPORT]["warnings"]
+    assert warning == f"stopped in iteration 0 of 4 by ValueError: In [{number}]", warning
+
+
+def test_a_syntax_error_in_the_body_names_the_cell_not_a_file(shell):
+    number = shell.execution_count
+    result = run(shell, "%%leakcheck -n 2\nx = 1\ny = (\n")
+    assert type(result.error_in_exec).__name__ == "UsageError"
+    message = str(result.error_in_exec)
+    assert f"(In [{number}], line 3)" in message and "y = (" in message, message
+    assert "ipython-input" not in message and "ipykernel" not in message
+
+
 def test_unload_removes_every_hook_and_reload_does_not_double(shell):
     run(shell, "%leakwatch on")
     assert _core.profiler_state_installed()
