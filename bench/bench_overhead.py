@@ -14,8 +14,10 @@ Then the cost per allocation event:
 And the retaining-path walk: a heap of about 10^6 gc-tracked Python objects with 10^4 live tensors
 and an autograd graph of 10^5 nodes, the target block at the far end of the graph (the walk must
 cross everything), timed next to CPython's own gc.collect() over the same heap.
+And the notebook's costs (issue #10): what watch mode adds to a trivial cell, and the fixed
+cost of %%leakcheck, in an in-process IPython shell with torch loaded.
 Targets from the issues: at most 5% on (a), at most 300 ns per allocation event with stacks,
-at most 100 ms for the walk.
+at most 100 ms for the walk, at most 20 ms per trivial cell in watch mode and 50 ms fixed cost.
 """
 
 import gc
@@ -143,6 +145,40 @@ def deep_call(depth, fn):
     return deep_call(depth - 1, fn) if depth else fn()
 
 
+def notebook_benchmark(rounds, cells=20):
+    """The notebook costs of issue #10, in an in-process IPython shell with torch loaded (the
+    module count a notebook has): what watch mode adds to a trivial cell, and the fixed cost
+    of %%leakcheck (-n 1 on a trivial body, less the same body run as a plain cell). Each round
+    times both sides back to back; returns per-round added milliseconds."""
+    from IPython.core.displaypub import CapturingDisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+    cfg = Config()
+    cfg.HistoryManager.hist_file = ":memory:"
+    shell = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
+    shell.run_cell("%load_ext torchleak")
+    shell.run_cell("import torch")
+
+    def per_cell(source, n):
+        start = time.perf_counter()
+        for _ in range(n):
+            shell.run_cell(source, store_history=True)
+        shell.display_pub.outputs.clear()
+        return (time.perf_counter() - start) / n
+
+    watch_ms, check_ms = [], []
+    for _ in range(rounds):
+        plain = per_cell("x = 1", cells)
+        shell.run_cell("%leakwatch on")
+        watched = per_cell("x = 1", cells)
+        shell.run_cell("%leakwatch off")
+        checked = per_cell("%%leakcheck -n 1 --warmup 0\nx = 1", 5)
+        watch_ms.append((watched - plain) * 1e3)
+        check_ms.append((checked - plain) * 1e3)
+    InteractiveShell.clear_instance()
+    return watch_ms, check_ms
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -167,6 +203,10 @@ def main():
     hook_nostacks = statistics.median(_testing.recorder_event_cost_ns(200_000, False) for _ in range(5))
 
     walk_s, collect_s, heap_objects, walk_stats = walk_benchmark()
+    watch_ms, check_ms = notebook_benchmark(args.rounds)
+
+    def ms(values):
+        return f"{statistics.median(values):.1f} ms"
 
     def pct(ratios):
         """Median and minimum over rounds of the overhead against the same round's untracked run."""
@@ -196,6 +236,10 @@ def main():
          f"visited {walk_stats['python_objects']:,} objects, {walk_stats['tensors']:,} tensors, "
          f"{walk_stats['autograd_nodes']:,} nodes"),
         ("gc.collect() over the same heap (reference)", f"{collect_s * 1e3:.1f} ms", ""),
+        ("notebook: watch mode's cost per trivial cell", ms(watch_ms),
+         f"median; min {min(watch_ms):.1f} ms (goal <= 20 ms)"),
+        ("notebook: %%leakcheck fixed cost (-n 1, trivial body)", ms(check_ms),
+         f"median; min {min(check_ms):.1f} ms (goal <= 50 ms)"),
     ]
     width = max(len(r[0]) for r in rows)
     print(f"torchleak overhead — torch {torch.__version__}, Python {sys.version.split()[0]}, "
@@ -209,6 +253,7 @@ def main():
                "small_ops": s_events}, "ns_per_event": {"end_to_end_stacks": e2e_stacks,
                "end_to_end_no_stacks": e2e_nostacks, "hook_stacks_depth20": hook_stacks,
                "hook_no_stacks": hook_nostacks},
+               "notebook_ms": {"watch_per_trivial_cell": watch_ms, "leakcheck_fixed": check_ms},
                "walk": {"seconds": walk_s, "gc_collect_seconds": collect_s, "heap_objects": heap_objects,
                         "stats": walk_stats}}
     if args.json:

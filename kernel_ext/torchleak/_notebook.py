@@ -21,7 +21,7 @@ from IPython.display import display
 from . import _core, _tracking
 from ._config import config
 from ._widget import make_widget
-from .render.bundle import report_bundle
+from .render.bundle import report_bundle, report_metadata
 from .render.format import escape, format_bytes
 
 USAGE = {
@@ -119,12 +119,14 @@ class _LiveDisplay:
         if self.handle is not None:
             self.handle.update(report_bundle(data, widget=self.widget, progress=progress), raw=True)
 
-    def finish(self, data):
-        """The final report, in place of the live one; the widget's model is closed."""
+    def finish(self, data, progress=None):
+        """The final report, in place of the live one; the widget's model is closed.
+        `progress` (done) gives the run's line: "20 iterations in 12.1 s"."""
+        bundle, metadata = report_bundle(data, progress=progress), report_metadata(progress)
         if self.handle is not None:
-            self.handle.update(report_bundle(data), raw=True)
+            self.handle.update(bundle, metadata=metadata, raw=True)
         else:
-            display(report_bundle(data), raw=True)
+            display(bundle, metadata=metadata, raw=True)
         if self.widget is not None:
             self.widget.close()
             self.widget = None
@@ -184,7 +186,9 @@ class LeakMagics(Magics):
                 failure = tracker.run_iterations(run_cell, args.n, after_each=after_each,
                                                  describe=self._in_cell_names)
             report = tracker.report()
-            live.finish(report.to_dict())
+            live.finish(report.to_dict(),
+                        {"k": tracker.iterations, "n": args.n, "done": True,
+                         "elapsed": time.monotonic() - started, "stopped": failure is not None})
             if args.output is not None:
                 # Like %timeit -o: the Report (data only, no tensors) under the user's name.
                 self.shell.user_ns[args.output] = report

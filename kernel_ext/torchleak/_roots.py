@@ -93,26 +93,30 @@ def collect(library_prefixes, package_prefixes):
     main = sys.modules.get("__main__")
 
     def add_namespace(prefix, namespace, *, notebook=False):
+        """A module's globals (one root each), or the notebook's, with its machinery last."""
         if id(namespace) in seen_namespaces:
             return
         seen_namespaces.add(id(namespace))
+        if not notebook:
+            # One root per global, expanded by the bindings (dunders and modules left out).
+            roots.append((prefix, "namespace", "", namespace))
+            return
         late = []
         for name, value in list(namespace.items()):
             if not isinstance(name, str) or _skip_name(name) or type(value).__name__ == "module":
                 continue
-            if notebook and name in ("In", "_ih", "_oh", "_dh", "exit", "quit", "get_ipython"):
+            if name in ("In", "_ih", "_oh", "_dh", "exit", "quit", "get_ipython"):
                 continue
-            label = f"{prefix}{name}"
             # Notebook machinery last, so `losses` beats `Out[3]` for the same tensor. Each
             # output is its own root, named as the user sees it; `_3` and `_` are aliases.
-            if notebook and name == "Out" and isinstance(value, dict):
+            if name == "Out" and isinstance(value, dict):
                 late[:0] = [(f"Out[{k}]", "root", "IPython output cache", v)
                             for k, v in list(value.items())]
-            elif notebook and name.startswith("_"):
+            elif name.startswith("_"):
                 if not name[1:].isdigit():
-                    late.append((label, "root", "IPython output cache", value))
+                    late.append((name, "root", "IPython output cache", value))
             else:
-                roots.append((label, "root", "", value))
+                roots.append((name, "root", "", value))
         roots.extend(late)
 
     if shell is not None:

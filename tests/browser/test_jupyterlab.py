@@ -52,7 +52,7 @@ def lab(tmp_path_factory):
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
          f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
-         f"--ServerApp.root_dir={root}", "--allow-root", "--LabApp.news_url=",
+         f"--ServerApp.root_dir={root}", "--allow-root", "--LabApp.news_url=None",
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
@@ -164,7 +164,26 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     first.locator("[data-testid=finding-row]").first.click()
     reopened.wait_for_function("el => el.open", arg=tree.element_handle())
     assert "losses[" in tree.text_content()
+    # The run's line came back from the output's metadata.
+    assert first.locator("[data-testid=run-line]").text_content().startswith("8 iterations in ")
     first.screenshot(path=str(ARTIFACTS / "reopened.png"))
+    # The README's screenshots, light and dark: the theme's variables drive every colour.
+    # JupyterLab asks about its news feed in a toast that would cover the report: answer it.
+    no = reopened.get_by_role("button", name="No", exact=True)
+    if no.count():
+        no.first.click()
+        no.first.wait_for(state="detached", timeout=10_000)
+    first.screenshot(path=str(ARTIFACTS / "report-light.png"))
+    reopened.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
+                      "{theme: 'JupyterLab Dark'})")
+    reopened.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'",
+                               timeout=30_000)
+    reopened.wait_for_timeout(500)
+    colour = first.evaluate("el => getComputedStyle(el).color")
+    assert colour != "rgb(34, 34, 34)", colour  # the dark theme's text colour, not the fallback
+    first.screenshot(path=str(ARTIFACTS / "report-dark.png"))
+    reopened.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
+                      "{theme: 'JupyterLab Light'})")
     reopened.close()
 
 

@@ -22,11 +22,13 @@ PAGE = """<!DOCTYPE html><html><body>
 <div class="jp-Notebook" id="theirs"><div class="jp-Cell" id="their-cell"><div class="jp-InputPrompt">[7]:</div></div></div>
 </body></html>"""
 
-MOUNT = """async ([source, report]) => {
+MOUNT = """async ([source, report, progress]) => {
     const mod = await import('data:text/javascript;base64,' + source);
     const listeners = {};
-    const state = {report, progress: {}};
+    const state = {report, progress: progress || {}};
+    window.tlInterrupts = 0;
     window.tlModel = {
+        widget_manager: {kernel: {interrupt: () => { window.tlInterrupts += 1; }}},
         get: (k) => state[k],
         set: (k, v) => { state[k] = v; (listeners['change:' + k] || []).forEach(f => f()); },
         on: (e, f) => { (listeners[e] = listeners[e] || []).push(f); },
@@ -36,10 +38,10 @@ MOUNT = """async ([source, report]) => {
 }"""
 
 
-def mount(browser, report, width=900):  # noqa: F811 - pytest fixture passed in
+def mount(browser, report, width=900, progress=None):  # noqa: F811 - pytest fixture passed in
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     page.set_content(PAGE % width)
-    page.evaluate(MOUNT, [base64.b64encode(BUNDLE.encode()).decode(), report])
+    page.evaluate(MOUNT, [base64.b64encode(BUNDLE.encode()).decode(), report, progress])
     return page
 
 
@@ -102,4 +104,48 @@ def test_a_site_link_looks_only_in_its_own_notebook(browser):  # noqa: F811
     page.evaluate("r => window.tlModel.set('report', r)", report)
     page.locator("[data-testid=site-link]").first.click()
     assert page.locator("#my-cell[data-torchleak-highlight=true]").count() == 1
+    page.close()
+
+
+def test_a_row_shows_its_source_line_and_its_stack_on_demand(browser):  # noqa: F811
+    report = fixture("leaky_loop.json")
+    leak = next(f for f in report["findings"] if f["verdict"] == "leak")
+    leak["site"]["source"] = "losses.append(loss)"
+    page = mount(browser, report)
+    assert page.locator("[data-testid=site-source]").first.text_content() == "losses.append(loss)"
+    stack = page.locator("[data-testid=stack]").first
+    assert stack.locator("[data-testid=stack-frame]").count() == 0  # built when opened
+    stack.locator("summary").click()
+    frames = stack.locator("[data-testid=stack-frame]")
+    assert frames.count() == len(leak["stack"]) and frames.count() > 0
+    assert frames.first.text_content().startswith(leak["stack"][0]["text"])
+    # opened, it stays open across a live update
+    page.evaluate("() => window.tlModel.set('report', JSON.parse(JSON.stringify(window.tlModel.get('report'))))")
+    assert page.locator("[data-testid=stack]").first.evaluate("el => el.open")
+    page.close()
+
+
+def test_each_fix_has_a_copy_button(browser):  # noqa: F811
+    report = fixture("leaky_loop.json")
+    page = mount(browser, report)
+    cause_fix = page.locator("[data-testid=cause] [data-testid=copy-fix]").first
+    cause_fix.click()
+    # No secure context on a set_content page: the fix is selected for Ctrl+C instead.
+    selected = page.evaluate("() => window.getSelection().toString()")
+    assert selected == report["causes"][0]["suggestion"]
+    assert cause_fix.text_content() in ("copied", "selected: press Ctrl+C")
+    page.close()
+
+
+def test_progress_is_a_bar_with_rate_and_a_stop_button_then_a_run_line(browser):  # noqa: F811
+    report = fixture("leaky_loop.json")
+    page = mount(browser, report, progress={"k": 5, "n": 20, "elapsed": 2.5, "remaining": 7.5})
+    progress = page.locator("[data-testid=progress]")
+    assert "5/20 [2.5 s<7.5 s, 2.0 it/s]" in progress.text_content()
+    assert page.locator("[role=progressbar]").get_attribute("aria-valuenow") == "5"
+    page.locator("[data-testid=stop]").click()
+    assert page.evaluate("() => window.tlInterrupts") == 1
+    page.evaluate("() => window.tlModel.set('progress', {k: 20, n: 20, elapsed: 12.1, done: true})")
+    assert page.locator("[data-testid=run-line]").text_content() == "20 iterations in 12.1 s (1.7 it/s)"
+    assert page.locator("[data-testid=stop]").count() == 0
     page.close()

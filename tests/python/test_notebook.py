@@ -52,6 +52,10 @@ def test_leakcheck_shows_a_live_widget_then_a_report_that_needs_no_kernel(shell)
     assert "<script" not in html and "<style" not in html
     assert "data:image/svg+xml;base64," in html and "<details" in html
     assert f"In [{number}], line 2" in data["text/plain"]
+    # The run's line rides in the output metadata (the lab extension shows it after reopen).
+    progress = shown[-1]["metadata"][REPORT]["progress"]
+    assert progress["done"] and progress["k"] == progress["n"] == 5 and not progress["stopped"]
+    assert "5 iterations in " in data["text/plain"]
     assert not _core.profiler_state_installed()
 
 

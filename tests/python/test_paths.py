@@ -255,6 +255,21 @@ def test_find_paths_directly_and_the_walk_keeps_nothing_alive():
     assert ref() is None
 
 
+def test_a_namespace_root_is_one_root_per_global_without_dunders_or_modules():
+    import types
+    t = torch.ones(64, 64)
+    block = t.untyped_storage().data_ptr()
+    module = types.ModuleType("mypkg.cache")
+    namespace = vars(module)
+    namespace.update({"__hidden__": [t], "os": gc, 42: [t], "store": {"k": [t]}})
+    paths, _ = _core.find_paths([("mypkg.cache.", "namespace", "", namespace)], [block])
+    assert paths[block][:2] == ("reachable", "mypkg.cache.store['k'][0]")
+    with pytest.raises(ValueError, match="namespace root's object is a dict"):
+        _core.find_paths([("x.", "namespace", "", [t])], [block])
+    with pytest.raises(ValueError, match="'root', 'frame' or 'namespace'"):
+        _core.find_paths([("x", "global", "", t)], [block])
+
+
 class Sneaky:
     """Every attribute access or repr would run user code: the walk must not trigger them."""
 

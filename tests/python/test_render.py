@@ -103,8 +103,13 @@ def test_the_notebook_bundle_carries_every_view_and_the_data():
     assert set(mime) == {"text/plain", "text/html", bundle.REPORT_MIME}
     assert bundle.REPORT_MIME == "application/vnd.torchleak.report+json"  # design.md's contract
     assert mime[bundle.REPORT_MIME] is data
-    assert "iteration 2 of 8, 1.0 s elapsed, ~3.0 s left" in mime["text/plain"]
-    assert "iteration 2 of 8, 1.0 s elapsed, ~3.0 s left" in mime["text/html"]
+    assert "2/8 iterations [1.0 s<3.0 s, 2.0 it/s]" in mime["text/plain"]
+    assert "2/8 iterations [1.0 s<3.0 s, 2.0 it/s]" in mime["text/html"]
+    done = bundle.report_bundle(data, progress={"k": 8, "n": 8, "elapsed": 4.0, "done": True})
+    assert "8 iterations in 4.0 s (2.0 it/s)" in done["text/plain"]
+    stopped = {"k": 3, "n": 8, "elapsed": 10.0, "done": True, "stopped": True}
+    assert "stopped after 3 of 8 iterations, 10.0 s" in bundle.report_bundle(data, progress=stopped)["text/html"]
+    assert bundle.report_metadata(stopped) == {bundle.REPORT_MIME: {"progress": stopped}}
     assert "fragmentation (90% reserved but unused)" in mime["text/html"]
     assert "<script" not in mime["text/html"] and "<style" not in mime["text/html"]
 

@@ -45,7 +45,9 @@
       renderModel(model) {
         if (this.disposeView) this.disposeView();
         this.node.replaceChildren();
-        const state = { report: model.data[this.mimeType] || {}, progress: {} };
+        // The run's final line ("20 iterations in 12.1 s") rides in the output's metadata.
+        const meta = (model.metadata && model.metadata[this.mimeType]) || {};
+        const state = { report: model.data[this.mimeType] || {}, progress: meta.progress || {} };
         const saved = { get: (key) => state[key], on() {}, off() {} };
         this.disposeView = render({ model: saved, el: this.node });
         return Promise.resolve();

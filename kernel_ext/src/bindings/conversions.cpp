@@ -1,5 +1,6 @@
 #include "bindings/conversions.h"
 
+#include "inspect/frame_capture.h"
 #include "torchleak/devices.h"
 #include "torchleak/errors.h"
 
@@ -9,7 +10,44 @@ namespace py = pybind11;
 
 namespace torchleak::python {
 
-std::vector<NamedRoot> namedRoots(const py::list& roots) {
+namespace {
+
+bool dunder(const std::string& name) {
+    return name.size() >= 4 && name.compare(0, 2, "__") == 0 &&
+           name.compare(name.size() - 2, 2, "__") == 0;
+}
+
+void addNamespace(const std::string& prefix,
+                  PyObject* dict,
+                  std::vector<NamedRoot>& out,
+                  std::vector<py::object>& owned) {
+    if (!PyDict_Check(dict)) {
+        throw InvalidArgument("a namespace root's object is a dict");
+    }
+    // A snapshot of the items: nothing below runs Python code, but the walk later might
+    // (a finalizer) and the dict must not be iterated then.
+    py::list items = py::reinterpret_steal<py::list>(PyDict_Items(dict));
+    if (!items) {
+        throw py::error_already_set();
+    }
+    for (const py::handle& item : items) {
+        PyObject* key = PyTuple_GET_ITEM(item.ptr(), 0);
+        PyObject* value = PyTuple_GET_ITEM(item.ptr(), 1);
+        if (!PyUnicode_Check(key) || PyModule_CheckExact(value)) {
+            continue;
+        }
+        std::string name = utf8(key);
+        if (dunder(name)) {
+            continue;
+        }
+        owned.push_back(py::reinterpret_borrow<py::object>(value));
+        out.push_back({prefix + name, StepKind::Root, "", value});
+    }
+}
+
+} // namespace
+
+std::vector<NamedRoot> namedRoots(const py::list& roots, std::vector<py::object>& owned) {
     std::vector<NamedRoot> out;
     for (const py::handle& item : roots) {
         if (!py::isinstance<py::tuple>(item) || py::len(item) != 4) {
@@ -17,8 +55,13 @@ std::vector<NamedRoot> namedRoots(const py::list& roots) {
         }
         auto t = py::reinterpret_borrow<py::tuple>(item);
         std::string kind = t[1].cast<std::string>();
+        if (kind == "namespace") {
+            addNamespace(t[0].cast<std::string>(), t[3].ptr(), out, owned);
+            continue;
+        }
         if (kind != "root" && kind != "frame") {
-            throw InvalidArgument("a root's kind is 'root' or 'frame', got '" + kind + "'");
+            throw InvalidArgument("a root's kind is 'root', 'frame' or 'namespace', got '" + kind +
+                                  "'");
         }
         out.push_back({t[0].cast<std::string>(), stepKindFromString(kind), t[2].cast<std::string>(),
                        t[3].ptr()});

@@ -144,7 +144,9 @@ PYBIND11_MODULE(_core, m) {
                     in.boundary_runs.push_back({filter.classify(file).group, cell});
                 }
                 // `roots` (the Python list) keeps every root object alive during the walk.
-                return self.reportJson(in, filter, python::namedRoots(roots), explain, indent);
+                std::vector<py::object> owned;
+                return self.reportJson(in, filter, python::namedRoots(roots, owned), explain,
+                                       indent);
             },
             py::arg("torch_version"), py::arg("python_version"), py::arg("warmup"),
             py::arg("boundary"), py::arg("config") = AnalysisConfig{},
@@ -161,7 +163,8 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "find_paths",
         [](const py::list& roots, const std::vector<uintptr_t>& blocks) {
-            python::RetainingPathFinder finder(python::namedRoots(roots));
+            std::vector<py::object> owned;
+            python::RetainingPathFinder finder(python::namedRoots(roots, owned));
             auto paths = finder.explain(blocks);
             return py::make_tuple(python::retainingPathsDict(paths),
                                   python::walkStatsDict(finder.stats()));

@@ -19,6 +19,12 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 REPORT_MIME = "application/vnd.torchleak.report+json"
 
 
+def report_metadata(progress):
+    """The output's metadata: the run's final line travels here, beside the report, so the
+    lab extension shows it after a reopen without it being part of the report."""
+    return {REPORT_MIME: {"progress": progress}} if progress else {}
+
+
 def report_bundle(data, *, widget=None, progress=None):
     bundle = {
         "text/plain": plain.render(data, progress=progress),

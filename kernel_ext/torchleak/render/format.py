@@ -73,7 +73,16 @@ def empty_text(data):
     return (data.get("summary") or {}).get("empty_text")
 
 
-def progress_text(progress):
-    """`iteration 3 of 20, 1.2 s elapsed, ~6.8 s left` while a check runs."""
-    return (f"iteration {progress['k']} of {progress['n']}, {progress['elapsed']:.1f} s elapsed, "
-            f"~{progress['remaining']:.1f} s left")
+def progress_text(progress, unit="iteration"):
+    """tqdm's words for a check: `2/8 iterations [1.0 s<3.0 s, 2.0 it/s]` while it runs, `8
+    iterations in 4.0 s (2.0 it/s)` when done, `stopped after 3 of 8 iterations, 1.5 s`."""
+    k, n = int(progress.get("k", 0)), int(progress.get("n", 0))
+    elapsed = float(progress.get("elapsed", 0.0))
+    rate = k / elapsed if elapsed > 0 else 0.0
+    rate_text = f"{rate:.1f} it/s" if rate >= 1 or rate == 0 else f"{1 / rate:.1f} s/it"
+    if progress.get("done"):
+        if progress.get("stopped"):
+            return f"stopped after {k} of {n} {unit}s, {elapsed:.1f} s"
+        return f"{k} {unit}{'' if k == 1 else 's'} in {elapsed:.1f} s ({rate_text})"
+    return (f"{k}/{n} {unit}s [{elapsed:.1f} s<{float(progress.get('remaining', 0.0)):.1f} s, "
+            f"{rate_text}]")

@@ -100,7 +100,7 @@ def render(data, *, progress=None):
             f'<div><b>torchleak</b>: {_e(summary.get("headline", ""))} in '
             f'{data.get("iterations", 0)} {_e(iteration_unit(data))}(s) ({_e(data.get("boundary"))} boundaries)')
     if progress:
-        head += " &middot; " + progress_text(progress)
+        head += " &middot; " + progress_text(progress, iteration_unit(data))
     parts = [head + "</div>"]
     for w in data.get("warnings", []):
         parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')

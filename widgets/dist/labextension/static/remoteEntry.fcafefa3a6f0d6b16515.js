@@ -149,8 +149,82 @@ function pathTree(finding) {
     if (step.note) row.appendChild(el("span", { class: "tl-note" }, ` (${step.note})`));
     details.appendChild(row);
   }
-  if (finding.suggestion) details.appendChild(el("div", { class: "tl-step" }, `fix: ${finding.suggestion}`));
+  if (finding.suggestion) details.appendChild(fixLine(finding.suggestion, "tl-step"));
   return details;
+}
+
+// "fix: ..." with a button that copies the fix (the clipboard API needs a secure context;
+// elsewhere the text is selected for the user to copy).
+function fixLine(text, cls) {
+  const line = el("div", { class: cls });
+  const fix = el("span", { class: "tl-fix" }, text);
+  const button = el("button", { class: "tl-copy", "data-testid": "copy-fix", type: "button", title: "copy the fix" }, "copy");
+  button.addEventListener("click", (event) => {
+    event.stopPropagation();
+    const done = () => { button.textContent = "copied"; setTimeout(() => { button.textContent = "copy"; }, 1500); };
+    const select = () => {
+      const range = document.createRange();
+      range.selectNodeContents(fix);
+      const selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      button.textContent = "selected: press Ctrl+C";
+    };
+    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(done, select);
+    else select();
+  });
+  line.appendChild(document.createTextNode("fix: "));
+  line.appendChild(fix);
+  line.appendChild(button);
+  return line;
+}
+
+// The allocation stack, built when opened: innermost first, library frames dimmed.
+function stackTree(finding) {
+  const details = el("details", { class: "tl-stack", "data-testid": "stack" });
+  const frames = finding.stack || [];
+  details.appendChild(el("summary", {}, `stack (${frames.length} frame${frames.length === 1 ? "" : "s"})`));
+  details.addEventListener("toggle", () => {
+    if (!details.open || details.dataset.built) return;
+    details.dataset.built = "true";
+    for (const frame of frames) {
+      const row = el("div", { class: frame.user === false ? "tl-frame tl-lib" : "tl-frame", "data-testid": "stack-frame" },
+        `${siteText(frame)} in ${frame.function || "?"}`);
+      if (frame.source) row.appendChild(el("code", { class: "tl-source" }, ` ${frame.source}`));
+      details.appendChild(row);
+    }
+  });
+  return details;
+}
+
+// tqdm's line: a bar, k/n, elapsed and remaining, the rate; a Stop button while it runs (it
+// interrupts the kernel: the report of the iterations seen is kept). Done: "20 iterations in
+// 12.1 s".
+function progressLine(progress, model, unit) {
+  const box = el("div", { class: "tl-progress", "data-testid": "progress" });
+  const k = Number(progress.k || 0), n = Number(progress.n || 0), elapsed = Number(progress.elapsed || 0);
+  const rate = elapsed > 0 ? k / elapsed : 0;
+  const rateText = rate >= 1 || rate === 0 ? `${rate.toFixed(1)} it/s` : `${(1 / rate).toFixed(1)} s/it`;
+  if (progress.done) {
+    const text = progress.stopped
+      ? `stopped after ${k} of ${n} ${unit}s, ${elapsed.toFixed(1)} s`
+      : `${k} ${unit}${k === 1 ? "" : "s"} in ${elapsed.toFixed(1)} s (${rateText})`;
+    box.appendChild(el("span", { "data-testid": "run-line" }, text));
+    return box;
+  }
+  const bar = el("span", { class: "tl-bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": String(n), "aria-valuenow": String(k) });
+  const fill = el("span", { class: "tl-bar-fill" });
+  fill.style.width = `${n ? (100 * k) / n : 0}%`;
+  bar.appendChild(fill);
+  box.appendChild(bar);
+  box.appendChild(el("span", {}, ` ${k}/${n} [${elapsed.toFixed(1)} s<${Number(progress.remaining || 0).toFixed(1)} s, ${rateText}]`));
+  const kernel = model && model.widget_manager && model.widget_manager.kernel;
+  if (kernel && typeof kernel.interrupt === "function") {
+    const stop = el("button", { class: "tl-stop", "data-testid": "stop", type: "button", title: "interrupt the kernel: the report of the iterations so far is kept" }, "Stop");
+    stop.addEventListener("click", () => { stop.disabled = true; stop.textContent = "stopping…"; kernel.interrupt(); });
+    box.appendChild(stop);
+  }
+  return box;
 }
 
 // Scroll to the notebook cell a site points at (`In [n]`), found by its input prompt. Plain
@@ -186,7 +260,7 @@ const COLUMNS = [
 function render({ model, el: host }) {
   const root = el("div", { class: "tl-root", "data-testid": "torchleak-widget" });
   const style = document.createElement("style");
-  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin-left: 8px; }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; }\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
+  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; }\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
   host.appendChild(style);
   host.appendChild(root);
   // null: the report's own order (leaks first, biggest first). Rows the user opened stay open
@@ -203,12 +277,9 @@ function render({ model, el: host }) {
     const summary = report.summary || {};
     const head = el("div", { class: "tl-head" });
     head.appendChild(el("b", {}, "torchleak"));
-    head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} iteration(s)`));
-    if (progress.n) {
-      head.appendChild(el("span", { class: "tl-progress", "data-testid": "progress" },
-        `iteration ${progress.k} of ${progress.n}, ${Number(progress.elapsed).toFixed(1)} s elapsed, ~${Number(progress.remaining).toFixed(1)} s left`));
-    }
+    head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} ${report.iteration_unit || "iteration"}(s)`));
     root.appendChild(head);
+    if (progress.n) root.appendChild(progressLine(progress, model, report.iteration_unit || "iteration"));
     for (const warning of report.warnings || []) {
       root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
     }
@@ -221,7 +292,7 @@ function render({ model, el: host }) {
       const line = el("div", { class: "tl-cause", "data-testid": "cause" });
       line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
       line.appendChild(document.createTextNode(`${cause.text} [${cause.severity}]`));
-      if (cause.suggestion) line.appendChild(el("div", { class: "tl-note" }, `fix: ${cause.suggestion}`));
+      if (cause.suggestion) line.appendChild(fixLine(cause.suggestion, "tl-note"));
       root.appendChild(line);
     }
     for (const device of report.devices || []) {
@@ -265,22 +336,29 @@ function render({ model, el: host }) {
         });
         siteCell.replaceChildren(link, document.createTextNode(` ${f.site.function || ""}`));
       }
+      if (f.site && f.site.source) siteCell.appendChild(el("code", { class: "tl-source", "data-testid": "site-source" }, f.site.source));
       row.appendChild(siteCell);
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.total_bytes)));
       row.appendChild(el("td", {}, f.holder ? f.holder.path_text : f.path_text || ""));
       table.appendChild(row);
-      if ((f.path || []).length) {
+      if ((f.path || []).length || (f.stack || []).length) {
         const detailRow = el("tr");
         const cell = el("td", { colspan: String(COLUMNS.length) });
-        const tree = pathTree(f);
         const k = rowKey(f);
-        tree.open = opened.has(k);
-        tree.addEventListener("toggle", () => { if (tree.open) opened.add(k); else opened.delete(k); });
-        cell.appendChild(tree);
+        // Rows the user opened stay open across redraws, the path and the stack each.
+        const keep = (details, key) => {
+          details.open = opened.has(key);
+          if (details.open) details.dispatchEvent(new Event("toggle"));
+          details.addEventListener("toggle", () => { if (details.open) opened.add(key); else opened.delete(key); });
+          cell.appendChild(details);
+          return details;
+        };
+        const tree = (f.path || []).length ? keep(pathTree(f), k) : null;
+        if ((f.stack || []).length) keep(stackTree(f), `${k}\u001fstack`);
         detailRow.appendChild(cell);
         table.appendChild(detailRow);
-        row.addEventListener("click", () => { tree.open = !tree.open; if (tree.open) tree.scrollIntoView({ block: "nearest" }); });
+        if (tree) row.addEventListener("click", () => { tree.open = !tree.open; if (tree.open) tree.scrollIntoView({ block: "nearest" }); });
       }
     }
     root.appendChild(table);
@@ -331,7 +409,9 @@ function render({ model, el: host }) {
       renderModel(model) {
         if (this.disposeView) this.disposeView();
         this.node.replaceChildren();
-        const state = { report: model.data[this.mimeType] || {}, progress: {} };
+        // The run's final line ("20 iterations in 12.1 s") rides in the output's metadata.
+        const meta = (model.metadata && model.metadata[this.mimeType]) || {};
+        const state = { report: model.data[this.mimeType] || {}, progress: meta.progress || {} };
         const saved = { get: (key) => state[key], on() {}, off() {} };
         this.disposeView = render({ model: saved, el: this.node });
         return Promise.resolve();
