@@ -196,3 +196,43 @@ def collect(library_prefixes, package_prefixes):
                       "torch.jit.script compiles (a traced module's methods too) stays in it, "
                       "with its constants, until the process ends", unit))
     return roots
+
+
+def _class_name(cls):
+    """A class's own name, read from type's slot: a metaclass's __name__ property is user code."""
+    try:
+        return type.__dict__["__name__"].__get__(cls, type)
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+def parameter_owners(roots, limit=100_000):
+    """(parameter, "model[7] (Linear)") for every parameter of the nn.Modules among the named
+    roots (not module namespaces: the user's own names), read from the modules' own
+    `_modules` and `_parameters` dicts so no user code runs. The walk then says which module
+    made an autograd node on a path."""
+    module_type = getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)
+    if module_type is None:
+        return []
+    owners, seen = [], set()
+    stack = [(label, value) for label, kind, _note, value in roots
+             if kind in ("root", "frame") and module_type in type(value).__mro__]
+    while stack and len(seen) < limit:
+        label, module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        state = getattr(module, "__dict__", None)
+        if type(state) is not dict:
+            continue
+        described = f"{label} ({_class_name(type(module))})"
+        parameters = state.get("_parameters")
+        if type(parameters) is dict:
+            owners.extend((p, described) for p in parameters.values() if p is not None)
+        children = state.get("_modules")
+        if type(children) is dict:
+            for name, child in children.items():
+                if isinstance(name, str) and child is not None and module_type in type(child).__mro__:
+                    stack.append((f"{label}[{name}]" if name.isdigit() else f"{label}.{name}", child))
+    return owners
+

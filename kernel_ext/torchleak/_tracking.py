@@ -339,6 +339,7 @@ class Tracker:
             explain=bool(paths),
             external_stacks=_cuda.block_stacks(snapshot),
             boundary_runs=self._cell_runs if self._boundary == "cell" else [],
+            parameter_owners=_roots.parameter_owners(roots) if paths else [],
         )
         del roots
         report = Report(text)

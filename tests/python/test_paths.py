@@ -59,6 +59,21 @@ class MicroBatchMetrics:
     outputs: dict = dataclasses.field(default_factory=lambda: {"stage": []})
 
 
+def test_an_autograd_node_on_the_path_names_the_module_that_made_it():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
+    x = torch.randn(256, 64)
+    losses = []
+
+    def step():
+        losses.append(model(x).pow(2).mean())
+
+    report = torchleak.check(step, iterations=5)
+    notes = {step["type"]: step.get("note", "") for leak in report.leaks for step in leak.path}
+    assert notes.get("AddmmBackward0", "").endswith("made by model[2] (Linear)"), notes
+    # Nodes whose inputs are no module's parameters say nothing of modules.
+    assert "made by" not in notes.get("MeanBackward0", "") + notes.get("PowBackward0", "")
+
+
 def test_custom_function_ctx_attribute_through_a_dataclass_dict_of_lists():
     x = torch.randn(512, 512, requires_grad=True)
     metrics = MicroBatchMetrics()  # held by this frame's local variable

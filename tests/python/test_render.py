@@ -3,6 +3,7 @@ no tracking, no torch tensors. The views show the display strings the core wrote
 (site.text, projection_text, summary.headline, summary.empty_text) and escape everything."""
 import copy
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -158,3 +159,22 @@ def test_a_live_report_carries_the_display_strings():
 def torch_ones():
     import torch
     return torch.ones(64, 256)
+
+
+def test_a_received_report_prints_only_what_it_contains(tmp_path):
+    # A report from elsewhere names files of its machine: printing it must not read this
+    # machine's files (a line of /etc/passwd), block on a FIFO, or send terminal escapes.
+    data = fixture("leaky_loop.json")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for finding, path in zip(data["findings"], ["/etc/passwd", str(fifo), "/dev/zero"]):
+        finding["site"].pop("source", None)
+        finding["site"].update(file=path, line=1,
+                               function="evil\x1b]0;owned\x07\x1b[2J\rfake line\nLEAK")
+        finding["stack"] = [dict(finding["site"])]
+    path = tmp_path / "received.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    text = str(torchleak.Report.load(path))
+    assert "root:" not in text
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "evil\\x1b]0;owned\\x07\\x1b[2J\\x0dfake line\\x0aLEAK" in text

@@ -5,6 +5,7 @@
 #include "torchleak/errors.h"
 
 #include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 namespace py = pybind11;
 
@@ -65,6 +66,23 @@ std::vector<NamedRoot> namedRoots(const py::list& roots, std::vector<py::object>
         }
         out.push_back({t[0].cast<std::string>(), stepKindFromString(kind), t[2].cast<std::string>(),
                        t[3].ptr()});
+    }
+    return out;
+}
+
+ParameterOwners parameterOwners(const py::list& owners) {
+    ParameterOwners out;
+    auto* tensorType = reinterpret_cast<PyTypeObject*>(THPVariableClass);
+    for (const py::handle& item : owners) {
+        if (!py::isinstance<py::tuple>(item) || py::len(item) != 2) {
+            throw InvalidArgument("a parameter owner is a (tensor, text) tuple");
+        }
+        auto t = py::reinterpret_borrow<py::tuple>(item);
+        // An exact type test, as everywhere in the walk: no __instancecheck__ runs.
+        if (tensorType == nullptr || !PyObject_TypeCheck(t[0].ptr(), tensorType)) {
+            continue;
+        }
+        out.emplace(THPVariable_Unpack(t[0].ptr()).unsafeGetTensorImpl(), t[1].cast<std::string>());
     }
     return out;
 }

@@ -22,6 +22,9 @@ namespace torchleak::python {
 std::vector<NamedRoot> namedRoots(const pybind11::list& roots,
                                   std::vector<pybind11::object>& owned);
 
+// (parameter, "model[7] (Linear)") pairs; entries that are not tensors are skipped.
+ParameterOwners parameterOwners(const pybind11::list& owners);
+
 pybind11::dict walkStatsDict(const WalkStats& stats);
 
 // {block: (retention, path text, [(kind, label, type, note), ...])}

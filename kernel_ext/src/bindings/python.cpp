@@ -125,7 +125,8 @@ PYBIND11_MODULE(_core, m) {
                const AnalysisConfig& config, const std::map<std::string, uint64_t>& capacities,
                const std::vector<std::string>& warnings, const python::FrameFilter& filter,
                const py::list& roots, bool explain, const py::dict& externalStacks, int indent,
-               const std::vector<std::pair<std::string, int>>& boundaryRuns) {
+               const std::vector<std::pair<std::string, int>>& boundaryRuns,
+               const py::list& parameterOwners) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -146,7 +147,7 @@ PYBIND11_MODULE(_core, m) {
                 // `roots` (the Python list) keeps every root object alive during the walk.
                 std::vector<py::object> owned;
                 return self.reportJson(in, filter, python::namedRoots(roots, owned), explain,
-                                       indent);
+                                       indent, python::parameterOwners(parameterOwners));
             },
             py::arg("torch_version"), py::arg("python_version"), py::arg("warmup"),
             py::arg("boundary"), py::arg("config") = AnalysisConfig{},
@@ -155,7 +156,8 @@ PYBIND11_MODULE(_core, m) {
             py::arg("frame_filter") = python::FrameFilter{}, py::arg("roots") = py::list(),
             py::arg("explain") = true, py::arg("external_stacks") = py::dict(),
             py::arg("indent") = -1,
-            py::arg("boundary_runs") = std::vector<std::pair<std::string, int>>{})
+            py::arg("boundary_runs") = std::vector<std::pair<std::string, int>>{},
+            py::arg("parameter_owners") = py::list())
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
             return python::walkStatsDict(self.lastWalk());
         });

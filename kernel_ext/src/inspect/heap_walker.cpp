@@ -471,7 +471,7 @@ std::unordered_set<uintptr_t> RetainingPathFinder::walkFromNamedRoots(
     Walk walk(targets, visited, d_stats);
     walk.addRoots(d_roots);
     walk.run();
-    PathBuilder builder(walk.nodes(), d_roots);
+    PathBuilder builder(walk.nodes(), d_roots, &d_owners);
     for (const auto& [block, node] : walk.found()) {
         result[block] = BlockPath{Retention::Reachable, builder.build(node)};
     }
@@ -524,7 +524,7 @@ void RetainingPathFinder::explainCycles(const std::vector<PyObject*>& garbage,
         Walk cycles(unreached, visited, d_stats);
         cycles.addRoots(cycleRoots);
         cycles.run();
-        PathBuilder cycleBuilder(cycles.nodes(), cycleRoots);
+        PathBuilder cycleBuilder(cycles.nodes(), cycleRoots, &d_owners);
         for (const auto& [block, node] : cycles.found()) {
             std::vector<PathStep> steps = cycleBuilder.build(node);
             uint32_t rootNode = rootOf(cycles.nodes(), node);
@@ -596,7 +596,7 @@ void RetainingPathFinder::explainOutsideRoots(const std::vector<PyObject*>& exte
     Walk outside(unreached, visited, d_stats);
     outside.addRoots(outsideRoots);
     outside.run();
-    PathBuilder outsideBuilder(outside.nodes(), outsideRoots);
+    PathBuilder outsideBuilder(outside.nodes(), outsideRoots, &d_owners);
     for (const auto& [block, node] : outside.found()) {
         uint32_t rootNode = rootOf(outside.nodes(), node);
         auto* rootObj = static_cast<PyObject*>(const_cast<void*>(outside.nodes()[rootNode].ptr));

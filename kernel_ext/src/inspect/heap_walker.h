@@ -19,10 +19,16 @@
 
 #include <Python.h>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 namespace torchleak::python {
+
+// Which module a parameter belongs to, by its TensorImpl: "model[7] (Linear)". Collected by
+// the Python layer from the nn.Modules among the roots; a path step at an autograd node whose
+// inputs include one of these parameters says which module made the node.
+using ParameterOwners = std::unordered_map<const void*, std::string>;
 
 struct NamedRoot {
     std::string label; // pasteable ("losses", "mymodule.cache", "Out") or "<...>" text
@@ -43,7 +49,8 @@ struct WalkStats {
 
 class RetainingPathFinder final : public RetentionExplainer {
   public:
-    explicit RetainingPathFinder(std::vector<NamedRoot> roots) : d_roots(std::move(roots)) {}
+    explicit RetainingPathFinder(std::vector<NamedRoot> roots, ParameterOwners owners = {})
+        : d_roots(std::move(roots)), d_owners(std::move(owners)) {}
     std::unordered_map<uintptr_t, BlockPath> explain(const std::vector<uintptr_t>& blocks) override;
     const WalkStats& stats() const noexcept { return d_stats; }
 
@@ -65,6 +72,7 @@ class RetainingPathFinder final : public RetentionExplainer {
     static void markHeldOnlyFromCpp(const std::unordered_set<uintptr_t>& unreached, Paths& result);
 
     std::vector<NamedRoot> d_roots;
+    ParameterOwners d_owners;
     WalkStats d_stats;
 };
 

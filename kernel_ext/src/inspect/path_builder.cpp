@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <structmember.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -161,6 +162,7 @@ std::vector<PathStep> PathBuilder::build(uint32_t i, bool dropRoot) {
         step.type = typeName(n);
         describeTensor(n, step);
         noteResetMethod(n, step);
+        noteModuleOfNode(n, step);
         steps.push_back(std::move(step));
     }
     noteGraphOfLastTensor(d_nodes[i], steps);
@@ -447,6 +449,44 @@ void PathBuilder::noteResetMethod(const WalkNode& n, PathStep& step) {
     auto* obj = static_cast<PyObject*>(const_cast<void*>(n.ptr));
     if (!isTensor(obj) && definesReset(obj)) {
         step.note += (step.note.empty() ? "" : "; ") + std::string(kDefinesResetNote);
+    }
+}
+
+namespace {
+
+// The parameter an edge accumulates into, when it is one the owners know.
+const std::string* ownerOfEdge(const torch::autograd::Edge& edge, const ParameterOwners& owners) {
+    auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(edge.function.get());
+    if (acc == nullptr || !acc->variable.defined()) {
+        return nullptr;
+    }
+    auto it = owners.find(acc->variable.unsafeGetTensorImpl());
+    return it != owners.end() ? &it->second : nullptr;
+}
+
+} // namespace
+
+// `AddmmBackward0` made by `model[7] (Linear)`: a node's own inputs include the module's
+// parameters (the bias directly, the weight through the one-input TBackward0 of `weight.t()`).
+// Only those two shapes: going further up the graph would name the module of an earlier layer.
+void PathBuilder::noteModuleOfNode(const WalkNode& n, PathStep& step) {
+    if (d_owners == nullptr || d_owners->empty() || n.kind != NodeKind::Autograd) {
+        return;
+    }
+    auto* node = static_cast<Node*>(const_cast<void*>(n.ptr));
+    const std::string* owner = nullptr;
+    for (const torch::autograd::Edge& edge : node->next_edges()) {
+        owner = ownerOfEdge(edge, *d_owners);
+        if (owner == nullptr && edge.function && edge.function->num_inputs() == 1 &&
+            edge.function->next_edges().size() == 1) {
+            owner = ownerOfEdge(edge.function->next_edges().front(), *d_owners);
+        }
+        if (owner != nullptr) {
+            break;
+        }
+    }
+    if (owner != nullptr) {
+        step.note += (step.note.empty() ? "" : "; ") + ("made by " + *owner);
     }
 }
 

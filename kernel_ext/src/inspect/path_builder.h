@@ -17,8 +17,10 @@ namespace torchleak::python {
 
 class PathBuilder {
   public:
-    PathBuilder(const std::vector<WalkNode>& nodes, const std::vector<NamedRoot>& roots)
-        : d_nodes(nodes), d_roots(roots) {}
+    PathBuilder(const std::vector<WalkNode>& nodes,
+                const std::vector<NamedRoot>& roots,
+                const ParameterOwners* owners = nullptr)
+        : d_nodes(nodes), d_roots(roots), d_owners(owners) {}
 
     // Steps from the root to node `i`. With `dropRoot`, the root itself is left out.
     std::vector<PathStep> build(uint32_t i, bool dropRoot = false);
@@ -35,6 +37,7 @@ class PathBuilder {
 
     void describeTensor(const WalkNode& n, PathStep& step);
     void noteResetMethod(const WalkNode& n, PathStep& step);
+    void noteModuleOfNode(const WalkNode& n, PathStep& step);
     void noteGraphOfLastTensor(const WalkNode& n, std::vector<PathStep>& steps);
 
     // The object `parent` refers to `child` through: find the name (dict key, slot) without
@@ -45,6 +48,7 @@ class PathBuilder {
 
     const std::vector<WalkNode>& d_nodes;
     const std::vector<NamedRoot>& d_roots;
+    const ParameterOwners* d_owners;
 };
 
 } // namespace torchleak::python

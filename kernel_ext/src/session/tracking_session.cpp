@@ -135,11 +135,12 @@ std::string TrackingSession::reportJson(const ReportInputs& inputs,
                                         const FrameFilter& filter,
                                         std::vector<NamedRoot> roots,
                                         bool explain,
-                                        int indent) {
+                                        int indent,
+                                        ParameterOwners owners) {
     drainPendingRetains();
     PythonStackSymbolizer symbolizer(filter);
     LiveTensorIndex tensors = LiveTensorIndex::onFirstUse();
-    RetainingPathFinder finder(std::move(roots));
+    RetainingPathFinder finder(std::move(roots), std::move(owners));
     Report report =
         buildReport(*d_recorder, inputs, symbolizer, tensors, explain ? &finder : nullptr);
     d_lastWalk = finder.stats();

@@ -50,7 +50,8 @@ class TrackingSession {
                            const FrameFilter& filter,
                            std::vector<NamedRoot> roots,
                            bool explain,
-                           int indent);
+                           int indent,
+                           ParameterOwners owners = {});
     const WalkStats& lastWalk() const noexcept { return d_lastWalk; }
 
   private:

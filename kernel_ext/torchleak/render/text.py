@@ -7,6 +7,10 @@ from .format import (allocated_inside_text, empty_text, finding_tensor, format_b
 
 _STACK_LINES = 6
 
+# Control characters a received report may carry in any string (an ESC that recolours or
+# clears the terminal, a carriage return that overwrites a line): shown escaped, never sent.
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0a, 0x20), *range(0x7f, 0xa0)]}
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
@@ -147,4 +151,4 @@ def render(data):
             held = f"  held by {f['path_text']}" if f.get("path_text") else ""
             out.append(f"  {f['verdict']:<10s} {format_bytes(f['total_bytes']):>10s} at "
                        f"{site_text(f['site'])} in {f['site'].get('function')}{held}")
-    return "\n".join(out)
+    return "\n".join(line.translate(_CONTROLS) for line in out)
