@@ -1,5 +1,7 @@
 #include "torchleak/config.h"
 
+#include <algorithm>
+
 #include "torchleak/errors.h"
 
 #include <cctype>
@@ -51,7 +53,8 @@ uint64_t parseSize(std::string_view raw) {
            (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
         ++i;
     }
-    if (i == 0) {
+    if (i == 0 ||
+        std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(i), '.') > 1) {
         throw InvalidArgument("'" + std::string(raw) +
                               "' is not a size (examples: 4096, 1MiB, 100MB)");
     }

@@ -3,6 +3,8 @@
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace torchleak {
@@ -10,6 +12,64 @@ namespace torchleak {
 using nlohmann::json;
 
 namespace {
+
+// Numbers read back are checked, never converted: nlohmann's get<int>() truncates 2.9 to 2 and
+// get<uint64_t>() wraps -1 to 2^64-1, so a hand-edited or hostile report would load as
+// nonsense. An integer field must be a JSON integer in the type's range; a real one finite.
+template <class T> T integerFrom(const json& v, const char* what) {
+    bool fits = false;
+    if (v.is_number_unsigned()) {
+        fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    } else if (v.is_number_integer()) {
+        int64_t x = v.get<int64_t>();
+        fits = x >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+               (x < 0 ||
+                static_cast<uint64_t>(x) <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
+    }
+    if (!fits) {
+        throw SchemaError(std::string(what) + " must be an integer in range, got " + v.dump());
+    }
+    return v.get<T>();
+}
+
+template <class T> T integerAt(const json& owner, const char* key) {
+    return integerFrom<T>(owner.at(key), key);
+}
+
+template <class T> T integerOr(const json& owner, const char* key, T fallback) {
+    return owner.contains(key) ? integerFrom<T>(owner[key], key) : fallback;
+}
+
+template <class T> std::vector<T> integersAt(const json& owner, const char* key) {
+    const json& list = owner.at(key);
+    if (!list.is_array()) {
+        throw SchemaError(std::string(key) + " must be a list of integers");
+    }
+    std::vector<T> out;
+    out.reserve(list.size());
+    for (const json& v : list) {
+        out.push_back(integerFrom<T>(v, key));
+    }
+    return out;
+}
+
+template <class T> std::vector<T> integersOr(const json& owner, const char* key) {
+    return owner.contains(key) ? integersAt<T>(owner, key) : std::vector<T>{};
+}
+
+double realFrom(const json& v, const char* what) {
+    if (v.is_null()) {
+        return 0.0; // how the writer spells a NaN (a fit over a constant series)
+    }
+    if (!v.is_number() || !std::isfinite(v.get<double>())) {
+        throw SchemaError(std::string(what) + " must be a finite number, got " + v.dump());
+    }
+    return v.get<double>();
+}
+
+double realOr(const json& owner, const char* key, double fallback) {
+    return owner.contains(key) ? realFrom(owner[key], key) : fallback;
+}
 
 json frameJson(const Frame& f, bool withCell) {
     json j = {{"file", f.file}, {"line", f.line}, {"function", f.function}, {"text", siteText(f)}};
@@ -34,10 +94,10 @@ json frameJson(const Frame& f, bool withCell) {
 Frame frameFrom(const json& j) {
     Frame f;
     f.file = j.at("file").get<std::string>();
-    f.line = j.at("line").get<int>();
+    f.line = integerAt<int>(j, "line");
     f.function = j.at("function").get<std::string>();
     if (j.contains("cell") && !j["cell"].is_null()) {
-        f.cell = j["cell"].get<int>();
+        f.cell = integerFrom<int>(j["cell"], "cell");
     }
     f.user = j.value("user", true);
     f.package = j.value("package", false);
@@ -45,7 +105,7 @@ Frame frameFrom(const json& j) {
         f.source = j["source"].get<std::string>();
     }
     if (j.contains("runs")) {
-        f.runs = j["runs"].get<std::vector<int>>();
+        f.runs = integersAt<int>(j, "runs");
     }
     return f;
 }
@@ -66,7 +126,7 @@ std::optional<Holder> holderFrom(const json& owner) {
     }
     const json& h = owner["holder"];
     return Holder{h.at("path_text").get<std::string>(), h.value("type", ""),
-                  h.value("growth_per_iteration", 0.0)};
+                  realOr(h, "growth_per_iteration", 0.0)};
 }
 
 template <typename T> json optionalJson(const std::optional<T>& v) {
@@ -182,7 +242,7 @@ Report reportFromJson(const std::string& text) {
     json j;
     try {
         j = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) { // a syntax error, or a number out of range (1e400)
         throw SchemaError(std::string("report is not JSON: ") + e.what());
     }
     if (!j.is_object() || j.value("schema_version", "") != kReportSchema) {
@@ -193,24 +253,24 @@ Report reportFromJson(const std::string& text) {
         Report r;
         r.torch_version = j.value("torch_version", "");
         r.python_version = j.value("python_version", "");
-        r.iterations = j.at("iterations").get<int>();
-        r.warmup = j.value("warmup", 0);
+        r.iterations = integerAt<int>(j, "iterations");
+        r.warmup = integerOr<int>(j, "warmup", 0);
         r.boundary = boundaryFromString(j.at("boundary").get<std::string>());
-        r.events_recorded = j.value("events_recorded", uint64_t{0});
+        r.events_recorded = integerOr<uint64_t>(j, "events_recorded", 0);
         r.warnings = j.value("warnings", std::vector<std::string>{});
         for (const json& d : j.at("devices")) {
             DeviceTimeline t;
             t.device = d.at("device").get<std::string>();
-            t.capacity_bytes = d.value("capacity_bytes", uint64_t{0});
-            t.allocated = d.at("allocated").get<std::vector<int64_t>>();
-            t.reserved = d.at("reserved").get<std::vector<int64_t>>();
-            t.peak = d.value("peak", std::vector<int64_t>{});
-            t.leak_bytes_per_iteration = d.value("leak_bytes_per_iteration", int64_t{0});
+            t.capacity_bytes = integerOr<uint64_t>(d, "capacity_bytes", 0);
+            t.allocated = integersAt<int64_t>(d, "allocated");
+            t.reserved = integersAt<int64_t>(d, "reserved");
+            t.peak = integersOr<int64_t>(d, "peak");
+            t.leak_bytes_per_iteration = integerOr<int64_t>(d, "leak_bytes_per_iteration", 0);
             if (d.contains("projected_oom_iteration") && !d["projected_oom_iteration"].is_null()) {
-                t.projected_oom_iteration = d["projected_oom_iteration"].get<int64_t>();
+                t.projected_oom_iteration = integerAt<int64_t>(d, "projected_oom_iteration");
             }
             t.verdict = d.value("verdict", "ok");
-            t.fragmentation_ratio = d.value("fragmentation_ratio", 0.0);
+            t.fragmentation_ratio = realOr(d, "fragmentation_ratio", 0.0);
             r.devices.push_back(std::move(t));
         }
         for (const json& fj : j.at("findings")) {
@@ -225,7 +285,7 @@ Report reportFromJson(const std::string& text) {
                 f.dtype = fj["dtype"].get<std::string>();
             }
             if (!fj.at("shape").is_null()) {
-                f.shape = fj["shape"].get<std::vector<int64_t>>();
+                f.shape = integersAt<int64_t>(fj, "shape");
             }
             if (fj.contains("autograd_node") && !fj["autograd_node"].is_null()) {
                 f.autograd_node = fj["autograd_node"].get<std::string>();
@@ -233,10 +293,10 @@ Report reportFromJson(const std::string& text) {
             if (fj.contains("allocated_inside") && !fj["allocated_inside"].is_null()) {
                 f.allocated_inside = frameFrom(fj["allocated_inside"]);
             }
-            f.count = fj.at("count").get<uint64_t>();
-            f.total_bytes = fj.at("total_bytes").get<uint64_t>();
-            f.bytes_per_iteration = fj.at("bytes_per_iteration").get<int64_t>();
-            f.series = fj.at("series").get<std::vector<int64_t>>();
+            f.count = integerAt<uint64_t>(fj, "count");
+            f.total_bytes = integerAt<uint64_t>(fj, "total_bytes");
+            f.bytes_per_iteration = integerAt<int64_t>(fj, "bytes_per_iteration");
+            f.series = integersAt<int64_t>(fj, "series");
             for (const json& p : fj.at("path")) {
                 PathStep step;
                 step.kind = stepKindFromString(p.at("kind").get<std::string>());
@@ -247,9 +307,9 @@ Report reportFromJson(const std::string& text) {
                     const json& t = p["tensor"];
                     TensorInfo info;
                     info.dtype = t.value("dtype", "");
-                    info.shape = t.value("shape", std::vector<int64_t>{});
+                    info.shape = integersOr<int64_t>(t, "shape");
                     info.device = t.value("device", "");
-                    info.nbytes = t.value("nbytes", uint64_t{0});
+                    info.nbytes = integerOr<uint64_t>(t, "nbytes", 0);
                     if (t.contains("site") && !t["site"].is_null()) {
                         info.site = frameFrom(t["site"]);
                     }
@@ -264,18 +324,18 @@ Report reportFromJson(const std::string& text) {
             f.suggestion = fj.value("suggestion", "");
             f.severity = severityFromString(fj.at("severity").get<std::string>());
             const json& t = fj.at("trend");
-            f.trend = {t.at("slope_bytes_per_iteration").get<double>(), t.at("r2").get<double>(),
-                       t.at("p_value").get<double>()};
-            f.confidence = fj.at("confidence").get<double>();
+            f.trend = {realFrom(t.at("slope_bytes_per_iteration"), "slope_bytes_per_iteration"),
+                       realFrom(t.at("r2"), "r2"), realFrom(t.at("p_value"), "p_value")};
+            f.confidence = realFrom(fj.at("confidence"), "confidence");
             r.findings.push_back(std::move(f));
         }
         for (const json& cj : j.value("causes", json::array())) {
             Cause c;
             c.verdict = verdictFromString(cj.at("verdict").get<std::string>());
             c.keeper = cj.value("keeper", "");
-            c.bytes_per_iteration = cj.at("bytes_per_iteration").get<int64_t>();
-            c.total_bytes = cj.value("total_bytes", uint64_t{0});
-            c.findings = cj.at("findings").get<std::vector<int>>();
+            c.bytes_per_iteration = integerAt<int64_t>(cj, "bytes_per_iteration");
+            c.total_bytes = integerOr<uint64_t>(cj, "total_bytes", 0);
+            c.findings = integersAt<int>(cj, "findings");
             for (int i : c.findings) {
                 if (i < 0 || static_cast<size_t>(i) >= r.findings.size()) {
                     throw SchemaError("a cause names finding " + std::to_string(i) +
@@ -289,19 +349,19 @@ Report reportFromJson(const std::string& text) {
             c.severity = severityFromString(cj.at("severity").get<std::string>());
             if (cj.contains("projected_oom_iteration") &&
                 !cj["projected_oom_iteration"].is_null()) {
-                c.projected_oom_iteration = cj["projected_oom_iteration"].get<int64_t>();
+                c.projected_oom_iteration = integerAt<int64_t>(cj, "projected_oom_iteration");
             }
             c.holder = holderFrom(cj);
             r.causes.push_back(std::move(c));
         }
         const json& s = j.at("summary");
-        r.summary.score = s.at("score").get<int>();
+        r.summary.score = integerAt<int>(s, "score");
         r.summary.grade = s.at("grade").get<std::string>();
         r.summary.critical_issues = s.at("critical_issues").get<std::vector<std::string>>();
         for (const json& rec : s.at("recommendations")) {
             r.summary.recommendations.push_back({rec.at("priority").get<std::string>(),
                                                  rec.at("text").get<std::string>(),
-                                                 rec.value("findings", std::vector<int>{})});
+                                                 integersOr<int>(rec, "findings")});
         }
         return r;
     } catch (const json::exception& e) {

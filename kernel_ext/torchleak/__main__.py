@@ -25,13 +25,13 @@ class UsageError(Exception):
     pass
 
 
-def _int_option(name, value):
+def _int_option(name, value, maximum=10**9):
     try:
         number = int(value)
     except (TypeError, ValueError):
         raise UsageError(f"{name} needs an integer, got {value!r}") from None
-    if number < 0:
-        raise UsageError(f"{name} must be >= 0, got {number}")
+    if not 0 <= number <= maximum:
+        raise UsageError(f"{name} must be between 0 and {maximum:,}, got {number}")
     return number
 
 
@@ -58,7 +58,7 @@ def parse_run_args(argv):
             elif arg == "--warmup":
                 opts["warmup"] = _int_option(arg, value)
             else:
-                opts["min_bytes"] = _int_option(arg, value)
+                opts["min_bytes"] = _int_option(arg, value, maximum=2**63)
             i += 2
             continue
         if arg == "--fail-on-leak":
@@ -76,7 +76,27 @@ def parse_run_args(argv):
         raise UsageError("no script given")
     if not os.path.isfile(script):
         raise UsageError(f"no such script: {script}")
+    for key, extensions in (("json", (".json",)), ("html", (".html", ".htm"))):
+        if opts[key] is not None:
+            opts[key] = _output_path(f"--{key}", opts[key], extensions)
     return script, script_args, opts
+
+
+def _output_path(option, path, extensions):
+    """Checked before the script runs (a run of hours must not end in "cannot write"), and made
+    absolute against the directory the command ran in, whatever the script's chdir does."""
+    if not path.lower().endswith(extensions):
+        raise UsageError(f"{option} {path!r}: the file name must end in {' or '.join(extensions)}")
+    path = os.path.abspath(path)
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise UsageError(f"{option} {path!r}: no such directory {directory!r}")
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path!r} is a directory")
+    writable = os.access(path, os.W_OK) if os.path.exists(path) else os.access(directory, os.W_OK)
+    if not writable:
+        raise UsageError(f"{option} {path!r}: not writable")
+    return path
 
 
 def _script_module(script):
@@ -107,6 +127,18 @@ def run(argv):
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     sys.modules["__main__"] = module
     tracker = torchleak.track(warmup=opts["warmup"], min_bytes=opts["min_bytes"])
+    real_exit = os._exit
+
+    def exit_now(code):
+        # os._exit skips atexit and finally blocks: the report of the iterations seen is
+        # written here, then the process ends as the script asked.
+        try:
+            tracker.stop()
+            _finish(tracker.report(), opts)
+        finally:
+            real_exit(code)
+
+    os._exit = exit_now
     try:
         with tracker:
             try:
@@ -114,24 +146,31 @@ def run(argv):
             except SystemExit as exc:
                 if exc.code not in (None, 0):
                     status = EXIT_SCRIPT_FAILED
+                    if not isinstance(exc.code, int):
+                        print(exc.code, file=sys.stderr)  # as Python prints sys.exit("message")
             except BaseException:  # noqa: BLE001 - the script's failure, reported below
                 traceback.print_exc()
                 status = EXIT_SCRIPT_FAILED
         # Built while the script's globals are still __main__, so paths start at its names.
         report = tracker.report()
     finally:
+        os._exit = real_exit
         sys.argv = saved_argv
         sys.modules["__main__"] = saved_main
         if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(script)):
             sys.path.pop(0)
-    if not opts["quiet"]:
-        print(report)
-    for key in ("json", "html"):
-        if opts[key]:
-            report.save(opts[key])
+    _finish(report, opts)
     if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
         status = EXIT_LEAK
     return status
+
+
+def _finish(report, opts):
+    if not opts["quiet"]:
+        print(report, flush=True)
+    for key in ("json", "html"):
+        if opts[key]:
+            report.save(opts[key])
 
 
 def install_kernel(argv):
@@ -150,6 +189,9 @@ def install_kernel(argv):
         "metadata": {"debugger": True},
     }
     with tempfile.TemporaryDirectory() as tmp:
+        # mkdtemp makes it 0700 and the spec directory is copied with its mode: other users
+        # of a shared install could not read it. 0755, like Jupyter's own kernelspecs.
+        os.chmod(tmp, 0o755)
         with open(os.path.join(tmp, "kernel.json"), "w", encoding="utf-8") as fh:
             json.dump(spec, fh, indent=2)
         user = argv == ["--user"]

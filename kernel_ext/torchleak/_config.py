@@ -21,18 +21,32 @@ class Config:
         self._cpp = _core.AnalysisConfig()
 
     def set(self, **settings):
-        """Set thresholds by name; sizes accept units ("1MiB", "100MB")."""
+        """Set thresholds by name; sizes accept units ("1MiB", "100MB"). All or nothing: every
+        value is validated before any is kept."""
+        trial = self._cpp.copy()
         for key, value in settings.items():
             if _TYPES.get(key) == "patterns":
                 patterns = [value] if isinstance(value, str) else list(value)
-                self._cpp.set(key, "")
+                trial.set(key, "")
                 for pattern in patterns:
-                    self._cpp.set(key, str(pattern))
+                    trial.set(key, str(pattern))
                 continue
             if isinstance(value, bool) or value is None:
                 raise ValueError(f"{key} needs a number or a size, got {value!r}")
-            self._cpp.set(key, str(value))
+            trial.set(key, str(value))
+        object.__setattr__(self, "_cpp", trial)
         return self
+
+    def __setattr__(self, key, value):
+        """`torchleak.config.warmup = 2` is `set(warmup=2)`: validated now, not when a report
+        later reads it."""
+        if key.startswith("_"):
+            object.__setattr__(self, key, value)
+        elif key in _TYPES:
+            self.set(**{key: value})
+        else:
+            raise AttributeError(f"torchleak.config has no setting {key!r} "
+                                 f"(settings: {', '.join(_TYPES)})")
 
     def allow(self, *patterns):
         """Add allow-list globs matched against a finding's site (file:line), function,
@@ -50,7 +64,7 @@ class Config:
         trial = self._cpp.copy()
         for key, value in pairs:
             trial.set(key, value)
-        self._cpp = trial
+        object.__setattr__(self, "_cpp", trial)
         return self
 
     def reset(self):

@@ -54,14 +54,15 @@ def _split(magic, line):
         raise UsageError(f"{exc}\nusage: {USAGE[magic]}") from None
 
 
-def _int_at_least(minimum):
+def _int_at_least(minimum, maximum=10**9):
     def parse(text):
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {value}")
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"expected a number between {minimum} and {maximum:,}, got {value}")
         return value
     return parse
 

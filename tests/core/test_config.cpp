@@ -16,6 +16,9 @@ TEST_CASE("config: sizes with units, validation, unknown keys") {
     REQUIRE(parseSize(" 4096 ") == 4096ull);
     REQUIRE(parseSize("1.5KiB") == 1536ull);
     REQUIRE_THROWS_AS(parseSize("lots"), InvalidArgument);
+    REQUIRE_THROWS_AS(parseSize("1.2.3MiB"), InvalidArgument);
+    REQUIRE_THROWS_AS(parseSize("1e19"), InvalidArgument);
+    REQUIRE_THROWS_AS(parseSize("99999999999TiB"), InvalidArgument);
     REQUIRE_THROWS_AS(parseSize("5 parsecs"), InvalidArgument);
     AnalysisConfig cfg;
     cfg.set("min_confidence", "0.9");

@@ -2,6 +2,7 @@
 #include "torchleak/report_json.h"
 
 #include <catch2/catch.hpp>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 using namespace torchleak;
@@ -113,6 +114,30 @@ TEST_CASE("Documents that are not torchleak.report/1 are rejected with SchemaErr
     auto j = nlohmann::json::parse(text);
     j["findings"][0]["verdict"] = "maybe";
     REQUIRE_THROWS_AS(reportFromJson(j.dump()), SchemaError);
+}
+
+TEST_CASE("Out-of-range and mistyped numbers are schema errors, not converted") {
+    const std::string text = toJson(hostileReport());
+    auto broken = [&](const std::function<void(nlohmann::json&)>& edit) {
+        auto j = nlohmann::json::parse(text);
+        edit(j);
+        return j.dump();
+    };
+    REQUIRE_NOTHROW(reportFromJson(text));
+    REQUIRE_THROWS_AS(reportFromJson(broken([](auto& j) { j["findings"][0]["count"] = -1; })),
+                      SchemaError);
+    REQUIRE_THROWS_AS(reportFromJson(broken([](auto& j) { j["iterations"] = 2.9; })), SchemaError);
+    REQUIRE_THROWS_AS(
+        reportFromJson(broken([](auto& j) { j["iterations"] = (uint64_t{1} << 32) + 1; })),
+        SchemaError);
+    REQUIRE_THROWS_AS(reportFromJson(broken([](auto& j) { j["findings"][0]["series"][0] = "12"; })),
+                      SchemaError);
+    REQUIRE_THROWS_AS(
+        reportFromJson(broken([](auto& j) { j["findings"][0]["site"]["line"] = 1e12; })),
+        SchemaError);
+    std::string huge = text;
+    huge.replace(huge.find("\"iterations\":") + 13, 0, "1e400, \"x\":");
+    REQUIRE_THROWS_AS(reportFromJson(huge), SchemaError);
 }
 
 TEST_CASE("An empty report is valid JSON") {

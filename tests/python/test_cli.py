@@ -84,9 +84,65 @@ def test_failing_script_exits_3_and_still_reports(tmp_path):
     ["run", "--warmup", "x", "s.py"],
     ["run", "--bogus", "s.py"],
     ["run", "does-not-exist.py"],
+    ["run", "s.py", "--json", "missing-dir/r.json"],   # checked before the script runs
+    ["run", "s.py", "--json", "r.txt"],                # unknown extension
+    ["run", "s.py", "--html", "."],                    # a directory
+    ["run", "s.py", "--warmup", str(10**12)],
+    ["run", "s.py", "--warmup", "-1"],
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, tmp_path):
     (tmp_path / "s.py").write_text("pass\n")
     proc = run_cli(*args, cwd=tmp_path)
     assert proc.returncode == 2
     assert "usage: python -m torchleak run" in proc.stdout + proc.stderr
+
+
+def test_an_unwritable_output_is_a_usage_error_before_the_script_runs(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root writes everywhere")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    script = tmp_path / "s.py"
+    script.write_text("open('ran', 'w').close()\n")
+    proc = run_cli("run", str(script), "--json", str(locked / "r.json"), cwd=tmp_path)
+    assert proc.returncode == 2 and "not writable" in proc.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_relative_outputs_resolve_where_the_command_ran_not_after_the_scripts_chdir(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = tmp_path / "moves.py"
+    script.write_text(LEAKY + f"import os\nos.chdir({str(elsewhere)!r})\n")
+    proc = run_cli("run", str(script), "--quiet", "--json", "r.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "r.json").exists() and not (elsewhere / "r.json").exists()
+
+
+def test_os_exit_in_the_script_still_writes_the_report(tmp_path):
+    script = tmp_path / "bail.py"
+    script.write_text(LEAKY + "import os\nos._exit(7)\nprint('not reached')\n")
+    out = tmp_path / "r.json"
+    proc = run_cli("run", str(script), "--json", str(out))
+    assert proc.returncode == 7
+    assert "not reached" not in proc.stdout and "LEAK" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["iterations"] == 6 and any(f["verdict"] == "leak" for f in report["findings"])
+
+
+def test_sys_exit_with_a_message_shows_it(tmp_path):
+    script = tmp_path / "quit.py"
+    script.write_text("import sys\nsys.exit('config file missing')\n")
+    proc = run_cli("run", str(script), "--quiet")
+    assert proc.returncode == 3
+    assert "config file missing" in proc.stderr
+
+
+def test_the_installed_kernelspec_is_readable_by_other_users(tmp_path):
+    env = dict(os.environ, JUPYTER_DATA_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "torchleak", "install-kernel", "--user"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    spec = tmp_path / "kernels" / "torchleak"
+    assert (spec.stat().st_mode & 0o777) == 0o755
+    assert json.loads((spec / "kernel.json").read_text())["display_name"] == "Python 3 (torchleak)"

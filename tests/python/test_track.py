@@ -309,3 +309,22 @@ def test_many_small_allocations():
     (leak,) = report.leaks
     assert leak.count == 100_000
     assert leak.bytes_per_iteration == 5000 * leak.total_bytes // 100_000
+
+
+def test_config_set_is_all_or_nothing_and_attributes_are_validated_at_once():
+    from torchleak import config
+    before = config.to_dict()
+    for bad in (dict(warmup=3, min_bytes="1.2.3MiB"), dict(min_bytes=1e19), dict(warmup=2, min_confidence=7)):
+        with pytest.raises(ValueError):
+            config.set(**bad)
+        assert config.to_dict() == before, bad
+    with pytest.raises(ValueError):
+        config.warmup = "x"
+    with pytest.raises(AttributeError, match="no setting 'warmpu'"):
+        config.warmpu = 2
+    assert config.to_dict() == before
+    config.warmup = 2
+    try:
+        assert config.warmup == 2
+    finally:
+        config.reset()
