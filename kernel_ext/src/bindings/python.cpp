@@ -4,6 +4,7 @@
 
 #include "bindings/conversions.h"
 #include "hook/allocator_hook.h"
+#include "hook/cpu_allocator_tap.h"
 #include "inspect/frame_capture.h"
 #include "session/tracking_session.h"
 #include "torchleak/config.h"
@@ -187,6 +188,8 @@ PYBIND11_MODULE(_core, m) {
         },
         "True when anything (torchleak or torch.profiler) sits in this thread's PROFILER_STATE "
         "slot.");
+    m.def("cpu_tap_installed", &cpuTapInstalled,
+          "True while torchleak's CPU allocator tap is the process's CPU allocator.");
     m.def("pending_hook_removals", &AllocatorHook::pendingRemovals);
     m.def("retry_deferred_removals", &AllocatorHook::retryDeferredRemovals);
     m.attr("SCHEMA_VERSION") = kReportSchema;

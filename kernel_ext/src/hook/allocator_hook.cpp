@@ -1,5 +1,6 @@
 #include "hook/allocator_hook.h"
 
+#include "hook/cpu_allocator_tap.h"
 #include "torchleak/errors.h"
 
 #include <algorithm>
@@ -47,7 +48,12 @@ thread_local bool t_inHook = false;
 // or lock (get_current_node() reads a thread_local), and serialises only on the recorder's
 // own short mutex. Stack capture reads the Python frames of the calling thread only when that
 // thread holds the GIL (the capture function checks).
-struct AllocatorHook::Impl final : public ProfilerStateBase {
+//
+// CPU events arrive instead through the CPU allocator tap (cpu_allocator_tap.h), from every
+// thread of the process, with the same rules: cpuAllocated/cpuFreed run on any thread, without
+// the GIL. While the tap carries them, CPU reports through the thread-local slot are ignored
+// (c10's default CPU allocator sends both).
+struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink {
     Impl(std::shared_ptr<AllocationRecorder> recorder, FrameCaptureFn capture)
         : ProfilerStateBase(ProfilerConfig(ProfilerState::Disabled)),
           d_recorder(std::move(recorder)), d_capture(capture) {}
@@ -62,7 +68,8 @@ struct AllocatorHook::Impl final : public ProfilerStateBase {
                            size_t totalAllocated,
                            size_t totalReserved,
                            c10::Device device) noexcept override {
-        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook) {
+        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook ||
+            (device.is_cpu() && d_cpuByTap.load(std::memory_order_relaxed))) {
             return;
         }
         t_inHook = true;
@@ -95,6 +102,34 @@ struct AllocatorHook::Impl final : public ProfilerStateBase {
         t_inHook = false;
     }
 
+    void cpuAllocated(void* ptr, size_t size) noexcept override {
+        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook) {
+            return;
+        }
+        t_inHook = true;
+        RawFrame frames[kMaxFrames];
+        size_t depth = 0;
+        if (d_captureStacks.load(std::memory_order_relaxed) && d_capture != nullptr) {
+            depth = d_capture(frames, kMaxFrames);
+        }
+        const char* nodeType = nullptr;
+        if (auto node = torch::autograd::get_current_node()) {
+            nodeType = typeid(*node).name();
+        }
+        d_recorder->recordAlloc(reinterpret_cast<uintptr_t>(ptr), static_cast<uint64_t>(size), kCpu,
+                                std::span<const RawFrame>(frames, depth), nodeType, 0, 0, false);
+        t_inHook = false;
+    }
+
+    void cpuFreed(void* ptr) noexcept override {
+        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook) {
+            return;
+        }
+        t_inHook = true;
+        d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), kCpu, 0, 0, false);
+        t_inHook = false;
+    }
+
     void reportOutOfMemory(int64_t, size_t, size_t, c10::Device) noexcept override {
         // An OOM raises in the caller; the report built afterwards still shows what was live.
     }
@@ -103,6 +138,8 @@ struct AllocatorHook::Impl final : public ProfilerStateBase {
     FrameCaptureFn d_capture;
     std::atomic<bool> d_enabled{true};
     std::atomic<bool> d_captureStacks{true};
+    std::atomic<bool> d_cpuByTap{false};
+    static constexpr DeviceKey kCpu{static_cast<int8_t>(c10::DeviceType::CPU), -1};
 };
 
 namespace {
@@ -152,6 +189,7 @@ std::shared_ptr<AllocatorHook> AllocatorHook::install(std::shared_ptr<Allocation
     }
     auto impl = std::make_shared<Impl>(std::move(recorder), capture);
     c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, impl);
+    impl->d_cpuByTap.store(attachCpuTap(impl.get()));
     return std::shared_ptr<AllocatorHook>(new AllocatorHook(impl));
 }
 
@@ -165,6 +203,7 @@ AllocatorHook::Removal AllocatorHook::remove() noexcept {
     }
     d_removed = true;
     d_impl->d_enabled.store(false, std::memory_order_relaxed);
+    detachCpuTap(d_impl.get());
     if (popIfOnTop(d_impl)) {
         return Removal::Removed;
     }

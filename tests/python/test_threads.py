@@ -1,0 +1,87 @@
+"""Every thread's CPU allocations reach the recorder (issue #15): threads the tracked code
+starts, frees on another thread, backward() on a worker, track() on a non-main thread. c10
+reports only to the allocating thread's PROFILER_STATE, so these ride the CPU allocator tap."""
+import threading
+
+import torch
+
+import torchleak
+from torchleak import _core
+
+KiB = 1 << 10
+
+
+def in_thread(fn, *args):
+    """Run fn on a new thread and wait for it (bounded), re-raising its exception."""
+    box = {}
+
+    def body():
+        try:
+            box["result"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=body, name="worker")
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive(), "the thread did not finish"
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+def test_a_leak_in_a_thread_the_tracked_code_starts_is_found():
+    kept = []
+
+    def fill():
+        kept.append(torch.ones(64, 1024))  # 256 KiB a run, kept
+
+    report = torchleak.check(lambda: in_thread(fill), iterations=5)
+    [leak] = report.leaks
+    assert leak.bytes_per_iteration == 256 * KiB
+    assert leak.path_text.startswith("kept[")
+    assert not _core.cpu_tap_installed()
+
+
+def test_a_tensor_freed_on_another_thread_is_not_a_false_leak():
+    def step():
+        t = torch.ones(64, 1024)
+        box = [t]
+        del t
+        in_thread(box.clear)  # the last reference dies on the worker
+
+    report = torchleak.check(step, iterations=5)
+    assert report.leaks == [], str(report)
+
+
+def test_backward_on_a_worker_thread_is_seen():
+    w = torch.randn(256, 256, requires_grad=True)
+    x = torch.randn(128, 256)
+    losses = []
+
+    def step():
+        def forward_backward():
+            loss = torch.tanh(x @ w).sum()
+            loss.backward()
+            losses.append(loss)  # the classic leak, made on the worker
+        in_thread(forward_backward)
+
+    report = torchleak.check(step, iterations=5)
+    assert report.leaks, str(report)
+    assert any(f.path_text.startswith("losses[") for f in report.leaks), str(report)
+
+
+def test_track_on_a_non_main_thread_records_its_own_and_other_threads_allocations():
+    def tracked():
+        kept = []
+        with torchleak.track(boundary="explicit") as tracker:
+            for _ in range(5):
+                kept.append(torch.ones(64, 1024))
+                in_thread(lambda: kept.append(torch.ones(32, 1024)))
+                torchleak.step()
+        return tracker.report(), kept
+
+    report, kept = in_thread(tracked)
+    assert len(kept) == 10
+    assert sum(f.bytes_per_iteration for f in report.leaks) == (64 + 32) * 4 * KiB, str(report)
+    assert not _core.cpu_tap_installed()
