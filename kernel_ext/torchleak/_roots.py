@@ -8,8 +8,18 @@ to reach a tensor names its path, so the user's own names come before notebook m
 import os
 import sys
 import threading
+import types
 
 _TOOL_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# A module's dict read through ModuleType's own slot: a lazy module's __getattribute__ (which
+# would import it) or a proxy's never runs.
+_module_dict = types.ModuleType.__dict__["__dict__"].__get__
+_TracebackType = types.TracebackType
+
+
+def _is_module(value):
+    # An exact type test: `type(value).__name__` asks the metaclass, which may be user code.
+    return type(value) is types.ModuleType
 
 
 def _skip_name(name):
@@ -64,7 +74,7 @@ def _frame_label(frame):
 
 
 def _tracebacks(tb):
-    while tb is not None and type(tb).__name__ == "traceback":
+    while tb is not None and type(tb) is _TracebackType:
         yield tb
         tb = tb.tb_next
 
@@ -79,7 +89,7 @@ def _add_failed_frame_roots(roots, keepers):
         if code.co_filename.startswith(_TOOL_DIR) or frame.f_globals is frame.f_locals:
             continue
         for name, value in list(frame.f_locals.items()):
-            if type(value).__name__ == "module":
+            if _is_module(value):
                 continue
             roots.append((f"<last exception> frame {code.co_name}: local '{name}'", "frame",
                           f"kept by {' and '.join(names)} ({os.path.basename(code.co_filename)}:"
@@ -103,7 +113,7 @@ def collect(library_prefixes, package_prefixes):
             return
         late = []
         for name, value in list(namespace.items()):
-            if not isinstance(name, str) or _skip_name(name) or type(value).__name__ == "module":
+            if type(name) is not str or _skip_name(name) or _is_module(value):
                 continue
             if name in ("In", "_ih", "_oh", "_dh", "exit", "quit", "get_ipython"):
                 continue
@@ -130,8 +140,10 @@ def collect(library_prefixes, package_prefixes):
     for modname, module in list(sys.modules.items()):
         if module is None or modname == "__main__" or modname.startswith("torchleak"):
             continue
-        namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict):
+        if types.ModuleType not in type(module).__mro__:
+            continue  # a proxy object in sys.modules: reading it could run its code
+        namespace = _module_dict(module)
+        if type(namespace) is not dict:
             continue
         path = namespace.get("__file__")
         if not isinstance(path, str):
@@ -161,7 +173,7 @@ def collect(library_prefixes, package_prefixes):
             if ident != current:
                 where += f" in thread {names.get(ident, ident)!r}"
             for name, value in list(frame.f_locals.items()):
-                if type(value).__name__ == "module":
+                if _is_module(value):
                     continue
                 roots.append((name, "frame", f"local '{name}' in {where}", value))
         del chain, frame

@@ -318,6 +318,12 @@ class Tracker:
         """
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
+        # Checked here: a bad argument reaching the binding would make pybind11 print the
+        # repr() of every argument, every root object's user __repr__ included.
+        if warmup is not None and (type(warmup) is not int or warmup < 0):
+            raise ValueError(f"warmup must be an int >= 0, got {type(warmup).__name__}")
+        if type(paths) is not bool:
+            raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
         if self._report is not None and warmup is None and not self.active:
             return self._report
         library, packages = _library_prefixes(), _package_prefixes()

@@ -315,3 +315,51 @@ def test_walk_runs_no_user_code():
     paths, _ = _core.find_paths([("obj", "root", "", {Sneaky: obj, "k": obj})], [block])
     assert paths[block][1] in ("obj['k'].t", "obj[<type key>].t")
     assert Sneaky.calls == []
+
+
+def test_roots_are_read_without_running_user_code_of_modules_or_metaclasses():
+    import sys
+    import types
+
+    calls = []
+
+    class LazyModule(types.ModuleType):
+        def __getattribute__(self, name):
+            calls.append(name)
+            raise RuntimeError("a lazy module that imports on first touch")
+
+    class Meta(type):
+        @property
+        def __name__(cls):
+            calls.append("__name__")
+            raise RuntimeError("a metaclass with a raising __name__")
+
+    class Odd(metaclass=Meta):
+        pass
+
+    lazy = LazyModule("lazy_thing")
+    sys.modules["lazy_thing"] = lazy
+    sys.modules["not_a_module"] = Sneaky(None)
+    sneaky_calls = len(Sneaky.calls)
+    try:
+        odd = Odd()  # noqa: F841 - a local: a frame root
+        kept = []
+        report = torchleak.check(lambda: kept.append(torch.ones(16, 1024)), iterations=4)
+        assert report.leaks and report.leaks[0].path_text.startswith("kept[")
+        assert calls == [] and len(Sneaky.calls) == sneaky_calls
+    finally:
+        del sys.modules["lazy_thing"], sys.modules["not_a_module"]
+
+
+def test_a_bad_argument_to_report_is_a_short_error_that_runs_no_repr():
+    class Loud:
+        def __repr__(self):
+            raise AssertionError("repr ran")
+
+    loud = Loud()  # noqa: F841 - a root
+    with torchleak.track() as tracker:
+        torch.ones(4)
+    for bad in ({"warmup": "2"}, {"warmup": -1}, {"paths": "yes"}):
+        with pytest.raises(ValueError) as info:
+            tracker.report(**bad)
+        assert len(str(info.value)) < 80

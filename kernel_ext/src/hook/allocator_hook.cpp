@@ -58,8 +58,12 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         : ProfilerStateBase(ProfilerConfig(ProfilerState::Disabled)),
           d_recorder(std::move(recorder)), d_capture(capture) {}
 
+    // With the CPU tap carrying CPU events and no device allocator in the process, nothing
+    // needs the thread-local reports: saying so spares c10's CPU reporter its global mutex and
+    // size table on every allocation and free.
     bool memoryProfilingEnabled() const override {
-        return d_enabled.load(std::memory_order_relaxed);
+        return d_enabled.load(std::memory_order_relaxed) &&
+               (d_deviceReports || !d_cpuByTap.load(std::memory_order_relaxed));
     }
     ActiveProfilerType profilerType() override { return ActiveProfilerType::NONE; }
 
@@ -139,6 +143,7 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
     std::atomic<bool> d_enabled{true};
     std::atomic<bool> d_captureStacks{true};
     std::atomic<bool> d_cpuByTap{false};
+    bool d_deviceReports = true; // set before the reporter is pushed, then only read
     static constexpr DeviceKey kCpu{static_cast<int8_t>(c10::DeviceType::CPU), -1};
 };
 
@@ -158,6 +163,21 @@ std::shared_ptr<c10::DebugInfoBase> peekProfilerState() noexcept {
     } catch (...) {
         return nullptr; // the top entry is of another kind (or there is none)
     }
+}
+
+// Whether any device allocator that reports through the thread-local slot is registered
+// (CUDA, ROCm, XPU, MPS, a PrivateUse1 backend): GetAllocator throws for a type with none.
+bool deviceAllocatorPresent() noexcept {
+    for (c10::DeviceType type : {c10::DeviceType::CUDA, c10::DeviceType::HIP, c10::DeviceType::XPU,
+                                 c10::DeviceType::MPS, c10::DeviceType::PrivateUse1}) {
+        try {
+            if (c10::GetAllocator(type) != nullptr) {
+                return true;
+            }
+        } catch (...) {
+        }
+    }
+    return false;
 }
 
 bool popIfOnTop(const std::shared_ptr<AllocatorHook::Impl>& impl) noexcept {
@@ -188,6 +208,7 @@ std::shared_ptr<AllocatorHook> AllocatorHook::install(std::shared_ptr<Allocation
             "profiler");
     }
     auto impl = std::make_shared<Impl>(std::move(recorder), capture);
+    impl->d_deviceReports = deviceAllocatorPresent();
     c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, impl);
     impl->d_cpuByTap.store(attachCpuTap(impl.get()));
     return std::shared_ptr<AllocatorHook>(new AllocatorHook(impl));
