@@ -40,7 +40,23 @@ def test_a_leak_in_a_thread_the_tracked_code_starts_is_found():
     [leak] = report.leaks
     assert leak.bytes_per_iteration == 256 * KiB
     assert leak.path_text.startswith("kept[")
+    # The worker's own stack, though it held no GIL inside torch.ones.
+    assert (leak.site["file"], leak.site["line"]) == (__file__, fill.__code__.co_firstlineno + 1)
     assert not _core.cpu_tap_installed()
+
+
+def test_a_workers_code_freed_before_the_report_is_named_so_not_read():
+    kept = []
+    source = compile("kept.append(torch.ones(32, 1024))", "<generated>", "eval")
+
+    def run_generated():
+        code = source.replace()  # a fresh code object, dropped when this call returns
+        eval(code, {"kept": kept, "torch": torch})
+
+    report = torchleak.check(lambda: in_thread(run_generated), iterations=4)
+    [leak] = report.leaks
+    assert leak.stack[0]["file"] == "<code freed before the report>"
+    assert leak.site["line"] == run_generated.__code__.co_firstlineno + 2
 
 
 def test_a_tensor_freed_on_another_thread_is_not_a_false_leak():
@@ -84,4 +100,6 @@ def test_track_on_a_non_main_thread_records_its_own_and_other_threads_allocation
     report, kept = in_thread(tracked)
     assert len(kept) == 10
     assert sum(f.bytes_per_iteration for f in report.leaks) == (64 + 32) * 4 * KiB, str(report)
+    first_line = tracked.__code__.co_firstlineno
+    assert sorted(f.site["line"] for f in report.leaks) == [first_line + 4, first_line + 5]
     assert not _core.cpu_tap_installed()

@@ -52,9 +52,10 @@ size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept {
         return 0;
     }
     bool holdsGil = PyGILState_Check() != 0;
-    if (!holdsGil && tstate != g_mainThreadState.load(std::memory_order_relaxed)) {
-        return 0; // a pending call could not take references in time for this thread
-    }
+    // The main thread's code objects are pinned by the pending call before its frames can
+    // return; other threads' only when they hold the GIL now.
+    uintptr_t unpinned =
+        holdsGil || tstate == g_mainThreadState.load(std::memory_order_relaxed) ? 0 : kUnpinnedCode;
     size_t n = 0;
 #if TORCHLEAK_INTERPRETER_FRAMES
     _PyInterpreterFrame* frame =
@@ -63,11 +64,12 @@ size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept {
         if (!_PyFrame_IsIncomplete(frame)) {
             PyCodeObject* code = frame->f_code;
             int offset = _PyInterpreterFrame_LASTI(frame) * static_cast<int>(sizeof(_Py_CODEUNIT));
-            out[n++] = RawFrame{reinterpret_cast<uintptr_t>(code), offset};
+            out[n++] = RawFrame{reinterpret_cast<uintptr_t>(code) | unpinned, offset};
         }
         frame = frame->previous;
     }
 #else
+    (void)unpinned;
     if (!holdsGil) {
         return 0; // the public frame API creates objects: GIL holders only
     }
@@ -89,14 +91,18 @@ void retainCodeObjects(std::span<const RawFrame> frames) noexcept {
     // Called under the recorder lock by the thread whose capture just produced these frames.
     if (PyGILState_Check() != 0) {
         for (const RawFrame& f : frames) {
-            Py_INCREF(reinterpret_cast<PyObject*>(f.code));
+            if ((f.code & kUnpinnedCode) == 0) {
+                Py_INCREF(reinterpret_cast<PyObject*>(f.code));
+            }
         }
         return;
     }
     std::lock_guard<std::mutex> lock(g_pendingMutex);
     try {
         for (const RawFrame& f : frames) {
-            g_pendingRetains.push_back(f.code);
+            if ((f.code & kUnpinnedCode) == 0) {
+                g_pendingRetains.push_back(f.code);
+            }
         }
     } catch (...) {
         return; // out of memory: the next boundary drains what was queued
@@ -125,8 +131,78 @@ void releaseCodeObjects(const std::vector<RawFrame>& frames) noexcept {
         return;
     }
     for (const RawFrame& f : frames) {
-        Py_DECREF(reinterpret_cast<PyObject*>(f.code));
+        if ((f.code & kUnpinnedCode) == 0) {
+            Py_DECREF(reinterpret_cast<PyObject*>(f.code));
+        }
     }
+}
+
+namespace {
+
+void addCode(PyObject* code,
+             std::unordered_set<uintptr_t>& live,
+             std::vector<PyCodeObject*>& todo) {
+    if (code != nullptr && PyCode_Check(code) &&
+        live.insert(reinterpret_cast<uintptr_t>(code)).second) {
+        todo.push_back(reinterpret_cast<PyCodeObject*>(code));
+    }
+}
+
+// Every code object alive now that a running frame can have: those of functions and frames gc
+// tracks, of every thread's running frames, and the code nested in their constants (a closure
+// not yet made into a function). Needs the GIL; runs no user code.
+std::unordered_set<uintptr_t> liveCodeObjects() {
+    std::unordered_set<uintptr_t> live;
+    std::vector<PyCodeObject*> todo;
+    PyObject* gc = PyImport_ImportModule("gc");
+    PyObject* objects = gc != nullptr ? PyObject_CallMethod(gc, "get_objects", nullptr) : nullptr;
+    Py_XDECREF(gc);
+    if (objects != nullptr && PyList_Check(objects)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objects); ++i) {
+            PyObject* obj = PyList_GET_ITEM(objects, i);
+            if (PyFunction_Check(obj)) {
+                addCode(PyFunction_GET_CODE(obj), live, todo);
+            } else if (PyFrame_Check(obj)) {
+                PyCodeObject* code = PyFrame_GetCode(reinterpret_cast<PyFrameObject*>(obj));
+                addCode(reinterpret_cast<PyObject*>(code), live, todo);
+                Py_XDECREF(code); // the frame keeps it alive
+            }
+        }
+    }
+    Py_XDECREF(objects);
+    PyErr_Clear();
+    PyInterpreterState* interp = PyInterpreterState_Get();
+    for (PyThreadState* t = PyInterpreterState_ThreadHead(interp); t != nullptr;
+         t = PyThreadState_Next(t)) {
+        PyFrameObject* frame = PyThreadState_GetFrame(t); // new reference
+        while (frame != nullptr) {
+            PyCodeObject* code = PyFrame_GetCode(frame);
+            addCode(reinterpret_cast<PyObject*>(code), live, todo);
+            Py_DECREF(code);
+            PyFrameObject* back = PyFrame_GetBack(frame);
+            Py_DECREF(frame);
+            frame = back;
+        }
+    }
+    while (!todo.empty()) {
+        PyCodeObject* code = todo.back();
+        todo.pop_back();
+        PyObject* consts = code->co_consts;
+        for (Py_ssize_t i = 0;
+             consts != nullptr && PyTuple_Check(consts) && i < PyTuple_GET_SIZE(consts); ++i) {
+            addCode(PyTuple_GET_ITEM(consts, i), live, todo);
+        }
+    }
+    return live;
+}
+
+} // namespace
+
+bool PythonStackSymbolizer::liveCode(uintptr_t code) {
+    if (!d_liveCode) {
+        d_liveCode = liveCodeObjects();
+    }
+    return d_liveCode->count(code) != 0;
 }
 
 std::string utf8(PyObject* text) {
@@ -250,7 +326,17 @@ std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> fr
     std::vector<Frame> out;
     out.reserve(frames.size());
     for (const RawFrame& raw : frames) {
-        auto* code = reinterpret_cast<PyCodeObject*>(raw.code);
+        uintptr_t pointer = raw.code & ~kUnpinnedCode;
+        if ((raw.code & kUnpinnedCode) != 0 && !liveCode(pointer)) {
+            // Its code was freed before the report (code compiled at run time, then dropped).
+            Frame gone;
+            gone.file = "<code freed before the report>";
+            gone.function = "?";
+            gone.user = false;
+            out.push_back(std::move(gone));
+            continue;
+        }
+        auto* code = reinterpret_cast<PyCodeObject*>(pointer);
         const CodeInfo& ci = info(code);
         Frame f;
         f.file = ci.file;

@@ -24,9 +24,17 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace torchleak::python {
+
+// A frame captured on a thread that neither holds the GIL nor is the main thread (a worker
+// thread inside a torch operator): no reference can be taken on its code object in time (the
+// pending call that takes them runs on the main thread, maybe after the worker's code was
+// freed; the hook takes no GIL). Its code pointer carries this bit (code objects are aligned),
+// holds no reference, and is checked against the code objects alive when the report is built.
+inline constexpr uintptr_t kUnpinnedCode = 1;
 
 size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept;
 void retainCodeObjects(std::span<const RawFrame> frames) noexcept;
@@ -76,9 +84,12 @@ class PythonStackSymbolizer final : public StackSymbolizer {
         FileClass where;
     };
     const CodeInfo& info(PyCodeObject* code);
+    // Whether an unpinned frame's code pointer is a code object alive now.
+    bool liveCode(uintptr_t code);
 
     FrameFilter d_filter;
     std::unordered_map<PyCodeObject*, CodeInfo> d_cache;
+    std::optional<std::unordered_set<uintptr_t>> d_liveCode; // built on the first unpinned frame
 };
 
 // UTF-8 of a str object; lone surrogates and other unencodable text become U+FFFD.
