@@ -363,3 +363,35 @@ def test_a_bad_argument_to_report_is_a_short_error_that_runs_no_repr():
         with pytest.raises(ValueError) as info:
             tracker.report(**bad)
         assert len(str(info.value)) < 80
+
+
+def test_the_collector_never_runs_inside_the_walk():
+    # A collection triggered by an allocation in the walk would run finalizers (user code) that
+    # can free what the walk is labelling; with the threshold at 1 any allocation would do it.
+    t = torch.ones(64, 64)
+    block = t.untyped_storage().data_ptr()
+    roots = [("holder", "root", "", {"a": [[t] for _ in range(200)]}), ("other", "root", "", [object() for _ in range(2000)])]
+    blocks = [block]
+    seen = []
+
+    def note(phase, info):
+        seen.append(phase)
+
+    call, args = _core.find_paths, (roots, blocks)
+    threshold = gc.get_threshold()
+    gc.callbacks.append(note)
+    gc.set_threshold(1)
+    try:
+        # Nothing around the call allocates a gc-tracked object: only the walk could collect.
+        seen.clear()
+        result = call(*args)
+        collections = seen.count("start")
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(note)
+    assert result[0][block][1] == "holder['a'][0][0]"
+    # Paused, the walk's allocations only count towards the next collection, which runs once
+    # right after the call returns; unpaused, threshold 1 collects inside the walk again and
+    # again (3 times here when the pause is taken out).
+    assert collections <= 1, seen
+    assert gc.isenabled()

@@ -6,6 +6,7 @@
 #include "hook/allocator_hook.h"
 #include "hook/cpu_allocator_tap.h"
 #include "inspect/frame_capture.h"
+#include "inspect/gc_pause.h"
 #include "session/tracking_session.h"
 #include "torchleak/config.h"
 #include "torchleak/display_text.h"
@@ -166,6 +167,7 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "find_paths",
         [](const py::list& roots, const std::vector<uintptr_t>& blocks) {
+            python::GcPause noCollector;
             std::vector<py::object> owned;
             python::RetainingPathFinder finder(python::namedRoots(roots, owned));
             auto paths = finder.explain(blocks);

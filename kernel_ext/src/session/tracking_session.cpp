@@ -1,5 +1,6 @@
 #include "session/tracking_session.h"
 
+#include "inspect/gc_pause.h"
 #include "inspect/tensor_index.h"
 #include "torchleak/errors.h"
 #include "torchleak/report_json.h"
@@ -137,6 +138,7 @@ std::string TrackingSession::reportJson(const ReportInputs& inputs,
                                         bool explain,
                                         int indent,
                                         ParameterOwners owners) {
+    GcPause noCollector;
     drainPendingRetains();
     PythonStackSymbolizer symbolizer(filter);
     LiveTensorIndex tensors = LiveTensorIndex::onFirstUse();
