@@ -3,6 +3,7 @@ import contextlib
 import dataclasses
 import gc
 import io
+import re
 
 import pytest
 import torch
@@ -395,3 +396,32 @@ def test_the_collector_never_runs_inside_the_walk():
     # again (3 times here when the pause is taken out).
     assert collections <= 1, seen
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("form, expected", [
+    ("sparse", r"kept\[\d\]\._(values|indices)\(\)"),
+    ("csr", r"kept\[\d\]\.(values|crow_indices|col_indices)\(\)"),
+    ("numpy", r"kept\[\d\]\.base"),
+    ("storage", r"kept\[\d\]"),
+])
+def test_sparse_tensors_numpy_arrays_and_raw_storages_are_explained(form, expected):
+    # Each keeps tensor memory through something that is not a plain tensor's storage: a sparse
+    # tensor's values, an ndarray's base, an UntypedStorage. They read "held only from C++"
+    # before the walk knew them.
+    kept = []
+
+    def step():
+        dense = torch.ones(64, 256)
+        if form == "sparse":
+            kept.append(dense.to_sparse())
+        elif form == "csr":
+            kept.append(dense.to_sparse_csr())
+        elif form == "numpy":
+            kept.append(dense.numpy())
+        else:
+            kept.append(dense.untyped_storage())
+
+    report = torchleak.check(step, iterations=5)
+    paths = sorted(leak.path_text for leak in report.leaks)
+    assert paths and all(re.fullmatch(expected, p) for p in paths), paths
+    assert all(leak.retention == "reachable" for leak in report.leaks), paths

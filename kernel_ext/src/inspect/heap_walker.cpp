@@ -10,9 +10,13 @@
 #include "torchleak/pointer_table.h"
 #include "torchleak/stack_table.h"
 
+#include <ATen/SparseCsrTensorImpl.h>
+#include <ATen/SparseTensorImpl.h>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <torch/csrc/PyInterpreter.h>
+#include <torch/csrc/Storage.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_function.h>
@@ -24,6 +28,29 @@ namespace torchleak::python {
 namespace {
 
 using torch::autograd::Node;
+
+// numpy's own ndarray (the exact type: a subclass's `base` could be a property) and its base as
+// a new reference, or nullptr. The getter is numpy's C code; nothing of the user's runs.
+bool isNdarray(PyObject* obj) {
+    const char* name = Py_TYPE(obj)->tp_name;
+    return name[0] == 'n' && std::strcmp(name, "numpy.ndarray") == 0; // cheap for str, int
+}
+
+PyObject* ndarrayBase(PyObject* obj) {
+    if (!isNdarray(obj)) {
+        return nullptr;
+    }
+    PyObject* base = PyObject_GetAttrString(obj, "base");
+    if (base == nullptr) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    if (base == Py_None) {
+        Py_DECREF(base);
+        return nullptr;
+    }
+    return base;
+}
 
 // ---------------------------------------------------------------------------------------------
 // One breadth-first walk.
@@ -112,9 +139,11 @@ class Walk {
             // modules) are leaves.
             // PyType_IS_GC is a flag test; PyObject_IS_GC is an exported call per object. An
             // object gc has untracked (a tuple or dict of atomic values) cannot reach a tensor.
-            // TorchScript objects are not gc types, but their graphs keep tensors in C++.
+            // TorchScript objects and numpy arrays are not gc types, but their graphs keep
+            // tensors in C++, and an array from tensor.numpy() keeps its tensor as `base`.
             bool gcLeaf = !PyType_IS_GC(Py_TYPE(obj)) || !PyObject_GC_IsTracked(obj);
-            if ((gcLeaf && !isScriptObject(obj)) || PyModule_Check(obj) || PyCode_Check(obj) ||
+            if ((gcLeaf && !isScriptObject(obj) && !isNdarray(obj)) || PyModule_Check(obj) ||
+                PyCode_Check(obj) ||
                 (PyType_Check(obj) &&
                  !(reinterpret_cast<PyTypeObject*>(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE))) {
                 return;
@@ -158,6 +187,7 @@ class Walk {
 
     void expandTensor(uint32_t i, const at::Tensor& t) {
         checkTarget(i, t);
+        pushSparseParts(i, t);
         const auto& gradFn = t.grad_fn();
         if (gradFn) {
             push(gradFn.get(), NodeKind::Autograd, i, Edge::GradFn, 0, nullptr);
@@ -166,6 +196,26 @@ class Walk {
         const at::Tensor& grad = t.unsafeGetTensorImpl()->grad();
         if (grad.defined()) {
             push(grad.unsafeGetTensorImpl(), NodeKind::Tensor, i, Edge::Grad, 0, nullptr);
+        }
+    }
+
+    // A sparse tensor has no storage of its own: its values and indices are tensors its
+    // TensorImpl owns (members, so their TensorImpls outlive the walk's pointers to them).
+    void pushSparseParts(uint32_t i, const at::Tensor& t) {
+        const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+        if (const auto* coo = dynamic_cast<const at::SparseTensorImpl*>(impl)) {
+            pushMember(i, coo->values(), "_values()");
+            pushMember(i, coo->indices(), "_indices()");
+        } else if (const auto* compressed = dynamic_cast<const at::SparseCsrTensorImpl*>(impl)) {
+            pushMember(i, compressed->values(), "values()");
+            pushMember(i, compressed->compressed_indices(), "crow_indices()");
+            pushMember(i, compressed->plain_indices(), "col_indices()");
+        }
+    }
+
+    void pushMember(uint32_t i, const at::Tensor& member, const char* name) {
+        if (member.defined()) {
+            push(member.unsafeGetTensorImpl(), NodeKind::Tensor, i, Edge::Ref, 0, name);
         }
     }
 
@@ -277,6 +327,20 @@ class Walk {
             d_visited.insert(tag(t.unsafeGetTensorImpl(), NodeKind::Tensor));
             expandTensor(i, t);
             pushInstanceDict(i, obj);
+            return;
+        }
+        if (THPStorageClass != nullptr && PyObject_TypeCheck(obj, THPStorageClass)) {
+            // A raw storage (torch.UntypedStorage) held by itself: its data is a block.
+            auto ptr = reinterpret_cast<uintptr_t>(THPStorage_Unpack(obj).data_ptr().get());
+            if (ptr != 0 && d_targets.count(ptr) && !d_found.count(ptr)) {
+                d_found.emplace(ptr, i);
+            }
+            return;
+        }
+        if (PyObject* base = ndarrayBase(obj)) {
+            // tensor.numpy() shares the tensor's memory and keeps the tensor as its base;
+            // numpy arrays are not gc containers, so tp_traverse never shows that edge.
+            push(keep(base), NodeKind::Python, i, Edge::Ref, 0, "base");
             return;
         }
         if (isCustomFunctionCtx(obj)) {
