@@ -104,9 +104,7 @@ Frame frameFrom(const json& j) {
     if (j.contains("source") && j["source"].is_string()) {
         f.source = j["source"].get<std::string>();
     }
-    if (j.contains("runs")) {
-        f.runs = integersAt<int>(j, "runs");
-    }
+    f.runs = integersOr<int>(j, "runs");
     return f;
 }
 

@@ -211,8 +211,8 @@ class LeakMagics(Magics):
         """An exception's message with the names IPython compiled cells under (temporary
         files in ipykernel, `<ipython-input-N-...>`) written as the user sees them: `In [N]`."""
         text = str(exc)
-        for name, number in getattr(self.shell.compile, "_filename_map", {}).items():
-            if isinstance(number, int) and name in text:
+        for name, number in _tracking._cell_files(self.shell).items():
+            if name in text:
                 text = text.replace(name, f"In [{number}]")
         return text
 
@@ -233,8 +233,7 @@ class LeakMagics(Magics):
     def _current_cell(self):
         """The In [n] of the running cell: the newest number IPython compiled a cell under
         (IPython 9 has already advanced execution_count while a cell runs, IPython 8 has not)."""
-        numbers = getattr(self.shell.compile, "_filename_map", {}).values()
-        numbers = [n for n in numbers if isinstance(n, int)]
+        numbers = _tracking._cell_files(self.shell).values()
         return max(numbers) if numbers else self.shell.execution_count
 
     # -- %leakwatch ---------------------------------------------------------------------------
@@ -314,8 +313,8 @@ class LeakMagics(Magics):
     def _cell_file(self, count):
         """The file name IPython compiled cell `count` under (re-runs of one source share
         the group the core derives from it)."""
-        mapping = getattr(self.shell.compile, "_filename_map", {}) or {}
-        return next((name for name, n in reversed(list(mapping.items())) if n == count), "")
+        files = _tracking._cell_files(self.shell)
+        return next((name for name, n in reversed(list(files.items())) if n == count), "")
 
     def _post_run_cell(self, result):
         # An event handler must never raise into the kernel loop.
@@ -333,7 +332,7 @@ class LeakMagics(Magics):
             if totals["born"] < threshold and totals["freed"] < threshold:
                 return
             report = self.watch.report() if totals["born"] >= threshold else None
-            self._show_ledger(report, cell, totals["freed"])
+            self._show_ledger(report, cell, totals["freed"], threshold)
         except Exception as exc:  # noqa: BLE001
             print(f"torchleak: watch mode stopped after an internal error: {exc}")
             try:
@@ -341,7 +340,7 @@ class LeakMagics(Magics):
             except Exception:  # noqa: BLE001
                 self.watch = None
 
-    def _show_ledger(self, report, cell, freed):
+    def _show_ledger(self, report, cell, freed, threshold):
         """What the cell just run left alive, by who holds it, and what it freed (so a fix can
         be confirmed: the cell that clears a list shows the bytes it gave back)."""
         by_holder = {}
@@ -354,7 +353,6 @@ class LeakMagics(Magics):
             holder = (f.holder or {}).get("path_text") or (f.path[0]["label"] if f.path else "<unknown>")
             by_holder[holder] = by_holder.get(holder, 0) + added
             total += added
-        threshold = max(config.min_bytes, 1)
         parts = []
         if total >= threshold:
             holders = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in

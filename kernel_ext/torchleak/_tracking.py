@@ -60,13 +60,15 @@ def _with_realpaths(dirs):
     return out
 
 
-def _cell_files():
-    """IPython's map from the file name a cell was compiled under to its execution count."""
+def _cell_files(shell=None):
+    """IPython's map from the file name a cell was compiled under to its execution count, in
+    compilation order (the running shell's, unless one is given)."""
     ipython = sys.modules.get("IPython")
-    if ipython is None:
+    if ipython is None and shell is None:
         return {}
     try:
-        shell = ipython.get_ipython()
+        if shell is None:
+            shell = ipython.get_ipython()
         mapping = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
         return {str(k): int(v) for k, v in mapping.items() if isinstance(v, int)}
     except Exception:  # noqa: BLE001 - no shell: no cells

@@ -72,65 +72,55 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
                            size_t totalAllocated,
                            size_t totalReserved,
                            c10::Device device) noexcept override {
-        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook ||
-            (device.is_cpu() && d_cpuByTap.load(std::memory_order_relaxed))) {
+        if (device.is_cpu() && d_cpuByTap.load(std::memory_order_relaxed)) {
+            return;
+        }
+        // CPU reports count only blocks c10 saw while profiling and no reserve; the device
+        // allocators report their real totals. CUDA stacks come from PyTorch's own history
+        // recording (looked up at report time): walking frames here would run under the
+        // allocator's device mutex.
+        record(ptr, allocSize,
+               DeviceKey{static_cast<int8_t>(device.type()), static_cast<int8_t>(device.index())},
+               static_cast<int64_t>(totalAllocated), static_cast<int64_t>(totalReserved),
+               !device.is_cpu(), device.is_cpu());
+    }
+
+    void cpuAllocated(void* ptr, size_t size) noexcept override {
+        record(ptr, static_cast<int64_t>(size), kCpu, 0, 0, false, true);
+    }
+
+    void cpuFreed(void* ptr) noexcept override { record(ptr, -1, kCpu, 0, 0, false, false); }
+
+    // One event, from either path: an allocation when size >= 0, else a free.
+    void record(void* ptr,
+                int64_t size,
+                DeviceKey key,
+                int64_t allocated,
+                int64_t reserved,
+                bool totals,
+                bool withStack) noexcept {
+        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook) {
             return;
         }
         t_inHook = true;
-        DeviceKey key{static_cast<int8_t>(device.type()), static_cast<int8_t>(device.index())};
-        // CPU reports count only blocks c10 saw while profiling and no reserve; the device
-        // allocators report their real totals.
-        bool totals = !device.is_cpu();
-        auto allocated = static_cast<int64_t>(totalAllocated);
-        auto reserved = static_cast<int64_t>(totalReserved);
-        if (allocSize >= 0) {
+        if (size >= 0) {
             RawFrame frames[kMaxFrames];
             size_t depth = 0;
-            // CUDA stacks come from PyTorch's own history recording (looked up at report
-            // time): walking frames here would run under the allocator's device mutex.
-            if (d_captureStacks.load(std::memory_order_relaxed) && d_capture != nullptr &&
-                device.is_cpu()) {
+            if (withStack && d_captureStacks.load(std::memory_order_relaxed) &&
+                d_capture != nullptr) {
                 depth = d_capture(frames, kMaxFrames);
             }
             const char* nodeType = nullptr;
             if (auto node = torch::autograd::get_current_node()) {
                 nodeType = typeid(*node).name();
             }
-            d_recorder->recordAlloc(
-                reinterpret_cast<uintptr_t>(ptr), static_cast<uint64_t>(allocSize), key,
-                std::span<const RawFrame>(frames, depth), nodeType, allocated, reserved, totals);
+            d_recorder->recordAlloc(reinterpret_cast<uintptr_t>(ptr), static_cast<uint64_t>(size),
+                                    key, std::span<const RawFrame>(frames, depth), nodeType,
+                                    allocated, reserved, totals);
         } else {
             d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
                                    totals);
         }
-        t_inHook = false;
-    }
-
-    void cpuAllocated(void* ptr, size_t size) noexcept override {
-        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook) {
-            return;
-        }
-        t_inHook = true;
-        RawFrame frames[kMaxFrames];
-        size_t depth = 0;
-        if (d_captureStacks.load(std::memory_order_relaxed) && d_capture != nullptr) {
-            depth = d_capture(frames, kMaxFrames);
-        }
-        const char* nodeType = nullptr;
-        if (auto node = torch::autograd::get_current_node()) {
-            nodeType = typeid(*node).name();
-        }
-        d_recorder->recordAlloc(reinterpret_cast<uintptr_t>(ptr), static_cast<uint64_t>(size), kCpu,
-                                std::span<const RawFrame>(frames, depth), nodeType, 0, 0, false);
-        t_inHook = false;
-    }
-
-    void cpuFreed(void* ptr) noexcept override {
-        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook) {
-            return;
-        }
-        t_inHook = true;
-        d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), kCpu, 0, 0, false);
         t_inHook = false;
     }
 

@@ -154,10 +154,7 @@ void addCode(PyObject* code,
 std::unordered_set<uintptr_t> liveCodeObjects() {
     std::unordered_set<uintptr_t> live;
     std::vector<PyCodeObject*> todo;
-    PyObject* gc = PyImport_ImportModule("gc");
-    PyObject* objects = gc != nullptr ? PyObject_CallMethod(gc, "get_objects", nullptr) : nullptr;
-    Py_XDECREF(gc);
-    if (objects != nullptr && PyList_Check(objects)) {
+    if (PyObject* objects = gcObjects()) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objects); ++i) {
             PyObject* obj = PyList_GET_ITEM(objects, i);
             if (PyFunction_Check(obj)) {
@@ -168,9 +165,8 @@ std::unordered_set<uintptr_t> liveCodeObjects() {
                 Py_XDECREF(code); // the frame keeps it alive
             }
         }
+        Py_DECREF(objects);
     }
-    Py_XDECREF(objects);
-    PyErr_Clear();
     PyInterpreterState* interp = PyInterpreterState_Get();
     for (PyThreadState* t = PyInterpreterState_ThreadHead(interp); t != nullptr;
          t = PyThreadState_Next(t)) {
@@ -203,6 +199,18 @@ bool PythonStackSymbolizer::liveCode(uintptr_t code) {
         d_liveCode = liveCodeObjects();
     }
     return d_liveCode->count(code) != 0;
+}
+
+PyObject* gcObjects() noexcept {
+    PyObject* gc = PyImport_ImportModule("gc");
+    PyObject* objects = gc != nullptr ? PyObject_CallMethod(gc, "get_objects", nullptr) : nullptr;
+    Py_XDECREF(gc);
+    if (objects == nullptr || !PyList_Check(objects)) {
+        PyErr_Clear();
+        Py_XDECREF(objects);
+        return nullptr;
+    }
+    return objects;
 }
 
 std::string utf8(PyObject* text) {

@@ -92,6 +92,9 @@ class PythonStackSymbolizer final : public StackSymbolizer {
     std::optional<std::unordered_set<uintptr_t>> d_liveCode; // built on the first unpinned frame
 };
 
+// gc.get_objects() as a new reference to a list, or nullptr (the error cleared). Needs the GIL.
+PyObject* gcObjects() noexcept;
+
 // UTF-8 of a str object; lone surrogates and other unencodable text become U+FFFD.
 std::string utf8(PyObject* text);
 

@@ -179,7 +179,11 @@ class Walk {
         if (!t.defined() || !t.has_storage()) {
             return;
         }
-        auto ptr = reinterpret_cast<uintptr_t>(t.storage().data_ptr().get());
+        checkBlock(i, reinterpret_cast<uintptr_t>(t.storage().data_ptr().get()));
+    }
+
+    // Node i reaches block `ptr`: the first node to do so names its path.
+    void checkBlock(uint32_t i, uintptr_t ptr) {
         if (ptr != 0 && d_targets.count(ptr) && !d_found.count(ptr)) {
             d_found.emplace(ptr, i);
         }
@@ -331,10 +335,7 @@ class Walk {
         }
         if (THPStorageClass != nullptr && PyObject_TypeCheck(obj, THPStorageClass)) {
             // A raw storage (torch.UntypedStorage) held by itself: its data is a block.
-            auto ptr = reinterpret_cast<uintptr_t>(THPStorage_Unpack(obj).data_ptr().get());
-            if (ptr != 0 && d_targets.count(ptr) && !d_found.count(ptr)) {
-                d_found.emplace(ptr, i);
-            }
+            checkBlock(i, reinterpret_cast<uintptr_t>(THPStorage_Unpack(obj).data_ptr().get()));
             return;
         }
         if (PyObject* base = ndarrayBase(obj)) {
@@ -506,19 +507,14 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
     std::unordered_set<uintptr_t> unreached = walkFromNamedRoots(targets, visited, result);
     if (!unreached.empty()) {
         d_stats.secondPhase = true;
-        PyObject* gc = PyImport_ImportModule("gc");
-        PyObject* objects = gc ? PyObject_CallMethod(gc, "get_objects", nullptr) : nullptr;
-        Py_XDECREF(gc);
-        if (objects != nullptr && PyList_Check(objects)) {
+        if (PyObject* objects = gcObjects()) {
             Unreached classes = classifyUnreached(objects, visited);
             explainCycles(classes.garbage, unreached, visited, result);
             if (!unreached.empty()) {
                 explainOutsideRoots(classes.external, unreached, visited, result);
             }
-        } else {
-            PyErr_Clear();
+            Py_DECREF(objects);
         }
-        Py_XDECREF(objects);
         markHeldOnlyFromCpp(unreached, result);
     }
     d_stats.reached = result.size() - unreached.size();

@@ -18,6 +18,14 @@ using torch::autograd::Node;
 
 namespace {
 
+// A step's notes, "; "-separated: what the label cannot say, each rule adding its own.
+void appendNote(PathStep& step, const std::string& note) {
+    if (!step.note.empty()) {
+        step.note += "; ";
+    }
+    step.note += note;
+}
+
 // collections.deque, looked up once (the collections module is loaded at interpreter start).
 PyTypeObject* dequeType() {
     static PyTypeObject* type = []() -> PyTypeObject* {
@@ -437,8 +445,8 @@ void PathBuilder::noteGraphOfLastTensor(const WalkNode& n, std::vector<PathStep>
     at::Tensor t = tensorOf(n);
     if (t.defined() && t.grad_fn()) {
         PathStep& last = steps.back();
-        last.note += (last.note.empty() ? "" : "; ") + std::string(kKeepsGraphNote) + " (" +
-                     shortTypeName(typeid(*t.grad_fn()).name()) + ")";
+        appendNote(last, std::string(kKeepsGraphNote) + " (" +
+                             shortTypeName(typeid(*t.grad_fn()).name()) + ")");
     }
 }
 
@@ -448,7 +456,7 @@ void PathBuilder::noteResetMethod(const WalkNode& n, PathStep& step) {
     }
     auto* obj = static_cast<PyObject*>(const_cast<void*>(n.ptr));
     if (!isTensor(obj) && definesReset(obj)) {
-        step.note += (step.note.empty() ? "" : "; ") + std::string(kDefinesResetNote);
+        appendNote(step, kDefinesResetNote);
     }
 }
 
@@ -486,7 +494,7 @@ void PathBuilder::noteModuleOfNode(const WalkNode& n, PathStep& step) {
         }
     }
     if (owner != nullptr) {
-        step.note += (step.note.empty() ? "" : "; ") + ("made by " + *owner);
+        appendNote(step, "made by " + *owner);
     }
 }
 

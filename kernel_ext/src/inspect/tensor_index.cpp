@@ -1,5 +1,7 @@
 #include "inspect/tensor_index.h"
 
+#include "inspect/frame_capture.h"
+
 #include <cctype>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -13,16 +15,8 @@ void addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, con
 
 LiveTensorIndex LiveTensorIndex::scan() {
     LiveTensorIndex index;
-    PyObject* gc = PyImport_ImportModule("gc");
-    if (gc == nullptr) {
-        PyErr_Clear();
-        return index;
-    }
-    PyObject* objects = PyObject_CallMethod(gc, "get_objects", nullptr);
-    Py_DECREF(gc);
-    if (objects == nullptr || !PyList_Check(objects)) {
-        PyErr_Clear();
-        Py_XDECREF(objects);
+    PyObject* objects = gcObjects();
+    if (objects == nullptr) {
         return index;
     }
     // An exact type test: THPVariable_Check falls back to isinstance(), which can run a

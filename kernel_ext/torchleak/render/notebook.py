@@ -96,11 +96,12 @@ def _finding_row(f):
 def render(data, *, progress=None):
     findings = data.get("findings", [])
     summary = data.get("summary", {})
+    unit = iteration_unit(data)
     head = (f'<div data-testid="torchleak-static" style="font-family:sans-serif;font-size:13px">'
             f'<div><b>torchleak</b>: {_e(summary.get("headline", ""))} in '
-            f'{data.get("iterations", 0)} {_e(iteration_unit(data))}(s) ({_e(data.get("boundary"))} boundaries)')
+            f'{data.get("iterations", 0)} {_e(unit)}(s) ({_e(data.get("boundary"))} boundaries)')
     if progress:
-        head += " &middot; " + progress_text(progress, iteration_unit(data))
+        head += " &middot; " + progress_text(progress, unit)
     parts = [head + "</div>"]
     for w in data.get("warnings", []):
         parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')

@@ -9,7 +9,7 @@ def render(data, *, progress=None, limit=4):
     unit = iteration_unit(data)
     lines = [f"torchleak: {summary.get('headline', '')} in {data.get('iterations', 0)} {unit}(s)"]
     if progress:
-        lines.append(progress_text(progress, iteration_unit(data)))
+        lines.append(progress_text(progress, unit))
     for cause in data.get("causes") or []:
         lines.append(f"  LEAK {cause['text']}")
     for f in findings[:limit]:
