@@ -25,6 +25,22 @@ TEST_CASE("LiveBlockTable inserts, finds and erases") {
     REQUIRE(table.size() == 0);
 }
 
+TEST_CASE("LiveBlockTable: a free of null (an empty tensor's) changes nothing") {
+    // 0 marks a free slot; erasing it once took a stale record out of that slot and counted
+    // the table one smaller, down to size_t's maximum.
+    LiveBlockTable table(4);
+    BlockRecord rec;
+    rec.size = 64;
+    REQUIRE(table.insert(0x1000, rec));
+    REQUIRE(table.erase(0x1000));
+    REQUIRE_FALSE(table.erase(0));
+    REQUIRE(table.find(0) == nullptr);
+    REQUIRE(table.size() == 0);
+    REQUIRE(table.insert(0x2000, rec));
+    REQUIRE_FALSE(table.erase(0));
+    REQUIRE(table.size() == 1);
+}
+
 TEST_CASE("LiveBlockTable agrees with a reference map over a million random operations") {
     LiveBlockTable table;
     std::unordered_map<uintptr_t, uint64_t> reference;

@@ -51,6 +51,9 @@ template <typename Value> class PointerTable {
     }
 
     const Value* find(uintptr_t key) const noexcept {
+        if (key == 0) {
+            return nullptr;
+        }
         size_t mask = d_slots.size() - 1;
         for (size_t i = home(key); d_slots[i].key != 0; i = (i + 1) & mask) {
             if (d_slots[i].key == key) {
@@ -63,6 +66,11 @@ template <typename Value> class PointerTable {
     bool contains(uintptr_t key) const noexcept { return find(key) != nullptr; }
 
     std::optional<Value> erase(uintptr_t key) noexcept {
+        if (key == 0) {
+            // 0 marks an empty slot: "erasing" it would take a stale value out of a free slot
+            // and count the table one smaller (c10 reports frees of null for empty tensors).
+            return std::nullopt;
+        }
         size_t mask = d_slots.size() - 1;
         size_t i = home(key);
         while (d_slots[i].key != key) {
