@@ -79,7 +79,13 @@ std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnaps
                                                  const std::vector<Finding>& findings,
                                                  int warmup,
                                                  const AnalysisConfig& config) {
-    const size_t n = boundaries.size();
+    // The run's length and each point's iteration: a long run keeps a thinned grid.
+    const int64_t iterations =
+        boundaries.empty() ? 0 : static_cast<int64_t>(boundaries.back().iteration) + 1;
+    std::vector<uint32_t> at;
+    for (const auto& snap : boundaries) {
+        at.push_back(snap.iteration);
+    }
     std::vector<DeviceKey> order;
     for (const auto& snap : boundaries) {
         for (const auto& d : snap.devices) {
@@ -116,10 +122,9 @@ std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnaps
             int64_t used = t.allocated.empty() ? 0 : t.allocated.back();
             int64_t room = std::max<int64_t>(static_cast<int64_t>(t.capacity_bytes) - used, 0);
             t.projected_oom_iteration =
-                static_cast<int64_t>(n) +
-                (room + t.leak_bytes_per_iteration - 1) / t.leak_bytes_per_iteration;
+                iterations + (room + t.leak_bytes_per_iteration - 1) / t.leak_bytes_per_iteration;
         }
-        DeviceVerdict dv = judgeDevice(t.allocated, t.reserved, warmup, config);
+        DeviceVerdict dv = judgeDevice(t.allocated, t.reserved, warmup, config, at);
         t.fragmentation_ratio = dv.ratio;
         if (dv.fragmentation) {
             t.verdict = "fragmentation";

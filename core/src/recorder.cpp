@@ -69,8 +69,16 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
                     d_devices[i].tracked -= static_cast<int64_t>(stale->size);
                 }
             }
+            removeBlock(*stale);
+            d_live.erase(ptr);
         }
-        d_live.insert(ptr, rec);
+        addBlock(rec);
+        try {
+            d_live.insert(ptr, rec);
+        } catch (...) {
+            removeBlock(rec);
+            throw;
+        }
         st->tracked += static_cast<int64_t>(size);
     } catch (...) {
         // Out of memory while growing a table: losing one event beats terminating the
@@ -88,6 +96,9 @@ void AllocationRecorder::recordFree(uintptr_t ptr,
     d_events.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(d_mutex);
     auto removed = d_live.erase(ptr);
+    if (removed) {
+        removeBlock(*removed);
+    }
     DeviceState* st = deviceState(device);
     if (st == nullptr) {
         return;
@@ -98,34 +109,91 @@ void AllocationRecorder::recordFree(uintptr_t ptr,
     updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals);
 }
 
+void AllocationRecorder::markDirty(GroupState& group) noexcept {
+    if (!group.dirty) {
+        group.dirty = true;
+        group.nextDirty = d_dirtyHead;
+        d_dirtyHead = &group;
+    }
+}
+
+void AllocationRecorder::addBlock(const BlockRecord& rec) {
+    GroupState& group = d_groups[GroupKey{rec.stack, rec.node, rec.device}];
+    group.key = GroupKey{rec.stack, rec.node, rec.device};
+    if (group.births.empty() || group.births.back().iteration != rec.iteration) {
+        group.births.push_back(BirthCount{rec.iteration, 0, 0});
+    }
+    group.births.back().count += 1;
+    group.births.back().bytes += rec.size;
+    group.bytes += rec.size;
+    group.count += 1;
+    d_liveBytes += rec.size;
+    d_bornBytes += rec.size;
+    markDirty(group);
+}
+
+void AllocationRecorder::removeBlock(const BlockRecord& rec) noexcept {
+    auto it = d_groups.find(GroupKey{rec.stack, rec.node, rec.device});
+    if (it == d_groups.end()) {
+        return;
+    }
+    GroupState& group = it->second;
+    auto birth = std::lower_bound(
+        group.births.begin(), group.births.end(), rec.iteration,
+        [](const BirthCount& c, uint32_t iteration) { return c.iteration < iteration; });
+    if (birth == group.births.end() || birth->iteration != rec.iteration || birth->count == 0) {
+        return; // not added (addBlock threw): nothing to take back
+    }
+    birth->count -= 1;
+    birth->bytes -= std::min(birth->bytes, rec.size);
+    if (birth->count == 0) {
+        group.emptyBirths += 1;
+        while (!group.births.empty() && group.births.back().count == 0) {
+            group.births.pop_back();
+            group.emptyBirths -= 1;
+        }
+        while (group.head < group.births.size() && group.births[group.head].count == 0) {
+            group.head += 1;
+        }
+        group.head = std::min(group.head, group.births.size());
+    }
+    group.bytes -= std::min(group.bytes, rec.size);
+    group.count -= 1;
+    d_liveBytes -= std::min(d_liveBytes, rec.size);
+    if (rec.iteration == d_iteration.load(std::memory_order_relaxed)) {
+        d_bornBytes -= std::min(d_bornBytes, rec.size);
+    } else {
+        d_freedBytes += rec.size;
+    }
+    markDirty(group);
+}
+
 const BoundarySnapshot& AllocationRecorder::markBoundary() {
     BoundarySnapshot snap;
-    std::unordered_map<GroupKey, size_t, GroupKeyHash> index;
     {
         std::lock_guard<std::mutex> lock(d_mutex);
         uint32_t current = d_iteration.load(std::memory_order_relaxed);
         snap.iteration = current;
-        d_live.forEach([&](uintptr_t ptr, const BlockRecord& rec) {
-            GroupKey key{rec.stack, rec.node, rec.device};
-            auto [it, fresh] = index.try_emplace(key, snap.groups.size());
-            if (fresh) {
-                GroupSample sample;
-                sample.key = key;
-                sample.oldestIteration = rec.iteration;
-                snap.groups.push_back(sample);
+        for (GroupState* g = d_dirtyHead; g != nullptr; g = g->nextDirty) {
+            if (g->emptyBirths > 0 && g->emptyBirths * 2 >= g->births.size()) {
+                std::erase_if(g->births, [](const BirthCount& c) { return c.count == 0; });
+                g->head = 0;
+                g->emptyBirths = 0;
             }
-            GroupSample& g = snap.groups[it->second];
-            g.bytes += rec.size;
-            g.count += 1;
-            if (rec.iteration == current) {
-                g.bornThisIteration += rec.size;
+            GroupSample sample;
+            sample.key = g->key;
+            sample.bytes = g->bytes;
+            sample.count = g->count;
+            if (g->head < g->births.size()) {
+                sample.oldestIteration = g->births[g->head].iteration;
+                if (g->births.back().iteration == current) {
+                    sample.bornThisIteration = g->births.back().bytes;
+                }
+            } else {
+                sample.oldestIteration = current;
             }
-            g.oldestIteration = std::min(g.oldestIteration, rec.iteration);
-            if (rec.size > g.largestBlockSize) {
-                g.largestBlockSize = rec.size;
-                g.largestBlock = ptr;
-            }
-        });
+            snap.groups.push_back(sample);
+        }
         for (size_t i = 0; i < d_deviceCount; ++i) {
             DeviceState& st = d_devices[i];
             DeviceSample ds;
@@ -135,15 +203,83 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
             ds.reserved = st.allocatorTotals ? st.allocatorReserved : ds.allocated;
             ds.peak = std::max(st.peak, ds.allocated);
             snap.devices.push_back(ds);
-            st.peak = ds.allocated; // the next iteration's peak starts from here
         }
-        snap.shadowed = d_shadowed.exchange(false, std::memory_order_relaxed);
+        // Nothing above changed the recorder: from here on the boundary cannot fail halfway.
+        for (GroupState* g = d_dirtyHead; g != nullptr;) {
+            GroupState* next = g->nextDirty;
+            g->dirty = false;
+            g->nextDirty = nullptr;
+            g = next;
+        }
+        d_dirtyHead = nullptr;
+        for (size_t i = 0; i < d_deviceCount; ++i) {
+            d_devices[i].peak = snap.devices[i].allocated; // the next iteration's peak starts here
+        }
+        snap.liveBytes = d_liveBytes;
+        snap.bornBytes = d_bornBytes;
+        snap.freedBytes = d_freedBytes;
+        d_bornBytes = 0;
+        d_freedBytes = 0;
+        snap.shadowedIterations = d_shadowed.exchange(false, std::memory_order_relaxed) ? 1 : 0;
         d_iteration.store(current + 1, std::memory_order_relaxed);
     }
+    // Biggest first, then by stack: the builder's choice of a site's shown stack does not
+    // depend on hash order.
     std::sort(snap.groups.begin(), snap.groups.end(),
-              [](const GroupSample& a, const GroupSample& b) { return a.bytes > b.bytes; });
+              [](const GroupSample& a, const GroupSample& b) {
+                  return a.bytes != b.bytes ? a.bytes > b.bytes : a.key.stack < b.key.stack;
+              });
     d_boundaries.push_back(std::move(snap));
+    thinHistory();
     return d_boundaries.back();
+}
+
+void AllocationRecorder::mergeInto(const BoundarySnapshot& older, BoundarySnapshot& newer) {
+    std::unordered_map<GroupKey, size_t, GroupKeyHash> present;
+    for (size_t i = 0; i < newer.groups.size(); ++i) {
+        present.emplace(newer.groups[i].key, i);
+    }
+    for (const GroupSample& g : older.groups) {
+        if (!present.count(g.key)) {
+            GroupSample carried = g; // unchanged since: its state at `newer` too
+            carried.bornThisIteration = 0;
+            newer.groups.push_back(carried);
+        }
+    }
+    for (const DeviceSample& d : older.devices) {
+        for (DeviceSample& n : newer.devices) {
+            if (n.device == d.device) {
+                n.peak = std::max(n.peak, d.peak);
+            }
+        }
+    }
+    newer.shadowedIterations += older.shadowedIterations;
+}
+
+// Boundaries other than the newest two must lie on the grid (iteration % d_stride == 0); when
+// the grid would exceed kMaxGridBoundaries, its stride doubles. What a dropped boundary
+// recorded moves into the kept boundary after it, so every group's latest state survives.
+void AllocationRecorder::thinHistory() {
+    auto offGrid = [this](const BoundarySnapshot& b) { return b.iteration % d_stride != 0; };
+    size_t n = d_boundaries.size();
+    if (n >= 3 && offGrid(d_boundaries[n - 3])) {
+        mergeInto(d_boundaries[n - 3], d_boundaries[n - 2]);
+        d_boundaries.erase(d_boundaries.begin() + static_cast<std::ptrdiff_t>(n - 3));
+        n -= 1;
+    }
+    if (n <= kMaxGridBoundaries + 2) {
+        return;
+    }
+    d_stride *= 2;
+    std::vector<BoundarySnapshot> kept;
+    for (size_t i = 0; i < n; ++i) {
+        if (i + 2 < n && offGrid(d_boundaries[i])) {
+            mergeInto(d_boundaries[i], d_boundaries[i + 1]);
+        } else {
+            kept.push_back(std::move(d_boundaries[i]));
+        }
+    }
+    d_boundaries = std::move(kept);
 }
 
 void AllocationRecorder::forEachLiveBlock(
@@ -180,21 +316,11 @@ size_t AllocationRecorder::stackCount() const {
 
 IterationTotals iterationTotals(const std::vector<BoundarySnapshot>& boundaries, size_t b) {
     IterationTotals t;
-    if (b >= boundaries.size()) {
-        return t;
+    if (b < boundaries.size()) {
+        t.live = static_cast<int64_t>(boundaries[b].liveBytes);
+        t.born = static_cast<int64_t>(boundaries[b].bornBytes);
+        t.freed = static_cast<int64_t>(boundaries[b].freedBytes);
     }
-    for (const GroupSample& g : boundaries[b].groups) {
-        t.live += static_cast<int64_t>(g.bytes);
-        t.born += static_cast<int64_t>(g.bornThisIteration);
-    }
-    int64_t before = 0;
-    if (b > 0) {
-        for (const GroupSample& g : boundaries[b - 1].groups) {
-            before += static_cast<int64_t>(g.bytes);
-        }
-    }
-    // What survived from before is live minus born; the rest of `before` was freed.
-    t.freed = std::max<int64_t>(before - (t.live - t.born), 0);
     return t;
 }
 

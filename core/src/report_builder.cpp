@@ -26,12 +26,35 @@ struct SiteAccumulator {
     uint64_t stackBytes = 0;   // bytes of the group whose stack we show
     StackToken stackToken = 0; // its stack: on a tie the earlier interned stack is shown
     uint64_t lastCount = 0;
-    uintptr_t example = 0;
-    uint64_t exampleSize = 0;
-    GroupKey exampleKey;
     std::vector<GroupKey> groups;
     std::vector<uintptr_t> externalBlocks; // blocks attributed by an external stack
+    // While the boundaries are replayed: the site's live bytes and oldest birth after the
+    // boundaries replayed so far, and how many series points are written.
+    int64_t current = 0;
+    uint32_t currentOldest = std::numeric_limits<uint32_t>::max();
+    size_t filled = 0;
+    size_t touchedAt = std::numeric_limits<size_t>::max();
 };
+
+// A group's latest sample while the boundaries are replayed, and its site.
+struct GroupReplay {
+    SiteAccumulator* site = nullptr;
+    uint64_t bytes = 0;
+    uint64_t count = 0;
+    uint32_t oldest = 0;
+};
+
+// A live block as the report reads it: one copy of the live table, sorted by address.
+struct LiveBlock {
+    uintptr_t ptr = 0;
+    BlockRecord rec;
+};
+
+// Paths are found for at most this many blocks of one finding (the newest first, then spread
+// over the rest): a finding of a million blocks needs its representative path and a fair
+// sample of where the others hang, not a million paths.
+constexpr size_t kPathSamplesPerFinding = 256;
+constexpr size_t kPathHeadSamples = 32;
 
 std::string siteKey(const Frame& f, const std::string& device, const std::string& node) {
     std::ostringstream out;
@@ -112,9 +135,11 @@ class ReportBuilder {
     Report build(RetentionExplainer* explainer) {
         startReport();
         readLiveBlocks();
+        replayBoundaries();
         attributeExternalStacks();
-        accumulateBoundarySamples();
         makeFindings();
+        d_blocksOf = liveBlocksByFinding();
+        describeExamples();
         if (explainer != nullptr && !d_report.findings.empty()) {
             explainFindings(*explainer);
         }
@@ -137,31 +162,124 @@ class ReportBuilder {
         d_report.boundary = d_inputs.boundary;
         d_report.warnings = d_inputs.warnings;
         d_report.events_recorded = d_recorder.eventCount();
-        d_report.iterations = static_cast<int>(d_n);
+        d_report.iterations = d_n > 0 ? static_cast<int>(d_boundaries.back().iteration) + 1 : 0;
+        for (const BoundarySnapshot& snap : d_boundaries) {
+            d_at.push_back(snap.iteration);
+        }
+        if (static_cast<size_t>(d_report.iterations) != d_n) {
+            d_report.series_iterations.assign(d_at.begin(), d_at.end());
+        }
     }
 
-    // Every live block, read once: for external stacks, example descriptions (only if the
-    // address still holds the block a group recorded: it may have been freed and reused since
-    // the last boundary) and retaining paths.
+    // Every live block, read once: for external stacks, examples and retaining paths. A copy,
+    // because the report itself allocates while the hook is on.
     void readLiveBlocks() {
-        d_recorder.forEachLiveBlock(
-            [&](uintptr_t ptr, const BlockRecord& rec) { d_liveNow.emplace(ptr, rec); });
+        d_liveNow.reserve(d_recorder.liveBlockCount());
+        d_recorder.forEachLiveBlock([&](uintptr_t ptr, const BlockRecord& rec) {
+            d_liveNow.push_back(LiveBlock{ptr, rec});
+        });
+        std::sort(d_liveNow.begin(), d_liveNow.end(),
+                  [](const LiveBlock& a, const LiveBlock& b) { return a.ptr < b.ptr; });
+    }
+
+    const BlockRecord* liveBlock(uintptr_t ptr) const {
+        auto it = std::lower_bound(d_liveNow.begin(), d_liveNow.end(), ptr,
+                                   [](const LiveBlock& b, uintptr_t p) { return b.ptr < p; });
+        return it != d_liveNow.end() && it->ptr == ptr ? &it->rec : nullptr;
+    }
+
+    // The kept boundaries in order, each holding the groups it changed: every site's series is
+    // its running sum, so the replay costs what the boundaries hold, not sites x boundaries x
+    // groups.
+    void replayBoundaries() {
+        std::vector<SiteAccumulator*> touched;
+        for (size_t b = 0; b < d_n; ++b) {
+            const BoundarySnapshot& snap = d_boundaries[b];
+            d_shadowedIterations += snap.shadowedIterations;
+            touched.clear();
+            for (const GroupSample& g : snap.groups) {
+                GroupReplay& r = replayOf(g.key);
+                SiteAccumulator& acc = *r.site;
+                if (acc.touchedAt != b) {
+                    acc.touchedAt = b;
+                    fillTo(acc, b);
+                    touched.push_back(&acc);
+                }
+                acc.current += static_cast<int64_t>(g.bytes) - static_cast<int64_t>(r.bytes);
+                r.bytes = g.bytes;
+                r.count = g.count;
+                r.oldest = g.oldestIteration;
+                acc.series.born[b] += static_cast<int64_t>(g.bornThisIteration);
+                // Ties go to the lower stack token, so the shown stack does not depend on the
+                // order groups were recorded in.
+                if (g.bytes > acc.stackBytes ||
+                    (g.bytes == acc.stackBytes &&
+                     (acc.stack.empty() || g.key.stack < acc.stackToken))) {
+                    acc.stackBytes = g.bytes;
+                    acc.stack = framesOf(g.key.stack);
+                    acc.stackToken = g.key.stack;
+                }
+            }
+            for (SiteAccumulator* acc : touched) {
+                uint32_t oldest = std::numeric_limits<uint32_t>::max();
+                for (const GroupKey& k : acc->groups) {
+                    const GroupReplay& r = d_replay[k];
+                    if (r.bytes > 0) {
+                        oldest = std::min(oldest, r.oldest);
+                    }
+                }
+                acc->currentOldest = oldest;
+                acc->series.bytes[b] = acc->current;
+                acc->series.oldest[b] = oldest;
+                acc->filled = b + 1;
+            }
+        }
+        for (auto& [key, acc] : d_sites) {
+            fillTo(acc, d_n);
+        }
+        for (const auto& [key, r] : d_replay) {
+            r.site->lastCount += r.count;
+        }
+    }
+
+    // Series points of boundaries that did not touch the site repeat its running state.
+    static void fillTo(SiteAccumulator& acc, size_t b) {
+        for (; acc.filled < b; ++acc.filled) {
+            acc.series.bytes[acc.filled] = acc.current;
+            acc.series.oldest[acc.filled] = acc.currentOldest;
+        }
+    }
+
+    GroupReplay& replayOf(const GroupKey& key) {
+        GroupReplay& r = d_replay[key];
+        if (r.site == nullptr) {
+            const std::vector<Frame>& frames = framesOf(key.stack);
+            std::string node = key.node ? d_recorder.nodeName(key.node) : std::string();
+            Frame site = siteOfGroup(frames, node);
+            SiteAccumulator& acc = siteFor(site, deviceName(key.device), node);
+            if (site.cell && acc.site.cell && *site.cell > *acc.site.cell) {
+                acc.site = site; // the newest run of a re-run cell names the site
+            }
+            acc.groups.push_back(key);
+            r.site = &acc;
+        }
+        return r;
     }
 
     // Surviving blocks with an external stack (CUDA) become their own sites: a block alive
     // now was alive at every boundary since the one ending its birth iteration. What they
-    // account for is taken out of the stackless group they were recorded in.
+    // account for is taken out of the stackless group's site they were recorded in.
     void attributeExternalStacks() {
+        if (d_n == 0 || d_inputs.external_stacks.empty()) {
+            return;
+        }
         for (const auto& [ptr, rec] : d_liveNow) {
             auto external = d_inputs.external_stacks.find(ptr);
-            if (d_n == 0 || rec.stack != 0 || external == d_inputs.external_stacks.end() ||
-                external->second.empty()) {
+            if (rec.stack != 0 || external == d_inputs.external_stacks.end() ||
+                external->second.empty() || rec.iteration > d_at.back()) {
                 continue;
             }
             const std::vector<Frame>& frames = external->second;
-            GroupKey key{0, rec.node, rec.device};
-            auto& taken = d_attributed[key];
-            taken.resize(d_n, 0);
             std::string node = rec.node ? d_recorder.nodeName(rec.node) : std::string();
             const Frame* user = innermostUserFrame(frames);
             Frame site = user != nullptr ? *user : frames.front();
@@ -169,77 +287,35 @@ class ReportBuilder {
                 site.function = node;
             }
             SiteAccumulator& acc = siteFor(site, deviceName(rec.device), node);
+            fillTo(acc, d_n);
             if (acc.stack.empty()) {
                 acc.stack = frames;
             }
-            for (size_t b = std::min<size_t>(rec.iteration, d_n); b < d_n; ++b) {
-                acc.series.bytes[b] += static_cast<int64_t>(rec.size);
-                acc.series.oldest[b] = std::min(acc.series.oldest[b], rec.iteration);
-                taken[b] += static_cast<int64_t>(rec.size);
+            SiteAccumulator* stackless = nullptr;
+            if (auto it = d_replay.find(GroupKey{0, rec.node, rec.device}); it != d_replay.end()) {
+                stackless = it->second.site;
+                stackless->lastCount -= std::min<uint64_t>(stackless->lastCount, 1);
             }
-            if (rec.iteration < d_n) {
-                acc.series.born[rec.iteration] += static_cast<int64_t>(rec.size);
+            const auto size = static_cast<int64_t>(rec.size);
+            size_t first = static_cast<size_t>(
+                std::lower_bound(d_at.begin(), d_at.end(), rec.iteration) - d_at.begin());
+            for (size_t b = first; b < d_n; ++b) {
+                acc.series.bytes[b] += size;
+                acc.series.oldest[b] = std::min(acc.series.oldest[b], rec.iteration);
+                if (stackless != nullptr) {
+                    stackless->series.bytes[b] =
+                        std::max<int64_t>(stackless->series.bytes[b] - size, 0);
+                }
+            }
+            if (first < d_n && d_at[first] == rec.iteration) {
+                acc.series.born[first] += size;
+                if (stackless != nullptr) {
+                    stackless->series.born[first] =
+                        std::max<int64_t>(stackless->series.born[first] - size, 0);
+                }
             }
             acc.lastCount += 1;
             acc.externalBlocks.push_back(ptr);
-            if (rec.size > acc.exampleSize) {
-                acc.exampleSize = rec.size;
-                acc.example = ptr;
-                acc.exampleKey = GroupKey{0, rec.node, rec.device};
-            }
-        }
-    }
-
-    // Every group sample of every boundary, added to its site's series.
-    void accumulateBoundarySamples() {
-        for (size_t b = 0; b < d_n; ++b) {
-            const BoundarySnapshot& snap = d_boundaries[b];
-            if (snap.shadowed) {
-                d_shadowedIterations.push_back(snap.iteration);
-            }
-            for (const GroupSample& sample : snap.groups) {
-                GroupSample g = sample;
-                if (auto it = d_attributed.find(g.key); it != d_attributed.end()) {
-                    uint64_t take = static_cast<uint64_t>(std::max<int64_t>(it->second[b], 0));
-                    g.bytes = g.bytes > take ? g.bytes - take : 0;
-                    if (g.bytes == 0) {
-                        continue;
-                    }
-                }
-                addSample(b, g);
-            }
-        }
-    }
-
-    void addSample(size_t b, const GroupSample& g) {
-        const std::vector<Frame>& frames = framesOf(g.key.stack);
-        std::string node = g.key.node ? d_recorder.nodeName(g.key.node) : std::string();
-        Frame site = siteOfGroup(frames, node);
-        SiteAccumulator& acc = siteFor(site, deviceName(g.key.device), node);
-        if (site.cell && acc.site.cell && *site.cell > *acc.site.cell) {
-            acc.site = site; // the newest run of a re-run cell names the site
-        }
-        if (std::find(acc.groups.begin(), acc.groups.end(), g.key) == acc.groups.end()) {
-            acc.groups.push_back(g.key);
-        }
-        acc.series.bytes[b] += static_cast<int64_t>(g.bytes);
-        acc.series.born[b] += static_cast<int64_t>(g.bornThisIteration);
-        acc.series.oldest[b] = std::min(acc.series.oldest[b], g.oldestIteration);
-        // Groups arrive in live-table order, which follows addresses: break ties by stack token
-        // so the shown stack does not change from run to run.
-        if (g.bytes > acc.stackBytes ||
-            (g.bytes == acc.stackBytes && (acc.stack.empty() || g.key.stack < acc.stackToken))) {
-            acc.stackBytes = g.bytes;
-            acc.stack = frames;
-            acc.stackToken = g.key.stack;
-        }
-        if (b == d_n - 1) {
-            acc.lastCount += g.count;
-            if (g.largestBlockSize > acc.exampleSize) {
-                acc.exampleSize = g.largestBlockSize;
-                acc.example = g.largestBlock;
-                acc.exampleKey = g.key;
-            }
         }
     }
 
@@ -256,6 +332,7 @@ class ReportBuilder {
                     o = 0;
                 }
             }
+            acc.series.at = d_at;
             Finding f;
             f.site = acc.site;
             Classification c = classifyPerRun(acc, f.site);
@@ -272,7 +349,6 @@ class ReportBuilder {
             f.series = acc.series.bytes;
             f.trend = {c.fit.slope, c.fit.r2, c.fit.p_value};
             f.confidence = c.confidence;
-            describeExample(acc, f);
             f.released_periodically = c.released_periodically;
             d_report.findings.push_back(std::move(f));
             d_findingSites.push_back(&acc);
@@ -287,48 +363,73 @@ class ReportBuilder {
     // names every run.
     Classification classifyPerRun(const SiteAccumulator& acc, Frame& site) const {
         const std::vector<BoundaryRun>& runs = d_inputs.boundary_runs;
+        const size_t total = static_cast<size_t>(d_report.iterations);
         auto outermostCell = std::find_if(acc.stack.rbegin(), acc.stack.rend(), [](const Frame& f) {
             return f.cell.has_value() && !f.group.empty();
         });
-        if (d_inputs.boundary != BoundaryKind::Cell || runs.size() != d_n ||
+        if (d_inputs.boundary != BoundaryKind::Cell || runs.size() != total ||
             outermostCell == acc.stack.rend()) {
             return classify(acc.series, d_inputs.warmup, d_inputs.config);
         }
-        std::vector<size_t> at;
-        for (size_t b = 0; b < d_n; ++b) {
-            if (runs[b].group == outermostCell->group) {
-                at.push_back(b);
-            }
-        }
-        if (at.empty()) {
-            return classify(acc.series, d_inputs.warmup, d_inputs.config);
+        const std::string& cell = outermostCell->group;
+        // runsBefore[i]: the runs of the cell among iterations [0, i), i.e. the run number of
+        // an iteration of the cell.
+        std::vector<uint32_t> runsBefore(total + 1, 0);
+        for (size_t i = 0; i < total; ++i) {
+            runsBefore[i + 1] = runsBefore[i] + (runs[i].group == cell ? 1 : 0);
         }
         SiteSeries perRun;
-        for (size_t b : at) {
+        for (size_t b = 0; b < d_n; ++b) {
+            uint32_t iteration = d_at[b];
+            if (runs[iteration].group != cell) {
+                continue;
+            }
             perRun.bytes.push_back(acc.series.bytes[b]);
             perRun.born.push_back(acc.series.born[b]);
+            perRun.at.push_back(runsBefore[iteration]);
             // A birth iteration, renumbered as the run it happened in (or the next run).
-            perRun.oldest.push_back(static_cast<uint32_t>(
-                std::lower_bound(at.begin(), at.end(), acc.series.oldest[b]) - at.begin()));
+            perRun.oldest.push_back(runsBefore[std::min<size_t>(acc.series.oldest[b], total)]);
         }
-        if (site.group == outermostCell->group && at.size() > 1) {
-            for (size_t b : at) {
-                site.runs.push_back(runs[b].cell);
+        if (perRun.bytes.empty()) {
+            return classify(acc.series, d_inputs.warmup, d_inputs.config);
+        }
+        if (site.group == cell && runsBefore[total] > 1) {
+            for (size_t i = 0; i < total; ++i) {
+                if (runs[i].group == cell) {
+                    site.runs.push_back(runs[i].cell);
+                }
             }
         }
         return classify(perRun, d_inputs.warmup, d_inputs.config);
     }
 
-    void describeExample(const SiteAccumulator& acc, Finding& f) {
-        if (acc.example == 0) {
+    // Each finding's dtype and shape, from its biggest block alive at the last boundary: one
+    // question to the describer for all findings.
+    void describeExamples() {
+        const uint32_t last = d_n > 0 ? d_at.back() : 0;
+        std::vector<uintptr_t> examples;
+        std::vector<size_t> findingOf;
+        for (size_t i = 0; i < d_blocksOf.size(); ++i) {
+            const Candidate* best = nullptr;
+            for (const Candidate& c : d_blocksOf[i]) {
+                if (std::get<0>(c) <= last &&
+                    (best == nullptr || std::get<1>(c) > std::get<1>(*best))) {
+                    best = &c;
+                }
+            }
+            if (best != nullptr) {
+                examples.push_back(std::get<3>(*best));
+                findingOf.push_back(i);
+            }
+        }
+        if (examples.empty()) {
             return;
         }
-        auto it = d_liveNow.find(acc.example);
-        if (it != d_liveNow.end() && it->second.stack == acc.exampleKey.stack &&
-            it->second.node == acc.exampleKey.node) {
-            if (auto d = d_describer.describe(acc.example)) {
-                f.dtype = d->dtype;
-                f.shape = d->shape;
+        auto descriptions = d_describer.describe(examples);
+        for (size_t k = 0; k < examples.size() && k < descriptions.size(); ++k) {
+            if (descriptions[k]) {
+                d_report.findings[findingOf[k]].dtype = descriptions[k]->dtype;
+                d_report.findings[findingOf[k]].shape = descriptions[k]->shape;
             }
         }
     }
@@ -338,21 +439,45 @@ class ReportBuilder {
     // allocated on the same line).
     using Candidate = std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t>;
 
-    // Retaining paths of every finding's live blocks (one walk for all of them), then each
-    // finding's representative path, the sites of the tensors on it, and its holder.
+    // Retaining paths of a sample of every finding's live blocks (one walk for all of them),
+    // then each finding's representative path, the sites of the tensors on it, and its holder.
     void explainFindings(RetentionExplainer& explainer) {
-        std::vector<std::vector<Candidate>> blocksOf = liveBlocksByFinding();
+        std::vector<std::vector<Candidate>> sampled(d_blocksOf.size());
+        std::vector<double> scale(d_blocksOf.size(), 1.0);
         std::vector<uintptr_t> allBlocks;
-        for (const auto& blocks : blocksOf) {
-            for (const auto& candidate : blocks) {
+        for (size_t i = 0; i < d_blocksOf.size(); ++i) {
+            std::vector<Candidate>& blocks = d_blocksOf[i];
+            std::sort(blocks.begin(), blocks.end(), std::greater<>());
+            sampled[i] = samplePathBlocks(blocks);
+            if (!sampled[i].empty()) {
+                scale[i] =
+                    static_cast<double>(blocks.size()) / static_cast<double>(sampled[i].size());
+            }
+            for (const auto& candidate : sampled[i]) {
                 allBlocks.push_back(std::get<3>(candidate));
             }
         }
         auto paths = explainer.explain(allBlocks);
         std::unordered_set<uintptr_t> normalized;
         for (size_t i = 0; i < d_report.findings.size(); ++i) {
-            applyRepresentativePath(d_report.findings[i], blocksOf[i], paths, normalized);
+            applyRepresentativePath(d_report.findings[i], sampled[i], scale[i], paths, normalized);
         }
+    }
+
+    // The newest kPathHeadSamples blocks (the representative is among them), then blocks spread
+    // evenly over the rest. `blocks` is sorted newest first.
+    static std::vector<Candidate> samplePathBlocks(const std::vector<Candidate>& blocks) {
+        if (blocks.size() <= kPathSamplesPerFinding) {
+            return blocks;
+        }
+        std::vector<Candidate> sample(
+            blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(kPathHeadSamples));
+        const size_t rest = blocks.size() - kPathHeadSamples;
+        const size_t spread = kPathSamplesPerFinding - kPathHeadSamples;
+        for (size_t k = 0; k < spread; ++k) {
+            sample.push_back(blocks[kPathHeadSamples + k * rest / spread]);
+        }
+        return sample;
     }
 
     std::vector<std::vector<Candidate>> liveBlocksByFinding() const {
@@ -367,6 +492,9 @@ class ReportBuilder {
             }
         }
         std::vector<std::vector<Candidate>> blocksOf(d_report.findings.size());
+        if (findingOf.empty() && externalOf.empty()) {
+            return blocksOf;
+        }
         for (const auto& [ptr, rec] : d_liveNow) {
             std::optional<size_t> index;
             if (auto ext = externalOf.find(ptr); ext != externalOf.end()) {
@@ -386,14 +514,14 @@ class ReportBuilder {
     // iteration's own blocks may just be the current state (model.last_hidden), while older
     // survivors are alive only because of what leaks.
     void applyRepresentativePath(Finding& f,
-                                 std::vector<Candidate>& blocks,
+                                 const std::vector<Candidate>& blocks,
+                                 double sampleScale,
                                  std::unordered_map<uintptr_t, BlockPath>& paths,
                                  std::unordered_set<uintptr_t>& normalized) {
-        std::sort(blocks.begin(), blocks.end(), std::greater<>());
         std::vector<const std::vector<PathStep>*> all;
         const BlockPath* representative = nullptr;
         const BlockPath* newest = nullptr;
-        uint32_t lastIteration = d_n > 0 ? static_cast<uint32_t>(d_n - 1) : 0;
+        uint32_t lastIteration = d_n > 0 ? d_at.back() : 0;
         for (const auto& [birth, size, seq, ptr] : blocks) {
             auto it = paths.find(ptr);
             if (it == paths.end()) {
@@ -434,21 +562,21 @@ class ReportBuilder {
         double growthIterations =
             static_cast<double>(std::max(1, d_report.iterations - std::max(d_inputs.warmup, 0)));
         if (f.retention == Retention::Reachable) {
-            f.holder = chooseHolder(f.path, all, growthIterations);
+            f.holder = chooseHolder(f.path, all, growthIterations, sampleScale);
         }
     }
 
     // Where a tensor met on a path was allocated, when torchleak saw it.
     std::optional<Frame> siteOfPathTensor(uintptr_t block) {
-        auto live = d_liveNow.find(block);
-        if (live == d_liveNow.end()) {
+        const BlockRecord* live = liveBlock(block);
+        if (live == nullptr) {
             return std::nullopt;
         }
-        if (const Frame* user = innermostUserFrame(framesOf(live->second.stack))) {
+        if (const Frame* user = innermostUserFrame(framesOf(live->stack))) {
             return *user;
         }
-        if (live->second.node) {
-            return backwardFrame(d_recorder.nodeName(live->second.node));
+        if (live->node) {
+            return backwardFrame(d_recorder.nodeName(live->node));
         }
         return std::nullopt;
     }
@@ -486,12 +614,12 @@ class ReportBuilder {
     }
 
     void warnAboutShadowedIterations() {
-        if (d_shadowedIterations.empty()) {
+        if (d_shadowedIterations == 0) {
             return;
         }
         std::ostringstream w;
         w << "another profiler (torch.profiler) was on top of torchleak's hook during "
-          << d_shadowedIterations.size()
+          << d_shadowedIterations
           << " iteration(s); allocations and frees on this thread were not seen meanwhile, so "
              "findings in those iterations may be incomplete";
         d_report.warnings.push_back(w.str());
@@ -532,11 +660,13 @@ class ReportBuilder {
 
     Report d_report;
     std::unordered_map<StackToken, std::vector<Frame>> d_decoded;
-    std::unordered_map<uintptr_t, BlockRecord> d_liveNow;
+    std::vector<uint32_t> d_at; // the iteration of each kept boundary
+    std::vector<LiveBlock> d_liveNow;
     std::map<std::string, SiteAccumulator> d_sites; // ordered: findings come out in key order
-    std::unordered_map<GroupKey, std::vector<int64_t>, GroupKeyHash> d_attributed;
-    std::vector<uint32_t> d_shadowedIterations;
+    std::unordered_map<GroupKey, GroupReplay, GroupKeyHash> d_replay;
+    uint32_t d_shadowedIterations = 0;
     std::vector<const SiteAccumulator*> d_findingSites; // parallel to d_report.findings
+    std::vector<std::vector<Candidate>> d_blocksOf;     // parallel to d_report.findings
 };
 
 } // namespace

@@ -139,6 +139,9 @@ std::string toJson(const Report& r, int indent) {
     j["torch_version"] = r.torch_version;
     j["python_version"] = r.python_version;
     j["iterations"] = r.iterations;
+    if (!r.series_iterations.empty()) {
+        j["series_iterations"] = r.series_iterations;
+    }
     j["warmup"] = r.warmup;
     j["boundary"] = toString(r.boundary);
     // The word every rate is per ("iteration", "cell run"): the views say it, not derive it.
@@ -253,6 +256,14 @@ Report reportFromJson(const std::string& text) {
         r.python_version = j.value("python_version", "");
         r.iterations = integerAt<int>(j, "iterations");
         r.warmup = integerOr<int>(j, "warmup", 0);
+        r.series_iterations = integersOr<int64_t>(j, "series_iterations");
+        for (size_t i = 0; i < r.series_iterations.size(); ++i) {
+            int64_t it = r.series_iterations[i];
+            if (it < 0 || it >= r.iterations || (i > 0 && it <= r.series_iterations[i - 1])) {
+                throw SchemaError("series_iterations must be increasing iterations below "
+                                  "iterations");
+            }
+        }
         r.boundary = boundaryFromString(j.at("boundary").get<std::string>());
         r.events_recorded = integerOr<uint64_t>(j, "events_recorded", 0);
         r.warnings = j.value("warnings", std::vector<std::string>{});

@@ -71,14 +71,22 @@ bool isLastExceptionRoot(const std::string& label) {
 
 std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
                                    const std::vector<const std::vector<PathStep>*>& paths,
-                                   double iterations) {
-    // For each prefix of a path (as text), the distinct labels that follow it.
-    std::map<std::string, std::set<std::string>> fanout;
+                                   double iterations,
+                                   double sampleScale) {
+    // For each prefix of a path (as text), the paths through it and the distinct labels that
+    // follow it.
+    struct Fanout {
+        size_t paths = 0;
+        std::set<std::string> next;
+    };
+    std::map<std::string, Fanout> fanout;
     for (const auto* p : paths) {
         std::string prefix;
         for (size_t k = 0; k + 1 < p->size(); ++k) {
             prefix += (*p)[k].label;
-            fanout[prefix].insert((*p)[k + 1].label);
+            Fanout& f = fanout[prefix];
+            f.paths += 1;
+            f.next.insert((*p)[k + 1].label);
         }
     }
     // A container whose fan-out does not keep pace with the iterations (a module's two
@@ -89,10 +97,13 @@ std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
         if (!isGrowableContainer(representative[k].type)) {
             continue;
         }
-        size_t n = fanout[prefix].size();
-        double growth =
-            iterations > 0 ? static_cast<double>(n) / iterations : static_cast<double>(n);
-        if (n >= 2 && growth >= 0.5) {
+        const Fanout& f = fanout[prefix];
+        double n = static_cast<double>(f.next.size());
+        if (f.next.size() >= 2 && f.next.size() == f.paths) {
+            n *= std::max(sampleScale, 1.0); // no two samples shared an element
+        }
+        double growth = iterations > 0 ? n / iterations : n;
+        if (f.next.size() >= 2 && growth >= 0.5) {
             return Holder{prefix, representative[k].type, growth};
         }
     }

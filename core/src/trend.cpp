@@ -74,19 +74,34 @@ double studentTwoSidedP(double t, double dof) {
     return regularizedIncompleteBeta(dof / 2.0, 0.5, dof / (dof + t * t));
 }
 
+namespace {
+std::vector<double> indices(size_t n) {
+    std::vector<double> x(n);
+    for (size_t i = 0; i < n; ++i) {
+        x[i] = static_cast<double>(i);
+    }
+    return x;
+}
+} // namespace
+
 LineFit fitLine(std::span<const double> values) {
+    return fitLine(indices(values.size()), values);
+}
+
+LineFit fitLine(std::span<const double> xs, std::span<const double> values) {
     LineFit fit;
-    const size_t n = values.size();
+    const size_t n = std::min(xs.size(), values.size());
     if (n == 0) {
         return fit;
     }
     xt::xtensor<double, 1> y = xt::zeros<double>({n});
-    std::copy(values.begin(), values.end(), y.begin());
+    std::copy(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n), y.begin());
     if (n == 1) {
         fit.intercept = y(0);
         return fit;
     }
-    xt::xtensor<double, 1> x = xt::arange<double>(static_cast<double>(n));
+    xt::xtensor<double, 1> x = xt::zeros<double>({n});
+    std::copy(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n), x.begin());
     double mx = xt::mean(x)();
     double my = xt::mean(y)();
     xt::xtensor<double, 1> dx = x - mx;
@@ -94,6 +109,10 @@ LineFit fitLine(std::span<const double> values) {
     double sxx = xt::sum(dx * dx)();
     double sxy = xt::sum(dx * dy)();
     double syy = xt::sum(dy * dy)();
+    if (sxx <= 0.0) {
+        fit.intercept = my; // every point at one x: no slope to speak of
+        return fit;
+    }
     fit.slope = sxy / sxx;
     fit.intercept = my - fit.slope * mx;
     xt::xtensor<double, 1> residual = y - (fit.intercept + fit.slope * x);
@@ -114,24 +133,35 @@ LineFit fitLine(std::span<const double> values) {
 }
 
 double theilSenSlope(std::span<const double> y) {
-    const size_t n = y.size();
+    return theilSenSlope(indices(y.size()), y);
+}
+
+double theilSenSlope(std::span<const double> x, std::span<const double> y) {
+    const size_t n = std::min(x.size(), y.size());
     if (n < 2) {
         return 0.0;
     }
     std::vector<double> slopes;
+    auto addPair = [&](size_t i, size_t j) {
+        if (x[j] != x[i]) {
+            slopes.push_back((y[j] - y[i]) / (x[j] - x[i]));
+        }
+    };
     if (n <= 400) {
-        slopes.reserve(n * (n - 1) / 2);
         for (size_t i = 0; i < n; ++i) {
             for (size_t j = i + 1; j < n; ++j) {
-                slopes.push_back((y[j] - y[i]) / static_cast<double>(j - i));
+                addPair(i, j);
             }
         }
     } else {
         // Long runs: pairs half a run apart keep it O(n) and still robust.
         size_t gap = n / 2;
         for (size_t i = 0; i + gap < n; ++i) {
-            slopes.push_back((y[i + gap] - y[i]) / static_cast<double>(gap));
+            addPair(i, i + gap);
         }
+    }
+    if (slopes.empty()) {
+        return 0.0;
     }
     auto mid = slopes.begin() + static_cast<std::ptrdiff_t>(slopes.size() / 2);
     std::nth_element(slopes.begin(), mid, slopes.end());

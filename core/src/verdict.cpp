@@ -12,6 +12,18 @@ namespace torchleak {
 
 namespace {
 
+// The point that ends the last warm-up iteration (iteration warmup - 1): the baseline of the
+// judged part. On a thinned grid, the last point at or before it.
+size_t firstJudged(const std::vector<uint32_t>& at, int warmup, size_t n) {
+    size_t baseline = static_cast<size_t>(std::max(warmup - 1, 0));
+    if (at.empty()) {
+        return std::min(baseline, n - 1);
+    }
+    auto after = std::upper_bound(at.begin(), at.end(), baseline);
+    size_t first = after == at.begin() ? 0 : static_cast<size_t>(after - at.begin()) - 1;
+    return std::min(first, n - 1);
+}
+
 // Splits at releases (a boundary where live bytes fall below half of the previous one).
 std::vector<std::pair<size_t, size_t>> segmentsBetweenReleases(const std::vector<double>& y) {
     std::vector<std::pair<size_t, size_t>> segments;
@@ -36,6 +48,14 @@ double riseFraction(const std::vector<double>& y, size_t from, size_t to) {
 
 } // namespace
 
+std::vector<double> iterationsOf(const std::vector<uint32_t>& at, size_t first, size_t n) {
+    std::vector<double> x(n);
+    for (size_t i = 0; i < n; ++i) {
+        x[i] = static_cast<double>(first + i < at.size() ? at[first + i] : first + i);
+    }
+    return x;
+}
+
 Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
     Classification c;
     const size_t n = s.bytes.size();
@@ -43,13 +63,14 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
         return c;
     }
     // The boundary that ends the last warm-up iteration is the baseline of the judged part.
-    size_t first = std::min(static_cast<size_t>(std::max(warmup - 1, 0)), n - 1);
+    size_t first = firstJudged(s.at, warmup, n);
     std::vector<double> post(s.bytes.begin() + static_cast<std::ptrdiff_t>(first), s.bytes.end());
     const size_t m = post.size();
-    LineFit ols = fitLine(post);
+    const std::vector<double> x = iterationsOf(s.at, first, m);
+    LineFit ols = fitLine(x, post);
     c.fit.r2 = ols.r2;
     c.fit.intercept = ols.intercept;
-    c.fit.slope = theilSenSlope(post);
+    c.fit.slope = theilSenSlope(x, post);
     c.fit.p_value = mannKendallIncreasingP(post);
     c.bytes_per_iteration = static_cast<int64_t>(std::llround(c.fit.slope));
     const double minRate = static_cast<double>(config.min_leak_bytes_per_iteration);
@@ -63,7 +84,8 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
         size_t tailLen = std::max<size_t>(3, (m + 3) / 4);
         tailLen = std::min(tailLen, m);
         std::vector<double> tail(post.end() - static_cast<std::ptrdiff_t>(tailLen), post.end());
-        double tailSlope = theilSenSlope(tail);
+        std::vector<double> tailX(x.end() - static_cast<std::ptrdiff_t>(tailLen), x.end());
+        double tailSlope = theilSenSlope(tailX, tail);
         bool tailGrows =
             tailSlope >= std::max(minRate, 0.25 * c.fit.slope) && tail.back() > tail.front();
 
@@ -91,7 +113,9 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
                 }
                 std::vector<double> seg(post.begin() + static_cast<std::ptrdiff_t>(a),
                                         post.begin() + static_cast<std::ptrdiff_t>(b));
-                segmentSlopes.push_back(theilSenSlope(seg));
+                std::vector<double> segX(x.begin() + static_cast<std::ptrdiff_t>(a),
+                                         x.begin() + static_cast<std::ptrdiff_t>(b));
+                segmentSlopes.push_back(theilSenSlope(segX, seg));
                 allRise = allRise && riseFraction(post, a, b) >= 0.75;
             }
             if (segmentSlopes.size() >= 2 && allRise) {
@@ -143,7 +167,8 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
 DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
                           const std::vector<int64_t>& reserved,
                           int warmup,
-                          const AnalysisConfig& config) {
+                          const AnalysisConfig& config,
+                          const std::vector<uint32_t>& at) {
     DeviceVerdict v;
     if (allocated.empty() || reserved.size() != allocated.size() || reserved.back() <= 0) {
         return v;
@@ -155,13 +180,15 @@ DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
     }
     v.ratio = static_cast<double>(reserved.back() - allocated.back()) /
               static_cast<double>(reserved.back());
-    size_t first = std::min(static_cast<size_t>(std::max(warmup - 1, 0)), allocated.size() - 1);
+    size_t first = firstJudged(at, warmup, allocated.size());
     std::vector<double> a(allocated.begin() + static_cast<std::ptrdiff_t>(first), allocated.end());
     std::vector<double> r(reserved.begin() + static_cast<std::ptrdiff_t>(first), reserved.end());
-    double allocSlope = theilSenSlope(a);
-    double reservedSlope = theilSenSlope(r);
+    const std::vector<double> x = iterationsOf(at, first, a.size());
+    double allocSlope = theilSenSlope(x, a);
+    double reservedSlope = theilSenSlope(x, r);
     double scale = std::max(1.0, r.back());
-    bool allocatedFlat = std::fabs(allocSlope) * static_cast<double>(a.size()) < 0.05 * scale;
+    double span = x.size() > 1 ? x.back() - x.front() + 1.0 : 1.0;
+    bool allocatedFlat = std::fabs(allocSlope) * span < 0.05 * scale;
     bool reserveGrows = r.size() >= 3 && reservedSlope > 0 && mannKendallIncreasingP(r) < 0.05;
     v.fragmentation = allocatedFlat && (reserveGrows || v.ratio > config.fragmentation_ratio);
     return v;

@@ -13,6 +13,19 @@ const std::vector<RawFrame> kStackA = {{0xA0, 2}, {0xB0, 4}};
 const std::vector<RawFrame> kStackB = {{0xC0, 6}};
 } // namespace
 
+namespace {
+const GroupSample* groupWithStack(const BoundarySnapshot& b,
+                                  const AllocationRecorder& rec,
+                                  const std::vector<RawFrame>& stack) {
+    for (const GroupSample& g : b.groups) {
+        if (rec.stackFrames(g.key.stack) == stack) {
+            return &g;
+        }
+    }
+    return nullptr;
+}
+} // namespace
+
 TEST_CASE("A block kept per iteration shows up in every boundary's snapshot") {
     AllocationRecorder rec;
     for (uint32_t i = 0; i < 5; ++i) {
@@ -25,11 +38,17 @@ TEST_CASE("A block kept per iteration shows up in every boundary's snapshot") {
     REQUIRE(b.size() == 5);
     for (uint32_t i = 0; i < 5; ++i) {
         REQUIRE(b[i].iteration == i);
-        REQUIRE(b[i].groups.size() == 1);
-        REQUIRE(b[i].groups[0].bytes == (i + 1) * (1ull << 20));
-        REQUIRE(b[i].groups[0].count == i + 1);
-        REQUIRE(b[i].groups[0].bornThisIteration == 1ull << 20);
-        REQUIRE(b[i].groups[0].oldestIteration == 0);
+        REQUIRE(b[i].groups.size() == 2); // the temporary's group was touched: it reads zero
+        const GroupSample* kept = groupWithStack(b[i], rec, kStackA);
+        REQUIRE(kept != nullptr);
+        REQUIRE(kept->bytes == (i + 1) * (1ull << 20));
+        REQUIRE(kept->count == i + 1);
+        REQUIRE(kept->bornThisIteration == 1ull << 20);
+        REQUIRE(kept->oldestIteration == 0);
+        const GroupSample* temporary = groupWithStack(b[i], rec, kStackB);
+        REQUIRE(temporary != nullptr);
+        REQUIRE(temporary->bytes == 0);
+        REQUIRE(temporary->count == 0);
         REQUIRE(b[i].devices.size() == 1);
         REQUIRE(b[i].devices[0].allocated == static_cast<int64_t>((i + 1) * (1ull << 20)));
     }
@@ -40,11 +59,132 @@ TEST_CASE("A block kept per iteration shows up in every boundary's snapshot") {
     REQUIRE(rec.stackCount() == 2);
 }
 
+TEST_CASE("A boundary holds only the groups its iteration changed") {
+    AllocationRecorder rec;
+    rec.recordAlloc(0x1000, 100, kCpu, kStackA, nullptr, 0, 0, false);
+    rec.recordAlloc(0x2000, 200, kCpu, kStackB, nullptr, 0, 0, false);
+    rec.markBoundary();
+    rec.recordAlloc(0x3000, 10, kCpu, kStackB, nullptr, 0, 0, false);
+    rec.markBoundary();
+    rec.markBoundary(); // nothing happened
+    rec.recordFree(0x1000, kCpu, 0, 0, false);
+    rec.recordFree(0x2000, kCpu, 0, 0, false);
+    rec.markBoundary();
+    const auto& b = rec.boundaries();
+    REQUIRE(b[0].groups.size() == 2);
+    REQUIRE(b[1].groups.size() == 1);
+    REQUIRE(groupWithStack(b[1], rec, kStackB)->bytes == 210);
+    REQUIRE(groupWithStack(b[1], rec, kStackB)->bornThisIteration == 10);
+    REQUIRE(b[2].groups.empty());
+    REQUIRE(b[2].liveBytes == 310);
+    // The group's oldest block went: its oldest birth moves to iteration 1.
+    REQUIRE(groupWithStack(b[3], rec, kStackB)->bytes == 10);
+    REQUIRE(groupWithStack(b[3], rec, kStackB)->oldestIteration == 1);
+    REQUIRE(groupWithStack(b[3], rec, kStackA)->bytes == 0);
+    REQUIRE(b[3].freedBytes == 300);
+}
+
+TEST_CASE("A long run keeps a bounded grid of boundaries and every group's latest state") {
+    // Random allocations and frees over a few groups; the kept boundaries replayed in order
+    // must give each group exactly the bytes, count and oldest birth it had at that iteration.
+    AllocationRecorder rec;
+    const std::vector<std::vector<RawFrame>> stacks = {
+        {{0x10, 1}}, {{0x20, 2}}, {{0x30, 3}}, {{0x40, 4}}};
+    struct Live {
+        uintptr_t ptr;
+        size_t group;
+        uint64_t size;
+        uint32_t born;
+    };
+    std::vector<Live> live;
+    struct Truth {
+        uint64_t bytes = 0, count = 0;
+        uint32_t oldest = 0;
+    };
+    std::vector<std::vector<Truth>> truth; // per iteration, per group
+    uint64_t seed = 12345;
+    auto next = [&seed] {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        return seed >> 33;
+    };
+    uintptr_t nextPtr = 0x100000;
+    constexpr uint32_t kIterations = 3000;
+    for (uint32_t it = 0; it < kIterations; ++it) {
+        size_t events = next() % 6;
+        for (size_t e = 0; e < events; ++e) {
+            if (!live.empty() && next() % 3 == 0) {
+                size_t k = next() % live.size();
+                rec.recordFree(live[k].ptr, kCpu, 0, 0, false);
+                live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+            } else {
+                size_t g = next() % stacks.size();
+                uint64_t size = 1 + next() % 1000;
+                rec.recordAlloc(nextPtr, size, kCpu, stacks[g], nullptr, 0, 0, false);
+                live.push_back({nextPtr, g, size, it});
+                nextPtr += 0x40;
+            }
+        }
+        rec.markBoundary();
+        std::vector<Truth> now(stacks.size());
+        for (size_t g = 0; g < stacks.size(); ++g) {
+            now[g].oldest = it;
+        }
+        for (const Live& l : live) {
+            now[l.group].bytes += l.size;
+            now[l.group].count += 1;
+            now[l.group].oldest = std::min(now[l.group].oldest, l.born);
+        }
+        truth.push_back(now);
+    }
+    const auto& kept = rec.boundaries();
+    REQUIRE(kept.size() <= AllocationRecorder::kMaxGridBoundaries + 2);
+    REQUIRE(kept.size() > AllocationRecorder::kMaxGridBoundaries / 2);
+    REQUIRE(kept.front().iteration == 0);
+    REQUIRE(kept.back().iteration == kIterations - 1);
+    REQUIRE(kept[kept.size() - 2].iteration == kIterations - 2);
+    std::vector<GroupSample> state(stacks.size());
+    for (size_t b = 0; b < kept.size(); ++b) {
+        if (b + 2 < kept.size()) {
+            REQUIRE(kept[b].iteration % rec.gridStride() == 0);
+        }
+        if (b > 0) {
+            REQUIRE(kept[b].iteration > kept[b - 1].iteration);
+        }
+        for (const GroupSample& g : kept[b].groups) {
+            auto frames = rec.stackFrames(g.key.stack);
+            for (size_t k = 0; k < stacks.size(); ++k) {
+                if (frames == stacks[k]) {
+                    state[k] = g;
+                }
+            }
+        }
+        const auto& expected = truth[kept[b].iteration];
+        for (size_t k = 0; k < stacks.size(); ++k) {
+            REQUIRE(state[k].bytes == expected[k].bytes);
+            REQUIRE(state[k].count == expected[k].count);
+            if (expected[k].count > 0) {
+                REQUIRE(state[k].oldestIteration == expected[k].oldest);
+            }
+        }
+        uint64_t total = 0;
+        for (const Truth& t : expected) {
+            total += t.bytes;
+        }
+        REQUIRE(kept[b].liveBytes == total);
+    }
+}
+
 TEST_CASE("Frees of blocks allocated before tracking are ignored") {
     AllocationRecorder rec;
+    rec.recordAlloc(0x1000, 64, kCpu, kStackA, nullptr, 0, 0, false);
+    rec.recordFree(0x1000, kCpu, 0, 0, false);
     rec.recordFree(0xdead0, kCpu, 0, 0, false);
+    rec.recordFree(0, kCpu, 0, 0, false); // an empty tensor's free
+    REQUIRE(rec.liveBlockCount() == 0);
     rec.markBoundary();
-    REQUIRE(rec.boundaries()[0].groups.empty());
+    REQUIRE(rec.boundaries()[0].groups.size() == 1);
+    REQUIRE(rec.boundaries()[0].groups[0].bytes == 0);
+    REQUIRE(rec.boundaries()[0].liveBytes == 0);
     REQUIRE(rec.boundaries()[0].devices[0].allocated == 0);
 }
 

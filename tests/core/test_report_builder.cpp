@@ -31,9 +31,12 @@ class FakeSymbolizer final : public StackSymbolizer {
 
 class FakeDescriber final : public BlockDescriber {
   public:
-    std::optional<BlockDescription> describe(uintptr_t) override {
-        return BlockDescription{"float32", {512, 512}};
+    std::vector<std::optional<BlockDescription>>
+    describe(const std::vector<uintptr_t>& blocks) override {
+        asked += blocks.size();
+        return {blocks.size(), BlockDescription{"float32", {512, 512}}};
     }
+    size_t asked = 0;
 };
 
 } // namespace
@@ -215,4 +218,41 @@ TEST_CASE("buildReport: a function from one cell called by another grows per run
     REQUIRE(r.findings[0].bytes_per_iteration == 2 * MiB);
     REQUIRE(r.findings[0].site.line == 3);
     REQUIRE(r.findings[0].site.runs.empty()); // the site's own cell did not re-run
+}
+
+TEST_CASE("A long run's thinned history gives the exact rate and tells a plateau apart") {
+    AllocationRecorder rec;
+    std::vector<RawFrame> leaking = {{0x1, 42}};
+    std::vector<RawFrame> cache = {{0x2, 43}};
+    constexpr uint32_t kIterations = 1500;
+    for (uint32_t i = 0; i < kIterations; ++i) {
+        rec.recordAlloc(0x1000000 + i * 0x1000, MiB, kCpu, leaking, nullptr, 0, 0, false);
+        if (i < 40) {
+            rec.recordAlloc(0x9000000 + i * 0x1000, 3 * MiB, kCpu, cache, nullptr, 0, 0, false);
+        }
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ReportInputs in;
+    in.boundary = BoundaryKind::Explicit;
+    Report r = buildReport(rec, in, sym, desc);
+    REQUIRE(r.iterations == static_cast<int>(kIterations));
+    REQUIRE(r.series_iterations.size() == rec.boundaries().size());
+    REQUIRE(r.series_iterations.size() <= AllocationRecorder::kMaxGridBoundaries + 2);
+    REQUIRE(r.series_iterations.back() == kIterations - 1);
+    REQUIRE(r.findings.size() == 2);
+    const Finding& leak = r.findings[0];
+    REQUIRE(leak.site.line == 42);
+    REQUIRE(leak.verdict == Verdict::Leak);
+    REQUIRE(leak.bytes_per_iteration == MiB);
+    REQUIRE(leak.count == kIterations);
+    REQUIRE(leak.series.size() == r.series_iterations.size());
+    for (size_t k = 0; k < leak.series.size(); ++k) {
+        REQUIRE(leak.series[k] == (r.series_iterations[k] + 1) * MiB);
+    }
+    REQUIRE(r.findings[1].site.line == 43);
+    REQUIRE(r.findings[1].verdict != Verdict::Leak);
+    REQUIRE(r.findings[1].total_bytes == 40 * 3 * MiB);
+    REQUIRE(desc.asked == 2); // one example per finding, in one call
 }

@@ -56,6 +56,27 @@ TEST_CASE("A dict of lists: the holder is the list, not the dict with one key") 
     REQUIRE(h->growth_per_iteration == 1.0);
 }
 
+TEST_CASE("From a sample of paths, a list whose samples never share an element still grows") {
+    // 10 sampled paths standing for 1,000 blocks over 100 iterations: 10 elements seen, each
+    // once, read as 1,000 elements, 10 per iteration. A module's dict sampled the same way
+    // repeats its two keys and stays part of the route.
+    std::vector<std::vector<PathStep>> all;
+    for (int i = 0; i < 10; ++i) {
+        all.push_back({step("frame", "model", "Net"), step("attr", "._buffers", "dict"),
+                       step("key", (i % 2 ? "['a']" : "['b']"), "list"),
+                       step("index", ("[" + std::to_string(i * 100) + "]").c_str(), "Tensor")});
+    }
+    std::vector<const std::vector<PathStep>*> ptrs;
+    for (auto& p : all) {
+        ptrs.push_back(&p);
+    }
+    REQUIRE_FALSE(chooseHolder(all[0], ptrs, 100.0, 1.0)); // 10 elements in 100 iterations
+    auto h = chooseHolder(all[0], ptrs, 100.0, 100.0);
+    REQUIRE(h);
+    REQUIRE(h->path_text == "model._buffers['b']");
+    REQUIRE(h->growth_per_iteration == Approx(5.0)); // five sampled elements of this list
+}
+
 TEST_CASE("No container on the path: no holder") {
     std::vector<PathStep> p = {step("root", "val_loss", "Tensor"),
                                step("grad_fn", ".grad_fn", "AddBackward0")};

@@ -27,7 +27,7 @@ SiteSeries series(const std::vector<int64_t>& bytes, bool bornEach = true) {
 
 SiteSeries
 series(std::vector<int64_t> bytes, std::vector<int64_t> born, std::vector<uint32_t> oldest) {
-    return SiteSeries{std::move(bytes), std::move(born), std::move(oldest)};
+    return SiteSeries{std::move(bytes), std::move(born), std::move(oldest), {}};
 }
 } // namespace
 

@@ -131,7 +131,7 @@ struct Finding {
     uint64_t count = 0;       // live blocks of this site at the last boundary
     uint64_t total_bytes = 0; // their bytes
     int64_t bytes_per_iteration = 0;
-    std::vector<int64_t> series; // live bytes of this site at every boundary
+    std::vector<int64_t> series; // live bytes of this site at every kept boundary
     std::vector<PathStep> path;
     std::string path_text;
     std::optional<Holder> holder;
@@ -186,6 +186,9 @@ struct Report {
     std::string torch_version;
     std::string python_version;
     int iterations = 0;
+    // The iteration each point of the series (findings' and devices') was taken at, when a
+    // long run's history was thinned; empty when every boundary was kept (point i: iteration i).
+    std::vector<int64_t> series_iterations;
     int warmup = 0;
     BoundaryKind boundary = BoundaryKind::Explicit;
     std::vector<DeviceTimeline> devices;

@@ -31,11 +31,13 @@ struct BlockDescription {
     std::vector<int64_t> shape;
 };
 
-// Describes the tensor that lives in a block, when one can be found.
+// Describes the tensors that live in blocks, when they can be found: one answer per block, in
+// order. One call per report, so that an implementation can look for exactly these blocks.
 class BlockDescriber {
   public:
     virtual ~BlockDescriber() = default;
-    virtual std::optional<BlockDescription> describe(uintptr_t block) = 0;
+    virtual std::vector<std::optional<BlockDescription>>
+    describe(const std::vector<uintptr_t>& blocks) = 0;
 };
 
 // Watch mode: which notebook cell ran in the iteration a boundary ends. `group` is the

@@ -31,11 +31,14 @@ class RetentionExplainer {
 std::string pathText(const std::vector<PathStep>& steps);
 
 // The first container on `representative` through which the finding's blocks fan out (one
-// more element per iteration for a list that keeps a loss per step). `paths` are all the
-// finding's paths; growth is the fan-out divided by `iterations`.
+// more element per iteration for a list that keeps a loss per step). `paths` are the finding's
+// paths, or a sample of them standing for `sampleScale` times as many blocks: a container
+// whose sampled paths all go through different elements is taken to have as many elements as
+// the blocks they stand for. Growth is the fan-out divided by `iterations`.
 std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
                                    const std::vector<const std::vector<PathStep>*>& paths,
-                                   double iterations);
+                                   double iterations,
+                                   double sampleScale = 1.0);
 
 // Shows nn.Module internals the way users write them: `._parameters['weight']` becomes
 // `.weight`, `._modules['0']` becomes `[0]`.

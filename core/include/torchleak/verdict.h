@@ -16,6 +16,9 @@ struct SiteSeries {
     std::vector<int64_t> bytes;   // live bytes at each boundary
     std::vector<int64_t> born;    // of those, allocated during the iteration that boundary ends
     std::vector<uint32_t> oldest; // birth iteration of the oldest live block (if bytes > 0)
+    // The iteration each point was taken at, increasing; empty when every boundary was kept
+    // (point i is iteration i). A long run keeps a thinned grid of boundaries.
+    std::vector<uint32_t> at;
 };
 
 struct Classification {
@@ -38,7 +41,12 @@ struct DeviceVerdict {
 DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
                           const std::vector<int64_t>& reserved,
                           int warmup,
-                          const AnalysisConfig& config = {});
+                          const AnalysisConfig& config = {},
+                          const std::vector<uint32_t>& at = {});
+
+// The x of points [first, first + n) of a series: their iterations, or their indices when
+// `at` is empty.
+std::vector<double> iterationsOf(const std::vector<uint32_t>& at, size_t first, size_t n);
 
 // Memory that only notebook machinery (Out[n], the last exception) or only C++ (an autograd
 // graph no Python object reaches) keeps: a leak even without growth, because the user can no

@@ -9,12 +9,18 @@ namespace torchleak::python {
 
 namespace {
 
-void addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, const at::Tensor& t);
+void addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index,
+               const std::unordered_set<uintptr_t>& wanted,
+               const at::Tensor& t);
 
 } // namespace
 
-LiveTensorIndex LiveTensorIndex::scan() {
+LiveTensorIndex LiveTensorIndex::scan(const std::vector<uintptr_t>& blocks) {
     LiveTensorIndex index;
+    const std::unordered_set<uintptr_t> wanted(blocks.begin(), blocks.end());
+    if (wanted.empty()) {
+        return index;
+    }
     PyObject* objects = gcObjects();
     if (objects == nullptr) {
         return index;
@@ -30,10 +36,10 @@ LiveTensorIndex LiveTensorIndex::scan() {
         }
         try {
             const at::Tensor& t = THPVariable_Unpack(obj);
-            addTensor(index.d_byBlock, t);
+            addTensor(index.d_byBlock, wanted, t);
             if (t.defined() && t.is_leaf()) {
                 const at::Tensor& grad = t.grad();
-                addTensor(index.d_byBlock, grad);
+                addTensor(index.d_byBlock, wanted, grad);
             }
         } catch (...) {
             // Tensor subclasses without storage (fake, functional, nested wrappers): skip.
@@ -81,13 +87,15 @@ std::string dtypeName(at::ScalarType type) {
 
 namespace {
 
-void addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index, const at::Tensor& t) {
+void addTensor(std::unordered_map<uintptr_t, LiveTensorIndex::Entry>& index,
+               const std::unordered_set<uintptr_t>& wanted,
+               const at::Tensor& t) {
     if (!t.defined() || !t.has_storage()) {
         return;
     }
     const c10::Storage& storage = t.storage();
     auto ptr = reinterpret_cast<uintptr_t>(storage.data_ptr().get());
-    if (ptr == 0) {
+    if (ptr == 0 || !wanted.count(ptr)) {
         return;
     }
     uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
@@ -108,16 +116,19 @@ LiveTensorIndex LiveTensorIndex::onFirstUse() {
     return index;
 }
 
-std::optional<BlockDescription> LiveTensorIndex::describe(uintptr_t block) {
+std::vector<std::optional<BlockDescription>>
+LiveTensorIndex::describe(const std::vector<uintptr_t>& blocks) {
     if (d_scanPending) {
         d_scanPending = false;
-        d_byBlock = scan().d_byBlock;
+        d_byBlock = scan(blocks).d_byBlock;
     }
-    auto it = d_byBlock.find(block);
-    if (it == d_byBlock.end()) {
-        return std::nullopt;
+    std::vector<std::optional<BlockDescription>> out;
+    out.reserve(blocks.size());
+    for (uintptr_t block : blocks) {
+        auto it = d_byBlock.find(block);
+        out.push_back(it != d_byBlock.end() ? std::optional(it->second.description) : std::nullopt);
     }
-    return it->second.description;
+    return out;
 }
 
 } // namespace torchleak::python

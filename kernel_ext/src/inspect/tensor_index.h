@@ -8,6 +8,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <unordered_map>
+#include <unordered_set>
 
 namespace torchleak::python {
 
@@ -16,12 +17,14 @@ std::string dtypeName(at::ScalarType type);
 
 class LiveTensorIndex final : public BlockDescriber {
   public:
-    // Needs the GIL. Walks gc.get_objects() once.
-    static LiveTensorIndex scan();
-    // Scans on the first describe(): a report with no finding to describe (a trivial cell, a
-    // progress update early in a run) skips the heap scan, most of its cost.
+    // Needs the GIL. Walks gc.get_objects() once and keeps the tensors of `wanted` blocks (a
+    // report asks for a few among maybe millions of live tensors).
+    static LiveTensorIndex scan(const std::vector<uintptr_t>& wanted);
+    // Scans on describe(): a report with no finding to describe (a trivial cell, a progress
+    // update early in a run) skips the heap scan, most of its cost.
     static LiveTensorIndex onFirstUse();
-    std::optional<BlockDescription> describe(uintptr_t block) override;
+    std::vector<std::optional<BlockDescription>>
+    describe(const std::vector<uintptr_t>& blocks) override;
     size_t size() const noexcept { return d_byBlock.size(); }
 
     struct Entry {
