@@ -11,16 +11,20 @@ _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad"
                     "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
 
 
-def curve_svg(series_by_name, *, width=420, height=140, projection=None):
-    """A small line chart: {name: (values, colour)}; an optional dashed projection line."""
+def curve_svg(series_by_name, *, width=420, height=140, projection=None, at=None):
+    """A small line chart: {name: (values, colour)}; an optional dashed projection line. `at` is
+    the iteration of each point when a long run's history was thinned (else point i is
+    iteration i)."""
     values = [v for vals, _ in series_by_name.values() for v in vals]
     top = max(values + [1])
-    n = max((len(vals) for vals, _ in series_by_name.values()), default=0)
+    points_n = max((len(vals) for vals, _ in series_by_name.values()), default=0)
+    at = list(at) if at and len(at) == points_n else list(range(points_n))
+    n = at[-1] + 1 if at else 0
     pad = 28
     inner_w, inner_h = width - pad - 6, height - 22
 
     def xy(i, v):
-        return pad + (inner_w * i / max(n - 1, 1)), 6 + inner_h * (1 - v / top)
+        return pad + (inner_w * at[i] / max(n - 1, 1)), 6 + inner_h * (1 - v / top)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
@@ -35,9 +39,10 @@ def curve_svg(series_by_name, *, width=420, height=140, projection=None):
         points = " ".join("{:.1f},{:.1f}".format(*xy(i, v)) for i, v in enumerate(vals))
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}">'
                      f'<title>{_e(name)}</title></polyline>')
-    if projection is not None and n > 1:
+    if projection is not None and points_n > 1:
         slope, intercept = projection
-        (x1, y1), (x2, y2) = xy(0, max(intercept, 0)), xy(n - 1, max(intercept + slope * (n - 1), 0))
+        last = points_n - 1
+        (x1, y1), (x2, y2) = xy(0, max(intercept, 0)), xy(last, max(intercept + slope * at[last], 0))
         parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
                      f'stroke="#c0392b" stroke-dasharray="4 3"/>')
     parts.append("</svg>")
@@ -66,7 +71,7 @@ def _path_details(finding):
             f'{holder_text}</summary>{"".join(rows)}</details>')
 
 
-def _device(d):
+def _device(d, at=None):
     series = {"allocated": (d.get("allocated") or [], "#2c7fb8")}
     if d.get("reserved") and d.get("reserved") != d.get("allocated"):
         series["reserved"] = (d["reserved"], "#999999")
@@ -75,7 +80,7 @@ def _device(d):
         line += "; " + _e(d["projection_text"])
     if d.get("verdict") == "fragmentation":
         line += f'; fragmentation ({d.get("fragmentation_ratio", 0) * 100:.0f}% reserved but unused)'
-    return [line + "</div>", svg_img(curve_svg(series), f"memory of {d['device']} per iteration")]
+    return [line + "</div>", svg_img(curve_svg(series, at=at), f"memory of {d['device']} per iteration")]
 
 
 def _finding_row(f):
@@ -113,7 +118,7 @@ def render(data, *, progress=None):
                      f'{_e(cause["text"])} <span style="color:var(--jp-ui-font-color2,#888)">[{_e(cause.get("severity"))}]</span>'
                      f'<br>fix: {_e(cause.get("suggestion"))}</div>')
     for d in data.get("devices", []):
-        parts.extend(_device(d))
+        parts.extend(_device(d, data.get("series_iterations")))
     if findings:
         parts.append('<table style="border-collapse:collapse"><tr><th style="text-align:left">verdict</th>'
                      '<th style="text-align:left">site</th><th>growth</th><th>live</th>'

@@ -69,14 +69,14 @@ def _stack_lines(stack):
     return lines
 
 
-def _leak_block(f, unit):
+def _leak_block(f, unit, span=None):
     """A leak finding with no cause entry (a report from before causes existed)."""
     return [f"LEAK  {format_bytes(f['bytes_per_iteration'])} per {unit} at "
             f"{site_text(f['site'])} in {f['site'].get('function')}  [{f.get('severity')}]",
-            *_site_details(f, unit)]
+            *_site_details(f, unit, span)]
 
 
-def _cause_block(cause, findings, unit):
+def _cause_block(cause, findings, unit, span=None):
     """One leak: the cause's line, its sites (biggest first), the biggest site in detail."""
     members = [findings[i] for i in cause["findings"]]
     out = [f"LEAK  {cause['text']}  [{cause.get('severity')}]"]
@@ -86,10 +86,11 @@ def _cause_block(cause, findings, unit):
             out.append(f"    {format_bytes(f['bytes_per_iteration']):>10s} per {unit} at "
                        f"{site_text(f['site'])} in {f['site'].get('function')}")
         out.append(f"  the biggest, {site_text(members[0]['site'])}:")
-    return out + _site_details(members[0], unit)
+    return out + _site_details(members[0], unit, span)
 
 
-def _site_details(f, unit):
+def _site_details(f, unit, span=None):
+    """`span`: the iterations a thinned series covers (else one point per iteration)."""
     out = []
     src = _source_line(f["site"])
     if src:
@@ -104,7 +105,7 @@ def _site_details(f, unit):
     if series:
         trend = f.get("trend", {})
         out.append(f"  growth: {format_bytes(series[0])} -> {format_bytes(series[-1])} over "
-                   f"{len(series)} {unit}s (r2 {trend.get('r2', 0):.2f}, "
+                   f"{span or len(series)} {unit}s (r2 {trend.get('r2', 0):.2f}, "
                    f"p {trend.get('p_value', 1):.2g}, confidence {f.get('confidence', 0):.2f})")
     if f.get("path"):
         out.append(f"  why alive ({f.get('retention', 'unknown')}): {f.get('path_text')}")
@@ -123,6 +124,7 @@ def render(data):
     leaks, others = leaks_and_others(data)
     summary = data.get("summary", {})
     unit = iteration_unit(data)
+    span = data.get("iterations") if data.get("series_iterations") else None
     out = [f"torchleak report: {data.get('iterations', 0)} {unit}s "
            f"({data.get('boundary')} boundaries, warm-up {data.get('warmup', 0)}), "
            f"torch {data.get('torch_version')}"]
@@ -139,11 +141,11 @@ def render(data):
     if causes:
         for cause in causes:
             out.append("")
-            out.extend(_cause_block(cause, data["findings"], unit))
+            out.extend(_cause_block(cause, data["findings"], unit, span))
     else:
         for f in leaks:
             out.append("")
-            out.extend(_leak_block(f, unit))
+            out.extend(_leak_block(f, unit, span))
     if others:
         out.append("")
         out.append("Not leaks:")

@@ -67,14 +67,18 @@ function downsample(values, buckets) {
 
 // Scales with its container (a split view, a narrow output): the viewBox is fixed and the
 // element takes the width it is given.
-function drawCurve(device, leakRate, iterations, unit) {
+// A long run's history is a thinned grid: `seriesIterations` gives each point's iteration
+// (absent when every boundary was kept, point i being iteration i).
+function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
   const width = 460, height = 150, pad = 54;
   const alloc = device.allocated || [];
   const reserved = device.reserved || [];
   const peak = device.peak || [];
   const top = Math.max(1, ...alloc, ...reserved, ...peak);
-  const n = Math.max(alloc.length, 1);
-  const x = (i) => pad + ((width - pad - 8) * i) / Math.max(n - 1, 1);
+  const at = Array.isArray(seriesIterations) && seriesIterations.length === alloc.length
+    ? seriesIterations : alloc.map((_, i) => i);
+  const n = Math.max(1, iterations || 0, at.length ? at[at.length - 1] + 1 : 0);
+  const x = (i) => pad + ((width - pad - 8) * (at[i] ?? i)) / Math.max(n - 1, 1);
   const y = (v) => 8 + (height - 34) * (1 - v / top);
   const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, class: "tl-curve",
                              preserveAspectRatio: "xMinYMin meet", role: "img" });
@@ -109,9 +113,10 @@ function drawCurve(device, leakRate, iterations, unit) {
   }
   svg.appendChild(line(alloc, "alloc"));
   if (leakRate > 0 && alloc.length > 1) {
-    const end = alloc[alloc.length - 1];
-    const start = end - leakRate * (alloc.length - 1);
-    svg.appendChild(svgEl("line", { class: "trend", x1: x(0), y1: y(Math.max(start, 0)), x2: x(n - 1), y2: y(end) }));
+    const last = alloc.length - 1;
+    const end = alloc[last];
+    const start = end - leakRate * (at[last] - at[0]);
+    svg.appendChild(svgEl("line", { class: "trend", x1: x(0), y1: y(Math.max(start, 0)), x2: x(last), y2: y(end) }));
     legend.push(["trend", `leak trend, ${formatBytes(leakRate)} per ${unit === "cell" ? "cell run" : "iteration"}`]);
   }
   legend.forEach(([cls, label], k) => {
@@ -126,8 +131,10 @@ function drawCurve(device, leakRate, iterations, unit) {
   svg.addEventListener("mousemove", (event) => {
     const box = svg.getBoundingClientRect();
     const px = ((event.clientX - box.left) / Math.max(box.width, 1)) * width;
-    const i = Math.min(n - 1, Math.max(0, Math.round(((px - pad) / (width - pad - 8)) * Math.max(n - 1, 1))));
-    readout.textContent = `${unit === "cell" ? "cell run" : "iteration"} ${i + 1}: ${formatBytes(alloc[i] || 0)}` +
+    const it = Math.round(((px - pad) / (width - pad - 8)) * Math.max(n - 1, 1));
+    let i = 0; // the last point taken at or before that iteration
+    while (i + 1 < at.length && at[i + 1] <= it) i++;
+    readout.textContent = `${unit === "cell" ? "cell run" : "iteration"} ${(at[i] ?? i) + 1}: ${formatBytes(alloc[i] || 0)}` +
       (peak[i] > (alloc[i] || 0) ? `, peak ${formatBytes(peak[i])}` : "");
   });
   svg.addEventListener("mouseleave", () => { readout.textContent = ""; });
@@ -302,7 +309,8 @@ function render({ model, el: host }) {
       if (device.projection_text) text += ` — ${device.projection_text}`;
       if (device.verdict === "fragmentation") text += ` — fragmentation (${(device.fragmentation_ratio * 100).toFixed(0)}% reserved but unused)`;
       box.appendChild(el("div", {}, text));
-      box.appendChild(drawCurve(device, rate, report.iterations || 0, report.boundary === "cell" ? "cell" : "iteration"));
+      box.appendChild(drawCurve(device, rate, report.iterations || 0, report.boundary === "cell" ? "cell" : "iteration",
+                                report.series_iterations));
       root.appendChild(box);
     }
     const table = el("table", { class: "tl-table", "data-testid": "findings" });
