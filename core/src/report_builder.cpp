@@ -447,6 +447,9 @@ class ReportBuilder {
         std::vector<uintptr_t> allBlocks;
         for (size_t i = 0; i < d_blocksOf.size(); ++i) {
             std::vector<Candidate>& blocks = d_blocksOf[i];
+            if (d_inputs.explain_grown_only && !grewLastIteration(d_report.findings[i])) {
+                continue;
+            }
             std::sort(blocks.begin(), blocks.end(), std::greater<>());
             sampled[i] = samplePathBlocks(blocks);
             if (!sampled[i].empty()) {
@@ -462,6 +465,11 @@ class ReportBuilder {
         for (size_t i = 0; i < d_report.findings.size(); ++i) {
             applyRepresentativePath(d_report.findings[i], sampled[i], scale[i], paths, normalized);
         }
+    }
+
+    static bool grewLastIteration(const Finding& f) {
+        const std::vector<int64_t>& s = f.series;
+        return !s.empty() && s.back() > (s.size() > 1 ? s[s.size() - 2] : 0);
     }
 
     // The newest kPathHeadSamples blocks (the representative is among them), then blocks spread

@@ -331,7 +331,8 @@ class LeakMagics(Magics):
             threshold = max(config.min_bytes, 1)
             if totals["born"] < threshold and totals["freed"] < threshold:
                 return
-            report = self.watch.report() if totals["born"] >= threshold else None
+            report = (self.watch.report(_grown_paths_only=True) if totals["born"] >= threshold
+                      else None)
             self._show_ledger(report, cell, totals["freed"], threshold)
         except Exception as exc:  # noqa: BLE001
             print(f"torchleak: watch mode stopped after an internal error: {exc}")

@@ -313,10 +313,11 @@ class Tracker:
         return self._session is not None and self._session.active
 
     # -- report -------------------------------------------------------------------------------
-    def report(self, *, warmup=None, paths=True):
+    def report(self, *, warmup=None, paths=True, _grown_paths_only=False):
         """The report of what was recorded so far (or of the whole run after the block).
 
         With ``paths`` (the default) every finding gets its retaining path from a named root.
+        (Watch mode's ledger asks for paths of the findings that grew in the last cell only.)
         """
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
@@ -326,7 +327,7 @@ class Tracker:
             raise ValueError(f"warmup must be an int >= 0, got {type(warmup).__name__}")
         if type(paths) is not bool:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
-        if self._report is not None and warmup is None and not self.active:
+        if self._report is not None and warmup is None and not self.active and not _grown_paths_only:
             return self._report
         library, packages = _library_prefixes(), _package_prefixes()
         roots = _roots.collect(library, packages) if paths else []
@@ -348,11 +349,12 @@ class Tracker:
             external_stacks=_cuda.block_stacks(snapshot),
             boundary_runs=self._cell_runs if self._boundary == "cell" else [],
             parameter_owners=_roots.parameter_owners(roots) if paths else [],
+            explain_grown_only=bool(_grown_paths_only),
         )
         del roots
         report = Report(text)
         _add_source_lines(report.to_dict())
-        if not self.active and warmup is None:
+        if not self.active and warmup is None and not _grown_paths_only:
             self._report = report
         return report
 

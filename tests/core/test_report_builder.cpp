@@ -256,3 +256,76 @@ TEST_CASE("A long run's thinned history gives the exact rate and tells a plateau
     REQUIRE(r.findings[1].total_bytes == 40 * 3 * MiB);
     REQUIRE(desc.asked == 2); // one example per finding, in one call
 }
+
+namespace {
+// Every block is held by `keep[k]`, k its order of asking: a list that grows with the blocks.
+class ListExplainer final : public RetentionExplainer {
+  public:
+    std::unordered_map<uintptr_t, BlockPath>
+    explain(const std::vector<uintptr_t>& blocks) override {
+        std::unordered_map<uintptr_t, BlockPath> out;
+        for (uintptr_t b : blocks) {
+            PathStep root;
+            root.kind = StepKind::Root;
+            root.label = "keep";
+            root.type = "list";
+            PathStep item;
+            item.kind = StepKind::Index;
+            item.label = "[" + std::to_string(b) + "]";
+            item.type = "Tensor";
+            out[b] = BlockPath{Retention::Reachable, {root, item}};
+        }
+        asked.insert(asked.end(), blocks.begin(), blocks.end());
+        return out;
+    }
+    std::vector<uintptr_t> asked;
+};
+} // namespace
+
+TEST_CASE("Paths are found for a sample of a big finding, and the holder still grows") {
+    AllocationRecorder rec;
+    std::vector<RawFrame> leaking = {{0x1, 42}};
+    for (uint32_t i = 0; i < 4; ++i) {
+        for (uint32_t k = 0; k < 2500; ++k) {
+            rec.recordAlloc(0x1000000 + (i * 2500 + k) * 0x100, 64, kCpu, leaking, nullptr, 0, 0,
+                            false);
+        }
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ListExplainer explainer;
+    ReportInputs in;
+    Report r = buildReport(rec, in, sym, desc, &explainer);
+    REQUIRE(r.findings.size() == 1);
+    REQUIRE(explainer.asked.size() == 256);
+    REQUIRE(r.findings[0].count == 10000);
+    REQUIRE(r.findings[0].holder);
+    REQUIRE(r.findings[0].holder->path_text == "keep");
+    REQUIRE(r.findings[0].holder->growth_per_iteration == Approx(2500.0));
+}
+
+TEST_CASE("Watch mode's ledger asks for the paths of what grew in the last iteration only") {
+    AllocationRecorder rec;
+    std::vector<RawFrame> earlier = {{0x1, 10}};
+    std::vector<RawFrame> growing = {{0x2, 20}};
+    for (uint32_t k = 0; k < 100; ++k) {
+        rec.recordAlloc(0x1000000 + k * 0x100, 64, kCpu, earlier, nullptr, 0, 0, false);
+    }
+    rec.markBoundary();
+    for (uint32_t i = 0; i < 3; ++i) {
+        rec.recordAlloc(0x2000000 + i * 0x100, 64, kCpu, growing, nullptr, 0, 0, false);
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ListExplainer explainer;
+    ReportInputs in;
+    in.explain_grown_only = true;
+    Report r = buildReport(rec, in, sym, desc, &explainer);
+    REQUIRE(r.findings.size() == 2);
+    REQUIRE(explainer.asked.size() == 3);
+    for (const Finding& f : r.findings) {
+        REQUIRE(f.path.empty() == (f.site.line == 10));
+    }
+}

@@ -63,6 +63,10 @@ struct ReportInputs {
     // With BoundaryKind::Cell, one entry per boundary (or none). A site's rate and verdict are
     // then taken over the runs of the cell its allocations ran in, not over every cell.
     std::vector<BoundaryRun> boundary_runs;
+    // Watch mode's per-cell ledger: retaining paths only for the findings whose live bytes rose
+    // in the last iteration, so the walk's cost follows what the cell added, not every finding
+    // of the notebook (10^5 tensors kept by an earlier cell would be walked after every cell).
+    bool explain_grown_only = false;
 };
 
 // Builds the report of a recording: one finding per site group, biggest leaks first. With an

@@ -128,7 +128,7 @@ PYBIND11_MODULE(_core, m) {
                const std::vector<std::string>& warnings, const python::FrameFilter& filter,
                const py::list& roots, bool explain, const py::dict& externalStacks, int indent,
                const std::vector<std::pair<std::string, int>>& boundaryRuns,
-               const py::list& parameterOwners) {
+               const py::list& parameterOwners, bool explainGrownOnly) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -141,6 +141,7 @@ PYBIND11_MODULE(_core, m) {
                 in.external_stacks = python::externalStacks(externalStacks, filter);
                 in.warnings = warnings;
                 in.devices = python::deviceCapacities(capacities);
+                in.explain_grown_only = explainGrownOnly;
                 // Watch mode's (cell file, execution count) per boundary, grouped by the same
                 // rule as the frames, so a cell's re-runs are one group.
                 for (const auto& [file, cell] : boundaryRuns) {
@@ -159,7 +160,7 @@ PYBIND11_MODULE(_core, m) {
             py::arg("explain") = true, py::arg("external_stacks") = py::dict(),
             py::arg("indent") = -1,
             py::arg("boundary_runs") = std::vector<std::pair<std::string, int>>{},
-            py::arg("parameter_owners") = py::list())
+            py::arg("parameter_owners") = py::list(), py::arg("explain_grown_only") = false)
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
             return python::walkStatsDict(self.lastWalk());
         });

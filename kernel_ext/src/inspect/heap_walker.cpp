@@ -501,7 +501,8 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
     if (targets.empty()) {
         return result;
     }
-    PointerSet visited(1 << 21, kVisitedLoadQuarters);
+    // Grows as needed: a report over a small heap (watch mode's cell) should not clear 16 MiB.
+    PointerSet visited(1 << 16, kVisitedLoadQuarters);
     d_stats = WalkStats{};
 
     std::unordered_set<uintptr_t> unreached = walkFromNamedRoots(targets, visited, result);
