@@ -43,6 +43,7 @@ lab: install
 
 bench: install
 	$(PY) bench/bench_overhead.py
+	$(PY) bench/bench_scale.py
 
 leak-cases: install
 	$(PY) ../shared/leak-cases/run.py

@@ -1,0 +1,246 @@
+"""How torchleak scales (`make bench`, issue #15): report time and extra memory against what is
+alive and how long the run was, the step's cost late in a long run, and watch mode's cost per
+cell with many tensors alive.
+
+Every scenario runs in a fresh interpreter (`python bench_scale.py --one NAME`), so that one
+scenario's heap and peak memory do not leak into the next. Memory is the process's peak
+resident set during report() less its resident set just before (the kernel's high-water mark
+is reset first, /proc/self/clear_refs), so it counts the report's own allocations, C++ ones
+included, and nothing the scenario allocated before.
+  blocks N          N tensors alive (1-element, one site), 4 iterations; report() with paths.
+  iterations N      one 8-byte tensor kept per iteration for N iterations; report(paths=False)
+                    and report(); the step's cost around iteration 10^3 and at the run's end,
+                    side by side in the same run.
+  rnn N             an unrolled tanh RNN of N steps with its graph alive; report().
+  chains N          four autograd chains of N nodes each, kept; report().
+  watch N           %leakwatch with N tensors alive: what watch mode adds to a cell that
+                    allocates and keeps one tensor, in an in-process IPython shell.
+Each scenario is run `--rounds` times (fresh processes); the table prints the median and the
+minimum (the maximum for memory: the worse case) over the rounds.
+Goals (issue #15): report of 10^6 live blocks <= 1 s and <= 200 MB extra; report time roughly
+linear in live blocks; history bounded for any number of iterations; step cost and watch-mode
+cost flat as the run grows.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _rss_mib(field="VmRSS"):
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _measure_report(fn):
+    """Seconds and extra peak MiB of fn()."""
+    import gc
+    gc.collect()
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")  # resets VmHWM to the current RSS
+    except OSError:
+        pass
+    before = _rss_mib()
+    start = time.perf_counter()
+    out = fn()
+    seconds = time.perf_counter() - start
+    return out, seconds, max(_rss_mib("VmHWM") - before, 0.0)
+
+
+def scenario_blocks(n):
+    import torch
+    import torchleak
+    keep = []
+    with torchleak.track() as t:
+        for _ in range(4):
+            keep.extend(torch.empty(1) for _ in range(n // 4))
+            torchleak.step()
+        report, seconds, mib = _measure_report(t.report)
+    leak = report.findings[0]
+    assert leak.verdict == "leak" and leak.holder is not None, (leak.verdict, leak.holder)
+    return {"seconds": seconds, "mib": mib, "live_blocks": n}
+
+
+def scenario_iterations(n):
+    import torch
+    import torchleak
+    keep = []
+    early = late = None
+    with torchleak.track() as t:
+        for i in range(n):
+            if i == 1000:
+                mark = time.perf_counter()
+            if i == n - 1000:
+                mark_late = time.perf_counter()
+            keep.append(torch.ones(2))
+            torchleak.step()
+            if i == 1999:
+                early = (time.perf_counter() - mark) / 1000
+        late = (time.perf_counter() - mark_late) / 1000
+        quick, quick_s, quick_mib = _measure_report(lambda: t.report(paths=False))
+        full, full_s, full_mib = _measure_report(t.report)
+    leak = full.findings[0]
+    assert leak.verdict == "leak" and leak.bytes_per_iteration == 8, (leak.verdict, leak.bytes_per_iteration)
+    assert quick.iterations == n
+    return {"seconds_no_paths": quick_s, "mib_no_paths": quick_mib, "seconds": full_s, "mib": full_mib,
+            "kept_points": len(leak.series), "step_us_early": early * 1e6, "step_us_late": late * 1e6}
+
+
+def scenario_rnn(n):
+    import torch
+    import torchleak
+    with torchleak.track() as t:
+        for _ in range(3):
+            w = torch.randn(8, 8, requires_grad=True)
+            h = torch.zeros(1, 8)
+            for _ in range(n // 3):
+                h = torch.tanh(h @ w)
+            torchleak.step()
+        report, seconds, mib = _measure_report(t.report)
+    assert report.findings, "the graph's memory was not reported"
+    return {"seconds": seconds, "mib": mib}
+
+
+def scenario_chains(n):
+    import torch
+    import torchleak
+    keep = []
+    with torchleak.track() as t:
+        for _ in range(4):
+            y = torch.randn(4, requires_grad=True)
+            for _ in range(n):
+                y = y * 1.0001
+            keep.append(y)
+            torchleak.step()
+        report, seconds, mib = _measure_report(t.report)
+    assert any(f.verdict == "leak" for f in report.findings)
+    return {"seconds": seconds, "mib": mib}
+
+
+def scenario_watch(n):
+    from IPython.core.displaypub import CapturingDisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+    cfg = Config()
+    cfg.HistoryManager.hist_file = ":memory:"
+    shell = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
+    shell.run_cell("%load_ext torchleak")
+    shell.run_cell("import torch\nkept = []")
+    cell = "kept.append(torch.ones(4))"
+
+    def per_cell(cells=10):
+        start = time.perf_counter()
+        for _ in range(cells):
+            shell.run_cell(cell, store_history=True)
+        shell.display_pub.outputs.clear()
+        return (time.perf_counter() - start) / cells
+
+    shell.run_cell("%leakwatch on")
+    small = per_cell() - _plain(shell, per_cell)
+    shell.run_cell(f"many = [torch.ones(1) for _ in range({n})]")
+    big = per_cell() - _plain(shell, per_cell)
+    shell.run_cell("%leakwatch off")
+    return {"ms_few_alive": small * 1e3, "ms_many_alive": big * 1e3, "alive": n}
+
+
+def _plain(shell, per_cell):
+    shell.run_cell("%leakwatch off")
+    plain = per_cell()
+    shell.run_cell("%leakwatch on")
+    return plain
+
+
+SCENARIOS = {"blocks": scenario_blocks, "iterations": scenario_iterations, "rnn": scenario_rnn,
+             "chains": scenario_chains, "watch": scenario_watch}
+
+
+def run_one(name, n):
+    out = subprocess.run([sys.executable, __file__, "--one", name, str(n)], capture_output=True,
+                         text=True, timeout=900, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"scenario {name} {n} failed:\n{out.stdout}\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--one", nargs=2, metavar=("SCENARIO", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    if args.one:
+        name, n = args.one
+        print(json.dumps(SCENARIOS[name](int(n))))
+        return
+
+    plan = [("blocks", 250_000), ("blocks", 1_000_000), ("iterations", 10_000),
+            ("iterations", 100_000), ("rnn", 40_000), ("chains", 30_000), ("watch", 100_000)]
+    results = {f"{name} {n}": [] for name, n in plan}
+    for _ in range(args.rounds):  # interleaved: machine noise hits every scenario alike
+        for name, n in plan:
+            results[f"{name} {n}"].append(run_one(name, n))
+
+    def col(key, field):
+        return [r[field] for r in results[key]]
+
+    def med_min(key, field, fmt="{:.2f}"):
+        values = col(key, field)
+        return f"{fmt.format(statistics.median(values))} (min {fmt.format(min(values))})"
+
+    def med_max(key, field):
+        values = col(key, field)
+        return f"{statistics.median(values):.0f} (max {max(values):.0f})"
+
+    linear = [b / a for a, b in zip(col("blocks 250000", "seconds"), col("blocks 1000000", "seconds"))]
+    step_ratio = [r["step_us_late"] / r["step_us_early"] for r in results["iterations 100000"]]
+    watch_ratio = [r["ms_many_alive"] / max(r["ms_few_alive"], 1e-3) for r in results["watch 100000"]]
+    rows = [
+        ("report, 2.5*10^5 live blocks: s / extra MiB", med_min("blocks 250000", "seconds"),
+         med_max("blocks 250000", "mib")),
+        ("report, 10^6 live blocks: s / extra MiB", med_min("blocks 1000000", "seconds"),
+         med_max("blocks 1000000", "mib") + "  (goal <= 1 s, <= 200 MB)"),
+        ("  time ratio 10^6 / 2.5*10^5 blocks (linear: 4)",
+         f"{statistics.median(linear):.2f} (min {min(linear):.2f})", ""),
+        ("report(paths=False), 10^4 iterations: s / MiB", med_min("iterations 10000", "seconds_no_paths"),
+         med_max("iterations 10000", "mib_no_paths")),
+        ("report(paths=False), 10^5 iterations: s / MiB", med_min("iterations 100000", "seconds_no_paths"),
+         med_max("iterations 100000", "mib_no_paths")),
+        ("report(), 10^5 iterations: s / MiB", med_min("iterations 100000", "seconds"),
+         med_max("iterations 100000", "mib")),
+        ("  points kept of 10^4 / 10^5 iterations",
+         f"{col('iterations 10000', 'kept_points')[0]} / {col('iterations 100000', 'kept_points')[0]}",
+         "(bounded: at most 514)"),
+        ("step at iteration 10^3 / at 10^5: us",
+         f"{statistics.median(col('iterations 100000', 'step_us_early')):.1f} / "
+         f"{statistics.median(col('iterations 100000', 'step_us_late')):.1f}",
+         f"ratio {statistics.median(step_ratio):.2f} median, {min(step_ratio):.2f} min (flat: 1)"),
+        ("report, RNN of 40,000 steps: s / extra MiB", med_min("rnn 40000", "seconds"),
+         med_max("rnn 40000", "mib")),
+        ("report, 4 chains of 30,000 nodes: s / extra MiB", med_min("chains 30000", "seconds"),
+         med_max("chains 30000", "mib")),
+        ("watch mode per cell, few / 10^5 tensors alive: ms",
+         f"{statistics.median(col('watch 100000', 'ms_few_alive')):.1f} / "
+         f"{statistics.median(col('watch 100000', 'ms_many_alive')):.1f}",
+         f"ratio {statistics.median(watch_ratio):.2f} median, {min(watch_ratio):.2f} min (flat: 1)"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"torchleak at scale — {args.rounds} rounds, each scenario in a fresh process; "
+          f"median (min) of time, median (max) of memory")
+    print(f"{'measure':<{width}}  {'value':>24}  memory / note")
+    for name, value, note in rows:
+        print(f"{name:<{width}}  {value:>24}  {note}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
