@@ -288,6 +288,12 @@ void AllocationRecorder::forEachLiveBlock(
     d_live.forEach(fn);
 }
 
+std::optional<BlockRecord> AllocationRecorder::liveBlock(uintptr_t ptr) const {
+    std::lock_guard<std::mutex> lock(d_mutex);
+    const BlockRecord* rec = d_live.find(ptr);
+    return rec != nullptr ? std::optional<BlockRecord>(*rec) : std::nullopt;
+}
+
 std::vector<RawFrame> AllocationRecorder::stackFrames(StackToken token) const {
     std::lock_guard<std::mutex> lock(d_mutex);
     auto frames = d_stacks.frames(token);

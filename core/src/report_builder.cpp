@@ -44,7 +44,7 @@ struct GroupReplay {
     uint32_t oldest = 0;
 };
 
-// A live block as the report reads it: one copy of the live table, sorted by address.
+// A live block as the report reads it: one copy of the live table.
 struct LiveBlock {
     uintptr_t ptr = 0;
     BlockRecord rec;
@@ -178,14 +178,6 @@ class ReportBuilder {
         d_recorder.forEachLiveBlock([&](uintptr_t ptr, const BlockRecord& rec) {
             d_liveNow.push_back(LiveBlock{ptr, rec});
         });
-        std::sort(d_liveNow.begin(), d_liveNow.end(),
-                  [](const LiveBlock& a, const LiveBlock& b) { return a.ptr < b.ptr; });
-    }
-
-    const BlockRecord* liveBlock(uintptr_t ptr) const {
-        auto it = std::lower_bound(d_liveNow.begin(), d_liveNow.end(), ptr,
-                                   [](const LiveBlock& b, uintptr_t p) { return b.ptr < p; });
-        return it != d_liveNow.end() && it->ptr == ptr ? &it->rec : nullptr;
     }
 
     // The kept boundaries in order, each holding the groups it changed: every site's series is
@@ -574,10 +566,11 @@ class ReportBuilder {
         }
     }
 
-    // Where a tensor met on a path was allocated, when torchleak saw it.
+    // Where a tensor met on a path was allocated, when torchleak saw it. Asked of the live
+    // table itself: the tensor on the path is alive, so its block is still the one recorded.
     std::optional<Frame> siteOfPathTensor(uintptr_t block) {
-        const BlockRecord* live = liveBlock(block);
-        if (live == nullptr) {
+        std::optional<BlockRecord> live = d_recorder.liveBlock(block);
+        if (!live) {
             return std::nullopt;
         }
         if (const Frame* user = innermostUserFrame(framesOf(live->stack))) {

@@ -46,8 +46,8 @@ double riseFraction(const std::vector<double>& y, size_t from, size_t to) {
     return to - from > 1 ? static_cast<double>(rises) / static_cast<double>(to - from - 1) : 0.0;
 }
 
-} // namespace
-
+// The x of points [first, first + n) of a series: their iterations, or their indices when
+// `at` is empty.
 std::vector<double> iterationsOf(const std::vector<uint32_t>& at, size_t first, size_t n) {
     std::vector<double> x(n);
     for (size_t i = 0; i < n; ++i) {
@@ -55,6 +55,8 @@ std::vector<double> iterationsOf(const std::vector<uint32_t>& at, size_t first, 
     }
     return x;
 }
+
+} // namespace
 
 Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
     Classification c;

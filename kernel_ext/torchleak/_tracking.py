@@ -327,7 +327,9 @@ class Tracker:
             raise ValueError(f"warmup must be an int >= 0, got {type(warmup).__name__}")
         if type(paths) is not bool:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
-        if self._report is not None and warmup is None and not self.active and not _grown_paths_only:
+        # The whole run's final report is kept; one with a partial explanation is not.
+        final = warmup is None and not self.active and not _grown_paths_only
+        if self._report is not None and final:
             return self._report
         library, packages = _library_prefixes(), _package_prefixes()
         roots = _roots.collect(library, packages) if paths else []
@@ -354,7 +356,7 @@ class Tracker:
         del roots
         report = Report(text)
         _add_source_lines(report.to_dict())
-        if not self.active and warmup is None and not _grown_paths_only:
+        if final:
             self._report = report
         return report
 

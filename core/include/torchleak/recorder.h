@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -128,6 +129,7 @@ class AllocationRecorder {
 
     // Visits every live block with the lock held; fn must not allocate tensors.
     void forEachLiveBlock(const std::function<void(uintptr_t, const BlockRecord&)>& fn) const;
+    std::optional<BlockRecord> liveBlock(uintptr_t ptr) const;
     std::vector<RawFrame> stackFrames(StackToken token) const;
     std::string nodeName(NodeToken token) const;
     std::vector<RawFrame> allInternedFrames() const;

@@ -44,10 +44,6 @@ DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
                           const AnalysisConfig& config = {},
                           const std::vector<uint32_t>& at = {});
 
-// The x of points [first, first + n) of a series: their iterations, or their indices when
-// `at` is empty.
-std::vector<double> iterationsOf(const std::vector<uint32_t>& at, size_t first, size_t n);
-
 // Memory that only notebook machinery (Out[n], the last exception) or only C++ (an autograd
 // graph no Python object reaches) keeps: a leak even without growth, because the user can no
 // longer free it by a name of their own.
