@@ -117,6 +117,7 @@ def test_a_row_shows_its_source_line_and_its_stack_on_demand(browser):  # noqa: 
     assert stack.locator("[data-testid=stack-frame]").count() == 0  # built when opened
     stack.locator("summary").click()
     frames = stack.locator("[data-testid=stack-frame]")
+    frames.first.wait_for()  # the frames are built by the toggle event, after the click returns
     assert frames.count() == len(leak["stack"]) and frames.count() > 0
     assert frames.first.text_content().startswith(leak["stack"][0]["text"])
     # opened, it stays open across a live update
