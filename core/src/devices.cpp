@@ -17,9 +17,10 @@ constexpr const char* kDeviceTypeNames[] = {
     "vulkan", "metal", "xpu",    "mps",    "meta",   "hpu",   "ve",  "lazy", "ipu",  "mtia"};
 } // namespace
 
-std::string deviceName(DeviceKey key) {
+std::string deviceName(DeviceKey key, std::string_view privateUse1) {
     std::string base =
-        (key.type >= 0 && static_cast<size_t>(key.type) < std::size(kDeviceTypeNames))
+        key.type == kPrivateUse1Type ? std::string(privateUse1)
+        : (key.type >= 0 && static_cast<size_t>(key.type) < std::size(kDeviceTypeNames))
             ? kDeviceTypeNames[key.type]
             : "device" + std::to_string(key.type);
     if (key.type == 0 || key.index < 0) {
@@ -28,15 +29,20 @@ std::string deviceName(DeviceKey key) {
     return base + ":" + std::to_string(key.index);
 }
 
-DeviceKey parseDeviceName(std::string_view name) {
+DeviceKey parseDeviceName(std::string_view name, std::string_view privateUse1) {
     size_t colon = name.find(':');
     std::string_view type = name.substr(0, colon);
-    auto known = std::find(std::begin(kDeviceTypeNames), std::end(kDeviceTypeNames), type);
-    if (known == std::end(kDeviceTypeNames)) {
-        throw InvalidArgument("unknown device '" + std::string(name) + "' (examples: cpu, cuda:0)");
-    }
     DeviceKey key;
-    key.type = static_cast<int8_t>(known - std::begin(kDeviceTypeNames));
+    if (!type.empty() && (type == privateUse1 || type == kPrivateUse1DefaultName)) {
+        key.type = kPrivateUse1Type;
+    } else {
+        auto known = std::find(std::begin(kDeviceTypeNames), std::end(kDeviceTypeNames), type);
+        if (known == std::end(kDeviceTypeNames)) {
+            throw InvalidArgument("unknown device '" + std::string(name) +
+                                  "' (examples: cpu, cuda:0)");
+        }
+        key.type = static_cast<int8_t>(known - std::begin(kDeviceTypeNames));
+    }
     if (colon != std::string_view::npos) {
         std::string_view digits = name.substr(colon + 1);
         int index = -1;
@@ -78,7 +84,8 @@ std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnaps
                                                  const std::vector<DeviceInfo>& known,
                                                  const std::vector<Finding>& findings,
                                                  int warmup,
-                                                 const AnalysisConfig& config) {
+                                                 const AnalysisConfig& config,
+                                                 std::string_view privateUse1) {
     // The run's length and each point's iteration: a long run keeps a thinned grid.
     const int64_t iterations =
         boundaries.empty() ? 0 : static_cast<int64_t>(boundaries.back().iteration) + 1;
@@ -97,7 +104,7 @@ std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnaps
     std::vector<DeviceTimeline> timelines;
     for (DeviceKey key : order) {
         DeviceTimeline t;
-        t.device = deviceName(key);
+        t.device = deviceName(key, privateUse1);
         for (const auto& info : known) {
             if (info.key == key) {
                 t.capacity_bytes = info.capacity_bytes;

@@ -81,7 +81,11 @@ std::string projectionText(const DeviceTimeline& d, int iterations, BoundaryKind
         return rate + " would take over " + groupThousands(kNegligible) + " " + noun +
                "s to fill: negligible";
     }
-    return rate + " is full in ~" + groupThousands(remaining) + " " + noun + "s";
+    if (remaining == 0) {
+        return rate + " is full";
+    }
+    return rate + " is full in ~" + groupThousands(remaining) + " " + noun +
+           (remaining == 1 ? "" : "s");
 }
 
 std::string headline(const Report& report) {
@@ -158,6 +162,50 @@ std::string emptyReportText(const Report& report) {
     return report.findings.empty()
                ? "No tensor allocated during the run survived an iteration boundary."
                : "";
+}
+
+} // namespace torchleak
+
+namespace torchleak {
+
+std::string outOfMemoryText(const OutOfMemoryReport& oom, const Report& report) {
+    const std::string noun = iterationNoun(report.boundary);
+    std::ostringstream text;
+    text << "Out of memory on " << oom.device << " in " << noun << ' '
+         << groupThousands(oom.iteration + 1) << " (" << groupThousands(oom.iteration)
+         << " complete before it)";
+    if (oom.requested_bytes) {
+        text << ": asked for " << formatBytes(static_cast<double>(*oom.requested_bytes))
+             << " with ";
+    } else {
+        text << ": ";
+    }
+    text << formatBytes(static_cast<double>(oom.allocated_bytes)) << " allocated";
+    if (oom.reserved_bytes != oom.allocated_bytes) {
+        text << ", " << formatBytes(static_cast<double>(oom.reserved_bytes)) << " reserved";
+    }
+    if (oom.capacity_bytes > 0) {
+        text << " of " << formatBytes(static_cast<double>(oom.capacity_bytes));
+    }
+    text << '.';
+    if (!oom.findings.empty()) {
+        const Finding& f = report.findings[static_cast<size_t>(oom.findings.front())];
+        text << " Likely culprit: " << siteText(f.site) << ", +"
+             << formatBytes(static_cast<double>(f.bytes_per_iteration)) << " per " << noun << " ("
+             << toString(f.verdict);
+        if (f.holder && !f.holder->path_text.empty()) {
+            text << ", held by " << f.holder->path_text;
+        }
+        text << ").";
+        if (oom.findings.size() > 1) {
+            text << ' ' << oom.findings.size() - 1 << " other site(s) grew too.";
+        }
+    } else {
+        text << " No site grew before it: the " << noun << "'s own working set did not fit ("
+             << formatBytes(static_cast<double>(oom.live_bytes))
+             << " tracked alive on the device at the failure).";
+    }
+    return text.str();
 }
 
 } // namespace torchleak

@@ -7,11 +7,18 @@ namespace torchleak {
 
 AllocationRecorder::AllocationRecorder() : d_live(1 << 14) {}
 
-AllocationRecorder::DeviceState* AllocationRecorder::deviceState(DeviceKey device) noexcept {
+AllocationRecorder::DeviceState* AllocationRecorder::knownDeviceState(DeviceKey device) noexcept {
     for (size_t i = 0; i < d_deviceCount; ++i) {
         if (d_devices[i].device == device) {
             return &d_devices[i];
         }
+    }
+    return nullptr;
+}
+
+AllocationRecorder::DeviceState* AllocationRecorder::deviceState(DeviceKey device) noexcept {
+    if (DeviceState* known = knownDeviceState(device)) {
+        return known;
     }
     if (d_deviceCount == kMaxDevices) {
         return nullptr;
@@ -20,14 +27,31 @@ AllocationRecorder::DeviceState* AllocationRecorder::deviceState(DeviceKey devic
     return &d_devices[d_deviceCount++];
 }
 
+// An allocator's totals are believed until one event contradicts them: allocated below the
+// block it just handed out (an allocator that reports 0, 0), reserved below allocated, or a
+// negative number (a size_t that wrapped). One bad event and the device's timeline falls back
+// to the bytes torchleak tracks itself for the rest of the run: a timeline that mixes the two
+// would show jumps that are neither leaks nor frees.
 void AllocationRecorder::updateTotals(DeviceState& st,
                                       int64_t allocatorAllocated,
                                       int64_t allocatorReserved,
-                                      bool allocatorTotals) noexcept {
-    if (allocatorTotals) {
-        st.allocatorTotals = true;
-        st.allocatorAllocated = allocatorAllocated;
-        st.allocatorReserved = allocatorReserved;
+                                      bool allocatorTotals,
+                                      uint64_t allocatedBlock) noexcept {
+    if (allocatorTotals && !st.totalsRejected) {
+        bool plausible = allocatorAllocated >= 0 && allocatorReserved >= 0 &&
+                         allocatorReserved >= allocatorAllocated &&
+                         static_cast<uint64_t>(allocatorAllocated) >= allocatedBlock;
+        if (plausible) {
+            st.allocatorTotals = true;
+            st.allocatorAllocated = allocatorAllocated;
+            st.allocatorReserved = allocatorReserved;
+        } else {
+            st.totalsRejected = true;
+            st.allocatorTotals = false;
+        }
+    }
+    if (allocatorTotals && st.totalsRejected) {
+        ++st.rejectedTotals;
     }
     int64_t current = st.allocatorTotals ? st.allocatorAllocated : st.tracked;
     st.peak = std::max(st.peak, current);
@@ -85,7 +109,7 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
         // process from inside the allocator.
         d_dropped.fetch_add(1, std::memory_order_relaxed);
     }
-    updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals);
+    updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals, size);
 }
 
 void AllocationRecorder::recordFree(uintptr_t ptr,
@@ -98,15 +122,46 @@ void AllocationRecorder::recordFree(uintptr_t ptr,
     auto removed = d_live.erase(ptr);
     if (removed) {
         removeBlock(*removed);
+        // The block's own device: a free reported on another one must not move two counts.
+        if (DeviceState* owner = deviceState(removed->device)) {
+            owner->tracked -= static_cast<int64_t>(removed->size);
+        }
     }
-    DeviceState* st = deviceState(device);
+    // The free of a block never seen (allocated before tracking, or a report gone astray)
+    // updates the totals of a device already known but does not make one up.
+    DeviceState* st = removed ? deviceState(device) : knownDeviceState(device);
     if (st == nullptr) {
         return;
     }
-    if (removed) {
-        st->tracked -= static_cast<int64_t>(removed->size);
+    updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals, 0);
+}
+
+void AllocationRecorder::recordOutOfMemory(DeviceKey device,
+                                           int64_t requested,
+                                           int64_t allocatorAllocated,
+                                           int64_t allocatorReserved) noexcept {
+    std::lock_guard<std::mutex> lock(d_mutex);
+    d_oom.device = device;
+    d_oom.requested = requested;
+    d_oom.allocated = allocatorAllocated;
+    d_oom.reserved = allocatorReserved;
+    d_oom.iteration = d_iteration.load(std::memory_order_relaxed);
+    d_oom.count += 1;
+}
+
+std::optional<OutOfMemoryEvent> AllocationRecorder::lastOutOfMemory() const {
+    std::lock_guard<std::mutex> lock(d_mutex);
+    return d_oom.count > 0 ? std::optional<OutOfMemoryEvent>(d_oom) : std::nullopt;
+}
+
+int64_t AllocationRecorder::trackedBytes(DeviceKey device) const {
+    std::lock_guard<std::mutex> lock(d_mutex);
+    for (size_t i = 0; i < d_deviceCount; ++i) {
+        if (d_devices[i].device == device) {
+            return d_devices[i].tracked;
+        }
     }
-    updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals);
+    return 0;
 }
 
 void AllocationRecorder::markDirty(GroupState& group) noexcept {
@@ -199,6 +254,7 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
             DeviceSample ds;
             ds.device = st.device;
             ds.allocatorTotals = st.allocatorTotals;
+            ds.rejectedTotals = st.rejectedTotals;
             ds.allocated = st.allocatorTotals ? st.allocatorAllocated : st.tracked;
             ds.reserved = st.allocatorTotals ? st.allocatorReserved : ds.allocated;
             ds.peak = std::max(st.peak, ds.allocated);

@@ -144,12 +144,18 @@ class ReportBuilder {
             explainFindings(*explainer);
         }
         finalizeFindings();
-        sortFindings();
-        d_report.devices = buildDeviceTimelines(d_boundaries, d_inputs.devices, d_report.findings,
-                                                d_inputs.warmup, d_inputs.config);
+        std::vector<LiveNow> liveNow = liveNowByFinding();
+        sortFindings(liveNow);
+        d_report.devices =
+            buildDeviceTimelines(d_boundaries, d_inputs.devices, d_report.findings, d_inputs.warmup,
+                                 d_inputs.config, d_inputs.privateuse1_backend);
         d_report.causes = groupCauses(d_report, d_inputs.config);
         warnAboutShadowedIterations();
+        warnAboutRejectedTotals();
         d_report.summary = summarize(d_report);
+        if (d_inputs.out_of_memory) {
+            addOutOfMemoryForensics(liveNow);
+        }
         return std::move(d_report);
     }
 
@@ -248,7 +254,8 @@ class ReportBuilder {
             const std::vector<Frame>& frames = framesOf(key.stack);
             std::string node = key.node ? d_recorder.nodeName(key.node) : std::string();
             Frame site = siteOfGroup(frames, node);
-            SiteAccumulator& acc = siteFor(site, deviceName(key.device), node);
+            SiteAccumulator& acc =
+                siteFor(site, deviceName(key.device, d_inputs.privateuse1_backend), node);
             if (site.cell && acc.site.cell && *site.cell > *acc.site.cell) {
                 acc.site = site; // the newest run of a re-run cell names the site
             }
@@ -278,7 +285,8 @@ class ReportBuilder {
             if (!node.empty() && site.user) {
                 site.function = node;
             }
-            SiteAccumulator& acc = siteFor(site, deviceName(rec.device), node);
+            SiteAccumulator& acc =
+                siteFor(site, deviceName(rec.device, d_inputs.privateuse1_backend), node);
             fillTo(acc, d_n);
             if (acc.stack.empty()) {
                 acc.stack = frames;
@@ -602,16 +610,83 @@ class ReportBuilder {
         }
     }
 
-    // Leaks first, then by live bytes.
-    void sortFindings() {
-        std::stable_sort(d_report.findings.begin(), d_report.findings.end(),
-                         [](const Finding& a, const Finding& b) {
-                             bool la = a.verdict == Verdict::Leak, lb = b.verdict == Verdict::Leak;
-                             if (la != lb) {
-                                 return la;
-                             }
-                             return a.total_bytes > b.total_bytes;
-                         });
+    // What each finding has alive now, the blocks of an iteration no boundary ended included
+    // (an out-of-memory error stops the run in the middle of one).
+    std::vector<LiveNow> liveNowByFinding() const {
+        std::vector<LiveNow> live(d_blocksOf.size());
+        for (size_t i = 0; i < d_blocksOf.size(); ++i) {
+            for (const auto& [birth, size, seq, ptr] : d_blocksOf[i]) {
+                live[i].bytes += size;
+                live[i].count += 1;
+            }
+        }
+        return live;
+    }
+
+    // Leaks first, then by live bytes. `aligned` follows the findings' new order.
+    void sortFindings(std::vector<LiveNow>& aligned) {
+        std::vector<size_t> order(d_report.findings.size());
+        for (size_t i = 0; i < order.size(); ++i) {
+            order[i] = i;
+        }
+        const auto& findings = d_report.findings;
+        std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+            const Finding& a = findings[x];
+            const Finding& b = findings[y];
+            bool la = a.verdict == Verdict::Leak, lb = b.verdict == Verdict::Leak;
+            if (la != lb) {
+                return la;
+            }
+            return a.total_bytes > b.total_bytes;
+        });
+        std::vector<Finding> sorted;
+        std::vector<LiveNow> live(order.size());
+        sorted.reserve(order.size());
+        for (size_t i = 0; i < order.size(); ++i) {
+            sorted.push_back(std::move(d_report.findings[order[i]]));
+            if (order[i] < aligned.size()) {
+                live[i] = aligned[order[i]];
+            }
+        }
+        d_report.findings = std::move(sorted);
+        aligned = std::move(live);
+    }
+
+    // The report stands without its forensics: a failure here becomes a warning.
+    void addOutOfMemoryForensics(const std::vector<LiveNow>& liveNow) {
+        try {
+            OutOfMemoryContext context;
+            context.event = d_recorder.lastOutOfMemory();
+            context.current_iteration = d_recorder.iteration();
+            context.tracked_bytes = d_recorder.trackedBytes(failingDevice(context.event));
+            context.host_capacity = hostMemoryCapacity();
+            d_report.oom =
+                buildOutOfMemoryReport(d_report, liveNow, *d_inputs.out_of_memory, context,
+                                       d_inputs.devices, d_inputs.privateuse1_backend);
+        } catch (const std::exception& e) {
+            d_report.warnings.push_back(std::string("the out-of-memory forensics could not be "
+                                                    "built (") +
+                                        e.what() + "); the report covers the iterations seen");
+        }
+    }
+
+    // A device whose allocator sent totals that cannot be right is shown with tracked bytes.
+    void warnAboutRejectedTotals() {
+        if (d_boundaries.empty()) {
+            return;
+        }
+        for (const DeviceSample& d : d_boundaries.back().devices) {
+            if (d.rejectedTotals > 0) {
+                d_report.warnings.push_back(
+                    deviceName(d.device, d_inputs.privateuse1_backend) +
+                    ": its allocator "
+                    "reported totals that cannot be right (" +
+                    std::to_string(d.rejectedTotals) +
+                    " event(s): allocated below the block just allocated, reserved below "
+                    "allocated, or negative); its timeline shows the bytes torchleak tracked "
+                    "instead");
+            }
+        }
     }
 
     void warnAboutShadowedIterations() {

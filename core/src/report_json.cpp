@@ -57,6 +57,18 @@ template <class T> std::vector<T> integersOr(const json& owner, const char* key)
     return owner.contains(key) ? integersAt<T>(owner, key) : std::vector<T>{};
 }
 
+// The finding indices a section names must exist: the views follow them.
+std::vector<int> findingIndices(const json& owner, const char* key, size_t findings) {
+    std::vector<int> out = integersAt<int>(owner, key);
+    for (int i : out) {
+        if (i < 0 || static_cast<size_t>(i) >= findings) {
+            throw SchemaError(std::string(key) + " names finding " + std::to_string(i) +
+                              ", which the report does not have");
+        }
+    }
+    return out;
+}
+
 double realFrom(const json& v, const char* what) {
     if (v.is_null()) {
         return 0.0; // how the writer spells a NaN (a fit over a constant series)
@@ -129,6 +141,72 @@ std::optional<Holder> holderFrom(const json& owner) {
 
 template <typename T> json optionalJson(const std::optional<T>& v) {
     return v ? json(*v) : json(nullptr);
+}
+
+json outOfMemoryJson(const OutOfMemoryReport& oom, const Report& r) {
+    json sites = json::array();
+    for (const OutOfMemorySite& s : oom.by_site) {
+        sites.push_back({{"finding", s.finding},
+                         {"site", s.site},
+                         {"live_bytes", s.live_bytes},
+                         {"count", s.count},
+                         {"bytes_per_iteration", s.bytes_per_iteration}});
+    }
+    json holders = json::array();
+    for (const OutOfMemoryHolder& h : oom.by_holder) {
+        holders.push_back(
+            {{"holder", h.holder}, {"live_bytes", h.live_bytes}, {"findings", h.findings}});
+    }
+    return {{"device", oom.device},
+            {"error", oom.error},
+            {"message", oom.message},
+            {"iteration", oom.iteration},
+            {"requested_bytes", optionalJson(oom.requested_bytes)},
+            {"allocated_bytes", oom.allocated_bytes},
+            {"reserved_bytes", oom.reserved_bytes},
+            {"capacity_bytes", oom.capacity_bytes},
+            {"totals_from", oom.totals_from},
+            {"live_bytes", oom.live_bytes},
+            {"findings", oom.findings},
+            {"by_site", sites},
+            {"by_holder", holders},
+            {"text", outOfMemoryText(oom, r)}};
+}
+
+OutOfMemoryReport outOfMemoryFrom(const json& j, size_t findings) {
+    OutOfMemoryReport oom;
+    oom.device = j.at("device").get<std::string>();
+    oom.error = j.value("error", "");
+    oom.message = j.value("message", "");
+    oom.iteration = integerAt<int64_t>(j, "iteration");
+    if (j.contains("requested_bytes") && !j["requested_bytes"].is_null()) {
+        oom.requested_bytes = integerAt<int64_t>(j, "requested_bytes");
+    }
+    oom.allocated_bytes = integerAt<int64_t>(j, "allocated_bytes");
+    oom.reserved_bytes = integerAt<int64_t>(j, "reserved_bytes");
+    oom.capacity_bytes = integerOr<uint64_t>(j, "capacity_bytes", 0);
+    oom.totals_from = j.value("totals_from", "");
+    oom.live_bytes = integerOr<uint64_t>(j, "live_bytes", 0);
+    oom.findings = findingIndices(j, "findings", findings);
+    for (const json& s : j.value("by_site", json::array())) {
+        OutOfMemorySite site;
+        site.finding = integerAt<int>(s, "finding");
+        if (site.finding < 0 || static_cast<size_t>(site.finding) >= findings) {
+            throw SchemaError("oom.by_site names finding " + std::to_string(site.finding) +
+                              ", which the report does not have");
+        }
+        site.site = s.value("site", "");
+        site.live_bytes = integerAt<uint64_t>(s, "live_bytes");
+        site.count = integerOr<uint64_t>(s, "count", 0);
+        site.bytes_per_iteration = integerOr<int64_t>(s, "bytes_per_iteration", 0);
+        oom.by_site.push_back(std::move(site));
+    }
+    for (const json& h : j.value("by_holder", json::array())) {
+        oom.by_holder.push_back({h.at("holder").get<std::string>(),
+                                 integerAt<uint64_t>(h, "live_bytes"),
+                                 findingIndices(h, "findings", findings)});
+    }
+    return oom;
 }
 
 } // namespace
@@ -223,6 +301,9 @@ std::string toJson(const Report& r, int indent) {
                    {"text", causeText(c, r)}};
         cj["holder"] = holderJson(c.holder);
         j["causes"].push_back(std::move(cj));
+    }
+    if (r.oom) {
+        j["oom"] = outOfMemoryJson(*r.oom, r);
     }
     json recs = json::array();
     for (const Recommendation& rec : r.summary.recommendations) {
@@ -362,6 +443,9 @@ Report reportFromJson(const std::string& text) {
             }
             c.holder = holderFrom(cj);
             r.causes.push_back(std::move(c));
+        }
+        if (j.contains("oom") && !j["oom"].is_null()) {
+            r.oom = outOfMemoryFrom(j["oom"], r.findings.size());
         }
         const json& s = j.at("summary");
         r.summary.score = integerAt<int>(s, "score");

@@ -71,8 +71,10 @@ TEST_CASE("projectionText only for a leaking device with a known capacity") {
     REQUIRE(projectionText(d, 12).empty()); // no capacity, no projection
     d.projected_oom_iteration = 9594;
     REQUIRE(projectionText(d, 12) == "at 2.5 MiB per iteration, cpu is full in ~9,582 iterations");
-    d.projected_oom_iteration = 3;
-    REQUIRE(projectionText(d, 12) == "at 2.5 MiB per iteration, cpu is full in ~0 iterations");
+    d.projected_oom_iteration = 13;
+    REQUIRE(projectionText(d, 12) == "at 2.5 MiB per iteration, cpu is full in ~1 iteration");
+    d.projected_oom_iteration = 3; // already past it: the device is full (an OOM ended the run)
+    REQUIRE(projectionText(d, 12) == "at 2.5 MiB per iteration, cpu is full");
     d.leak_bytes_per_iteration = 4;
     d.projected_oom_iteration = 6'318'453'766;
     REQUIRE(projectionText(d, 12) ==

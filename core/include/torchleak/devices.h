@@ -20,11 +20,17 @@ struct DeviceInfo {
     uint64_t capacity_bytes = 0;
 };
 
-// "cpu", "cuda:0": c10's spelling of a device.
-std::string deviceName(DeviceKey key);
+// c10's name of the PrivateUse1 device type until a backend renames it
+// (torch.utils.rename_privateuse1_backend): the name is the process's, so callers pass it.
+inline constexpr std::string_view kPrivateUse1DefaultName = "privateuseone";
+inline constexpr int8_t kPrivateUse1Type = 20;
+
+// "cpu", "cuda:0", "fakegpu:1": c10's spelling of a device.
+std::string deviceName(DeviceKey key, std::string_view privateUse1 = kPrivateUse1DefaultName);
 // The inverse of deviceName ("cuda:1" -> {CUDA, 1}); throws InvalidArgument for a name c10
 // does not have or an index out of range.
-DeviceKey parseDeviceName(std::string_view name);
+DeviceKey parseDeviceName(std::string_view name,
+                          std::string_view privateUse1 = kPrivateUse1DefaultName);
 
 // The memory limit of this process: the cgroup limit when there is one, else physical memory.
 uint64_t hostMemoryCapacity();
@@ -32,10 +38,12 @@ uint64_t hostMemoryCapacity();
 // One timeline per device, in the order the devices first appeared at a boundary. The leak
 // rate adds up the findings judged `leak` on that device; the host's capacity is read when no
 // DeviceInfo gives one.
-std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnapshot>& boundaries,
-                                                 const std::vector<DeviceInfo>& known,
-                                                 const std::vector<Finding>& findings,
-                                                 int warmup,
-                                                 const AnalysisConfig& config);
+std::vector<DeviceTimeline>
+buildDeviceTimelines(const std::vector<BoundarySnapshot>& boundaries,
+                     const std::vector<DeviceInfo>& known,
+                     const std::vector<Finding>& findings,
+                     int warmup,
+                     const AnalysisConfig& config,
+                     std::string_view privateUse1 = kPrivateUse1DefaultName);
 
 } // namespace torchleak

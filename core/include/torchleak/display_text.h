@@ -44,4 +44,7 @@ std::string causeText(const Cause& cause, const Report& report);
 // The sentence for a run in which nothing survived a boundary; "" when there are findings.
 std::string emptyReportText(const Report& report);
 
+// The out-of-memory account: the device, its totals at the failure and the likely culprit.
+std::string outOfMemoryText(const OutOfMemoryReport& oom, const Report& report);
+
 } // namespace torchleak

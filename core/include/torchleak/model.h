@@ -182,6 +182,37 @@ struct Summary {
     std::vector<Recommendation> recommendations;
 };
 
+// Forensics of a run that an out-of-memory error ended: the JSON's `oom` section.
+struct OutOfMemorySite {
+    int finding = -1;        // index into Report::findings
+    std::string site;        // its site's text
+    uint64_t live_bytes = 0; // alive on the device when the error reached torchleak
+    uint64_t count = 0;
+    int64_t bytes_per_iteration = 0;
+};
+
+struct OutOfMemoryHolder {
+    std::string holder; // the holder's path ("losses"), or what keeps it when no holder grows
+    uint64_t live_bytes = 0;
+    std::vector<int> findings;
+};
+
+struct OutOfMemoryReport {
+    std::string device;    // "cuda:0", "cpu"
+    std::string error;     // the exception's type: "OutOfMemoryError", "MemoryError"
+    std::string message;   // its first line
+    int64_t iteration = 0; // the iteration that was running, 0-based (= complete iterations)
+    std::optional<int64_t> requested_bytes;
+    int64_t allocated_bytes = 0;
+    int64_t reserved_bytes = 0;
+    uint64_t capacity_bytes = 0; // 0 when unknown
+    std::string totals_from;     // "allocator" (its report at the failure) or "tracked"
+    uint64_t live_bytes = 0;     // tracked bytes alive on the device at the failure
+    std::vector<int> findings;   // the device's findings that grew before it, culprit first
+    std::vector<OutOfMemorySite> by_site;     // biggest live first
+    std::vector<OutOfMemoryHolder> by_holder; // biggest live first
+};
+
 struct Report {
     std::string torch_version;
     std::string python_version;
@@ -197,6 +228,7 @@ struct Report {
     Summary summary;
     std::vector<std::string> warnings; // e.g. events missed while torch.profiler was on top
     uint64_t events_recorded = 0;
+    std::optional<OutOfMemoryReport> oom;
 };
 
 } // namespace torchleak

@@ -61,6 +61,21 @@ struct DeviceSample {
     int64_t reserved = 0;
     int64_t peak = 0; // highest `allocated` seen during the iteration
     bool allocatorTotals = false;
+    // Events so far whose allocator totals could not be right (below the block just
+    // allocated, reserved below allocated): from the first one on, the device's timeline is
+    // the tracked bytes.
+    uint64_t rejectedTotals = 0;
+};
+
+// The allocator's out-of-memory report (c10's reportOutOfMemoryToProfiler, or PyTorch's CUDA
+// OOM observer): the last one of the run.
+struct OutOfMemoryEvent {
+    DeviceKey device;
+    int64_t requested = 0; // bytes asked for; < 0 when the reporter did not say
+    int64_t allocated = 0; // the device's totals at the failure; < 0 when unknown
+    int64_t reserved = 0;
+    uint32_t iteration = 0; // the iteration that was running (0-based)
+    uint64_t count = 0;     // out-of-memory reports seen so far
 };
 
 // One kept boundary. `groups` holds only the groups that changed since the kept boundary
@@ -116,6 +131,12 @@ class AllocationRecorder {
                     int64_t allocatorReserved,
                     bool allocatorTotals) noexcept;
     void noteShadowed() noexcept { d_shadowed.store(true, std::memory_order_relaxed); }
+    // An allocator could not satisfy a request. Allocation-free; may run under the device
+    // allocator's mutex like the two above.
+    void recordOutOfMemory(DeviceKey device,
+                           int64_t requested,
+                           int64_t allocatorAllocated,
+                           int64_t allocatorReserved) noexcept;
 
     // ---- slow path: the tracking thread ---------------------------------------------------
     // Ends the current iteration: snapshots the groups it changed and starts the next.
@@ -130,6 +151,9 @@ class AllocationRecorder {
     // Visits every live block with the lock held; fn must not allocate tensors.
     void forEachLiveBlock(const std::function<void(uintptr_t, const BlockRecord&)>& fn) const;
     std::optional<BlockRecord> liveBlock(uintptr_t ptr) const;
+    std::optional<OutOfMemoryEvent> lastOutOfMemory() const;
+    // Tracked bytes of live blocks on `device` now.
+    int64_t trackedBytes(DeviceKey device) const;
     std::vector<RawFrame> stackFrames(StackToken token) const;
     std::string nodeName(NodeToken token) const;
     std::vector<RawFrame> allInternedFrames() const;
@@ -147,6 +171,8 @@ class AllocationRecorder {
         int64_t allocatorReserved = 0;
         int64_t peak = 0;
         bool allocatorTotals = false;
+        bool totalsRejected = false;
+        uint64_t rejectedTotals = 0;
     };
     static constexpr size_t kMaxDevices = 32;
 
@@ -171,11 +197,13 @@ class AllocationRecorder {
     static void mergeInto(const BoundarySnapshot& older, BoundarySnapshot& newer);
     void thinHistory();
 
-    DeviceState* deviceState(DeviceKey device) noexcept;
+    DeviceState* deviceState(DeviceKey device) noexcept; // creates it (up to kMaxDevices)
+    DeviceState* knownDeviceState(DeviceKey device) noexcept;
     void updateTotals(DeviceState& st,
                       int64_t allocatorAllocated,
                       int64_t allocatorReserved,
-                      bool allocatorTotals) noexcept;
+                      bool allocatorTotals,
+                      uint64_t allocatedBlock) noexcept;
 
     mutable std::mutex d_mutex;
     LiveBlockTable d_live;
@@ -196,6 +224,7 @@ class AllocationRecorder {
     uint64_t d_freedBytes = 0; // born before the current iteration and freed during it
     std::vector<BoundarySnapshot> d_boundaries;
     uint32_t d_stride = 1;
+    OutOfMemoryEvent d_oom;
 };
 
 // What the iteration that kept boundary `b` ended did to tracked memory, with no report: watch

@@ -7,6 +7,7 @@
 #include "torchleak/config.h"
 #include "torchleak/devices.h"
 #include "torchleak/model.h"
+#include "torchleak/out_of_memory.h"
 #include "torchleak/recorder.h"
 #include "torchleak/retention.h"
 
@@ -59,6 +60,8 @@ struct ReportInputs {
     BoundaryKind boundary = BoundaryKind::Explicit;
     AnalysisConfig config;
     std::vector<DeviceInfo> devices;
+    // What this process calls the PrivateUse1 device type (a renamed out-of-tree backend).
+    std::string privateuse1_backend = std::string(kPrivateUse1DefaultName);
     std::vector<std::string> warnings;
     // With BoundaryKind::Cell, one entry per boundary (or none). A site's rate and verdict are
     // then taken over the runs of the cell its allocations ran in, not over every cell.
@@ -67,6 +70,8 @@ struct ReportInputs {
     // in the last iteration, so the walk's cost follows what the cell added, not every finding
     // of the notebook (10^5 tensors kept by an earlier cell would be walked after every cell).
     bool explain_grown_only = false;
+    // Set when an out-of-memory error ended the run: the report gets its `oom` forensics.
+    std::optional<OutOfMemoryInputs> out_of_memory;
 };
 
 // Builds the report of a recording: one finding per site group, biggest leaks first. With an
