@@ -148,8 +148,9 @@ def run(argv):
                     status = EXIT_SCRIPT_FAILED
                     if not isinstance(exc.code, int):
                         print(exc.code, file=sys.stderr)  # as Python prints sys.exit("message")
-            except BaseException:  # noqa: BLE001 - the script's failure, reported below
+            except BaseException as exc:  # noqa: BLE001 - the script's failure, reported below
                 traceback.print_exc()
+                tracker.note_failure(exc)  # an out-of-memory error: the report says why
                 status = EXIT_SCRIPT_FAILED
         # Built while the script's globals are still __main__, so paths start at its names.
         report = tracker.report()

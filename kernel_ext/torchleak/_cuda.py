@@ -41,6 +41,27 @@ def stop_history(started):
             pass
 
 
+_observed = False
+
+
+def observe_out_of_memory(callback):
+    """Route PyTorch's CUDA OOM observer to `callback(device, requested, allocated, free)`.
+    Observers cannot be removed, so it is attached once per process; the callback decides
+    whether a run is being tracked."""
+    global _observed
+    if _observed or not torch.cuda.is_available():
+        return False
+    attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if attach is None:
+        return False
+    try:
+        attach(callback)
+    except (RuntimeError, TypeError):
+        return False
+    _observed = True
+    return True
+
+
 def snapshot_stacks():
     if not history_available():
         return None
@@ -69,5 +90,5 @@ def block_stacks(snapshot):
     return stacks
 
 
-__all__ = ["block_stacks", "history_available", "snapshot_stacks", "start_history",
-           "stop_history"]
+__all__ = ["block_stacks", "history_available", "observe_out_of_memory", "snapshot_stacks",
+           "start_history", "stop_history"]

@@ -18,7 +18,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 
-from . import _core, _tracking
+from . import _core, _out_of_memory, _tracking
 from ._config import config
 from ._widget import make_widget
 from .render.bundle import report_bundle, report_metadata
@@ -200,6 +200,7 @@ class LeakMagics(Magics):
         if failure is not None:
             # The user's frames only: from the cell's own code on, as if the cell had failed
             # by itself (the magic's frames hide themselves too).
+            _out_of_memory.attach(failure, report)
             if hasattr(failure, "add_note"):
                 failure.add_note(f"torchleak: %%leakcheck stopped in iteration "
                                  f"{tracker.iterations} of {args.n} of In [{self._current_cell()}]; "
@@ -325,6 +326,13 @@ class LeakMagics(Magics):
             cell = getattr(result, "execution_count", None)
             cell = cell if isinstance(cell, int) else self._current_cell()
             self.watch.end_cell(self._cell_file(cell), cell)
+            error = getattr(result, "error_in_exec", None)
+            if _out_of_memory.is_out_of_memory(error):
+                # The cell died of an OOM: the whole forensics, not the one-line ledger.
+                report = self.watch.report(_failure=error)
+                _out_of_memory.attach(error, report)
+                _LiveDisplay().finish(report.to_dict())
+                return
             # The recorder's counts say whether the cell changed anything: a cell that left
             # nothing alive and freed nothing costs no report (the common case).
             totals = self.watch.last_iteration

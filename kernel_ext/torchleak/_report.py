@@ -96,6 +96,14 @@ class Report:
         return self._data.get("devices", [])
 
     @property
+    def oom(self):
+        """The forensics of the out-of-memory error that ended the run, or None: ``device``,
+        its ``allocated_bytes`` / ``reserved_bytes`` / ``capacity_bytes`` at the failure,
+        ``findings`` that grew before it (likely culprit first), live bytes ``by_site`` and
+        ``by_holder``, and ``text``, the account every view shows."""
+        return self._data.get("oom")
+
+    @property
     def summary(self):
         return self._data.get("summary", {})
 

@@ -10,7 +10,7 @@ import warnings
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from . import _core, _cuda, _roots
+from . import _core, _cuda, _devices, _out_of_memory, _roots
 from ._config import config as _config
 from ._report import Report
 
@@ -89,12 +89,14 @@ def _add_source_lines(data):
             site["source"] = line.strip()
 
 
-def _capacities():
-    caps = {}
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            caps[f"cuda:{i}"] = int(torch.cuda.get_device_properties(i).total_memory)
-    return caps
+def _on_cuda_out_of_memory(device, requested, allocated, free):
+    """PyTorch's CUDA OOM observer: it runs on the failing thread, which may not carry the
+    hook (a thread torchleak does not track); the reserve is unknown there (-1)."""
+    tracker = _active
+    session = tracker._session if tracker is not None else None
+    if session is not None and session.active:
+        session.note_out_of_memory(f"cuda:{int(device)}", _devices.privateuse1_name(),
+                                   int(requested), int(allocated), -1)
 
 
 class Tracker:
@@ -126,6 +128,8 @@ class Tracker:
         self._report = None
         self._cuda_history = False
         self._cuda_snapshot = None
+        # The out-of-memory error that ended the run, for the report's `oom` forensics.
+        self._failure = None
         # Watch mode's (cell file, execution count) per boundary: rates per run of a cell.
         self._cell_runs = []
         # Watch mode's: called when another Tracker starts, so it steps aside instead of failing.
@@ -137,6 +141,13 @@ class Tracker:
 
     def __exit__(self, exc_type, exc, tb):
         self.stop()
+        if self.note_failure(exc):
+            # The forensics ride on the exception; building them must not replace it.
+            try:
+                _out_of_memory.attach(exc, self.report())
+            except Exception as error:  # noqa: BLE001
+                warnings.warn(f"torchleak could not build the report of this out-of-memory "
+                              f"error: {error}", RuntimeWarning, stacklevel=2)
         return False
 
     def start(self):
@@ -162,6 +173,7 @@ class Tracker:
         self._thread = threading.get_ident()
         _active = self
         self._cuda_history = _cuda.start_history()
+        _cuda.observe_out_of_memory(_on_cuda_out_of_memory)
         self._wrap_profiler_hooks()
         if self._boundary in ("auto", "optimizer_step"):
             try:
@@ -264,6 +276,16 @@ class Tracker:
             return {"live": 0, "born": 0, "freed": 0}
         return self._session.last_iteration
 
+    def note_failure(self, exc):
+        """An exception ended the tracked run: when it is an out-of-memory error (the device's
+        OutOfMemoryError, a CPU allocation failure, MemoryError), the report gets its ``oom``
+        forensics. Returns whether it was one."""
+        if exc is None or not _out_of_memory.is_out_of_memory(exc):
+            return False
+        self._failure = exc
+        self._report = None  # a final report built before it lacks the forensics
+        return True
+
     def warn(self, message):
         """Add a warning to the report (once)."""
         if message not in self._warnings:
@@ -286,6 +308,7 @@ class Tracker:
                     message = f"<{type(exc).__name__} whose message could not be read>"
                 self.warn(f"stopped in iteration {k} of {iterations} by {type(exc).__name__}: "
                           f"{message}")
+                self.note_failure(exc)
                 return exc
             self.step()
             if after_each is not None:
@@ -313,11 +336,12 @@ class Tracker:
         return self._session is not None and self._session.active
 
     # -- report -------------------------------------------------------------------------------
-    def report(self, *, warmup=None, paths=True, _grown_paths_only=False):
+    def report(self, *, warmup=None, paths=True, _grown_paths_only=False, _failure=None):
         """The report of what was recorded so far (or of the whole run after the block).
 
         With ``paths`` (the default) every finding gets its retaining path from a named root.
         (Watch mode's ledger asks for paths of the findings that grew in the last cell only.)
+        When an out-of-memory error ended the run, the report has its ``oom`` forensics.
         """
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
@@ -328,7 +352,8 @@ class Tracker:
         if type(paths) is not bool:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
         # The whole run's final report is kept; one with a partial explanation is not.
-        final = warmup is None and not self.active and not _grown_paths_only
+        final = warmup is None and not self.active and not _grown_paths_only and _failure is None
+        failure = _failure if _failure is not None else self._failure
         if self._report is not None and final:
             return self._report
         library, packages = _library_prefixes(), _package_prefixes()
@@ -343,7 +368,7 @@ class Tracker:
             warmup=self.warmup if warmup is None else warmup,
             boundary=self._kind,
             config=cfg,
-            capacities=_capacities(),
+            capacities=_devices.capacities(),
             warnings=list(self._warnings),
             frame_filter=_core.FrameFilter(library, packages, _cell_files()),
             roots=roots,
@@ -352,6 +377,8 @@ class Tracker:
             boundary_runs=self._cell_runs if self._boundary == "cell" else [],
             parameter_owners=_roots.parameter_owners(roots) if paths else [],
             explain_grown_only=bool(_grown_paths_only),
+            privateuse1_backend=_devices.privateuse1_name(),
+            out_of_memory=_out_of_memory.describe(failure) if failure is not None else None,
         )
         del roots
         report = Report(text)
@@ -395,9 +422,6 @@ def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=Tru
         failure = tracker.run_iterations(lambda: fn(*args, **kwargs), iterations)
     report = tracker.report()
     if failure is not None:
-        try:
-            failure.torchleak_report = report
-        except (AttributeError, TypeError):
-            pass
+        _out_of_memory.attach(failure, report)
         raise failure
     return report

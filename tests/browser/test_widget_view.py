@@ -68,6 +68,34 @@ def test_leaks_first_warnings_shown_and_open_rows_survive_a_redraw(browser):  # 
     page.close()
 
 
+def test_an_out_of_memory_report_leads_with_its_forensics(browser):  # noqa: F811
+    report = fixture("leaky_loop.json")
+    report["oom"] = {
+        "device": "cuda:0", "error": "OutOfMemoryError", "message": "CUDA out of memory",
+        "iteration": 8, "requested_bytes": 1 << 20, "allocated_bytes": 3 << 20,
+        "reserved_bytes": 4 << 20, "capacity_bytes": 4 << 20, "totals_from": "allocator",
+        "live_bytes": 3 << 20, "findings": [0],
+        "by_site": [{"finding": 0, "site": "train.py:42", "live_bytes": 3 << 20, "count": 3,
+                     "bytes_per_iteration": 1 << 20}],
+        "by_holder": [{"holder": "<img src=x onerror=alert(1)>", "live_bytes": 3 << 20,
+                       "findings": [0]}],
+        "text": "Out of memory on cuda:0 in iteration 9 (8 complete before it): ..."}
+    page = mount(browser, report)
+    view = page.locator("[data-testid=torchleak-widget]")
+    box = view.locator("[data-testid=oom]")
+    assert box.count() == 1
+    assert "Out of memory on cuda:0 in iteration 9" in box.text_content()
+    lists = box.locator("[data-testid=oom-list]")
+    assert lists.count() == 2
+    assert "<img src=x onerror=alert(1)> 3.0 MiB" in lists.first.text_content()
+    assert page.locator("img").count() == 0  # the holder's markup stayed text
+    assert "train.py:42 3.0 MiB in 3 block(s)" in lists.nth(1).text_content()
+    # First under the head: before the causes and the curves.
+    order = view.evaluate("el => [...el.children].map(c => c.dataset.testid || '')")
+    assert order.index("oom") < order.index("cause") < order.index("growth-curve")
+    page.close()
+
+
 def test_a_clean_run_says_no_leak(browser):  # noqa: F811
     report = fixture("leaky_loop.json")
     report["findings"] = [f for f in report["findings"] if f["verdict"] != "leak"]

@@ -193,6 +193,27 @@ function stackTree(finding) {
 // tqdm's line: a bar, k/n, elapsed and remaining, the rate; a Stop button while it runs (it
 // interrupts the kernel: the report of the iterations seen is kept). Done: "20 iterations in
 // 12.1 s".
+// The out-of-memory forensics, first under the head: the account the core wrote, then what was
+// live on the failing device by holder and by site.
+function oomBox(oom) {
+  const box = el("div", { class: "tl-oom", "data-testid": "oom" });
+  box.appendChild(el("b", { class: "tl-verdict-leak" }, "OUT OF MEMORY "));
+  box.appendChild(document.createTextNode(oom.text || ""));
+  const lists = [["live by holder", (oom.by_holder || []).map((h) => [h.holder, formatBytes(h.live_bytes)])],
+                 ["by site", (oom.by_site || []).map((s) => [s.site, `${formatBytes(s.live_bytes)} in ${s.count} block(s)`])]];
+  for (const [title, rows] of lists) {
+    if (!rows.length) continue;
+    const line = el("div", { class: "tl-note", "data-testid": "oom-list" }, `${title}: `);
+    rows.slice(0, 5).forEach(([name, size], i) => {
+      if (i) line.appendChild(document.createTextNode(", "));
+      line.appendChild(el("code", {}, name));
+      line.appendChild(document.createTextNode(` ${size}`));
+    });
+    box.appendChild(line);
+  }
+  return box;
+}
+
 function progressLine(progress, model, unit) {
   const box = el("div", { class: "tl-progress", "data-testid": "progress" });
   const k = Number(progress.k || 0), n = Number(progress.n || 0), elapsed = Number(progress.elapsed || 0);
@@ -273,6 +294,7 @@ function render({ model, el: host }) {
     head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} ${report.iteration_unit || "iteration"}(s)`));
     root.appendChild(head);
     if (progress.n) root.appendChild(progressLine(progress, model, report.iteration_unit || "iteration"));
+    if (report.oom) root.appendChild(oomBox(report.oom));
     for (const warning of report.warnings || []) {
       root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
     }

@@ -121,10 +121,11 @@ BoundaryKind parseBoundary(const std::string& name) {
     }
 }
 
-std::vector<DeviceInfo> deviceCapacities(const std::map<std::string, uint64_t>& capacities) {
+std::vector<DeviceInfo> deviceCapacities(const std::map<std::string, uint64_t>& capacities,
+                                         std::string_view privateUse1) {
     std::vector<DeviceInfo> out;
     for (const auto& [name, capacity] : capacities) {
-        out.push_back({parseDeviceName(name), name, capacity});
+        out.push_back({parseDeviceName(name, privateUse1), name, capacity});
     }
     return out;
 }

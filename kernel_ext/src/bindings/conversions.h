@@ -34,7 +34,8 @@ pybind11::dict retainingPathsDict(const std::unordered_map<uintptr_t, BlockPath>
 BoundaryKind parseBoundary(const std::string& name);
 
 // Devices by name ("cuda:0") with their capacity in bytes.
-std::vector<DeviceInfo> deviceCapacities(const std::map<std::string, uint64_t>& capacities);
+std::vector<DeviceInfo> deviceCapacities(const std::map<std::string, uint64_t>& capacities,
+                                         std::string_view privateUse1);
 
 // {block pointer: [(file, line, function), ...]} as PyTorch's history recording gives them,
 // innermost first; every frame is classified by the same rule as the frames the hook captured.

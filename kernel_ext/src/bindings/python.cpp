@@ -128,7 +128,9 @@ PYBIND11_MODULE(_core, m) {
                const std::vector<std::string>& warnings, const python::FrameFilter& filter,
                const py::list& roots, bool explain, const py::dict& externalStacks, int indent,
                const std::vector<std::pair<std::string, int>>& boundaryRuns,
-               const py::list& parameterOwners, bool explainGrownOnly) {
+               const py::list& parameterOwners, bool explainGrownOnly,
+               const std::string& privateUse1Backend,
+               const std::optional<std::pair<std::string, std::string>>& outOfMemory) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -140,8 +142,14 @@ PYBIND11_MODULE(_core, m) {
                 in.config = config;
                 in.external_stacks = python::externalStacks(externalStacks, filter);
                 in.warnings = warnings;
-                in.devices = python::deviceCapacities(capacities);
+                if (!privateUse1Backend.empty()) {
+                    in.privateuse1_backend = privateUse1Backend;
+                }
+                in.devices = python::deviceCapacities(capacities, in.privateuse1_backend);
                 in.explain_grown_only = explainGrownOnly;
+                if (outOfMemory) {
+                    in.out_of_memory = OutOfMemoryInputs{outOfMemory->first, outOfMemory->second};
+                }
                 // Watch mode's (cell file, execution count) per boundary, grouped by the same
                 // rule as the frames, so a cell's re-runs are one group.
                 for (const auto& [file, cell] : boundaryRuns) {
@@ -160,7 +168,19 @@ PYBIND11_MODULE(_core, m) {
             py::arg("explain") = true, py::arg("external_stacks") = py::dict(),
             py::arg("indent") = -1,
             py::arg("boundary_runs") = std::vector<std::pair<std::string, int>>{},
-            py::arg("parameter_owners") = py::list(), py::arg("explain_grown_only") = false)
+            py::arg("parameter_owners") = py::list(), py::arg("explain_grown_only") = false,
+            py::arg("privateuse1_backend") = std::string(kPrivateUse1DefaultName),
+            py::arg("out_of_memory") = std::nullopt)
+        .def(
+            "note_out_of_memory",
+            [](python::TrackingSession& self, const std::string& device,
+               const std::string& privateUse1Backend, int64_t requested, int64_t allocated,
+               int64_t reserved) {
+                self.noteOutOfMemory(parseDeviceName(device, privateUse1Backend), requested,
+                                     allocated, reserved);
+            },
+            py::arg("device"), py::arg("privateuse1_backend"), py::arg("requested"),
+            py::arg("allocated"), py::arg("reserved"))
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
             return python::walkStatsDict(self.lastWalk());
         });

@@ -76,13 +76,19 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
             return;
         }
         // CPU reports count only blocks c10 saw while profiling and no reserve; the device
-        // allocators report their real totals. CUDA stacks come from PyTorch's own history
-        // recording (looked up at report time): walking frames here would run under the
-        // allocator's device mutex.
-        record(ptr, allocSize,
-               DeviceKey{static_cast<int8_t>(device.type()), static_cast<int8_t>(device.index())},
-               static_cast<int64_t>(totalAllocated), static_cast<int64_t>(totalReserved),
-               !device.is_cpu(), device.is_cpu());
+        // allocators report their real totals. CUDA (and ROCm, XPU, MPS, whose allocators
+        // are built like it) report under the allocator's device mutex, where walking
+        // Python frames is off limits: their stacks come from PyTorch's own history
+        // recording, looked up at report time. Any other backend (PrivateUse1: an
+        // out-of-tree accelerator) has no such recording, so its stack is taken here, as for
+        // CPU; the capture only reads the calling thread's frames, takes no lock and no GIL.
+        record(ptr, allocSize, keyOf(device), static_cast<int64_t>(totalAllocated),
+               static_cast<int64_t>(totalReserved), !device.is_cpu(),
+               device.is_cpu() || device.is_privateuseone());
+    }
+
+    static DeviceKey keyOf(c10::Device device) noexcept {
+        return DeviceKey{static_cast<int8_t>(device.type()), static_cast<int8_t>(device.index())};
     }
 
     void cpuAllocated(void* ptr, size_t size) noexcept override {
@@ -124,8 +130,19 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         t_inHook = false;
     }
 
-    void reportOutOfMemory(int64_t, size_t, size_t, c10::Device) noexcept override {
-        // An OOM raises in the caller; the report built afterwards still shows what was live.
+    // The allocator is about to raise its out-of-memory error; the report built when it
+    // reaches torchleak reads this event for the device and its totals at the failure.
+    // Same rules as reportMemoryUsage (CUDA calls it under the device mutex).
+    void reportOutOfMemory(int64_t allocSize,
+                           size_t totalAllocated,
+                           size_t totalReserved,
+                           c10::Device device) noexcept override {
+        if (!d_enabled.load(std::memory_order_relaxed)) {
+            return;
+        }
+        d_recorder->recordOutOfMemory(keyOf(device), allocSize,
+                                      static_cast<int64_t>(totalAllocated),
+                                      static_cast<int64_t>(totalReserved));
     }
 
     std::shared_ptr<AllocationRecorder> d_recorder;

@@ -125,6 +125,18 @@ bool TrackingSession::hookOnTop() const noexcept {
     return d_hook && d_hook->onTop();
 }
 
+void TrackingSession::noteOutOfMemory(DeviceKey device,
+                                      int64_t requested,
+                                      int64_t allocated,
+                                      int64_t reserved) {
+    auto seen = d_recorder->lastOutOfMemory();
+    if (seen && seen->device == device && seen->requested == requested &&
+        seen->iteration == d_recorder->iteration()) {
+        return; // the hook reported this one, with the reserve the observer does not know
+    }
+    d_recorder->recordOutOfMemory(device, requested, allocated, reserved);
+}
+
 void TrackingSession::setCaptureStacks(bool on) noexcept {
     d_captureStacks = on;
     if (d_hook) {

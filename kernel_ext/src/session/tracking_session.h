@@ -43,6 +43,9 @@ class TrackingSession {
         return b.empty() ? IterationTotals{} : iterationTotals(b, b.size() - 1);
     }
     void setCaptureStacks(bool on) noexcept;
+    // An out-of-memory seen outside the hook (PyTorch's CUDA OOM observer runs on the failing
+    // thread, which may not carry the hook); the hook's own report is kept when it has one.
+    void noteOutOfMemory(DeviceKey device, int64_t requested, int64_t allocated, int64_t reserved);
 
     // Needs the GIL.
     // With roots, findings get retaining paths; without, the walk is skipped.

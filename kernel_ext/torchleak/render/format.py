@@ -86,3 +86,13 @@ def progress_text(progress, unit="iteration"):
         return f"{k} {unit}{'' if k == 1 else 's'} in {elapsed:.1f} s ({rate_text})"
     return (f"{k}/{n} {unit}s [{elapsed:.1f} s<{float(progress.get('remaining', 0.0)):.1f} s, "
             f"{rate_text}]")
+
+
+def oom_parts(oom, limit=5):
+    """The out-of-memory section's lists as the views print them: [(holder, bytes text)] and
+    [(site text, bytes and block count)], biggest first."""
+    holders = [(h.get("holder", ""), format_bytes(h.get("live_bytes", 0)))
+               for h in (oom.get("by_holder") or [])[:limit]]
+    sites = [(s.get("site", ""), f"{format_bytes(s.get('live_bytes', 0))} in "
+              f"{s.get('count', 0)} block(s)") for s in (oom.get("by_site") or [])[:limit]]
+    return holders, sites

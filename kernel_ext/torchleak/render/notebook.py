@@ -5,7 +5,7 @@ retaining paths as nested ``<details>``), so saved and exported notebooks keep i
 import base64
 
 from .format import (allocated_inside_text, empty_text, escape as _e, format_bytes, iteration_unit,
-                     progress_text, site_text, step_what)
+                     oom_parts, progress_text, site_text, step_what)
 
 _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
                     "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
@@ -108,6 +108,15 @@ def render(data, *, progress=None):
     if progress:
         head += " &middot; " + progress_text(progress, unit)
     parts = [head + "</div>"]
+    oom = data.get("oom")
+    if oom:
+        holders, sites = oom_parts(oom)
+        lists = "".join(
+            f"<br>{_e(title)}: " + ", ".join(f"<code>{_e(name)}</code> {_e(size)}" for name, size in rows)
+            for title, rows in (("live by holder", holders), ("by site", sites)) if rows)
+        parts.append('<div data-testid="oom" style="background:#fdecea;border-left:4px solid #c0392b;'
+                     f'padding:4px 8px"><b style="color:#c0392b">OUT OF MEMORY</b> {_e(oom.get("text"))}'
+                     f'{lists}</div>')
     for w in data.get("warnings", []):
         parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')
     if not data.get("causes") and data.get("iterations"):

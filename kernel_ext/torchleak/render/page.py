@@ -2,7 +2,7 @@
 every string escaped."""
 
 from .format import (allocated_inside_text, empty_text, escape as _e, finding_tensor,
-                     format_bytes, site_text, step_what)
+                     format_bytes, oom_parts, site_text, step_what)
 
 
 def _sparkline(values, width=220, height=40, color="#c0392b"):
@@ -25,7 +25,8 @@ table{border-collapse:collapse;margin:12px 0;width:100%}
 th,td{border-bottom:1px solid #ddd;padding:6px 8px;text-align:left;vertical-align:top}
 th{background:#f4f4f4} .leak{color:#c0392b;font-weight:600} .num{text-align:right;white-space:nowrap}
 code{font:12px ui-monospace,Menlo,monospace;background:#f6f6f6;padding:1px 3px}
-details{margin:4px 0} .warn{background:#fff4e5;border-left:4px solid #f0a020;padding:6px 10px}
+details{margin:4px 0} .oom{background:#fdecea;border-left:4px solid #c0392b;padding:6px 10px;margin:8px 0}
+.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:6px 10px}
 """
 
 
@@ -78,6 +79,19 @@ def _finding_row(f):
             f"<td>{_sparkline(f.get('series') or [])}</td><td>{''.join(details)}</td></tr>")
 
 
+def _oom(oom):
+    holders, sites = oom_parts(oom, limit=10)
+    parts = ["<div class=\"oom\" data-testid=\"oom\"><h2>Out of memory</h2>",
+             f"<p>{_e(oom.get('text'))}</p>"]
+    for title, rows in (("live by holder", holders), ("live by site", sites)):
+        if rows:
+            parts.append(f"<h3>{_e(title)}</h3><table>" + "".join(
+                f"<tr><td><code>{_e(name)}</code></td><td class=\"num\">{_e(size)}</td></tr>"
+                for name, size in rows) + "</table>")
+    parts.append("</div>")
+    return parts
+
+
 def render(data):
     findings = data.get("findings", [])
     summary = data.get("summary", {})
@@ -88,6 +102,8 @@ def render(data):
              f"boundaries, warm-up {_e(data.get('warmup', 0))}), torch "
              f"{_e(data.get('torch_version'))}, Python {_e(data.get('python_version'))}. "
              f"Score {_e(summary.get('score', 100))}/100 ({_e(summary.get('grade', 'A'))}).</p>"]
+    if data.get("oom"):
+        parts.extend(_oom(data["oom"]))
     for w in data.get("warnings", []):
         parts.append(f"<p class=\"warn\">{_e(w)}</p>")
     if data.get("devices"):

@@ -10,6 +10,8 @@ def render(data, *, progress=None, limit=4):
     lines = [f"torchleak: {summary.get('headline', '')} in {data.get('iterations', 0)} {unit}(s)"]
     if progress:
         lines.append(progress_text(progress, unit))
+    if data.get("oom"):
+        lines.append(f"  OUT OF MEMORY: {data['oom'].get('text', '')}")
     for cause in data.get("causes") or []:
         lines.append(f"  LEAK {cause['text']}")
     for f in findings[:limit]:

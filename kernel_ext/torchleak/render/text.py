@@ -3,7 +3,7 @@
 import os
 
 from .format import (allocated_inside_text, empty_text, finding_tensor, format_bytes,
-                     iteration_unit, leaks_and_others, site_text, step_what)
+                     iteration_unit, leaks_and_others, oom_parts, site_text, step_what)
 
 _STACK_LINES = 6
 
@@ -120,6 +120,18 @@ def _site_details(f, unit, span=None):
     return out
 
 
+def _oom_lines(oom):
+    """First thing shown when an out-of-memory error ended the run."""
+    holders, sites = oom_parts(oom)
+    lines = [f"  OUT OF MEMORY: {oom.get('text', '')}"]
+    if holders:
+        lines.append("    live on " + str(oom.get("device")) + " by holder: " +
+                     ", ".join(f"{name} {size}" for name, size in holders))
+    if sites:
+        lines.append("    by site: " + ", ".join(f"{site} {size}" for site, size in sites))
+    return lines
+
+
 def render(data):
     leaks, others = leaks_and_others(data)
     summary = data.get("summary", {})
@@ -128,6 +140,8 @@ def render(data):
     out = [f"torchleak report: {data.get('iterations', 0)} {unit}s "
            f"({data.get('boundary')} boundaries, warm-up {data.get('warmup', 0)}), "
            f"torch {data.get('torch_version')}"]
+    if data.get("oom"):
+        out.extend(_oom_lines(data["oom"]))
     for d in data.get("devices", []):
         out.append("  " + _device_line(d, unit))
     out.append(f"  {summary.get('headline', '')}; "

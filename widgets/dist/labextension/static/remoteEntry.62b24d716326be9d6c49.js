@@ -207,6 +207,27 @@ function stackTree(finding) {
 // tqdm's line: a bar, k/n, elapsed and remaining, the rate; a Stop button while it runs (it
 // interrupts the kernel: the report of the iterations seen is kept). Done: "20 iterations in
 // 12.1 s".
+// The out-of-memory forensics, first under the head: the account the core wrote, then what was
+// live on the failing device by holder and by site.
+function oomBox(oom) {
+  const box = el("div", { class: "tl-oom", "data-testid": "oom" });
+  box.appendChild(el("b", { class: "tl-verdict-leak" }, "OUT OF MEMORY "));
+  box.appendChild(document.createTextNode(oom.text || ""));
+  const lists = [["live by holder", (oom.by_holder || []).map((h) => [h.holder, formatBytes(h.live_bytes)])],
+                 ["by site", (oom.by_site || []).map((s) => [s.site, `${formatBytes(s.live_bytes)} in ${s.count} block(s)`])]];
+  for (const [title, rows] of lists) {
+    if (!rows.length) continue;
+    const line = el("div", { class: "tl-note", "data-testid": "oom-list" }, `${title}: `);
+    rows.slice(0, 5).forEach(([name, size], i) => {
+      if (i) line.appendChild(document.createTextNode(", "));
+      line.appendChild(el("code", {}, name));
+      line.appendChild(document.createTextNode(` ${size}`));
+    });
+    box.appendChild(line);
+  }
+  return box;
+}
+
 function progressLine(progress, model, unit) {
   const box = el("div", { class: "tl-progress", "data-testid": "progress" });
   const k = Number(progress.k || 0), n = Number(progress.n || 0), elapsed = Number(progress.elapsed || 0);
@@ -267,7 +288,7 @@ const COLUMNS = [
 function render({ model, el: host }) {
   const root = el("div", { class: "tl-root", "data-testid": "torchleak-widget" });
   const style = document.createElement("style");
-  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; }\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
+  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; }\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
   host.appendChild(style);
   host.appendChild(root);
   // null: the report's own order (leaks first, biggest first). Rows the user opened stay open
@@ -287,6 +308,7 @@ function render({ model, el: host }) {
     head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} ${report.iteration_unit || "iteration"}(s)`));
     root.appendChild(head);
     if (progress.n) root.appendChild(progressLine(progress, model, report.iteration_unit || "iteration"));
+    if (report.oom) root.appendChild(oomBox(report.oom));
     for (const warning of report.warnings || []) {
       root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
     }
