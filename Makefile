@@ -13,21 +13,33 @@ PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=
 	"jupyterlab>=4,<5" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
 	xeus-python playwright
 CORE_BUILD := build/core-tests
+DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: demo test test-core test-python test-widgets test-format bench lab deps debian-packages venv install leak-cases format clean
+.PHONY: demo test test-core test-device test-python test-widgets test-format bench lab deps debian-packages venv install leak-cases format clean
 
 demo: install
 	@echo "== a training loop that keeps every step's loss with its graph =="
 	$(PY) -m torchleak run notebooks/leaky_training.py
 
-test: install test-format test-widgets test-core test-python
+test: install test-format test-widgets test-core test-device test-python
 
 test-core: debian-packages
 	cmake -S . -B $(CORE_BUILD) -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
 	      -DTORCHLEAK_WARNINGS_AS_ERRORS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(CORE_BUILD) -j2
 	cd $(CORE_BUILD) && ctest --output-on-failure
+
+# The device tier: a fake accelerator on PrivateUse1 (tests/device; test-only, never installed)
+# so the device paths run on real tensors without a GPU. Its caching pool's Catch2 tests run
+# in test-core; the pytest tier runs in a process of its own (a registered device allocator
+# changes how the hook listens to CPU events, which the other tiers must not see).
+test-device: install
+	cmake -S . -B $(DEVICE_BUILD) -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_FAKE_DEVICE=ON \
+	      -DTORCHLEAK_WARNINGS_AS_ERRORS=ON -DPython_EXECUTABLE=$(abspath $(PY)) \
+	      -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(DEVICE_BUILD) -j2 --target _torchleak_fake_device
+	$(PY) -m pytest -q tests/device
 
 # tests/python: API, paths, verdicts, magics (no kernel); tests/notebooks: nbclient on
 # ipykernel and xeus-python; tests/browser: JupyterLab 4 in headless Chromium.
@@ -76,7 +88,7 @@ $(STAMPS)/install: $(STAMPS)/debian $(STAMPS)/venv $(SOURCES)
 	$(PY) -c "import torchleak; print('torchleak', torchleak.__version__, 'built against torch', __import__('torch').__version__)"
 	@touch $@
 
-CXX_SOURCES = $$(find core kernel_ext/src tests/core -name '*.h' -o -name '*.cpp')
+CXX_SOURCES = $$(find core kernel_ext/src tests/core tests/device -name '*.h' -o -name '*.cpp')
 
 format:
 	clang-format -i $(CXX_SOURCES)

@@ -1,0 +1,46 @@
+"""The device tier: torchleak on a fake accelerator (fake_accelerator.cpp, renamed "fakegpu"),
+so the device paths run on real tensors without a GPU. It runs in a pytest process of its own
+(`make test-device`): registering a device allocator changes how torchleak's hook listens to
+CPU events, which the other tiers must not see."""
+import gc
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+
+import fakegpu  # noqa: E402
+import ipython_shell  # noqa: E402
+from torchleak import _core, _tracking  # noqa: E402
+
+DEVICE = fakegpu.install()
+DEFAULT_CAPACITY = DEVICE.native.capacity(0)
+MiB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def clean_device():
+    """Each test starts with both fake devices empty, at their default capacity, reporting
+    normally; and leaves no hook behind."""
+    native = DEVICE.native
+    assert not _core.profiler_state_installed()
+    yield DEVICE
+    # An exception kept by a test (pytest.raises) forms a cycle with the test's frame, which
+    # holds its tensors until a collection.
+    gc.collect()
+    native.set_report_totals(True)
+    native.set_report_events(True)
+    for i in range(native.device_count()):
+        native.set_capacity(i, DEFAULT_CAPACITY)
+        native.empty_cache(i)
+    assert _tracking._active is None, "a Tracker is still active after the test"
+    assert not _core.profiler_state_installed(), "a hook was left installed"
+
+
+@pytest.fixture
+def ipython(tmp_path, monkeypatch):
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    sh = ipython_shell.open_shell(tmp_path / "ipython")
+    yield sh
+    ipython_shell.close_shell(sh)

@@ -1,0 +1,151 @@
+"""Device memory on real tensors: leaks found with site and path, the caching reserve never
+called a leak, warm-up then flat is clean, several devices and the CPU in one report, and the
+projection against the device's capacity."""
+import json
+
+import pytest
+import torch
+
+import torchleak
+from conftest import DEVICE, MiB
+
+
+def leaf(*shape, device="fakegpu"):
+    return torch.randn(*shape).to(device).requires_grad_()
+
+
+def findings_on(report, device):
+    return [f for f in report.findings if f.device == device]
+
+
+def test_a_loss_kept_with_its_graph_on_the_device_is_a_leak_with_site_and_path():
+    w = leaf(256, 256)
+    losses = []
+    with torchleak.track() as tracker:
+        for _ in range(8):
+            x = torch.ones(256, 256).to("fakegpu")
+            hidden = (x @ w).relu()  # the activation the graph keeps: the site
+            losses.append(hidden.sum())
+            torchleak.step()
+    report = tracker.report()
+    leaks = [f for f in report.leaks if f.device == "fakegpu:0"]
+    assert leaks, str(report)
+    sites = {f.site["line"] for f in leaks}
+    hidden_line = test_a_loss_kept_with_its_graph_on_the_device_is_a_leak_with_site_and_path \
+        .__code__.co_firstlineno + 6
+    assert hidden_line in sites
+    assert all(f.site["file"] == __file__ for f in leaks)
+    kept = next(f for f in leaks if f.site["line"] == hidden_line)
+    assert kept.path_text.startswith("losses[")
+    assert ".grad_fn" in kept.path_text
+    assert kept.holder["path_text"] == "losses"
+    assert kept.bytes_per_iteration == 256 * 256 * 4
+    device = next(d for d in report.devices if d["device"] == "fakegpu:0")
+    assert device["capacity_bytes"] == DEVICE.native.capacity(0)
+    # The allocator's own totals: allocated follows the leak, reserved covers it.
+    assert device["allocated"][-1] >= 8 * 256 * 256 * 4
+    assert all(r >= a for a, r in zip(device["allocated"], device["reserved"]))
+
+
+def test_a_reserve_that_grows_while_allocated_is_flat_is_never_a_leak():
+    native = DEVICE.native
+    with torchleak.track() as tracker:
+        for k in range(1, 9):
+            # Each request is bigger than any cached block: the allocator reserves a new
+            # segment and keeps the old ones cached.
+            t = torch.empty(k * 3 * MiB, dtype=torch.uint8, device="fakegpu")
+            del t
+            torchleak.step()
+    report = tracker.report()
+    device = next(d for d in report.devices if d["device"] == "fakegpu:0")
+    assert device["reserved"][-1] > device["reserved"][0]
+    assert max(device["allocated"]) == 0
+    assert native.memory_reserved(0) == device["reserved"][-1]
+    assert not findings_on(report, "fakegpu:0") or all(
+        f.verdict != "leak" for f in findings_on(report, "fakegpu:0"))
+    assert device["verdict"] in ("fragmentation", "ok")
+    assert device["leak_bytes_per_iteration"] == 0
+    assert not [f for f in report.leaks if f.device == "fakegpu:0"]
+
+
+def test_a_device_that_is_flat_after_warm_up_is_clean():
+    model = torch.nn.Linear(64, 64).to("fakegpu")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)  # state on the first step: warm-up
+    x = torch.ones(32, 64).to("fakegpu")
+    with torchleak.track(warmup=2) as tracker:
+        for _ in range(10):
+            opt.zero_grad(set_to_none=True)
+            model(x).square().mean().backward()
+            opt.step()
+    report = tracker.report()
+    assert report.iterations == 10
+    assert not report.leaks, str(report)
+    device = next(d for d in report.devices if d["device"] == "fakegpu:0")
+    assert device["allocated"][-1] == device["allocated"][3]
+    assert any(f.verdict == "warmup" and f.device == "fakegpu:0" for f in report.findings)
+
+
+def test_two_devices_and_the_cpu_in_one_report_each_with_their_own_leak():
+    kept_gpu1, kept_cpu = [], []
+    scratch = torch.ones(128, 128).to("fakegpu:0")
+    with torchleak.track() as tracker:
+        for _ in range(6):
+            kept_gpu1.append(torch.ones(128, 128).to("fakegpu:1"))
+            kept_cpu.append(torch.ones(64, 64))
+            tmp = scratch * 2  # fakegpu:0: freed every iteration
+            del tmp
+            torchleak.step()
+    report = tracker.report()
+    devices = {d["device"] for d in report.devices}
+    assert {"cpu", "fakegpu:0", "fakegpu:1"} <= devices
+    by_device = {f.device: f for f in report.leaks}
+    assert by_device["fakegpu:1"].holder["path_text"] == "kept_gpu1"
+    assert by_device["cpu"].holder["path_text"] == "kept_cpu"
+    assert "fakegpu:0" not in by_device
+    gpu1 = next(d for d in report.devices if d["device"] == "fakegpu:1")
+    assert gpu1["leak_bytes_per_iteration"] == 128 * 128 * 4
+    assert DEVICE.native.memory_allocated(1) >= 6 * 128 * 128 * 4
+
+
+def test_the_projection_is_against_the_devices_capacity():
+    DEVICE.native.set_capacity(0, 64 * MiB)
+    kept = []
+    with torchleak.track() as tracker:
+        for _ in range(10):
+            kept.append(torch.empty(MiB, dtype=torch.uint8, device="fakegpu"))
+            torchleak.step()
+    report = tracker.report()
+    device = next(d for d in report.devices if d["device"] == "fakegpu:0")
+    assert device["capacity_bytes"] == 64 * MiB
+    assert device["leak_bytes_per_iteration"] == MiB
+    used = device["allocated"][-1]
+    expected = 10 + (64 * MiB - used + MiB - 1) // MiB
+    assert device["projected_oom_iteration"] == expected
+    remaining = expected - 10
+    assert device["projection_text"] == (f"at 1.0 MiB per iteration, fakegpu:0 is full in "
+                                         f"~{remaining} iterations")
+    assert device["projection_text"] in str(report)
+
+
+def test_the_report_round_trips_with_device_names_of_the_renamed_backend(tmp_path):
+    kept = []
+    with torchleak.track() as tracker:
+        for _ in range(4):
+            kept.append(torch.ones(32).to("fakegpu:1"))
+            torchleak.step()
+    report = tracker.report()
+    path = report.save(tmp_path / "r.json")
+    back = torchleak.Report.load(path)
+    assert back.to_dict()["devices"] == json.loads(report.to_json())["devices"]
+    assert back.leaks[0].device == "fakegpu:1"
+
+
+@pytest.mark.parametrize("device", ["fakegpu:0", "fakegpu:1"])
+def test_check_tracks_a_leak_on_either_device(device):
+    kept = []
+
+    def step():
+        kept.append(torch.ones(256).to(device))
+
+    report = torchleak.check(step, iterations=6, warmup=1)
+    assert [f.device for f in report.leaks] == [device]
