@@ -40,7 +40,5 @@ def clean_device():
 
 @pytest.fixture
 def ipython(tmp_path, monkeypatch):
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    sh = ipython_shell.open_shell(tmp_path / "ipython")
-    yield sh
-    ipython_shell.close_shell(sh)
+    with ipython_shell.shell_in(tmp_path, monkeypatch) as sh:
+        yield sh

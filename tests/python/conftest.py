@@ -20,7 +20,5 @@ MiB = 1 << 20
 @pytest.fixture
 def ipython(tmp_path, monkeypatch):
     """An InteractiveShell of its own per test (see ipython_shell.py)."""
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    sh = ipython_shell.open_shell(tmp_path / "ipython")
-    yield sh
-    ipython_shell.close_shell(sh)
+    with ipython_shell.shell_in(tmp_path, monkeypatch) as sh:
+        yield sh

@@ -23,6 +23,18 @@ def close_shell(shell):
         sys.__dict__.pop(name, None)
 
 
+@contextlib.contextmanager
+def shell_in(tmp_path, monkeypatch):
+    """A shell of its own, with its IPython directory under the test's tmp_path: the body of
+    every tier's `ipython` fixture."""
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    sh = open_shell(tmp_path / "ipython")
+    try:
+        yield sh
+    finally:
+        close_shell(sh)
+
+
 def run(shell, source):
     """Run a cell as the user would; its printed output is kept on the result as `.output`."""
     out = io.StringIO()
