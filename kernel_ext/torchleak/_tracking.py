@@ -128,7 +128,8 @@ class Tracker:
         self._report = None
         self._cuda_history = False
         self._cuda_snapshot = None
-        # The out-of-memory error that ended the run, for the report's `oom` forensics.
+        # (type, message) of the out-of-memory error that ended the run, for the report's
+        # `oom` forensics. Never the exception: its traceback's frames hold the user's tensors.
         self._failure = None
         # Watch mode's (cell file, execution count) per boundary: rates per run of a cell.
         self._cell_runs = []
@@ -141,13 +142,13 @@ class Tracker:
 
     def __exit__(self, exc_type, exc, tb):
         self.stop()
-        if self.note_failure(exc):
-            # The forensics ride on the exception; building them must not replace it.
-            try:
+        # The forensics ride on the exception; building them must not replace it.
+        try:
+            if self.note_failure(exc):
                 _out_of_memory.attach(exc, self.report())
-            except Exception as error:  # noqa: BLE001
-                warnings.warn(f"torchleak could not build the report of this out-of-memory "
-                              f"error: {error}", RuntimeWarning, stacklevel=2)
+        except Exception as error:  # noqa: BLE001
+            warnings.warn(f"torchleak could not build the report of this out-of-memory "
+                          f"error: {error}", RuntimeWarning, stacklevel=2)
         return False
 
     def start(self):
@@ -282,7 +283,7 @@ class Tracker:
         forensics. Returns whether it was one."""
         if exc is None or not _out_of_memory.is_out_of_memory(exc):
             return False
-        self._failure = exc
+        self._failure = _out_of_memory.describe(exc)
         self._report = None  # a final report built before it lacks the forensics
         return True
 
@@ -353,7 +354,7 @@ class Tracker:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
         # The whole run's final report is kept; one with a partial explanation is not.
         final = warmup is None and not self.active and not _grown_paths_only and _failure is None
-        failure = _failure if _failure is not None else self._failure
+        failure = _out_of_memory.describe(_failure) if _failure is not None else self._failure
         if self._report is not None and final:
             return self._report
         library, packages = _library_prefixes(), _package_prefixes()
@@ -378,7 +379,7 @@ class Tracker:
             parameter_owners=_roots.parameter_owners(roots) if paths else [],
             explain_grown_only=bool(_grown_paths_only),
             privateuse1_backend=_devices.privateuse1_name(),
-            out_of_memory=_out_of_memory.describe(failure) if failure is not None else None,
+            out_of_memory=failure,
         )
         del roots
         report = Report(text)

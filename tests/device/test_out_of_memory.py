@@ -1,10 +1,12 @@
 """Out-of-memory forensics on the fake device: attached to the exception, in the JSON's `oom`
 section, the text, the HTML and the notebook outputs; shown by %%leakcheck, %leakwatch and the
 CLI; and never at the cost of the report of the iterations seen."""
+import gc
 import os
 import pathlib
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
@@ -107,6 +109,27 @@ def test_a_memory_error_is_a_cpu_failure_with_tracked_bytes():
     assert oom["requested_bytes"] is None
     assert oom["capacity_bytes"] > 0
     assert oom["by_holder"][0]["holder"] == "kept"
+
+
+def test_the_tracker_does_not_keep_the_oom_or_the_tensors_of_its_frames():
+    """The tool never keeps a tensor alive: the tracker remembers the error's words, not the
+    exception, whose traceback holds the failing frames and their tensors."""
+    seen = []
+
+    def failing_step():
+        activation = torch.empty(MiB, dtype=torch.uint8, device="fakegpu")
+        seen.append(weakref.ref(activation))
+        raise MemoryError("out of host memory")
+
+    tracker = torchleak.track()
+    try:  # not pytest.raises: its ExceptionInfo keeps the traceback itself
+        with tracker:
+            failing_step()
+    except MemoryError:
+        pass
+    gc.collect()
+    assert seen[0]() is None
+    assert tracker.report().oom["error"] == "MemoryError"
 
 
 def test_other_exceptions_get_no_oom_section_and_no_report_attached():
