@@ -80,6 +80,19 @@ uint64_t hostMemoryCapacity() {
     return physical;
 }
 
+uint64_t deviceCapacity(DeviceKey key, const std::vector<DeviceInfo>& known) {
+    uint64_t capacity = 0;
+    for (const auto& info : known) {
+        if (info.key == key) {
+            capacity = info.capacity_bytes;
+        }
+    }
+    if (capacity == 0 && key.type == 0) {
+        capacity = hostMemoryCapacity();
+    }
+    return capacity;
+}
+
 std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnapshot>& boundaries,
                                                  const std::vector<DeviceInfo>& known,
                                                  const std::vector<Finding>& findings,
@@ -105,14 +118,7 @@ std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnaps
     for (DeviceKey key : order) {
         DeviceTimeline t;
         t.device = deviceName(key, privateUse1);
-        for (const auto& info : known) {
-            if (info.key == key) {
-                t.capacity_bytes = info.capacity_bytes;
-            }
-        }
-        if (t.capacity_bytes == 0 && key.type == 0) {
-            t.capacity_bytes = hostMemoryCapacity();
-        }
+        t.capacity_bytes = deviceCapacity(key, known);
         for (const auto& snap : boundaries) {
             auto it = std::find_if(snap.devices.begin(), snap.devices.end(),
                                    [&](const DeviceSample& d) { return d.device == key; });

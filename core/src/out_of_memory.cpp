@@ -58,19 +58,7 @@ OutOfMemoryReport buildOutOfMemoryReport(const Report& report,
         oom.reserved_bytes = context.tracked_bytes;
         oom.totals_from = "tracked";
     }
-    for (const DeviceInfo& info : known) {
-        if (info.key == key) {
-            oom.capacity_bytes = info.capacity_bytes;
-        }
-    }
-    for (const DeviceTimeline& t : report.devices) {
-        if (oom.capacity_bytes == 0 && t.device == oom.device) {
-            oom.capacity_bytes = t.capacity_bytes;
-        }
-    }
-    if (oom.capacity_bytes == 0 && key.type == 0) {
-        oom.capacity_bytes = context.host_capacity;
-    }
+    oom.capacity_bytes = deviceCapacity(key, known);
     oom.live_bytes = static_cast<uint64_t>(std::max<int64_t>(context.tracked_bytes, 0));
 
     std::vector<int> onDevice;

@@ -7,13 +7,17 @@ namespace torchleak {
 
 AllocationRecorder::AllocationRecorder() : d_live(1 << 14) {}
 
-AllocationRecorder::DeviceState* AllocationRecorder::knownDeviceState(DeviceKey device) noexcept {
-    for (size_t i = 0; i < d_deviceCount; ++i) {
-        if (d_devices[i].device == device) {
-            return &d_devices[i];
-        }
+size_t AllocationRecorder::deviceSlot(DeviceKey device) const noexcept {
+    size_t i = 0;
+    while (i < d_deviceCount && !(d_devices[i].device == device)) {
+        ++i;
     }
-    return nullptr;
+    return i; // d_deviceCount when unknown
+}
+
+AllocationRecorder::DeviceState* AllocationRecorder::knownDeviceState(DeviceKey device) noexcept {
+    size_t slot = deviceSlot(device);
+    return slot < d_deviceCount ? &d_devices[slot] : nullptr;
 }
 
 AllocationRecorder::DeviceState* AllocationRecorder::deviceState(DeviceKey device) noexcept {
@@ -88,10 +92,8 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
         if (const BlockRecord* stale = d_live.find(ptr)) {
             // The allocator handed out an address whose free we did not see (a gap while
             // another profiler was on top): forget the old block.
-            for (size_t i = 0; i < d_deviceCount; ++i) {
-                if (d_devices[i].device == stale->device) {
-                    d_devices[i].tracked -= static_cast<int64_t>(stale->size);
-                }
+            if (DeviceState* owner = knownDeviceState(stale->device)) {
+                owner->tracked -= static_cast<int64_t>(stale->size);
             }
             removeBlock(*stale);
             d_live.erase(ptr);
@@ -156,12 +158,8 @@ std::optional<OutOfMemoryEvent> AllocationRecorder::lastOutOfMemory() const {
 
 int64_t AllocationRecorder::trackedBytes(DeviceKey device) const {
     std::lock_guard<std::mutex> lock(d_mutex);
-    for (size_t i = 0; i < d_deviceCount; ++i) {
-        if (d_devices[i].device == device) {
-            return d_devices[i].tracked;
-        }
-    }
-    return 0;
+    size_t slot = deviceSlot(device);
+    return slot < d_deviceCount ? d_devices[slot].tracked : 0;
 }
 
 void AllocationRecorder::markDirty(GroupState& group) noexcept {

@@ -144,8 +144,7 @@ class ReportBuilder {
             explainFindings(*explainer);
         }
         finalizeFindings();
-        std::vector<LiveNow> liveNow = liveNowByFinding();
-        sortFindings(liveNow);
+        sortFindings();
         d_report.devices =
             buildDeviceTimelines(d_boundaries, d_inputs.devices, d_report.findings, d_inputs.warmup,
                                  d_inputs.config, d_inputs.privateuse1_backend);
@@ -154,7 +153,7 @@ class ReportBuilder {
         warnAboutRejectedTotals();
         d_report.summary = summarize(d_report);
         if (d_inputs.out_of_memory) {
-            addOutOfMemoryForensics(liveNow);
+            addOutOfMemoryForensics();
         }
         return std::move(d_report);
     }
@@ -623,8 +622,8 @@ class ReportBuilder {
         return live;
     }
 
-    // Leaks first, then by live bytes. `aligned` follows the findings' new order.
-    void sortFindings(std::vector<LiveNow>& aligned) {
+    // Leaks first, then by live bytes. Each finding's live blocks move with it.
+    void sortFindings() {
         std::vector<size_t> order(d_report.findings.size());
         for (size_t i = 0; i < order.size(); ++i) {
             order[i] = i;
@@ -640,29 +639,28 @@ class ReportBuilder {
             return a.total_bytes > b.total_bytes;
         });
         std::vector<Finding> sorted;
-        std::vector<LiveNow> live(order.size());
+        std::vector<std::vector<Candidate>> blocks(order.size());
         sorted.reserve(order.size());
         for (size_t i = 0; i < order.size(); ++i) {
             sorted.push_back(std::move(d_report.findings[order[i]]));
-            if (order[i] < aligned.size()) {
-                live[i] = aligned[order[i]];
+            if (order[i] < d_blocksOf.size()) {
+                blocks[i] = std::move(d_blocksOf[order[i]]);
             }
         }
         d_report.findings = std::move(sorted);
-        aligned = std::move(live);
+        d_blocksOf = std::move(blocks);
     }
 
     // The report stands without its forensics: a failure here becomes a warning.
-    void addOutOfMemoryForensics(const std::vector<LiveNow>& liveNow) {
+    void addOutOfMemoryForensics() {
         try {
             OutOfMemoryContext context;
             context.event = d_recorder.lastOutOfMemory();
             context.current_iteration = d_recorder.iteration();
             context.tracked_bytes = d_recorder.trackedBytes(failingDevice(context.event));
-            context.host_capacity = hostMemoryCapacity();
             d_report.oom =
-                buildOutOfMemoryReport(d_report, liveNow, *d_inputs.out_of_memory, context,
-                                       d_inputs.devices, d_inputs.privateuse1_backend);
+                buildOutOfMemoryReport(d_report, liveNowByFinding(), *d_inputs.out_of_memory,
+                                       context, d_inputs.devices, d_inputs.privateuse1_backend);
         } catch (const std::exception& e) {
             d_report.warnings.push_back(std::string("the out-of-memory forensics could not be "
                                                     "built (") +

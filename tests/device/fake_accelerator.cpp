@@ -299,6 +299,13 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
     m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpuFallback>());
 }
 
+// Runs `fn` on device `index`'s pool under its mutex: the test module's controls.
+template <class Fn> auto withPool(int index, Fn fn) {
+    DeviceMemory& memory = memoryOf(static_cast<c10::DeviceIndex>(index));
+    std::lock_guard<std::mutex> lock(memory.mutex);
+    return fn(memory.pool);
+}
+
 struct Registration {
     Registration() {
         c10::SetAllocator(c10::DeviceType::PrivateUse1, &g_allocator);
@@ -313,35 +320,29 @@ PYBIND11_MODULE(_torchleak_fake_device, m) {
     using namespace torchleak::fakedev;
     static Registration registration;
     m.doc() = "A fake accelerator on PrivateUse1 for torchleak's device tests. Not for users.";
-    auto totals = [](int index) {
-        DeviceMemory& memory = memoryOf(static_cast<c10::DeviceIndex>(index));
-        std::lock_guard<std::mutex> lock(memory.mutex);
-        return memory.pool.totals();
-    };
     m.def("device_count", []() { return int(kDeviceCount); });
     m.def("current_device", []() { return int(t_currentDevice); });
     m.def("set_device", [](int index) {
         memoryOf(static_cast<c10::DeviceIndex>(index));
         t_currentDevice = static_cast<c10::DeviceIndex>(index);
     });
-    m.def("memory_allocated", [totals](int index) { return totals(index).allocated; });
-    m.def("memory_reserved", [totals](int index) { return totals(index).reserved; });
-    m.def("capacity", [totals](int index) { return totals(index).capacity; });
+    m.def("memory_allocated", [](int index) {
+        return withPool(index, [](CachingPool& p) { return p.totals().allocated; });
+    });
+    m.def("memory_reserved", [](int index) {
+        return withPool(index, [](CachingPool& p) { return p.totals().reserved; });
+    });
+    m.def("capacity", [](int index) {
+        return withPool(index, [](CachingPool& p) { return p.totals().capacity; });
+    });
     m.def("set_capacity", [](int index, uint64_t bytes) {
-        DeviceMemory& memory = memoryOf(static_cast<c10::DeviceIndex>(index));
-        std::lock_guard<std::mutex> lock(memory.mutex);
-        memory.pool.setCapacity(bytes);
+        withPool(index, [bytes](CachingPool& p) { p.setCapacity(bytes); });
     });
     m.def("segment_count", [](int index) {
-        DeviceMemory& memory = memoryOf(static_cast<c10::DeviceIndex>(index));
-        std::lock_guard<std::mutex> lock(memory.mutex);
-        return memory.pool.segmentCount();
+        return withPool(index, [](CachingPool& p) { return p.segmentCount(); });
     });
-    m.def("empty_cache", [](int index) {
-        DeviceMemory& memory = memoryOf(static_cast<c10::DeviceIndex>(index));
-        std::lock_guard<std::mutex> lock(memory.mutex);
-        memory.pool.releaseCached();
-    });
+    m.def("empty_cache",
+          [](int index) { withPool(index, [](CachingPool& p) { p.releaseCached(); }); });
     m.def("set_report_totals", [](bool on) { g_reportTotals.store(on); });
     m.def("set_report_events", [](bool on) { g_reportEvents.store(on); });
     // A raw report through c10's hook, as a buggy allocator might send it: the fault tests'

@@ -35,6 +35,10 @@ DeviceKey parseDeviceName(std::string_view name,
 // The memory limit of this process: the cgroup limit when there is one, else physical memory.
 uint64_t hostMemoryCapacity();
 
+// What `key` can hold: the DeviceInfo that names it, else the host's limit for the CPU, else 0
+// (unknown: no projection).
+uint64_t deviceCapacity(DeviceKey key, const std::vector<DeviceInfo>& known);
+
 // One timeline per device, in the order the devices first appeared at a boundary. The leak
 // rate adds up the findings judged `leak` on that device; the host's capacity is read when no
 // DeviceInfo gives one.

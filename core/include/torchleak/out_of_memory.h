@@ -33,7 +33,6 @@ struct OutOfMemoryContext {
     std::optional<OutOfMemoryEvent> event; // the allocator's report; none for a MemoryError
     uint32_t current_iteration = 0;        // the recorder's iteration when the report is built
     int64_t tracked_bytes = 0;             // tracked bytes on the failing device now
-    uint64_t host_capacity = 0;            // for a CPU failure with no capacity known
 };
 
 // The device that failed: the allocator's event's, else the CPU (a MemoryError, or an

@@ -199,6 +199,7 @@ class AllocationRecorder {
 
     DeviceState* deviceState(DeviceKey device) noexcept; // creates it (up to kMaxDevices)
     DeviceState* knownDeviceState(DeviceKey device) noexcept;
+    size_t deviceSlot(DeviceKey device) const noexcept;
     void updateTotals(DeviceState& st,
                       int64_t allocatorAllocated,
                       int64_t allocatorReserved,
