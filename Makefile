@@ -16,7 +16,7 @@ CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: demo test test-core test-device test-python test-widgets test-format bench lab deps debian-packages venv install leak-cases format clean
+.PHONY: demo test test-core test-device test-python test-widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean
 
 demo: install
 	@echo "== a training loop that keeps every step's loss with its graph =="
@@ -41,10 +41,11 @@ test-device: install
 	cmake --build $(DEVICE_BUILD) -j2 --target _torchleak_fake_device
 	$(PY) -m pytest -q tests/device
 
-# tests/python: API, paths, verdicts, magics (no kernel); tests/notebooks: nbclient on
+# tests/python: API, paths, verdicts, magics (no kernel); tests/integrations: pytest, HF Trainer,
+# Lightning (the pinned extras); tests/notebooks: nbclient on
 # ipykernel and xeus-python; tests/browser: JupyterLab 4 in headless Chromium.
 test-python: install
-	$(PY) -m pytest -q tests/python tests/notebooks tests/browser
+	$(PY) -m pytest -q tests/python tests/integrations tests/notebooks tests/browser
 
 # The committed widget bundle and lab extension must match their sources.
 test-widgets:
@@ -77,13 +78,23 @@ $(STAMPS)/venv:
 	$(PIP) install -q --disable-pip-version-check "$(TORCH_SPEC)" $(PY_PACKAGES)
 	@mkdir -p $(STAMPS) && touch $@
 
+# The integrations' frameworks at pyproject's pinned extras (transformers, lightning), with
+# torch held at TORCH_SPEC so that no resolution swaps it for a CUDA build.
+EXTRAS := transformers lightning
+extras: $(STAMPS)/extras
+$(STAMPS)/extras: $(STAMPS)/venv pyproject.toml
+	$(PIP) install -q --disable-pip-version-check "$(TORCH_SPEC)" $$($(PY) -c "import tomllib; \
+	  extras = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']; \
+	  print(' '.join(p for name in '$(EXTRAS)'.split() for p in extras[name]))")
+	@mkdir -p $(STAMPS) && touch $@
+
 # Rebuilt whenever a C++, build, package or shipped data file (the widget bundle, the lab
 # extension, the kernelspec) changed; pip's build directory keeps it
 # incremental. --no-build-isolation: compile against the torch in the virtualenv.
 SOURCES := $(shell find core kernel_ext -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.py' \)) \
 	CMakeLists.txt pyproject.toml $(shell find widgets/dist -type f) share/jupyter/kernels/torchleak/kernel.json
 install: $(STAMPS)/install
-$(STAMPS)/install: $(STAMPS)/debian $(STAMPS)/venv $(SOURCES)
+$(STAMPS)/install: $(STAMPS)/debian $(STAMPS)/venv $(STAMPS)/extras $(SOURCES)
 	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps .
 	$(PY) -c "import torchleak; print('torchleak', torchleak.__version__, 'built against torch', __import__('torch').__version__)"
 	@touch $@

@@ -96,6 +96,21 @@ def _add_failed_frame_roots(roots, keepers):
                           f"{t.tb_lineno})", value))
 
 
+def given(mapping, note):
+    """Roots the caller names ({name: object}), as root tuples: first in the walk, so their
+    names beat every global and frame."""
+    if mapping is None:
+        return []
+    if not isinstance(mapping, dict):
+        raise TypeError(f"roots must be a dict of name -> object, got {type(mapping).__name__}")
+    roots = []
+    for name, value in mapping.items():
+        if type(name) is not str or not name:
+            raise TypeError(f"roots: every name must be a non-empty str, got {name!r:.60}")
+        roots.append((name, "root", note, value))
+    return roots
+
+
 def collect(library_prefixes, package_prefixes):
     roots = []
     seen_namespaces = set()

@@ -337,10 +337,13 @@ class Tracker:
         return self._session is not None and self._session.active
 
     # -- report -------------------------------------------------------------------------------
-    def report(self, *, warmup=None, paths=True, _grown_paths_only=False, _failure=None):
+    def report(self, *, warmup=None, paths=True, roots=None, _grown_paths_only=False,
+               _failure=None, _roots_note="passed to report(roots=...)"):
         """The report of what was recorded so far (or of the whole run after the block).
 
         With ``paths`` (the default) every finding gets its retaining path from a named root.
+        ``roots`` ({name: object}) adds roots of the caller's own, tried before every other:
+        objects no global or live frame names (a test's fixtures, a trainer's model).
         (Watch mode's ledger asks for paths of the findings that grew in the last cell only.)
         When an out-of-memory error ended the run, the report has its ``oom`` forensics.
         """
@@ -352,13 +355,16 @@ class Tracker:
             raise ValueError(f"warmup must be an int >= 0, got {type(warmup).__name__}")
         if type(paths) is not bool:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
-        # The whole run's final report is kept; one with a partial explanation is not.
-        final = warmup is None and not self.active and not _grown_paths_only and _failure is None
+        given = _roots.given(roots, _roots_note)
+        # The whole run's final report is kept; one with a partial explanation or roots of the
+        # caller's is not.
+        final = (warmup is None and not self.active and not _grown_paths_only and _failure is None
+                 and not given)
         failure = _out_of_memory.describe(_failure) if _failure is not None else self._failure
         if self._report is not None and final:
             return self._report
         library, packages = _library_prefixes(), _package_prefixes()
-        roots = _roots.collect(library, packages) if paths else []
+        roots = given + _roots.collect(library, packages) if paths else []
         snapshot = self._cuda_snapshot if not self.active else _cuda.snapshot_stacks()
         cfg = _config.snapshot()
         if self.min_bytes:
@@ -381,7 +387,7 @@ class Tracker:
             privateuse1_backend=_devices.privateuse1_name(),
             out_of_memory=failure,
         )
-        del roots
+        del roots, given
         report = Report(text)
         _add_source_lines(report.to_dict())
         if final:
@@ -402,10 +408,12 @@ def step():
     _active.step()
 
 
-def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=True, **kwargs):
+def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=True, roots=None,
+          **kwargs):
     """Run ``fn(*args, **kwargs)`` ``iterations`` times, each run an iteration, and report.
 
-    The first ``warmup`` runs are recorded but not judged. If ``fn`` raises (an OOM, a bug,
+    The first ``warmup`` runs are recorded but not judged. ``roots`` ({name: object}) names
+    objects the paths should start from (see :meth:`Tracker.report`). If ``fn`` raises (an OOM, a bug,
     KeyboardInterrupt), the hooks are removed, the report of what was seen is attached to the
     exception as ``torchleak_report`` and the exception propagates.
     """
@@ -419,9 +427,10 @@ def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=Tru
         raise ValueError(f"warmup must be an int with 0 <= warmup < iterations, got {warmup!r}")
     tracker = Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
                       boundary="repeat")
+    _roots.given(roots, "")  # a bad mapping fails before the run, not after it
     with tracker:
         failure = tracker.run_iterations(lambda: fn(*args, **kwargs), iterations)
-    report = tracker.report()
+    report = tracker.report(roots=roots, _roots_note="passed to check(roots=...)")
     if failure is not None:
         _out_of_memory.attach(failure, report)
         raise failure
