@@ -1,0 +1,104 @@
+"""One training run tracked from a framework's callback: an iteration per optimizer step, a
+verdict every ``check_every`` steps while the run goes on, the report at its end. The
+framework adapters (huggingface.py, lightning.py) only translate their events into these calls.
+"""
+
+import os
+
+from .._out_of_memory import attach
+from .._tracking import Tracker
+
+REPORT_NAME = "torchleak-report"
+
+
+class TrainingRunTracking:
+    """``start()`` at train begin, ``optimizer_step()`` after each optimizer step, ``finish()``
+    at train end (or with the exception that ended the run). ``log(level, message)`` is the
+    framework's own logger; ``on_leak(report)`` is the user's callback, called once, when a leak
+    is first confirmed."""
+
+    def __init__(self, *, warmup, check_every, min_bytes, save, on_leak, log):
+        if check_every is not None and (type(check_every) is not int or check_every < 1):
+            raise ValueError(f"check_every must be an int >= 1 or None, got {check_every!r}")
+        if on_leak is not None and not callable(on_leak):
+            raise TypeError(f"on_leak must be callable, got {type(on_leak).__name__}")
+        # Checked now: a bad value must fail the set-up, not the end of a run of hours.
+        Tracker(warmup=warmup, min_bytes=min_bytes)
+        self._options = {"warmup": warmup, "min_bytes": min_bytes}
+        self._check_every = check_every
+        self._save = bool(save)
+        self._on_leak = on_leak
+        self._log = log
+        self.tracker = None
+        self.report = None
+        self.leak_confirmed_at = None  # the optimizer step at which a leak was first confirmed
+        self.saved = []
+
+    @property
+    def active(self):
+        return self.tracker is not None and self.tracker.active
+
+    def start(self):
+        if self.active:
+            # The last run raised where no framework event said so: its tracking ends here.
+            self._log("warning", "torchleak: the previous run ended without train end; its "
+                                 "tracking stops now")
+            self.tracker.stop()
+        self.tracker = Tracker(boundary="explicit", **self._options)
+        self.tracker.start()
+        self.report, self.leak_confirmed_at, self.saved = None, None, []
+
+    def optimizer_step(self, step, output_dir):
+        """An optimizer step ended (``step``: the framework's global step)."""
+        if not self.active:
+            return
+        self.tracker.step()
+        every = self._check_every
+        if every is None or self.leak_confirmed_at is not None or step % every:
+            return
+        # A verdict without paths is the recorder's counts and a fit per site: cheap enough to
+        # take every `check_every` steps. The paths are walked only once a leak is confirmed.
+        if not self.tracker.report(paths=False).leaks:
+            return
+        self.leak_confirmed_at = step
+        report = self.tracker.report()
+        self._announce(report, output_dir, f"leak confirmed at step {step}")
+        if self._on_leak is not None:
+            self._on_leak(report)
+
+    def finish(self, output_dir, exc=None):
+        """Stop tracking, build the run's report (with out-of-memory forensics when ``exc`` is
+        one), log it and save it. Idempotent; returns the report (None if never started)."""
+        if self.tracker is None or self.report is not None:
+            return self.report
+        self.tracker.stop()
+        failed = self.tracker.note_failure(exc)
+        self.report = self.tracker.report()
+        if failed:
+            attach(exc, self.report)
+        self._announce(self.report, output_dir, "train end" if exc is None else
+                       f"the run failed with {type(exc).__name__}")
+        return self.report
+
+    def _announce(self, report, output_dir, when):
+        saved = self._write(report, output_dir)
+        lines = [f"torchleak ({when}): {report.summary.get('headline', '')}"]
+        if report.oom:
+            lines.append(report.oom.get("text", ""))
+        for cause in report.causes:
+            lines.append(f"  LEAK {cause.get('text', '')}; fix: {cause.get('suggestion', '')}")
+        if saved:
+            lines.append(f"  report: {', '.join(saved)}")
+        self._log("warning" if report.leaks or report.oom else "info", "\n".join(lines))
+
+    def _write(self, report, output_dir):
+        if not self._save or not output_dir:
+            return []
+        try:
+            os.makedirs(output_dir, exist_ok=True)
+            self.saved = [report.save(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"))
+                          for ext in ("json", "html")]
+        except OSError as exc:  # a report that cannot be written must not end the run
+            self._log("warning", f"torchleak: could not save the report in {output_dir!r}: {exc}")
+            return []
+        return self.saved
