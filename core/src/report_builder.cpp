@@ -145,6 +145,7 @@ class ReportBuilder {
         }
         finalizeFindings();
         sortFindings();
+        listLiveBlocks();
         d_report.devices =
             buildDeviceTimelines(d_boundaries, d_inputs.devices, d_report.findings, d_inputs.warmup,
                                  d_inputs.config, d_inputs.privateuse1_backend);
@@ -649,6 +650,33 @@ class ReportBuilder {
         }
         d_report.findings = std::move(sorted);
         d_blocksOf = std::move(blocks);
+    }
+
+    // Each finding's live blocks in allocation order, for the memory viewer's export. Past
+    // kLiveBlocksListed an even spread is listed (the growth's shape survives) and the rest
+    // counted.
+    void listLiveBlocks() {
+        for (size_t i = 0; i < d_blocksOf.size() && i < d_report.findings.size(); ++i) {
+            std::vector<Candidate> blocks = d_blocksOf[i];
+            std::sort(blocks.begin(), blocks.end(), [](const Candidate& a, const Candidate& b) {
+                return std::get<2>(a) < std::get<2>(b);
+            });
+            Finding& f = d_report.findings[i];
+            const size_t n = blocks.size();
+            const size_t listed = std::min(n, kLiveBlocksListed);
+            f.live_blocks.reserve(listed);
+            size_t next = 0; // the next index of `blocks` to list
+            for (size_t k = 0; k < n; ++k) {
+                const auto& [birth, size, seq, ptr] = blocks[k];
+                if (f.live_blocks.size() < listed && k == next) {
+                    f.live_blocks.push_back({static_cast<uint64_t>(ptr), size, birth, seq});
+                    next = (f.live_blocks.size() * n) / listed;
+                } else {
+                    f.live_blocks_unlisted += 1;
+                    f.live_bytes_unlisted += size;
+                }
+            }
+        }
     }
 
     // The report stands without its forensics: a failure here becomes a warning.

@@ -278,6 +278,19 @@ std::string toJson(const Report& r, int indent) {
         }
         fj["retention"] = toString(f.retention);
         fj["released_periodically"] = f.released_periodically;
+        if (!f.live_blocks.empty() || f.live_blocks_unlisted > 0) {
+            fj["live_blocks"] = json::array();
+            for (const LiveBlockEntry& b : f.live_blocks) {
+                fj["live_blocks"].push_back({{"address", b.address},
+                                             {"size", b.size},
+                                             {"iteration", b.iteration},
+                                             {"sequence", b.sequence}});
+            }
+            if (f.live_blocks_unlisted > 0) {
+                fj["live_blocks_unlisted"] = {{"count", f.live_blocks_unlisted},
+                                              {"bytes", f.live_bytes_unlisted}};
+            }
+        }
         fj["path_text"] = f.path_text;
         fj["holder"] = holderJson(f.holder);
         fj["suggestion"] = f.suggestion;
@@ -409,6 +422,20 @@ Report reportFromJson(const std::string& text) {
             }
             f.retention = retentionFromString(fj.value("retention", "unknown"));
             f.released_periodically = fj.value("released_periodically", false);
+            if (fj.contains("live_blocks") && !fj["live_blocks"].is_null()) {
+                if (!fj["live_blocks"].is_array()) {
+                    throw SchemaError("live_blocks must be a list of blocks");
+                }
+                for (const json& b : fj["live_blocks"]) {
+                    f.live_blocks.push_back(
+                        {integerAt<uint64_t>(b, "address"), integerAt<uint64_t>(b, "size"),
+                         integerAt<uint32_t>(b, "iteration"), integerAt<uint64_t>(b, "sequence")});
+                }
+            }
+            if (fj.contains("live_blocks_unlisted") && !fj["live_blocks_unlisted"].is_null()) {
+                f.live_blocks_unlisted = integerAt<uint64_t>(fj["live_blocks_unlisted"], "count");
+                f.live_bytes_unlisted = integerAt<uint64_t>(fj["live_blocks_unlisted"], "bytes");
+            }
             f.path_text = fj.value("path_text", "");
             f.holder = holderFrom(fj);
             f.suggestion = fj.value("suggestion", "");

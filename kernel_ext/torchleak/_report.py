@@ -6,9 +6,10 @@ its text and HTML come from torchleak.render.
 
 import json
 import os
+import pickle
 
 from ._core import SCHEMA_VERSION
-from .render import page as _page, text as _text
+from .render import memory_snapshot as _memory_snapshot, page as _page, text as _text
 from .render.format import format_bytes, site_text
 
 
@@ -47,7 +48,7 @@ class Finding:
 
 class Report:
     """A torchleak report. ``report.leaks``, ``report.findings``, ``report.to_json()``,
-    ``report.save(path)`` (``.json`` or ``.html``); ``str(report)`` is the text report."""
+    ``report.save(path)`` (``.json``, ``.html`` or ``.pickle``); ``str(report)`` is the text report."""
 
     def __init__(self, text):
         data = json.loads(text) if isinstance(text, (str, bytes)) else text
@@ -118,18 +119,33 @@ class Report:
         return json.dumps(self._data, indent=indent, ensure_ascii=False)
 
     def save(self, path):
-        """Write the report as JSON (``.json``) or as a self-contained HTML page (``.html``)."""
+        """Write the report as JSON (``.json``), as a self-contained HTML page (``.html``) or
+        as a memory snapshot for PyTorch's memory viewer (``.pickle``: the structure of
+        ``torch.cuda.memory._snapshot()``, see :meth:`to_memory_snapshot`)."""
         path = os.fspath(path)
         ext = os.path.splitext(path)[1].lower()
         if ext == ".json":
             content = self.to_json(indent=2)
         elif ext in (".html", ".htm"):
             content = self.to_html()
+        elif ext in (".pickle", ".pkl"):
+            content = pickle.dumps(self.to_memory_snapshot())
         else:
-            raise ValueError(f"cannot tell the format of {path!r}: use a .json or .html file name")
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(content)
+            raise ValueError(f"cannot tell the format of {path!r}: use a .json, .html or "
+                             f".pickle file name")
+        if isinstance(content, bytes):
+            with open(path, "wb") as fh:
+                fh.write(content)
+        else:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(content)
         return path
+
+    def to_memory_snapshot(self):
+        """The live blocks with their allocation stacks, as ``torch.cuda.memory._snapshot()``
+        structures them (``segments``, ``device_traces``): what https://pytorch.org/memory_viz
+        and ``torch.cuda._memory_viz`` read."""
+        return _memory_snapshot.render(self._data)
 
     # -- text ---------------------------------------------------------------------------------
     def __str__(self):

@@ -305,6 +305,62 @@ TEST_CASE("Paths are found for a sample of a big finding, and the holder still g
     REQUIRE(r.findings[0].holder->growth_per_iteration == Approx(2500.0));
 }
 
+TEST_CASE("Live blocks are listed oldest first, an even spread past the cap, the rest counted") {
+    AllocationRecorder rec;
+    std::vector<RawFrame> leaking = {{0x1, 42}};
+    const uint64_t perIteration = 2500; // 10,000 live at the end, past kLiveBlocksListed
+    for (uint32_t i = 0; i < 4; ++i) {
+        for (uint64_t k = 0; k < perIteration; ++k) {
+            rec.recordAlloc(0x1000000 + (i * perIteration + k) * 0x100, 64 + i, kCpu, leaking,
+                            nullptr, 0, 0, false);
+        }
+        rec.markBoundary();
+    }
+    rec.recordAlloc(0x9000000, 4096, kCpu, leaking, nullptr, 0, 0, false); // no boundary yet
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    Report r = buildReport(rec, ReportInputs{}, sym, desc);
+    REQUIRE(r.findings.size() == 1);
+    const Finding& f = r.findings[0];
+    REQUIRE(f.live_blocks.size() == kLiveBlocksListed);
+    REQUIRE(f.live_blocks.size() + f.live_blocks_unlisted == 4 * perIteration + 1);
+    uint64_t listedBytes = 0;
+    for (size_t k = 0; k < f.live_blocks.size(); ++k) {
+        listedBytes += f.live_blocks[k].size;
+        if (k > 0) {
+            REQUIRE(f.live_blocks[k].sequence > f.live_blocks[k - 1].sequence);
+        }
+    }
+    const uint64_t allBytes = perIteration * (64 + 65 + 66 + 67) + 4096;
+    REQUIRE(listedBytes + f.live_bytes_unlisted == allBytes);
+    // The spread reaches every iteration, the first block included.
+    REQUIRE(f.live_blocks.front().address == 0x1000000);
+    REQUIRE(f.live_blocks.front().iteration == 0);
+    REQUIRE(f.live_blocks.back().iteration >= 3);
+}
+
+TEST_CASE("A few live blocks are all listed with their addresses and iterations") {
+    AllocationRecorder rec;
+    std::vector<RawFrame> leaking = {{0x1, 42}};
+    for (uint32_t i = 0; i < 3; ++i) {
+        rec.recordAlloc(0x5000 + i * 0x1000, 1024, kCpu, leaking, nullptr, 0, 0, false);
+        rec.recordAlloc(0x90000, 64, kCpu, leaking, nullptr, 0, 0, false);
+        rec.recordFree(0x90000, kCpu, 0, 0, false);
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    Report r = buildReport(rec, ReportInputs{}, sym, desc);
+    const Finding& f = r.findings.at(0);
+    REQUIRE(f.live_blocks.size() == 3);
+    REQUIRE(f.live_blocks_unlisted == 0);
+    for (uint32_t i = 0; i < 3; ++i) {
+        REQUIRE(f.live_blocks[i].address == 0x5000 + i * 0x1000);
+        REQUIRE(f.live_blocks[i].size == 1024);
+        REQUIRE(f.live_blocks[i].iteration == i);
+    }
+}
+
 TEST_CASE("Watch mode's ledger asks for the paths of what grew in the last iteration only") {
     AllocationRecorder rec;
     std::vector<RawFrame> earlier = {{0x1, 10}};

@@ -49,6 +49,9 @@ Report hostileReport() {
     f.severity = Severity::Warning;
     f.trend = {1048576.0, 1.0, 0.0};
     f.confidence = 0.99;
+    f.live_blocks = {{0x7f0000001000, 1 << 20, 0, 3}, {0xffffffffffffff00, 1 << 20, 2, 90}};
+    f.live_blocks_unlisted = 1;
+    f.live_bytes_unlisted = 1 << 20;
     r.findings.push_back(f);
     DeviceTimeline d;
     d.device = "cpu";
@@ -86,6 +89,20 @@ TEST_CASE("JSON has the contract's field names and parses back with nlohmann") {
     REQUIRE(f["trend"]["slope_bytes_per_iteration"] == 1048576.0);
     REQUIRE(j["devices"][0]["projected_oom_iteration"] == 16384);
     REQUIRE(j["summary"]["recommendations"][0]["findings"][0] == 0);
+    REQUIRE(f["live_blocks"][1]["address"] == 0xffffffffffffff00);
+    REQUIRE(f["live_blocks"][1]["iteration"] == 2);
+    REQUIRE(f["live_blocks"][1]["sequence"] == 90);
+    REQUIRE(f["live_blocks_unlisted"]["bytes"] == 1 << 20);
+}
+
+TEST_CASE("A finding with no live block writes no listing") {
+    Report r = hostileReport();
+    r.findings[0].live_blocks.clear();
+    r.findings[0].live_blocks_unlisted = 0;
+    auto j = nlohmann::json::parse(toJson(r));
+    REQUIRE_FALSE(j["findings"][0].contains("live_blocks"));
+    REQUIRE_FALSE(j["findings"][0].contains("live_blocks_unlisted"));
+    REQUIRE(reportFromJson(j.dump()).findings[0].live_blocks.empty());
 }
 
 TEST_CASE("JSON round-trips through reportFromJson unchanged") {
@@ -134,6 +151,13 @@ TEST_CASE("Out-of-range and mistyped numbers are schema errors, not converted") 
                       SchemaError);
     REQUIRE_THROWS_AS(
         reportFromJson(broken([](auto& j) { j["findings"][0]["site"]["line"] = 1e12; })),
+        SchemaError);
+    REQUIRE_THROWS_AS(reportFromJson(broken([](auto& j) {
+                          j["findings"][0]["live_blocks"] = {{"a", 1}};
+                      })),
+                      SchemaError);
+    REQUIRE_THROWS_AS(
+        reportFromJson(broken([](auto& j) { j["findings"][0]["live_blocks"][0]["size"] = -4; })),
         SchemaError);
     std::string huge = text;
     huge.replace(huge.find("\"iterations\":") + 13, 0, "1e400, \"x\":");

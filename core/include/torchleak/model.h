@@ -111,6 +111,19 @@ struct Holder {
     double growth_per_iteration = 0.0;
 };
 
+// One block a finding has alive when the report is built: what PyTorch's memory viewer
+// (torch.cuda._memory_viz, a `.pickle` report) draws, one entry per tensor storage.
+struct LiveBlockEntry {
+    uint64_t address = 0;   // the pointer the allocator handed out
+    uint64_t size = 0;      // bytes
+    uint32_t iteration = 0; // the iteration (0-based) it was allocated in
+    uint64_t sequence = 0;  // its allocation event's position in the run
+};
+
+// A finding lists at most this many live blocks (spread evenly over allocation order); the
+// rest are counted, so a report of a million live blocks stays a few hundred KiB per finding.
+inline constexpr size_t kLiveBlocksListed = 4096;
+
 struct Trend {
     double slope_bytes_per_iteration = 0.0;
     double r2 = 0.0;
@@ -138,6 +151,11 @@ struct Finding {
     std::string suggestion;
     Retention retention = Retention::Unknown;
     bool released_periodically = false; // grows, then freed at a coarser boundary (saw-tooth)
+    // Alive when the report was built (the blocks of an iteration no boundary ended included),
+    // oldest first; past kLiveBlocksListed the rest are only counted.
+    std::vector<LiveBlockEntry> live_blocks;
+    uint64_t live_blocks_unlisted = 0;
+    uint64_t live_bytes_unlisted = 0;
     Severity severity = Severity::Info;
     Trend trend;
     double confidence = 0.0;

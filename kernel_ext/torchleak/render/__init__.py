@@ -11,11 +11,12 @@ them imports torch or the C++ core, so each is tested on fixture reports alone
     notebook   the sanitizer-safe static HTML of a notebook output
     plain      the few ``text/plain`` lines of a notebook output
     bundle     the notebook output's MIME bundle (the four above, plus the live widget)
+    memory_snapshot  the snapshot dict PyTorch's memory viewer reads (``report.save("x.pickle")``)
 """
 
-from . import bundle, notebook, page, plain, text
+from . import bundle, memory_snapshot, notebook, page, plain, text
 
 RENDERERS = {"text": text.render, "page": page.render, "notebook": notebook.render,
              "plain": plain.render}
 
-__all__ = ["RENDERERS", "bundle", "notebook", "page", "plain", "text"]
+__all__ = ["RENDERERS", "bundle", "memory_snapshot", "notebook", "page", "plain", "text"]

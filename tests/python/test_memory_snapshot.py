@@ -1,0 +1,93 @@
+"""report.save("x.pickle"): the live blocks in the snapshot structure PyTorch's memory viewer
+reads, checked by feeding the file to torch.cuda._memory_viz's own functions (offline: the
+flamegraph step is replaced by returning its input lines)."""
+
+import pickle
+
+import pytest
+import torch
+from torch.cuda import _memory_viz
+
+import torchleak
+from torchleak.render import memory_snapshot
+
+KiB = 1024
+
+
+def lines_of(text):
+    return text  # _memory_viz's flamegraph input, "stack;frames size" per line
+
+
+def leaky_report():
+    kept = []
+
+    def step():
+        kept.append(torch.ones(64, 1024))  # LEAK 256 KiB
+        return float(torch.randn(128, 128).sum())
+
+    return torchleak.check(step, iterations=6, warmup=1), kept
+
+
+def test_the_pickle_opens_in_memory_viz_with_every_live_block_at_its_line(tmp_path):
+    report, kept = leaky_report()
+    path = report.save(tmp_path / "leak.pickle")
+    with open(path, "rb") as fh:
+        snapshot = pickle.load(fh)
+    leak = report.leaks[0]
+    # segsum checks the accounting itself (it raises on a mismatch) and sums the active bytes
+    summary = _memory_viz.segsum(snapshot)
+    assert f"total_allocated: {_memory_viz.Bytes(leak.total_bytes)}" in summary
+    # the trace: one allocation per kept tensor, in run order
+    trace = _memory_viz.trace(snapshot)
+    assert trace.count("= seg_") == len(kept) == 6
+    # the "memory" flamegraph: every byte attributed to the leaking line
+    flame = _memory_viz.memory(snapshot, format_flamegraph=lines_of)
+    line = leak.site["line"]
+    at_site = [ln for ln in flame.splitlines() if f"test_memory_snapshot.py:{line}:" in ln]
+    assert len(at_site) == 6
+    assert sum(int(ln.rsplit(" ", 1)[1]) for ln in at_site) == 6 * 256 * KiB
+    assert _memory_viz.segments(snapshot, format_flamegraph=lines_of).count("active_allocated") == 6
+    # addresses are the tensors' own
+    assert {s["address"] for s in snapshot["segments"]} == {t.data_ptr() for t in kept}
+
+
+def test_a_saved_json_report_gives_the_same_snapshot(tmp_path):
+    report, _ = leaky_report()
+    report.save(tmp_path / "r.json")
+    loaded = torchleak.Report.load(tmp_path / "r.json")
+    assert loaded.to_memory_snapshot() == report.to_memory_snapshot()
+    loaded.save(tmp_path / "r.pkl")
+    assert pickle.loads((tmp_path / "r.pkl").read_bytes()) == report.to_memory_snapshot()
+
+
+def test_a_clean_run_is_an_empty_snapshot_the_viewer_still_reads(tmp_path):
+    report = torchleak.check(lambda: float(torch.ones(100).sum()), iterations=3)
+    snapshot = report.to_memory_snapshot()
+    assert snapshot["segments"] == []
+    assert "total_allocated: 0" in _memory_viz.segsum(snapshot)
+
+
+def test_unlisted_blocks_become_one_block_that_says_so():
+    frame = {"file": "train.py", "line": 7, "function": "step", "text": "train.py:7"}
+    data = {"iterations": 3, "findings": [{
+        "device": "cuda:1", "stack": [frame],
+        "live_blocks": [{"address": 4096, "size": 512, "iteration": 0, "sequence": 1},
+                        {"address": 8192, "size": 512, "iteration": 2, "sequence": 9}],
+        "live_blocks_unlisted": {"count": 5000, "bytes": 5000 * 512}},
+        {"device": "cpu", "stack": [frame],
+         "live_blocks": [{"address": 100, "size": 8, "iteration": 1, "sequence": 4}]}]}
+    snapshot = memory_snapshot.render(data)
+    assert snapshot["torchleak"]["devices"] == {"1": "cuda:1", "2": "cpu"}
+    assert [len(t) for t in snapshot["device_traces"]] == [0, 2, 1]
+    assert "total_allocated: 2.4MiB" in _memory_viz.segsum(snapshot)
+    flame = _memory_viz.memory(snapshot, format_flamegraph=lines_of)
+    assert "5,000 more live blocks of this site, not listed" in flame
+    addresses = [s["address"] for s in snapshot["segments"]]
+    assert len(set(addresses)) == len(addresses)
+
+
+@pytest.mark.parametrize("name", ["r.txt", "r", "r.pickle.gz"])
+def test_an_unknown_extension_names_the_three_formats(tmp_path, name):
+    report = torchleak.check(lambda: None, iterations=2)
+    with pytest.raises(ValueError, match=r"\.json, \.html or \.pickle"):
+        report.save(tmp_path / name)
