@@ -6,6 +6,12 @@ optimizer.step() and torchleak.step() in the script.
 Exit status: 0 no leak (or no --fail-on-leak), 1 leak found with --fail-on-leak, 2 usage error,
 3 the run failed: the script raised or exited non-zero (its traceback is printed and the report
 is still written), or torchleak could not track (e.g. torch.profiler already active).
+
+python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]
+
+Compares two saved reports: which leaks were fixed, which are new, which grew (a rate more than
+PCT percent above the old one, default 10). Exit status: 0 no regression, 1 a new or worse
+leak, 2 usage error (a file that is not a torchleak report included).
 """
 
 import builtins
@@ -16,6 +22,7 @@ import types
 
 USAGE = ("usage: python -m torchleak run script.py [ARGS...] [--json PATH] [--html PATH] "
          "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet] [-- SCRIPT_ARGS...]\n"
+         "       python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]\n"
          "       python -m torchleak install-kernel [--user]")
 
 EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_SCRIPT_FAILED = 0, 1, 2, 3
@@ -174,6 +181,60 @@ def _finish(report, opts):
             report.save(opts[key])
 
 
+def parse_diff_args(argv):
+    files, opts = [], {"json": None, "tolerance": 10.0}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("--json", "--tolerance"):
+            if i + 1 >= len(argv):
+                raise UsageError(f"{arg} needs a value")
+            value = argv[i + 1]
+            if arg == "--json":
+                opts["json"] = _output_path(arg, value, (".json",))
+            else:
+                try:
+                    opts["tolerance"] = float(value)
+                except ValueError:
+                    raise UsageError(f"--tolerance needs a percentage, got {value!r}") from None
+                if not 0 <= opts["tolerance"] <= 1000:
+                    raise UsageError(f"--tolerance must be between 0 and 1000, got {value}")
+            i += 2
+            continue
+        if arg.startswith("-"):
+            raise UsageError(f"unknown option {arg!r}")
+        files.append(arg)
+        i += 1
+    if len(files) != 2:
+        raise UsageError(f"diff needs two report files, got {len(files)}")
+    return files, opts
+
+
+def diff(argv):
+    (before_path, after_path), opts = parse_diff_args(argv)
+    texts = []
+    for path in (before_path, after_path):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                texts.append(fh.read())
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {path}: {exc}") from None
+    import json
+
+    from torchleak import _core
+    try:
+        result = _core.diff_reports(texts[0], texts[1], opts["tolerance"] / 100)
+    except _core.ReportSchemaError as exc:
+        raise UsageError(f"not a torchleak report ({before_path} or {after_path}): {exc}") from None
+    data = json.loads(result)
+    data["before"], data["after"] = os.path.abspath(before_path), os.path.abspath(after_path)
+    print(data["text"])
+    if opts["json"]:
+        with open(opts["json"], "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, ensure_ascii=False)
+    return EXIT_LEAK if data["regressed"] else EXIT_OK
+
+
 def install_kernel(argv):
     """Install the "Python 3 (torchleak)" kernelspec (ipykernel with the extension loaded and
     watch mode on). `pip install` already puts it under sys.prefix; this is for other prefixes."""
@@ -208,11 +269,12 @@ def main(argv=None):
         print(USAGE)
         print(__doc__.split("\n\n", 1)[1].strip())
         return EXIT_OK if argv else EXIT_USAGE
-    if argv[0] not in ("run", "install-kernel"):
+    commands = {"run": run, "diff": diff, "install-kernel": install_kernel}
+    if argv[0] not in commands:
         print(f"torchleak: unknown command {argv[0]!r}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return run(argv[1:]) if argv[0] == "run" else install_kernel(argv[1:])
+        return commands[argv[0]](argv[1:])
     except UsageError as exc:
         print(f"torchleak: {exc}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE

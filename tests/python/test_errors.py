@@ -1,4 +1,6 @@
 """The one translation table from C++ exceptions to Python exceptions (kernel_ext/src/bindings/python.cpp)."""
+import os
+
 import pytest
 
 from torchleak import _core, _testing
@@ -27,6 +29,17 @@ def test_bad_report_inputs_are_value_errors():
         session.report_json(torch_version="x", python_version="y", warmup=0, boundary="weekly")
     with pytest.raises(ValueError, match="warmup"):
         session.report_json(torch_version="x", python_version="y", warmup=-1, boundary="repeat")
+
+
+def test_diff_of_bad_documents_or_tolerance_is_a_value_error():
+    with open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "empty.json"),
+              encoding="utf-8") as fh:
+        empty = fh.read()
+    assert '"regressed":false' in _core.diff_reports(empty, empty)
+    with pytest.raises(_core.ReportSchemaError):
+        _core.diff_reports(empty, "[]")
+    with pytest.raises(ValueError, match="tolerance"):
+        _core.diff_reports(empty, empty, tolerance=-1.0)
 
 
 def test_session_misuse_is_a_runtime_error():

@@ -11,6 +11,7 @@
 #include "torchleak/config.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
+#include "torchleak/report_diff.h"
 #include "torchleak/report_json.h"
 #include "torchleak/retention.h"
 
@@ -203,6 +204,14 @@ PYBIND11_MODULE(_core, m) {
         [](const std::string& text, int indent) { return toJson(reportFromJson(text), indent); },
         py::arg("text"), py::arg("indent") = -1,
         "Parse a torchleak.report/1 document with the C++ schema and write it back.");
+    m.def(
+        "diff_reports",
+        [](const std::string& before, const std::string& after, double tolerance) {
+            return diffJson(diffReports(reportFromJson(before), reportFromJson(after), tolerance));
+        },
+        py::arg("before"), py::arg("after"), py::arg("tolerance") = 0.1,
+        "Compare two torchleak.report/1 documents: a torchleak.diff/1 document (its `text` is "
+        "what the CLI prints).");
     m.def("capture_strategy", &python::captureStrategy);
     m.def(
         "profiler_state_installed",
