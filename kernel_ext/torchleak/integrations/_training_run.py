@@ -102,3 +102,23 @@ class TrainingRunTracking:
             self._log("warning", f"torchleak: could not save the report in {output_dir!r}: {exc}")
             return []
         return self.saved
+
+
+class TrackedRunCallback:
+    """What both frameworks' callbacks share: the run's tracking and what it found. Mixed in
+    before the framework's own Callback class."""
+
+    def __init__(self, *, warmup, check_every, min_bytes, save, on_leak, log):
+        super().__init__()  # the framework's Callback, next in the MRO
+        self._run = TrainingRunTracking(warmup=warmup, check_every=check_every,
+                                        min_bytes=min_bytes, save=save, on_leak=on_leak, log=log)
+
+    @property
+    def report(self):
+        """The last run's report (None before its end)."""
+        return self._run.report
+
+    @property
+    def leak_confirmed_at(self):
+        """The optimizer step at which ``check_every`` first confirmed a leak, or None."""
+        return self._run.leak_confirmed_at

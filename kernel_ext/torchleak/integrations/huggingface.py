@@ -16,12 +16,12 @@ is one step). The report is logged through transformers' logger and saved as
 from transformers import TrainerCallback
 from transformers.utils import logging as _hf_logging
 
-from ._training_run import TrainingRunTracking
+from ._training_run import TrackedRunCallback
 
 logger = _hf_logging.get_logger("transformers.integrations.torchleak")
 
 
-class TorchleakCallback(TrainerCallback):
+class TorchleakCallback(TrackedRunCallback, TrainerCallback):
     """Tracks tensor leaks over a Trainer run.
 
     warmup: optimizer steps recorded but not judged (default: torchleak.config's).
@@ -31,20 +31,9 @@ class TorchleakCallback(TrainerCallback):
     """
 
     def __init__(self, *, warmup=None, check_every=None, min_bytes=0, save=True, on_leak=None):
-        self._run = TrainingRunTracking(warmup=warmup, check_every=check_every,
-                                        min_bytes=min_bytes, save=save, on_leak=on_leak,
-                                        log=_log)
+        super().__init__(warmup=warmup, check_every=check_every, min_bytes=min_bytes, save=save,
+                         on_leak=on_leak, log=_log)
         self._output_dir = None
-
-    @property
-    def report(self):
-        """The last run's report (None before its end)."""
-        return self._run.report
-
-    @property
-    def leak_confirmed_at(self):
-        """The optimizer step at which ``check_every`` first confirmed a leak, or None."""
-        return self._run.leak_confirmed_at
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._output_dir = args.output_dir

@@ -19,12 +19,12 @@ import logging
 from lightning.pytorch import Callback
 from lightning.pytorch.utilities import rank_zero_only
 
-from ._training_run import TrainingRunTracking
+from ._training_run import TrackedRunCallback
 
 logger = logging.getLogger("lightning.pytorch.callbacks.torchleak")
 
 
-class TorchleakCallback(Callback):
+class TorchleakCallback(TrackedRunCallback, Callback):
     """Tracks tensor leaks over ``trainer.fit``.
 
     warmup: optimizer steps recorded but not judged (default: torchleak.config's).
@@ -34,20 +34,9 @@ class TorchleakCallback(Callback):
     """
 
     def __init__(self, *, warmup=None, check_every=None, min_bytes=0, save=True, on_leak=None):
-        self._run = TrainingRunTracking(warmup=warmup, check_every=check_every,
-                                        min_bytes=min_bytes, save=save, on_leak=on_leak,
-                                        log=_log)
+        super().__init__(warmup=warmup, check_every=check_every, min_bytes=min_bytes, save=save,
+                         on_leak=on_leak, log=_log)
         self._last_step = None
-
-    @property
-    def report(self):
-        """The last run's report (None before its end)."""
-        return self._run.report
-
-    @property
-    def leak_confirmed_at(self):
-        """The optimizer step at which ``check_every`` first confirmed a leak, or None."""
-        return self._run.leak_confirmed_at
 
     def on_train_start(self, trainer, pl_module):
         self._last_step = trainer.global_step
