@@ -275,7 +275,7 @@ def test_report_save_and_load(tmp_path):
     assert loaded.to_dict() == report.to_dict()
     html = open(html_path, encoding="utf-8").read()
     assert "<script" not in html and "http" not in html
-    with pytest.raises(ValueError, match=".json or .html"):
+    with pytest.raises(ValueError, match=r"\.json, \.html or \.pickle"):
         report.save(tmp_path / "r.txt")
     with pytest.raises(_core.ReportSchemaError):
         torchleak.Report.from_json('{"schema_version": "something else"}')
