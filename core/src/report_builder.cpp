@@ -657,7 +657,9 @@ class ReportBuilder {
     // counted.
     void listLiveBlocks() {
         for (size_t i = 0; i < d_blocksOf.size() && i < d_report.findings.size(); ++i) {
-            std::vector<Candidate> blocks = d_blocksOf[i];
+            // Sorted in place: a finding of 10^6 blocks must not cost a second copy of them
+            // (the OOM forensics, after this, only sum them).
+            std::vector<Candidate>& blocks = d_blocksOf[i];
             std::sort(blocks.begin(), blocks.end(), [](const Candidate& a, const Candidate& b) {
                 return std::get<2>(a) < std::get<2>(b);
             });
