@@ -86,7 +86,7 @@ void matchBy(const Report& before,
         }
     }
     std::vector<int> stillBefore;
-    std::vector<int> taken;
+    std::vector<bool> taken(after.findings.size(), false);
     for (int b : beforeLeft) {
         std::string k = key(before.findings[static_cast<size_t>(b)]);
         auto it = k.empty() ? afterByKey.end() : afterByKey.find(k);
@@ -99,12 +99,11 @@ void matchBy(const Report& before,
         c.after = it->second;
         c.matched_by = how;
         out.push_back(c);
-        taken.push_back(it->second);
+        taken[static_cast<size_t>(it->second)] = true;
         afterByKey.erase(it);
     }
     beforeLeft = std::move(stillBefore);
-    std::erase_if(afterLeft,
-                  [&](int a) { return std::find(taken.begin(), taken.end(), a) != taken.end(); });
+    std::erase_if(afterLeft, [&](int a) { return taken[static_cast<size_t>(a)]; });
 }
 
 void describe(LeakChange& c, const Report& before, const Report& after) {
