@@ -133,12 +133,9 @@ class Report:
         else:
             raise ValueError(f"cannot tell the format of {path!r}: use a .json, .html or "
                              f".pickle file name")
-        if isinstance(content, bytes):
-            with open(path, "wb") as fh:
-                fh.write(content)
-        else:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(content)
+        binary = isinstance(content, bytes)
+        with open(path, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
+            fh.write(content)
         return path
 
     def to_memory_snapshot(self):

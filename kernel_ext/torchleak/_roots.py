@@ -96,9 +96,9 @@ def _add_failed_frame_roots(roots, keepers):
                           f"{t.tb_lineno})", value))
 
 
-def given(mapping, note):
-    """Roots the caller names ({name: object}), as root tuples: first in the walk, so their
-    names beat every global and frame."""
+def given(mapping):
+    """Roots the caller names ({name: object}, the `roots=` of report() and check()), as root
+    tuples: first in the walk, so their names beat every global and frame."""
     if mapping is None:
         return []
     if not isinstance(mapping, dict):
@@ -107,7 +107,7 @@ def given(mapping, note):
     for name, value in mapping.items():
         if type(name) is not str or not name:
             raise TypeError(f"roots: every name must be a non-empty str, got {name!r:.60}")
-        roots.append((name, "root", note, value))
+        roots.append((name, "root", "named by the caller (roots=...)", value))
     return roots
 
 

@@ -338,7 +338,7 @@ class Tracker:
 
     # -- report -------------------------------------------------------------------------------
     def report(self, *, warmup=None, paths=True, roots=None, _grown_paths_only=False,
-               _failure=None, _roots_note="passed to report(roots=...)"):
+               _failure=None):
         """The report of what was recorded so far (or of the whole run after the block).
 
         With ``paths`` (the default) every finding gets its retaining path from a named root.
@@ -355,7 +355,7 @@ class Tracker:
             raise ValueError(f"warmup must be an int >= 0, got {type(warmup).__name__}")
         if type(paths) is not bool:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
-        given = _roots.given(roots, _roots_note)
+        given = _roots.given(roots)
         # The whole run's final report is kept; one with a partial explanation or roots of the
         # caller's is not.
         final = (warmup is None and not self.active and not _grown_paths_only and _failure is None
@@ -427,10 +427,10 @@ def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=Tru
         raise ValueError(f"warmup must be an int with 0 <= warmup < iterations, got {warmup!r}")
     tracker = Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
                       boundary="repeat")
-    _roots.given(roots, "")  # a bad mapping fails before the run, not after it
+    _roots.given(roots)  # a bad mapping fails before the run, not after it
     with tracker:
         failure = tracker.run_iterations(lambda: fn(*args, **kwargs), iterations)
-    report = tracker.report(roots=roots, _roots_note="passed to check(roots=...)")
+    report = tracker.report(roots=roots)
     if failure is not None:
         _out_of_memory.attach(failure, report)
         raise failure

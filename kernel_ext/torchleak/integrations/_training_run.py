@@ -32,7 +32,6 @@ class TrainingRunTracking:
         self.tracker = None
         self.report = None
         self.leak_confirmed_at = None  # the optimizer step at which a leak was first confirmed
-        self.saved = []
 
     @property
     def active(self):
@@ -46,7 +45,7 @@ class TrainingRunTracking:
             self.tracker.stop()
         self.tracker = Tracker(boundary="explicit", **self._options)
         self.tracker.start()
-        self.report, self.leak_confirmed_at, self.saved = None, None, []
+        self.report, self.leak_confirmed_at = None, None
 
     def optimizer_step(self, step, output_dir):
         """An optimizer step ended (``step``: the framework's global step)."""
@@ -96,12 +95,11 @@ class TrainingRunTracking:
             return []
         try:
             os.makedirs(output_dir, exist_ok=True)
-            self.saved = [report.save(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"))
-                          for ext in ("json", "html")]
+            return [report.save(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"))
+                    for ext in ("json", "html")]
         except OSError as exc:  # a report that cannot be written must not end the run
             self._log("warning", f"torchleak: could not save the report in {output_dir!r}: {exc}")
             return []
-        return self.saved
 
 
 class TrackedRunCallback:

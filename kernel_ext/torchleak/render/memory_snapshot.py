@@ -10,12 +10,13 @@ had more live blocks than it lists (``live_blocks_unlisted``) gets one more bloc
 total bytes, whose innermost frame says so.
 """
 
-# A CPU has no device index: it gets the one after the accelerators', as torch's own
-# profile-to-snapshot conversion (torch.cuda._memory_viz._profile_to_snapshot) does.
 _UNLISTED_FILE = "<torchleak>"
 
 
 def _device_indices(findings):
+    """The viewer's device index of each device name: an accelerator's own index (the next
+    free one when two kinds share it); the CPU, which has none, the one after the
+    accelerators', as torch's own _memory_viz._profile_to_snapshot does."""
     names = sorted({f.get("device") or "cpu" for f in findings})
     indices, used = {}, set()
     for name in names:
@@ -37,7 +38,7 @@ def _frames(finding):
              "name": fr.get("function") or ""} for fr in finding.get("stack") or []]
 
 
-def _block(device, address, size, frames):
+def _segment_of_one_block(device, address, size, frames):
     block = {"address": address, "size": size, "requested_size": size,
              "state": "active_allocated", "frames": frames}
     segment = {"device": device, "address": address, "total_size": size,
@@ -68,14 +69,14 @@ def render(data):
     segments = []
     traces = [[] for _ in range(max(indices.values(), default=-1) + 1)]
     for _, device, address, size, frames in listed:
-        segments.append(_block(device, address, size, frames))
+        segments.append(_segment_of_one_block(device, address, size, frames))
         traces[device].append({"action": "alloc", "addr": address, "size": size, "stream": 0,
                                "frames": frames})
     # The unlisted rest sits past every real address, each at an address of its own.
     address = max((a + s for _, _, a, s, _ in listed), default=0)
     for device, size, frames in unlisted:
         address = (address + 0xFFF) & ~0xFFF
-        segments.append(_block(device, address, size, frames))
+        segments.append(_segment_of_one_block(device, address, size, frames))
         address += size
     segments.sort(key=lambda seg: (seg["device"], seg["address"]))
     return {"segments": segments, "device_traces": traces,
