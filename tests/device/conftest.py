@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
 
 import fakegpu  # noqa: E402
+import hook_checks  # noqa: E402
 import ipython_shell  # noqa: E402
-from torchleak import _core, _tracking  # noqa: E402
 
 DEVICE = fakegpu.install()
 DEFAULT_CAPACITY = DEVICE.native.capacity(0)
@@ -24,18 +24,16 @@ def clean_device():
     """Each test starts with both fake devices empty, at their default capacity, reporting
     normally; and leaves no hook behind."""
     native = DEVICE.native
-    assert not _core.profiler_state_installed()
-    yield DEVICE
-    # An exception kept by a test (pytest.raises) forms a cycle with the test's frame, which
-    # holds its tensors until a collection.
-    gc.collect()
-    native.set_report_totals(True)
-    native.set_report_events(True)
-    for i in range(native.device_count()):
-        native.set_capacity(i, DEFAULT_CAPACITY)
-        native.empty_cache(i)
-    assert _tracking._active is None, "a Tracker is still active after the test"
-    assert not _core.profiler_state_installed(), "a hook was left installed"
+    with hook_checks.nothing_left_installed():
+        yield DEVICE
+        # An exception kept by a test (pytest.raises) forms a cycle with the test's frame,
+        # which holds its tensors until a collection.
+        gc.collect()
+        native.set_report_totals(True)
+        native.set_report_events(True)
+        for i in range(native.device_count()):
+            native.set_capacity(i, DEFAULT_CAPACITY)
+            native.empty_cache(i)
 
 
 @pytest.fixture

@@ -1,17 +1,18 @@
 # The integrations tier: torchleak inside the tools users already run (pytest itself, the
 # Hugging Face Trainer, Lightning), each against the real, pinned framework.
+import pathlib
+import sys
+
 import pytest
 
-from torchleak import _core, _tracking
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+
+import hook_checks  # noqa: E402
 
 pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(autouse=True)
 def no_hook_left_behind():
-    """Every test must leave the thread's PROFILER_STATE slot as it found it."""
-    assert not _core.profiler_state_installed()
-    yield
-    assert _tracking._active is None, "a Tracker is still active after the test"
-    assert not _core.profiler_state_installed(), "a hook was left installed"
-    assert _core.pending_hook_removals() == 0
+    with hook_checks.nothing_left_installed():
+        yield
