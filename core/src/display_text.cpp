@@ -209,3 +209,119 @@ std::string outOfMemoryText(const OutOfMemoryReport& oom, const Report& report) 
 }
 
 } // namespace torchleak
+
+namespace torchleak {
+
+namespace {
+
+// "0", "0 and 2", "0, 2 and 5".
+std::string listRanks(const std::vector<int>& ranks) {
+    std::string out;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+        if (i > 0) {
+            out += i + 1 == ranks.size() ? " and " : ", ";
+        }
+        out += std::to_string(ranks[i]);
+    }
+    return out;
+}
+
+std::string plural(int64_t n, const char* noun) {
+    return groupThousands(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+} // namespace
+
+std::string samplingText(uint64_t sampleBytes) {
+    const std::string size = formatBytes(static_cast<double>(sampleBytes));
+    return "blocks of " + size + " and more were recorded whole, smaller ones sampled (each " +
+           "kept one standing for " + size + "): their bytes are estimates and counts are of " +
+           "the blocks kept";
+}
+
+std::string rankScopeText(const Finding& f, const Report& report) {
+    if (f.ranks.empty() || !report.ranks) {
+        return "";
+    }
+    const int world = report.ranks->world_size;
+    std::string verb = f.verdict == Verdict::Leak ? "leaks on " : "on ";
+    if (static_cast<int>(f.ranks.size()) >= world && world > 1) {
+        return verb + "every rank (" + std::to_string(world) + ")";
+    }
+    if (f.ranks.size() == 1) {
+        return verb + "rank " + std::to_string(f.ranks.front()) + " only";
+    }
+    return verb + "ranks " + listRanks(f.ranks) + " of " + std::to_string(world);
+}
+
+std::string rankText(const RankSummary& rank, BoundaryKind boundary) {
+    std::string head = "rank " + std::to_string(rank.rank) + ": ";
+    if (rank.status == "missing") {
+        return head + "no report (" + rank.note + ")";
+    }
+    std::string text = head + plural(rank.iterations, iterationNoun(boundary)) + ", ";
+    if (rank.leaks == 0) {
+        text += "no leak";
+    } else {
+        text += plural(rank.leaks, "leak") + " at " +
+                formatBytes(static_cast<double>(rank.leak_bytes_per_iteration)) + " per " +
+                iterationNoun(boundary);
+    }
+    text += ", peak " + formatBytes(static_cast<double>(rank.peak_bytes));
+    if (rank.status == "failed") {
+        text += "; the run failed: " + rank.note;
+    } else if (!rank.note.empty()) {
+        text += "; " + rank.note;
+    }
+    return text;
+}
+
+std::vector<std::string> rankSkewText(const JobRanks& job, BoundaryKind boundary) {
+    std::vector<const RankSummary*> seen;
+    for (const RankSummary& r : job.ranks) {
+        if (r.status != "missing") {
+            seen.push_back(&r);
+        }
+    }
+    std::vector<std::string> lines;
+    if (seen.size() < 2) {
+        return lines;
+    }
+    auto extremes = [&](auto measure) {
+        auto [lo, hi] = std::minmax_element(
+            seen.begin(), seen.end(), [&](auto* a, auto* b) { return measure(*a) < measure(*b); });
+        return std::pair<const RankSummary*, const RankSummary*>{*lo, *hi};
+    };
+    const std::string per = std::string(" per ") + iterationNoun(boundary);
+    auto [slow, fast] = extremes([](const RankSummary& r) { return r.leak_bytes_per_iteration; });
+    if (fast->leak_bytes_per_iteration > slow->leak_bytes_per_iteration) {
+        lines.push_back("leak skew: rank " + std::to_string(fast->rank) + " grows " +
+                        formatBytes(static_cast<double>(fast->leak_bytes_per_iteration -
+                                                        slow->leak_bytes_per_iteration)) +
+                        per + " more than rank " + std::to_string(slow->rank));
+    }
+    auto [low, high] = extremes([](const RankSummary& r) { return r.peak_bytes; });
+    // Ranks of one job hold the same model: a tenth apart is already worth a look.
+    if (high->peak_bytes > low->peak_bytes + low->peak_bytes / 10) {
+        std::ostringstream ratio;
+        ratio.precision(1);
+        ratio << std::fixed
+              << (low->peak_bytes > 0
+                      ? static_cast<double>(high->peak_bytes) / static_cast<double>(low->peak_bytes)
+                      : 0.0);
+        lines.push_back("peak skew: rank " + std::to_string(high->rank) + " reached " +
+                        formatBytes(static_cast<double>(high->peak_bytes)) + ", rank " +
+                        std::to_string(low->rank) + " " +
+                        formatBytes(static_cast<double>(low->peak_bytes)) +
+                        (low->peak_bytes > 0 ? " (" + ratio.str() + "×)" : std::string()));
+    }
+    auto [shortest, longest] = extremes([](const RankSummary& r) { return r.iterations; });
+    if (longest->iterations != shortest->iterations) {
+        lines.push_back("iteration skew: rank " + std::to_string(shortest->rank) + " ran " +
+                        plural(shortest->iterations, iterationNoun(boundary)) + ", rank " +
+                        std::to_string(longest->rank) + " " + groupThousands(longest->iterations));
+    }
+    return lines;
+}
+
+} // namespace torchleak

@@ -68,7 +68,8 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
                                      const char* nodeTypeName,
                                      int64_t allocatorAllocated,
                                      int64_t allocatorReserved,
-                                     bool allocatorTotals) noexcept {
+                                     bool allocatorTotals,
+                                     uint64_t weight) noexcept {
     d_events.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(d_mutex);
     DeviceState* st = deviceState(device);
@@ -84,6 +85,7 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
         }
         BlockRecord rec;
         rec.size = size;
+        rec.weight = weight == kWholeBlock ? size : weight;
         rec.sequence = ++d_sequence;
         rec.iteration = d_iteration.load(std::memory_order_relaxed);
         rec.stack = stack;
@@ -93,7 +95,7 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
             // The allocator handed out an address whose free we did not see (a gap while
             // another profiler was on top): forget the old block.
             if (DeviceState* owner = knownDeviceState(stale->device)) {
-                owner->tracked -= static_cast<int64_t>(stale->size);
+                owner->tracked -= static_cast<int64_t>(stale->weight);
             }
             removeBlock(*stale);
             d_live.erase(ptr);
@@ -105,13 +107,28 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
             removeBlock(rec);
             throw;
         }
-        st->tracked += static_cast<int64_t>(size);
+        st->tracked += static_cast<int64_t>(rec.weight);
     } catch (...) {
         // Out of memory while growing a table: losing one event beats terminating the
         // process from inside the allocator.
         d_dropped.fetch_add(1, std::memory_order_relaxed);
     }
     updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals, size);
+}
+
+void AllocationRecorder::recordSkipped(DeviceKey device,
+                                       int64_t allocatorAllocated,
+                                       int64_t allocatorReserved,
+                                       bool allocatorTotals) noexcept {
+    d_events.fetch_add(1, std::memory_order_relaxed);
+    d_skipped.fetch_add(1, std::memory_order_relaxed);
+    if (!allocatorTotals) {
+        return; // the tracked totals are the recorded blocks' weights: nothing to update
+    }
+    std::lock_guard<std::mutex> lock(d_mutex);
+    if (DeviceState* st = deviceState(device)) {
+        updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals, 0);
+    }
 }
 
 void AllocationRecorder::recordFree(uintptr_t ptr,
@@ -126,7 +143,7 @@ void AllocationRecorder::recordFree(uintptr_t ptr,
         removeBlock(*removed);
         // The block's own device: a free reported on another one must not move two counts.
         if (DeviceState* owner = deviceState(removed->device)) {
-            owner->tracked -= static_cast<int64_t>(removed->size);
+            owner->tracked -= static_cast<int64_t>(removed->weight);
         }
     }
     // The free of a block never seen (allocated before tracking, or a report gone astray)
@@ -177,11 +194,11 @@ void AllocationRecorder::addBlock(const BlockRecord& rec) {
         group.births.push_back(BirthCount{rec.iteration, 0, 0});
     }
     group.births.back().count += 1;
-    group.births.back().bytes += rec.size;
-    group.bytes += rec.size;
+    group.births.back().bytes += rec.weight;
+    group.bytes += rec.weight;
     group.count += 1;
-    d_liveBytes += rec.size;
-    d_bornBytes += rec.size;
+    d_liveBytes += rec.weight;
+    d_bornBytes += rec.weight;
     markDirty(group);
 }
 
@@ -198,7 +215,7 @@ void AllocationRecorder::removeBlock(const BlockRecord& rec) noexcept {
         return; // not added (addBlock threw): nothing to take back
     }
     birth->count -= 1;
-    birth->bytes -= std::min(birth->bytes, rec.size);
+    birth->bytes -= std::min(birth->bytes, rec.weight);
     if (birth->count == 0) {
         group.emptyBirths += 1;
         while (!group.births.empty() && group.births.back().count == 0) {
@@ -210,13 +227,13 @@ void AllocationRecorder::removeBlock(const BlockRecord& rec) noexcept {
         }
         group.head = std::min(group.head, group.births.size());
     }
-    group.bytes -= std::min(group.bytes, rec.size);
+    group.bytes -= std::min(group.bytes, rec.weight);
     group.count -= 1;
-    d_liveBytes -= std::min(d_liveBytes, rec.size);
+    d_liveBytes -= std::min(d_liveBytes, rec.weight);
     if (rec.iteration == d_iteration.load(std::memory_order_relaxed)) {
-        d_bornBytes -= std::min(d_bornBytes, rec.size);
+        d_bornBytes -= std::min(d_bornBytes, rec.weight);
     } else {
-        d_freedBytes += rec.size;
+        d_freedBytes += rec.weight;
     }
     markDirty(group);
 }

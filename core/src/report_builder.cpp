@@ -168,6 +168,7 @@ class ReportBuilder {
         d_report.boundary = d_inputs.boundary;
         d_report.warnings = d_inputs.warnings;
         d_report.events_recorded = d_recorder.eventCount();
+        d_report.sample_bytes = d_recorder.sampler().threshold();
         d_report.iterations = d_n > 0 ? static_cast<int>(d_boundaries.back().iteration) + 1 : 0;
         for (const BoundarySnapshot& snap : d_boundaries) {
             d_at.push_back(snap.iteration);
@@ -296,7 +297,7 @@ class ReportBuilder {
                 stackless = it->second.site;
                 stackless->lastCount -= std::min<uint64_t>(stackless->lastCount, 1);
             }
-            const auto size = static_cast<int64_t>(rec.size);
+            const auto size = static_cast<int64_t>(rec.weight);
             size_t first = static_cast<size_t>(
                 std::lower_bound(d_at.begin(), d_at.end(), rec.iteration) - d_at.begin());
             for (size_t b = first; b < d_n; ++b) {
@@ -631,13 +632,7 @@ class ReportBuilder {
         }
         const auto& findings = d_report.findings;
         std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-            const Finding& a = findings[x];
-            const Finding& b = findings[y];
-            bool la = a.verdict == Verdict::Leak, lb = b.verdict == Verdict::Leak;
-            if (la != lb) {
-                return la;
-            }
-            return a.total_bytes > b.total_bytes;
+            return listedBefore(findings[x], findings[y]);
         });
         std::vector<Finding> sorted;
         std::vector<std::vector<Candidate>> blocks(order.size());

@@ -143,6 +143,93 @@ template <typename T> json optionalJson(const std::optional<T>& v) {
     return v ? json(*v) : json(nullptr);
 }
 
+json deviceJson(const DeviceTimeline& d, int iterations, BoundaryKind boundary) {
+    return {{"device", d.device},
+            {"capacity_bytes", d.capacity_bytes},
+            {"allocated", d.allocated},
+            {"reserved", d.reserved},
+            {"peak", d.peak},
+            {"leak_bytes_per_iteration", d.leak_bytes_per_iteration},
+            {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
+            {"verdict", d.verdict},
+            {"fragmentation_ratio", d.fragmentation_ratio},
+            {"projection_text", projectionText(d, iterations, boundary)}};
+}
+
+DeviceTimeline deviceFrom(const json& d) {
+    DeviceTimeline t;
+    t.device = d.at("device").get<std::string>();
+    t.capacity_bytes = integerOr<uint64_t>(d, "capacity_bytes", 0);
+    t.allocated = integersAt<int64_t>(d, "allocated");
+    t.reserved = integersAt<int64_t>(d, "reserved");
+    t.peak = integersOr<int64_t>(d, "peak");
+    t.leak_bytes_per_iteration = integerOr<int64_t>(d, "leak_bytes_per_iteration", 0);
+    if (d.contains("projected_oom_iteration") && !d["projected_oom_iteration"].is_null()) {
+        t.projected_oom_iteration = integerAt<int64_t>(d, "projected_oom_iteration");
+    }
+    t.verdict = d.value("verdict", "ok");
+    t.fragmentation_ratio = realOr(d, "fragmentation_ratio", 0.0);
+    return t;
+}
+
+// The `ranks` section of a merged job report, its display lines beside the data.
+json ranksJson(const JobRanks& job, BoundaryKind boundary) {
+    json ranks = json::array();
+    for (const RankSummary& rank : job.ranks) {
+        json devices = json::array();
+        for (const DeviceTimeline& d : rank.devices) {
+            devices.push_back(deviceJson(d, rank.iterations, boundary));
+        }
+        json rj = {{"rank", rank.rank},
+                   {"status", rank.status},
+                   {"note", rank.note},
+                   {"iterations", rank.iterations},
+                   {"leaks", rank.leaks},
+                   {"leak_bytes_per_iteration", rank.leak_bytes_per_iteration},
+                   {"peak_bytes", rank.peak_bytes},
+                   {"devices", std::move(devices)},
+                   {"text", rankText(rank, boundary)}};
+        if (!rank.series_iterations.empty()) {
+            rj["series_iterations"] = rank.series_iterations;
+        }
+        ranks.push_back(std::move(rj));
+    }
+    return {{"world_size", job.world_size},
+            {"ranks", std::move(ranks)},
+            {"skew_text", rankSkewText(job, boundary)}};
+}
+
+JobRanks ranksFrom(const json& j) {
+    JobRanks job;
+    job.world_size = integerAt<int>(j, "world_size");
+    if (job.world_size < 1) {
+        throw SchemaError("ranks.world_size must be at least 1");
+    }
+    for (const json& rj : j.at("ranks")) {
+        RankSummary rank;
+        rank.rank = integerAt<int>(rj, "rank");
+        if (rank.rank < 0 || rank.rank >= job.world_size) {
+            throw SchemaError("rank " + std::to_string(rank.rank) + " is outside the job");
+        }
+        rank.status = rj.at("status").get<std::string>();
+        if (rank.status != "ok" && rank.status != "failed" && rank.status != "missing") {
+            throw SchemaError("a rank's status is ok, failed or missing, got '" + rank.status +
+                              "'");
+        }
+        rank.note = rj.value("note", "");
+        rank.iterations = integerOr<int>(rj, "iterations", 0);
+        rank.leaks = integerOr<int>(rj, "leaks", 0);
+        rank.leak_bytes_per_iteration = integerOr<int64_t>(rj, "leak_bytes_per_iteration", 0);
+        rank.peak_bytes = integerOr<int64_t>(rj, "peak_bytes", 0);
+        for (const json& d : rj.value("devices", json::array())) {
+            rank.devices.push_back(deviceFrom(d));
+        }
+        rank.series_iterations = integersOr<int64_t>(rj, "series_iterations");
+        job.ranks.push_back(std::move(rank));
+    }
+    return job;
+}
+
 json outOfMemoryJson(const OutOfMemoryReport& oom, const Report& r) {
     json sites = json::array();
     for (const OutOfMemorySite& s : oom.by_site) {
@@ -228,17 +315,7 @@ std::string toJson(const Report& r, int indent) {
     j["warnings"] = r.warnings;
     j["devices"] = json::array();
     for (const DeviceTimeline& d : r.devices) {
-        j["devices"].push_back(
-            {{"device", d.device},
-             {"capacity_bytes", d.capacity_bytes},
-             {"allocated", d.allocated},
-             {"reserved", d.reserved},
-             {"peak", d.peak},
-             {"leak_bytes_per_iteration", d.leak_bytes_per_iteration},
-             {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
-             {"verdict", d.verdict},
-             {"fragmentation_ratio", d.fragmentation_ratio},
-             {"projection_text", projectionText(d, r.iterations, r.boundary)}});
+        j["devices"].push_back(deviceJson(d, r.iterations, r.boundary));
     }
     j["findings"] = json::array();
     for (const Finding& f : r.findings) {
@@ -299,6 +376,10 @@ std::string toJson(const Report& r, int indent) {
                        {"r2", f.trend.r2},
                        {"p_value", f.trend.p_value}};
         fj["confidence"] = f.confidence;
+        if (!f.ranks.empty()) {
+            fj["ranks"] = f.ranks;
+            fj["ranks_text"] = rankScopeText(f, r);
+        }
         j["findings"].push_back(std::move(fj));
     }
     j["causes"] = json::array();
@@ -317,6 +398,12 @@ std::string toJson(const Report& r, int indent) {
     }
     if (r.oom) {
         j["oom"] = outOfMemoryJson(*r.oom, r);
+    }
+    if (r.ranks) {
+        j["ranks"] = ranksJson(*r.ranks, r.boundary);
+    }
+    if (r.sample_bytes > 0) {
+        j["sampling"] = {{"sample_bytes", r.sample_bytes}, {"text", samplingText(r.sample_bytes)}};
     }
     json recs = json::array();
     for (const Recommendation& rec : r.summary.recommendations) {
@@ -362,19 +449,7 @@ Report reportFromJson(const std::string& text) {
         r.events_recorded = integerOr<uint64_t>(j, "events_recorded", 0);
         r.warnings = j.value("warnings", std::vector<std::string>{});
         for (const json& d : j.at("devices")) {
-            DeviceTimeline t;
-            t.device = d.at("device").get<std::string>();
-            t.capacity_bytes = integerOr<uint64_t>(d, "capacity_bytes", 0);
-            t.allocated = integersAt<int64_t>(d, "allocated");
-            t.reserved = integersAt<int64_t>(d, "reserved");
-            t.peak = integersOr<int64_t>(d, "peak");
-            t.leak_bytes_per_iteration = integerOr<int64_t>(d, "leak_bytes_per_iteration", 0);
-            if (d.contains("projected_oom_iteration") && !d["projected_oom_iteration"].is_null()) {
-                t.projected_oom_iteration = integerAt<int64_t>(d, "projected_oom_iteration");
-            }
-            t.verdict = d.value("verdict", "ok");
-            t.fragmentation_ratio = realOr(d, "fragmentation_ratio", 0.0);
-            r.devices.push_back(std::move(t));
+            r.devices.push_back(deviceFrom(d));
         }
         for (const json& fj : j.at("findings")) {
             Finding f;
@@ -444,6 +519,7 @@ Report reportFromJson(const std::string& text) {
             f.trend = {realFrom(t.at("slope_bytes_per_iteration"), "slope_bytes_per_iteration"),
                        realFrom(t.at("r2"), "r2"), realFrom(t.at("p_value"), "p_value")};
             f.confidence = realFrom(fj.at("confidence"), "confidence");
+            f.ranks = integersOr<int>(fj, "ranks");
             r.findings.push_back(std::move(f));
         }
         for (const json& cj : j.value("causes", json::array())) {
@@ -473,6 +549,20 @@ Report reportFromJson(const std::string& text) {
         }
         if (j.contains("oom") && !j["oom"].is_null()) {
             r.oom = outOfMemoryFrom(j["oom"], r.findings.size());
+        }
+        if (j.contains("sampling") && !j["sampling"].is_null()) {
+            r.sample_bytes = integerAt<uint64_t>(j["sampling"], "sample_bytes");
+        }
+        if (j.contains("ranks") && !j["ranks"].is_null()) {
+            r.ranks = ranksFrom(j["ranks"]);
+            for (const Finding& f : r.findings) {
+                for (int rank : f.ranks) {
+                    if (rank < 0 || rank >= r.ranks->world_size) {
+                        throw SchemaError("a finding names rank " + std::to_string(rank) +
+                                          ", which is outside the job");
+                    }
+                }
+            }
         }
         const json& s = j.at("summary");
         r.summary.score = integerAt<int>(s, "score");

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace torchleak {
 
@@ -46,5 +47,20 @@ std::string emptyReportText(const Report& report);
 
 // The out-of-memory account: the device, its totals at the failure and the likely culprit.
 std::string outOfMemoryText(const OutOfMemoryReport& oom, const Report& report);
+
+// What sampling means for the numbers: "blocks of 256.0 KiB and more were recorded whole ...".
+std::string samplingText(uint64_t sampleBytes);
+
+// Which ranks of a merged job report a finding is on: "leaks on rank 1 only", "leaks on ranks 0
+// and 2 of 3", "leaks on every rank (3)" ("on rank 1 only" for other verdicts); "" outside a job.
+std::string rankScopeText(const Finding& f, const Report& report);
+
+// One line per rank of a merged job report ("rank 1: 20 iterations, 1 leak at 1.0 MiB per
+// iteration, peak 32.0 MiB"; "rank 2: no report (timed out after 30 s)").
+std::string rankText(const RankSummary& rank, BoundaryKind boundary);
+
+// How the ranks differ, a line per measure that does: leak rate, peak memory, iterations run.
+// Empty when the ranks agree (or fewer than two reported).
+std::vector<std::string> rankSkewText(const JobRanks& job, BoundaryKind boundary);
 
 } // namespace torchleak

@@ -22,6 +22,8 @@ struct DeviceKey {
 
 struct BlockRecord {
     uint64_t size = 0;
+    uint64_t weight = 0;    // the bytes it stands for in every total: its size, unless sampled
+                            // (allocation_sampler.h)
     uint64_t sequence = 0;  // position of the allocation event in the run
     uint32_t iteration = 0; // the iteration (0-based) during which it was allocated
     StackToken stack = 0;

@@ -159,7 +159,19 @@ struct Finding {
     Severity severity = Severity::Info;
     Trend trend;
     double confidence = 0.0;
+    // In a report merged from a torch.distributed job (rank_merge.h): the ranks on which this
+    // site has this verdict, ascending. Empty in a single process's report.
+    std::vector<int> ranks;
 };
+
+// The order of a report's findings: leaks first, then by live bytes.
+inline bool listedBefore(const Finding& a, const Finding& b) noexcept {
+    bool la = a.verdict == Verdict::Leak, lb = b.verdict == Verdict::Leak;
+    if (la != lb) {
+        return la;
+    }
+    return a.total_bytes > b.total_bytes;
+}
 
 struct DeviceTimeline {
     std::string device;
@@ -231,6 +243,25 @@ struct OutOfMemoryReport {
     std::vector<OutOfMemoryHolder> by_holder; // biggest live first
 };
 
+// One rank of a torch.distributed job in a report merged at rank 0: the JSON's `ranks`.
+struct RankSummary {
+    int rank = 0;
+    std::string status = "ok"; // "ok", "failed" (its run raised: the report is partial) or
+                               // "missing" (no report arrived: crashed, hung, unreadable)
+    std::string note;          // why, for a failed or missing rank
+    int iterations = 0;
+    int leaks = 0;
+    int64_t leak_bytes_per_iteration = 0; // of its leak findings together
+    int64_t peak_bytes = 0;               // the highest allocated any of its devices reached
+    std::vector<DeviceTimeline> devices;  // its own curves
+    std::vector<int64_t> series_iterations;
+};
+
+struct JobRanks {
+    int world_size = 0;
+    std::vector<RankSummary> ranks; // one per rank of the job, by rank
+};
+
 struct Report {
     std::string torch_version;
     std::string python_version;
@@ -246,7 +277,11 @@ struct Report {
     Summary summary;
     std::vector<std::string> warnings; // e.g. events missed while torch.profiler was on top
     uint64_t events_recorded = 0;
+    // Watch mode's sampling threshold (allocation_sampler.h); 0 when every allocation was
+    // recorded. Above 0, small blocks' bytes and counts are estimates.
+    uint64_t sample_bytes = 0;
     std::optional<OutOfMemoryReport> oom;
+    std::optional<JobRanks> ranks; // set in a report merged from a torch.distributed job
 };
 
 } // namespace torchleak

@@ -17,6 +17,7 @@
 // block of an iteration (one birth entry); a free never allocates. Everything else (boundaries,
 // snapshots, iteration over live blocks) is called by the tracking thread with the GIL held.
 
+#include "torchleak/allocation_sampler.h"
 #include "torchleak/live_block_table.h"
 #include "torchleak/stack_table.h"
 
@@ -115,6 +116,12 @@ class AllocationRecorder {
     AllocationRecorder& operator=(const AllocationRecorder&) = delete;
 
     void setStackRetainer(StackRetainFn fn) noexcept { d_retain = fn; }
+    // Before the hook is installed: from then on the hook asks sampler() what each allocation
+    // weighs (allocation_sampler.h) and passes that weight to recordAlloc.
+    void setSampler(AllocationSampler sampler) noexcept { d_sampler = sampler; }
+    const AllocationSampler& sampler() const noexcept { return d_sampler; }
+    // recordAlloc's weight when the block stands for its own size.
+    static constexpr uint64_t kWholeBlock = ~uint64_t{0};
 
     // ---- hot path: any thread, noexcept, lock held for a table update only ----------------
     void recordAlloc(uintptr_t ptr,
@@ -124,7 +131,14 @@ class AllocationRecorder {
                      const char* nodeTypeName,
                      int64_t allocatorAllocated,
                      int64_t allocatorReserved,
-                     bool allocatorTotals) noexcept;
+                     bool allocatorTotals,
+                     uint64_t weight = kWholeBlock) noexcept;
+    // An allocation the sampler skipped (weight 0): counted, not recorded; a device allocator's
+    // totals still move the device's timeline.
+    void recordSkipped(DeviceKey device,
+                       int64_t allocatorAllocated,
+                       int64_t allocatorReserved,
+                       bool allocatorTotals) noexcept;
     void recordFree(uintptr_t ptr,
                     DeviceKey device,
                     int64_t allocatorAllocated,
@@ -160,6 +174,7 @@ class AllocationRecorder {
 
     uint64_t eventCount() const noexcept { return d_events.load(std::memory_order_relaxed); }
     uint64_t droppedEvents() const noexcept { return d_dropped.load(std::memory_order_relaxed); }
+    uint64_t skippedEvents() const noexcept { return d_skipped.load(std::memory_order_relaxed); }
     size_t liveBlockCount() const;
     size_t stackCount() const;
 
@@ -216,6 +231,8 @@ class AllocationRecorder {
     std::atomic<uint32_t> d_iteration{0};
     std::atomic<uint64_t> d_events{0};
     std::atomic<uint64_t> d_dropped{0};
+    std::atomic<uint64_t> d_skipped{0};
+    AllocationSampler d_sampler;
     std::atomic<bool> d_shadowed{false};
     uint64_t d_sequence = 0;
     std::unordered_map<GroupKey, GroupState, GroupKeyHash> d_groups; // nodes: stable addresses

@@ -11,6 +11,7 @@
 #include "torchleak/config.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
+#include "torchleak/rank_merge.h"
 #include "torchleak/report_diff.h"
 #include "torchleak/report_json.h"
 #include "torchleak/retention.h"
@@ -97,12 +98,14 @@ PYBIND11_MODULE(_core, m) {
             "(user, cell) of a file: is it user code, and which notebook cell is it");
 
     py::class_<python::TrackingSession>(m, "Session")
-        .def(py::init<bool>(), py::arg("capture_stacks") = true)
+        .def(py::init<bool, uint64_t>(), py::arg("capture_stacks") = true,
+             py::arg("sample_bytes") = 0)
         .def("start", &python::TrackingSession::start)
         .def("start_paused", &python::TrackingSession::startPaused)
         .def("step", &python::TrackingSession::step)
         .def("pause", &python::TrackingSession::pause)
         .def("resume", &python::TrackingSession::resume)
+        .def_property_readonly("skipped_events", &python::TrackingSession::skippedEvents)
         .def_property_readonly("paused", &python::TrackingSession::paused)
         .def("stop", &python::TrackingSession::stop)
         .def_property_readonly("active", &python::TrackingSession::active)
@@ -212,6 +215,21 @@ PYBIND11_MODULE(_core, m) {
         py::arg("before"), py::arg("after"), py::arg("tolerance") = 0.1,
         "Compare two torchleak.report/1 documents: a torchleak.diff/1 document (its `text` is "
         "what the CLI prints).");
+    m.def(
+        "merge_rank_reports",
+        [](const std::vector<std::tuple<int, std::optional<std::string>, std::string, std::string>>&
+               ranks,
+           int worldSize, const AnalysisConfig& config) {
+            std::vector<RankInput> inputs;
+            for (const auto& [rank, report, status, note] : ranks) {
+                inputs.push_back(RankInput{rank, report, status, note});
+            }
+            return toJson(mergeRankReports(inputs, worldSize, config));
+        },
+        py::arg("ranks"), py::arg("world_size"), py::arg("config") = AnalysisConfig{},
+        "One torchleak.report/1 document for a torch.distributed job from its ranks' reports: "
+        "ranks is a list of (rank, report JSON or None, status, note), status one of ok, "
+        "failed, missing.");
     m.def("capture_strategy", &python::captureStrategy);
     m.def(
         "profiler_state_installed",

@@ -110,6 +110,13 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         }
         t_inHook = true;
         if (size >= 0) {
+            // Sampling decides first: a skipped allocation costs no stack capture at all.
+            const uint64_t weight = d_recorder->sampler().weigh(static_cast<uint64_t>(size));
+            if (weight == 0) {
+                d_recorder->recordSkipped(key, allocated, reserved, totals);
+                t_inHook = false;
+                return;
+            }
             RawFrame frames[kMaxFrames];
             size_t depth = 0;
             if (withStack && d_captureStacks.load(std::memory_order_relaxed) &&
@@ -122,7 +129,7 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
             }
             d_recorder->recordAlloc(reinterpret_cast<uintptr_t>(ptr), static_cast<uint64_t>(size),
                                     key, std::span<const RawFrame>(frames, depth), nodeType,
-                                    allocated, reserved, totals);
+                                    allocated, reserved, totals, weight);
         } else {
             d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
                                    totals);

@@ -13,9 +13,10 @@ namespace {
 std::atomic<TrackingSession*> g_active{nullptr};
 }
 
-TrackingSession::TrackingSession(bool captureStacks)
+TrackingSession::TrackingSession(bool captureStacks, uint64_t sampleBytes)
     : d_recorder(std::make_shared<AllocationRecorder>()), d_captureStacks(captureStacks) {
     d_recorder->setStackRetainer(&retainCodeObjects);
+    d_recorder->setSampler(AllocationSampler(sampleBytes));
 }
 
 TrackingSession::~TrackingSession() {

@@ -17,7 +17,8 @@ namespace torchleak::python {
 
 class TrackingSession {
   public:
-    explicit TrackingSession(bool captureStacks);
+    // sampleBytes > 0: blocks smaller than that are sampled (allocation_sampler.h).
+    explicit TrackingSession(bool captureStacks, uint64_t sampleBytes = 0);
     ~TrackingSession();
     TrackingSession(const TrackingSession&) = delete;
     TrackingSession& operator=(const TrackingSession&) = delete;
@@ -36,6 +37,7 @@ class TrackingSession {
     bool hookOnTop() const noexcept;
     uint32_t iterations() const noexcept { return d_recorder->iteration(); }
     uint64_t events() const noexcept { return d_recorder->eventCount(); }
+    uint64_t skippedEvents() const noexcept { return d_recorder->skippedEvents(); }
     size_t liveBlocks() const { return d_recorder->liveBlockCount(); }
     size_t stacks() const { return d_recorder->stackCount(); }
     IterationTotals lastIteration() const {
