@@ -42,10 +42,11 @@ test-device: install
 	$(PY) -m pytest -q tests/device
 
 # tests/python: API, paths, verdicts, magics (no kernel); tests/integrations: pytest, HF Trainer,
-# Lightning (the pinned extras); tests/notebooks: nbclient on
+# Lightning (the pinned extras); tests/distributed: torchrun jobs of 2 and 3 ranks (gloo on
+# 127.0.0.1, bounded timeouts); tests/notebooks: nbclient on
 # ipykernel and xeus-python; tests/browser: JupyterLab 4 in headless Chromium.
 test-python: install
-	$(PY) -m pytest -q tests/python tests/integrations tests/notebooks tests/browser
+	$(PY) -m pytest -q tests/python tests/integrations tests/distributed tests/notebooks tests/browser
 
 # The committed widget bundle and lab extension must match their sources.
 test-widgets:

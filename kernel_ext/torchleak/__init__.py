@@ -18,8 +18,10 @@ import torch  # noqa: F401  (loads libtorch before the extension that links it)
 from ._config import config
 from ._report import Finding, Report
 from ._tracking import Tracker, check, step, track
+from ._watch import DEFAULT_SAMPLE_BYTES, Watch, watch
 
-__all__ = ["Finding", "Report", "Tracker", "check", "config", "step", "track", "__version__"]
+__all__ = ["DEFAULT_SAMPLE_BYTES", "Finding", "Report", "Tracker", "Watch", "check", "config",
+           "step", "track", "watch", "__version__"]
 
 
 def load_ipython_extension(shell):

@@ -7,6 +7,15 @@ Exit status: 0 no leak (or no --fail-on-leak), 1 leak found with --fail-on-leak,
 3 the run failed: the script raised or exited non-zero (its traceback is printed and the report
 is still written), or torchleak could not track (e.g. torch.profiler already active).
 
+--watch keeps watching a long run instead (torchleak.watch): an iteration every --every N
+optimizer steps, blocks under --sample-bytes sampled (default 256 KiB; 0 records all), and when a
+leak is confirmed mid-run one line is logged and the report written to --json/--html at once.
+
+Under torchrun every rank is tracked; rank 0 waits at most --gather-timeout seconds (default 60)
+for the others' reports and writes one merged report to --json/--html. With {rank} in a path,
+each rank also writes its own there, and the merged one goes where {rank} reads "merged". A rank
+whose report rank 0 did not confirm writes its own next to the path (name.rank1.json).
+
 python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]
 
 Compares two saved reports: which leaks were fixed, which are new, which grew (a rate more than
@@ -21,7 +30,9 @@ import traceback
 import types
 
 USAGE = ("usage: python -m torchleak run script.py [ARGS...] [--json PATH] [--html PATH] "
-         "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet] [-- SCRIPT_ARGS...]\n"
+         "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet]\n"
+         "           [--watch] [--every N] [--sample-bytes N] [--gather-timeout S] "
+         "[-- SCRIPT_ARGS...]\n"
          "       python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]\n"
          "       python -m torchleak install-kernel [--user]")
 
@@ -32,13 +43,13 @@ class UsageError(Exception):
     pass
 
 
-def _int_option(name, value, maximum=10**9):
+def _int_option(name, value, maximum=10**9, minimum=0):
     try:
         number = int(value)
     except (TypeError, ValueError):
         raise UsageError(f"{name} needs an integer, got {value!r}") from None
-    if not 0 <= number <= maximum:
-        raise UsageError(f"{name} must be between 0 and {maximum:,}, got {number}")
+    if not minimum <= number <= maximum:
+        raise UsageError(f"{name} must be between {minimum} and {maximum:,}, got {number}")
     return number
 
 
@@ -46,7 +57,8 @@ def parse_run_args(argv):
     """Options of `run` may stand before or after the script; everything after `--` belongs to
     the script untouched."""
     opts = {"json": None, "html": None, "fail_on_leak": False, "warmup": 0, "min_bytes": 0,
-            "quiet": False}
+            "quiet": False, "watch": False, "every": 1, "sample_bytes": None,
+            "gather_timeout": 60.0}
     script, script_args = None, []
     i = 0
     while i < len(argv):
@@ -54,24 +66,15 @@ def parse_run_args(argv):
         if arg == "--":
             script_args.extend(argv[i + 1:])
             break
-        if arg in ("--json", "--html", "--warmup", "--min-bytes"):
+        if arg in _VALUED:
             if i + 1 >= len(argv):
                 raise UsageError(f"{arg} needs a value")
-            value = argv[i + 1]
-            if arg == "--json":
-                opts["json"] = value
-            elif arg == "--html":
-                opts["html"] = value
-            elif arg == "--warmup":
-                opts["warmup"] = _int_option(arg, value)
-            else:
-                opts["min_bytes"] = _int_option(arg, value, maximum=2**63)
+            key, parse = _VALUED[arg]
+            opts[key] = parse(arg, argv[i + 1])
             i += 2
             continue
-        if arg == "--fail-on-leak":
-            opts["fail_on_leak"] = True
-        elif arg == "--quiet":
-            opts["quiet"] = True
+        if arg in ("--fail-on-leak", "--quiet", "--watch"):
+            opts[arg[2:].replace("-", "_")] = True
         elif script is None:
             if arg.startswith("-"):
                 raise UsageError(f"unknown option {arg!r}")
@@ -83,10 +86,37 @@ def parse_run_args(argv):
         raise UsageError("no script given")
     if not os.path.isfile(script):
         raise UsageError(f"no such script: {script}")
+    if not opts["watch"] and (opts["every"] != 1 or opts["sample_bytes"] is not None):
+        raise UsageError("--every and --sample-bytes belong to --watch")
     for key, extensions in (("json", (".json",)), ("html", (".html", ".htm"))):
         if opts[key] is not None:
-            opts[key] = _output_path(f"--{key}", opts[key], extensions)
+            # Checked with the rank torchrun gives this process; the merged report's name too.
+            for rank in (os.environ.get("RANK", "0"), "merged"):
+                _output_path(f"--{key}", opts[key].replace("{rank}", rank), extensions)
+            opts[key] = os.path.abspath(opts[key])
     return script, script_args, opts
+
+
+def _seconds_option(name, value):
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise UsageError(f"{name} needs a number of seconds, got {value!r}") from None
+    if not 0 <= seconds <= 86400:
+        raise UsageError(f"{name} must be between 0 and 86400 seconds, got {value}")
+    return seconds
+
+
+# Options of `run` that take a value: the key in opts and how the value is read.
+_VALUED = {
+    "--json": ("json", lambda name, value: value),
+    "--html": ("html", lambda name, value: value),
+    "--warmup": ("warmup", _int_option),
+    "--min-bytes": ("min_bytes", lambda name, value: _int_option(name, value, maximum=2**63)),
+    "--every": ("every", lambda name, value: _int_option(name, value, minimum=1)),
+    "--sample-bytes": ("sample_bytes", lambda name, value: _int_option(name, value, 2**40)),
+    "--gather-timeout": ("gather_timeout", _seconds_option),
+}
 
 
 def _output_path(option, path, extensions):
@@ -119,6 +149,7 @@ def _script_module(script):
 def run(argv):
     script, script_args, opts = parse_run_args(argv)
     import torchleak
+    from torchleak import _job
 
     with open(script, "rb") as fh:
         source = fh.read()
@@ -127,13 +158,24 @@ def run(argv):
     except SyntaxError as exc:
         raise UsageError(f"cannot compile {script}: {exc}") from None
 
-    status = EXIT_OK
+    status, failure = EXIT_OK, None
     saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
     module = _script_module(script)
     sys.argv = [script] + script_args
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     sys.modules["__main__"] = module
-    tracker = torchleak.track(warmup=opts["warmup"], min_bytes=opts["min_bytes"])
+    if opts["watch"]:
+        sample = opts["sample_bytes"]
+        recording = torchleak.watch(every=opts["every"], warmup=opts["warmup"],
+                                    min_bytes=opts["min_bytes"], json=opts["json"],
+                                    html=opts["html"], gather_timeout=None,
+                                    sample_bytes=torchleak.DEFAULT_SAMPLE_BYTES if sample is None
+                                    else sample)
+        recording.save_at_end = False
+        tracker = recording.tracker
+    else:
+        recording = tracker = torchleak.track(warmup=opts["warmup"], min_bytes=opts["min_bytes"],
+                                              gather_timeout=None)
     real_exit = os._exit
 
     def exit_now(code):
@@ -141,44 +183,109 @@ def run(argv):
         # written here, then the process ends as the script asked.
         try:
             tracker.stop()
-            _finish(tracker.report(), opts)
+            tracker.report()
+            _finish(tracker, opts, f"the script called os._exit({code})" if code else None)
         finally:
             real_exit(code)
 
     os._exit = exit_now
+    terminated = _TerminationSignal()
     try:
-        with tracker:
+        with terminated, recording:
             try:
                 exec(code, module.__dict__)
             except SystemExit as exc:
                 if exc.code not in (None, 0):
                     status = EXIT_SCRIPT_FAILED
+                    failure = terminated.note or f"SystemExit: {exc.code}"
                     if not isinstance(exc.code, int):
                         print(exc.code, file=sys.stderr)  # as Python prints sys.exit("message")
             except BaseException as exc:  # noqa: BLE001 - the script's failure, reported below
                 traceback.print_exc()
                 tracker.note_failure(exc)  # an out-of-memory error: the report says why
+                failure = _job.describe_failure(exc)
                 status = EXIT_SCRIPT_FAILED
         # Built while the script's globals are still __main__, so paths start at its names.
-        report = tracker.report()
+        tracker.report()
     finally:
         os._exit = real_exit
         sys.argv = saved_argv
         sys.modules["__main__"] = saved_main
         if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(script)):
             sys.path.pop(0)
-    _finish(report, opts)
+    # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
+    # still running within seconds: rank 0 waits less for the others.
+    timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
+    report = _finish(tracker, opts, failure, timeout)
     if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
         status = EXIT_LEAK
     return status
 
 
-def _finish(report, opts):
-    if not opts["quiet"]:
-        print(report, flush=True)
+class _TerminationSignal:
+    """SIGTERM stops the script like an exception, so the report is still written (torchrun
+    sends it to every rank when one fails). Only where nothing else handles SIGTERM, and only
+    in the main thread; the previous handler comes back afterwards."""
+
+    def __init__(self):
+        self.note, self._previous = None, None
+
+    def __enter__(self):
+        import signal
+        import threading
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+            self._previous = signal.signal(signal.SIGTERM, self._on_signal)
+        return self
+
+    def _on_signal(self, signum, frame):
+        self.note = "terminated by SIGTERM"
+        raise SystemExit(128 + signum)
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            import signal
+            signal.signal(signal.SIGTERM, self._previous)
+        return False
+
+
+def _finish(tracker, opts, failure, timeout=60.0):
+    """Prints and writes the report; in a torch.distributed job, gathers the ranks' reports
+    first. Returns the report the exit status is judged on: the merged one on rank 0, the
+    rank's own elsewhere."""
+    from torchleak import _job
+    own = tracker.report()
+    job = tracker.job
+    if job is None:
+        if not opts["quiet"]:
+            print(own, flush=True)
+        for key in ("json", "html"):
+            if opts[key]:
+                own.save(opts[key].replace("{rank}", "0"))
+        return own
+    exchange = tracker.gather(failure=failure, timeout=timeout)
+    merged = exchange.merged
     for key in ("json", "html"):
-        if opts[key]:
-            report.save(opts[key])
+        path = opts[key]
+        if not path:
+            continue
+        if "{rank}" in path:
+            own.save(path.replace("{rank}", str(job.rank)))
+            if merged is not None:
+                merged.save(path.replace("{rank}", "merged"))
+        elif merged is not None or job.rank == 0:
+            (merged or own).save(path)
+        elif not exchange.confirmed:
+            own.save(_job.beside(path, job.rank))
+    if merged is not None:
+        if not opts["quiet"]:
+            print(merged, flush=True)
+        return merged
+    where = ("merged at rank 0" if exchange.confirmed
+             else f"not merged ({exchange.note}); this rank's report is kept on its own")
+    print(f"torchleak: rank {job.rank}: {own.to_dict()['summary'].get('headline', '')}; {where}",
+          flush=True)
+    return own
 
 
 def parse_diff_args(argv):

@@ -10,7 +10,7 @@ import warnings
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from . import _core, _cuda, _devices, _out_of_memory, _roots
+from . import _core, _cuda, _devices, _job, _out_of_memory, _roots
 from ._config import config as _config
 from ._report import Report
 
@@ -108,7 +108,8 @@ class Tracker:
     """
 
     def __init__(self, *, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto",
-                 on_preempt=None):
+                 on_preempt=None, every=1, sample_bytes=0, gather_timeout=None,
+                 on_boundary=None):
         if warmup is None:
             warmup = _config.warmup
         if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
@@ -117,8 +118,28 @@ class Tracker:
             raise ValueError(f"min_bytes must be an int >= 0, got {min_bytes!r}")
         if boundary not in _BOUNDARIES:
             raise ValueError(f"boundary must be one of {', '.join(_BOUNDARIES)}; got {boundary!r}")
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ValueError(f"every must be an int >= 1, got {every!r}")
+        if not isinstance(sample_bytes, int) or isinstance(sample_bytes, bool) or sample_bytes < 0:
+            raise ValueError(f"sample_bytes must be an int >= 0, got {sample_bytes!r}")
+        if gather_timeout is not None and (isinstance(gather_timeout, bool) or not isinstance(
+                gather_timeout, (int, float)) or not 0 <= gather_timeout <= 86400):
+            raise ValueError(f"gather_timeout must be seconds between 0 and 86400 or None, "
+                             f"got {gather_timeout!r}")
         self.warmup = warmup
         self.min_bytes = min_bytes
+        # Optimizer steps per iteration (watch mode's boundary every N steps).
+        self._every = every
+        self._steps_seen = 0
+        self._sample_bytes = sample_bytes
+        # In a torch.distributed job: seconds rank 0 waits for the other ranks' reports when
+        # the block ends (None: no gathering), the job once seen, and the merged report.
+        self._gather_timeout = gather_timeout
+        self._job = None
+        self._job_report = None
+        self._rank_report = None
+        self.exchange = None
+        self._on_boundary = on_boundary
         self._capture_stacks = bool(capture_stacks)
         self._boundary = boundary
         self._explicit_seen = False
@@ -149,7 +170,50 @@ class Tracker:
         except Exception as error:  # noqa: BLE001
             warnings.warn(f"torchleak could not build the report of this out-of-memory "
                           f"error: {error}", RuntimeWarning, stacklevel=2)
+        if self._gather_timeout is not None and self._job is not None:
+            try:
+                self.gather(failure=exc)
+            except Exception as error:  # noqa: BLE001 - the job's own error goes first
+                warnings.warn(f"torchleak could not gather the ranks' reports: {error}",
+                              RuntimeWarning, stacklevel=2)
         return False
+
+    # -- torch.distributed ------------------------------------------------------------------
+    def _find_job(self):
+        if self._job is None:
+            self._job = _job.Job.current()
+
+    @property
+    def job(self):
+        """The torch.distributed job this process is a rank of (seen while tracking), or None."""
+        return self._job
+
+    def gather(self, *, failure=None, timeout=None):
+        """In a torch.distributed job, after the block: post this rank's report and, on rank 0,
+        merge every rank's (waiting at most ``timeout`` seconds, default the tracker's
+        ``gather_timeout``); every rank calls it. Rank 0's ``report()`` is then the merged
+        report. ``failure``: the exception that ended this rank's run (or its description), if
+        any. Returns the
+        exchange (``.merged``, ``.confirmed``, ``.note``), or None outside a job."""
+        if self._job is None:
+            return None
+        if self.active:
+            raise RuntimeError("gather() after the tracked block, not inside it")
+        own = self.report()
+        status, note = "ok", ""
+        if failure is not None:
+            status = "failed"
+            note = failure if isinstance(failure, str) else _job.describe_failure(failure)
+        if timeout is None:
+            timeout = 60.0 if self._gather_timeout is None else self._gather_timeout
+        self.exchange = _job.exchange(self._job, own, status=status, note=note,
+                                      timeout=timeout)
+        self._rank_report, self._job_report = own, self.exchange.merged
+        return self.exchange
+
+    def rank_report(self):
+        """This rank's own report, also on rank 0 after the merge."""
+        return self._rank_report or self.report()
 
     def start(self):
         """Install the hooks and start recording (what ``with`` does on entry)."""
@@ -159,7 +223,7 @@ class Tracker:
         if self._session is not None:
             raise RuntimeError("a Tracker can be used once; create a new one with torchleak.track()")
         _core.retry_deferred_removals()
-        session = _core.Session(self._capture_stacks)
+        session = _core.Session(self._capture_stacks, self._sample_bytes)
         if _core.profiler_state_installed():
             # torch.profiler (or another tool) owns the slot; nothing may be pushed on top of
             # it. Record from the moment it stops.
@@ -173,6 +237,7 @@ class Tracker:
         self._session = session
         self._thread = threading.get_ident()
         _active = self
+        self._find_job()
         self._cuda_history = _cuda.start_history()
         _cuda.observe_out_of_memory(_on_cuda_out_of_memory)
         self._wrap_profiler_hooks()
@@ -225,6 +290,8 @@ class Tracker:
         """Stop recording and restore every hook (what ``with`` does on exit). Idempotent."""
         global _active
         self._unwrap_profiler_hooks()
+        if self.active:
+            self._find_job()  # a script with no boundary at all is still a rank
         try:
             if self._optimizer_hook is not None:
                 self._optimizer_hook.remove()
@@ -251,7 +318,10 @@ class Tracker:
     # -- boundaries ---------------------------------------------------------------------------
     def _on_optimizer_step(self, optimizer, args, kwargs):
         if not self._explicit_seen and self._session is not None and self._session.active:
-            self._session.step()
+            self._steps_seen += 1
+            if self._steps_seen % self._every == 0:
+                self._session.step()
+                self._after_boundary()
 
     def step(self):
         """End the current iteration. With ``boundary="auto"``, optimizer steps no longer end
@@ -260,6 +330,12 @@ class Tracker:
             raise RuntimeError("step() outside an active torchleak.track() block")
         self._explicit_seen = True
         self._session.step()
+        self._after_boundary()
+
+    def _after_boundary(self):
+        self._find_job()
+        if self._on_boundary is not None:
+            self._on_boundary(self)
 
     def end_cell(self, cell_file, execution_count):
         """Watch mode's boundary: the cell compiled as ``cell_file`` ran as ``execution_count``.
@@ -361,6 +437,8 @@ class Tracker:
         final = (warmup is None and not self.active and not _grown_paths_only and _failure is None
                  and not given)
         failure = _out_of_memory.describe(_failure) if _failure is not None else self._failure
+        if self._job_report is not None and final:
+            return self._job_report
         if self._report is not None and final:
             return self._report
         library, packages = _library_prefixes(), _package_prefixes()
@@ -395,10 +473,16 @@ class Tracker:
         return report
 
 
-def track(*, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto"):
-    """Track tensor allocations in a ``with`` block; see :class:`Tracker`."""
+def track(*, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto",
+          gather_timeout=60.0):
+    """Track tensor allocations in a ``with`` block; see :class:`Tracker`.
+
+    In a torch.distributed job (a process group of two or more ranks initialised while
+    tracking), the ranks' reports are gathered to rank 0 when the block ends and merged:
+    rank 0 waits at most ``gather_timeout`` seconds for the others (None: no gathering), and
+    its ``report()`` is then the job's. Every rank must run the block."""
     return Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
-                   boundary=boundary)
+                   boundary=boundary, gather_timeout=gather_timeout)
 
 
 def step():

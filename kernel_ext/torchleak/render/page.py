@@ -53,6 +53,8 @@ def _finding_row(f):
         for fr in f.get("stack", []))
     details = [f"<div>{_e(f['count'])} block(s), {_e(finding_tensor(f) or 'storage')} "
                f"on {_e(f['device'])}</div>"]
+    if f.get("ranks_text"):
+        details.append(f"<div class=\"ranks\">{_e(f['ranks_text'])}</div>")
     if f.get("autograd_node"):
         details.append(f"<div>allocated in backward by <code>{_e(f['autograd_node'])}</code></div>")
     if allocated_inside_text(f):
@@ -77,6 +79,20 @@ def _finding_row(f):
             f"<td class=\"num\">{_e(format_bytes(f['bytes_per_iteration']))}</td>"
             f"<td class=\"num\">{_e(format_bytes(f['total_bytes']))}</td>"
             f"<td>{_sparkline(f.get('series') or [])}</td><td>{''.join(details)}</td></tr>")
+
+
+def _job(job):
+    """A torch.distributed job: one row per rank with its own curves, then the skew lines."""
+    parts = [f"<h2>Ranks ({_e(job.get('world_size'))})</h2><table data-testid=\"ranks\">"
+             "<tr><th>rank</th><th>status</th><th>curve</th><th>summary</th></tr>"]
+    for rank in job.get("ranks", []):
+        curves = "".join(_sparkline(d.get("allocated") or [], color="#2c7fb8")
+                         for d in rank.get("devices", []))
+        parts.append(f"<tr><td>{_e(rank.get('rank'))}</td><td>{_e(rank.get('status'))}</td>"
+                     f"<td>{curves}</td><td>{_e(rank.get('text'))}</td></tr>")
+    parts.append("</table>")
+    parts.extend(f"<p class=\"warn\">{_e(line)}</p>" for line in job.get("skew_text", []))
+    return parts
 
 
 def _oom(oom):
@@ -106,8 +122,12 @@ def render(data):
         parts.extend(_oom(data["oom"]))
     for w in data.get("warnings", []):
         parts.append(f"<p class=\"warn\">{_e(w)}</p>")
+    if data.get("sampling"):
+        parts.append(f"<p class=\"muted\">sampled: {_e(data['sampling'].get('text'))}</p>")
     if data.get("devices"):
         parts.extend(_devices(data["devices"]))
+    if data.get("ranks"):
+        parts.extend(_job(data["ranks"]))
     if data.get("causes"):
         parts.append("<h2>Leaks</h2><ol>")
         for cause in data["causes"]:

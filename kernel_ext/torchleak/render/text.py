@@ -95,6 +95,8 @@ def _site_details(f, unit, span=None):
     src = _source_line(f["site"])
     if src:
         out.append(f"    {src}")
+    if f.get("ranks_text"):
+        out.append(f"  {f['ranks_text']}")
     out.append(f"  {f['count']} block(s) alive, {format_bytes(f['total_bytes'])} "
                f"({finding_tensor(f) or 'tensor storage'} on {f['device']})")
     if f.get("autograd_node"):
@@ -118,6 +120,16 @@ def _site_details(f, unit, span=None):
     if f.get("suggestion"):
         out.append(f"  fix: {f['suggestion']}")
     return out
+
+
+def _job_lines(job):
+    """A torch.distributed job's ranks and how they differ (the core's lines)."""
+    if not job:
+        return []
+    lines = [f"  job of {job.get('world_size')} ranks:"]
+    lines += [f"    {rank.get('text', '')}" for rank in job.get("ranks", [])]
+    lines += [f"    {line}" for line in job.get("skew_text", [])]
+    return lines
 
 
 def _oom_lines(oom):
@@ -144,6 +156,9 @@ def render(data):
         out.extend(_oom_lines(data["oom"]))
     for d in data.get("devices", []):
         out.append("  " + _device_line(d, unit))
+    out.extend(_job_lines(data.get("ranks")))
+    if data.get("sampling"):
+        out.append(f"  sampled: {data['sampling'].get('text', '')}")
     out.append(f"  {summary.get('headline', '')}; "
                f"score {summary.get('score', 100)}/100 ({summary.get('grade', 'A')})")
     for w in data.get("warnings", []):
@@ -165,6 +180,7 @@ def render(data):
         out.append("Not leaks:")
         for f in others:
             held = f"  held by {f['path_text']}" if f.get("path_text") else ""
+            where = f"  ({f['ranks_text']})" if f.get("ranks_text") else ""
             out.append(f"  {f['verdict']:<10s} {format_bytes(f['total_bytes']):>10s} at "
-                       f"{site_text(f['site'])} in {f['site'].get('function')}{held}")
+                       f"{site_text(f['site'])} in {f['site'].get('function')}{held}{where}")
     return "\n".join(line.translate(_CONTROLS) for line in out)

@@ -1,0 +1,168 @@
+"""torchleak.watch(): a whole training run watched with bounded memory, a verdict as it goes.
+
+The recorder's history is thinned to a fixed grid however long the run (recorder.h), blocks
+under ``sample_bytes`` are sampled (allocation_sampler.h), and the verdict is taken without
+retaining paths, on a time budget: checks may take at most ``budget`` of the run's wall time,
+so a long step is checked every step and a 10 ms step every few dozen. A leak, once confirmed,
+is reported once: a log line, the report written, the callback called; the run goes on.
+"""
+
+import logging
+import time
+import warnings
+
+from ._job import beside
+from ._tracking import Tracker
+
+logger = logging.getLogger("torchleak")
+
+DEFAULT_SAMPLE_BYTES = 256 * 1024
+# A trend needs a few points past the warm-up before it can be called a leak.
+_MIN_JUDGED_ITERATIONS = 4
+
+
+class Watch:
+    """What :func:`watch` returns: use it as a context manager, or ``start()`` / ``stop()``.
+
+    ``watch.leaks`` holds the line logged for each confirmed leak, ``watch.report()`` the report
+    so far (or of the whole run after ``stop()``).
+    """
+
+    def __init__(self, *, every=1, on_leak=None, json="torchleak-watch.json", html=None,
+                 sample_bytes=DEFAULT_SAMPLE_BYTES, warmup=None, min_bytes=0, budget=0.005,
+                 gather_timeout=60.0):
+        if on_leak is not None and not callable(on_leak):
+            raise TypeError(f"on_leak must be callable, got {type(on_leak).__name__}")
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1:
+            raise ValueError(f"budget must be a fraction of the run's time in (0, 1], "
+                             f"got {budget!r}")
+        for name, path, ends in (("json", json, (".json",)), ("html", html, (".html", ".htm"))):
+            if path is not None and (not isinstance(path, str) or not path.lower().endswith(ends)):
+                raise ValueError(f"{name} must be a path ending in {' or '.join(ends)}, "
+                                 f"got {path!r}")
+        self.tracker = Tracker(warmup=warmup, min_bytes=min_bytes, every=every,
+                               sample_bytes=sample_bytes, gather_timeout=gather_timeout,
+                               on_boundary=self._after_boundary)
+        self._on_leak = on_leak
+        self._paths = [p for p in (json, html) if p]
+        self._budget = float(budget)
+        self._announced = set()
+        self.leaks = []
+        self.checks = 0
+        self._spent = 0.0
+        self._started = None
+        self._broken = False
+        # The CLI writes the end-of-run report itself (after gathering a job's ranks).
+        self.save_at_end = True
+
+    # -- start and stop ------------------------------------------------------------------------
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb):
+        self.tracker.__exit__(exc_type, exc, tb)
+        self._save_final()
+        return False
+
+    def start(self):
+        self._started = time.perf_counter()
+        self.tracker.start()
+        return self
+
+    def stop(self):
+        """Stop watching, restore every hook and write the final report. Idempotent."""
+        self.tracker.stop()
+        self._save_final()
+
+    def report(self, **kwargs):
+        return self.tracker.report(**kwargs)
+
+    @property
+    def overhead(self):
+        """Seconds spent on verdicts so far, as a fraction of the time watched."""
+        elapsed = time.perf_counter() - self._started if self._started else 0.0
+        return self._spent / elapsed if elapsed > 0 else 0.0
+
+    # -- the verdict as the run goes ----------------------------------------------------------
+    def _after_boundary(self, tracker):
+        if self._broken or tracker.iterations < tracker.warmup + _MIN_JUDGED_ITERATIONS:
+            return
+        if self._spent > self._budget * (time.perf_counter() - self._started):
+            return
+        begun = time.perf_counter()
+        try:
+            self.checks += 1
+            quick = tracker.report(paths=False)
+            new = [f for f in quick.leaks if _key(f) not in self._announced]
+            if new:
+                self._announce(tracker.report(), {_key(f) for f in new})
+        except Exception as error:  # noqa: BLE001 - the training run must go on
+            self._broken = True
+            warnings.warn(f"torchleak.watch stopped judging the run: {error}", RuntimeWarning)
+        finally:
+            self._spent += time.perf_counter() - begun
+
+    def _announce(self, report, keys):
+        written = self._write(report)
+        unit, per = _unit(report, self.tracker)
+        for f in report.leaks:
+            if _key(f) not in keys:
+                continue
+            self._announced.add(_key(f))
+            holder = (f.get("holder") or {}).get("path_text") or f.get("path_text") or "unknown"
+            rate = f.bytes_per_iteration / per
+            from .render.format import format_bytes
+            line = (f"torchleak: leak confirmed after {report.to_dict().get('iterations')} "
+                    f"iterations: {f.site_text} held by {holder}, +{format_bytes(rate)} per "
+                    f"{unit}" + (f"; report: {written[0]}" if written else ""))
+            self.leaks.append(line)
+            logger.warning(line)
+        if self._on_leak is not None:
+            try:
+                self._on_leak(report)
+            except Exception as error:  # noqa: BLE001 - a user callback must not stop the run
+                warnings.warn(f"torchleak.watch: on_leak raised {type(error).__name__}: "
+                              f"{error}", RuntimeWarning)
+
+    def _write(self, report):
+        written = []
+        job = self.tracker.job
+        for path in self._paths:
+            if job is not None:
+                path = (path.replace("{rank}", str(job.rank)) if "{rank}" in path
+                        else path if job.rank == 0 else beside(path, job.rank))
+            try:
+                report.save(path)
+                written.append(path)
+            except OSError as error:
+                warnings.warn(f"torchleak.watch could not write {path}: {error}", RuntimeWarning)
+        return written
+
+    def _save_final(self):
+        if self.save_at_end and self.tracker._session is not None and self._paths:
+            self._write(self.tracker.report())
+
+
+def _key(finding):
+    return (finding.site_text, finding.get("device"))
+
+
+def _unit(report, tracker):
+    """Rates said per optimizer step when iterations are groups of them."""
+    if report.to_dict().get("boundary") == "optimizer_step":
+        return "step", tracker._every
+    return "iteration", 1
+
+
+def watch(*, every=1, on_leak=None, json="torchleak-watch.json", html=None,
+          sample_bytes=DEFAULT_SAMPLE_BYTES, warmup=None, min_bytes=0, budget=0.005,
+          gather_timeout=60.0):
+    """Watch a whole training run: an iteration every ``every`` optimizer steps (or at each
+    ``torchleak.step()``), blocks under ``sample_bytes`` sampled (0 records every block), and
+    a verdict as the run goes, on at most ``budget`` of its time. When a leak is confirmed:
+    one log line (logger "torchleak": site, holder, bytes per step), the report written to
+    ``json`` / ``html`` (``{rank}`` is the rank in a torch.distributed job), and
+    ``on_leak(report)`` called; the run is not stopped. The final report is written at the end.
+    """
+    return Watch(every=every, on_leak=on_leak, json=json, html=html, sample_bytes=sample_bytes,
+                 warmup=warmup, min_bytes=min_bytes, budget=budget, gather_timeout=gather_timeout)
