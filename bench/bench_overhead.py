@@ -5,7 +5,10 @@ that machine noise hits every mode alike. Each round gives every mode's ratio to
 run of the same round; the table prints the median and the minimum of those ratios over the
 rounds (10 by default, 20 for (b)), and the median time per mode:
   (a) a CPU training step of a small transformer: 4 encoder layers, d=256, batch 32, seq 128;
-  (b) an allocation-heavy loop of small tensor ops.
+  (b) an allocation-heavy loop of small tensor ops;
+  (c) whole training runs (150 steps of a 2-layer transformer) untracked, under
+      torchleak.track() and under torchleak.watch() with its defaults (blocks under 256 KiB
+      sampled, verdicts on a 0.5% time budget): watch mode's goal is at most 1% of step time.
 Then the cost per allocation event:
   - end to end on (b): (tracked time - untracked time) / allocation events, with and without
     CPU stack capture (this includes c10's own profiled-allocator bookkeeping);
@@ -16,7 +19,7 @@ and an autograd graph of 10^5 nodes, the target block at the far end of the grap
 cross everything), timed next to CPython's own gc.collect() over the same heap.
 And the notebook's costs (issue #10): what watch mode adds to a trivial cell, and the fixed
 cost of %%leakcheck, in an in-process IPython shell with torch loaded.
-Targets from the issues: at most 5% on (a), at most 300 ns per allocation event with stacks,
+Targets from the issues: at most 5% on (a), at most 1% for watch() on (c), at most 300 ns per allocation event with stacks,
 at most 100 ms for the walk, at most 20 ms per trivial cell in watch mode and 50 ms fixed cost.
 """
 
@@ -96,6 +99,64 @@ def run_mode(mode, step, iterations, warmup, capture_stacks=True):
             elapsed = time.perf_counter() - t0
             events = tracker.events
     return elapsed / iterations, events / iterations
+
+
+def small_transformer_workload():
+    """(c): a smaller training step (tens of ms), so a run long enough for watch mode to judge
+    it (past its warm-up, checks on the clock) fits in the benchmark."""
+    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512,
+                                             dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(16, 64, 128)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        opt.step()
+    return step
+
+
+def training_run(mode, step, steps):
+    """Seconds per step of a whole run of `steps` optimizer steps: untracked, under
+    torchleak.track() (every step an iteration, full stacks) or torchleak.watch() (defaults:
+    sampling, verdicts on the clock). Also the watch's number of verdict checks."""
+    step()  # the model's lazy state, outside every mode
+    checks = 0
+    t0 = time.perf_counter()
+    if mode == "untracked":
+        for _ in range(steps):
+            step()
+    elif mode == "track":
+        with torchleak.track():
+            for _ in range(steps):
+                step()
+    else:
+        with torchleak.watch(json=None) as w:
+            for _ in range(steps):
+                step()
+        checks = w.checks
+    return (time.perf_counter() - t0) / steps, checks
+
+
+def interleaved_runs(step, rounds, steps):
+    """Like interleaved(), for whole training runs: the modes alternate within each round."""
+    modes = ("untracked", "track", "watch")
+    samples = {m: [] for m in modes}
+    ratios = {m: [] for m in modes}
+    checks = []
+    for _ in range(rounds):
+        this_round = {}
+        for mode in modes:
+            seconds, n = training_run(mode, step, steps)
+            samples[mode].append(seconds)
+            this_round[mode] = seconds
+            if mode == "watch":
+                checks.append(n)
+        for mode in modes:
+            ratios[mode].append(this_round[mode] / this_round["untracked"])
+        ratios.setdefault("watch vs track", []).append(this_round["watch"] / this_round["track"])
+    return {m: statistics.median(v) for m, v in samples.items()}, ratios, checks
 
 
 def interleaved(step, modes, rounds, iterations, warmup):
@@ -194,6 +255,10 @@ def main():
     s_med, s_ratios, s_events = interleaved(small_ops_workload(), small_modes, args.rounds * 2,
                                             iterations=20, warmup=2)
 
+    c_steps = 150
+    c_med, c_ratios, c_checks = interleaved_runs(small_transformer_workload(), args.rounds,
+                                                 c_steps)
+
     events_small = s_events["torchleak"]
     e2e_stacks = (s_med["torchleak"] - s_med["untracked"]) / events_small * 1e9
     e2e_nostacks = (s_med["torchleak, no stacks"] - s_med["untracked"]) / events_small * 1e9
@@ -226,6 +291,13 @@ def main():
          pct(s_ratios["torchleak, no stacks"])),
         ("(b) 2000 small ops, tracemalloc", f"{s_med['tracemalloc'] * 1e3:.2f} ms",
          pct(s_ratios["tracemalloc"])),
+        (f"(c) training run of {c_steps} steps, untracked", f"{c_med['untracked'] * 1e3:.2f} ms",
+         "per step (2-layer transformer, d=128, batch 16, seq 64)"),
+        (f"(c) training run, torchleak.track()", f"{c_med['track'] * 1e3:.2f} ms",
+         pct(c_ratios["track"])),
+        (f"(c) training run, torchleak.watch() (defaults)", f"{c_med['watch'] * 1e3:.2f} ms",
+         pct(c_ratios["watch"]) + f"; {statistics.median(c_checks):.0f} verdicts per run"),
+        ("(c) watch() vs track(), same round", "", pct(c_ratios["watch vs track"])),
         ("allocation events per (a) step / (b) iteration",
          f"{t_events['torchleak']:.0f} / {events_small:.0f}", ""),
         ("per event, end to end on (b), with stacks", f"{e2e_stacks:.0f} ns", "incl. c10 bookkeeping"),
@@ -248,7 +320,8 @@ def main():
     print(f"{'measure':<{width}}  {'value':>14}  vs untracked / note")
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>14}  {note}")
-    results = {"transformer_s": t_med, "small_ops_s": s_med,
+    results = {"transformer_s": t_med, "small_ops_s": s_med, "training_run_s": c_med,
+               "training_run_ratios": c_ratios, "watch_checks": c_checks,
                "ratios": {"transformer": t_ratios, "small_ops": s_ratios}, "events": {"transformer": t_events,
                "small_ops": s_events}, "ns_per_event": {"end_to_end_stacks": e2e_stacks,
                "end_to_end_no_stacks": e2e_nostacks, "hook_stacks_depth20": hook_stacks,

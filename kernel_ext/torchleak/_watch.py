@@ -18,7 +18,7 @@ logger = logging.getLogger("torchleak")
 
 DEFAULT_SAMPLE_BYTES = 256 * 1024
 # A trend needs a few points past the warm-up before it can be called a leak.
-_MIN_JUDGED_ITERATIONS = 4
+_MIN_JUDGED_ITERATIONS = 8
 
 
 class Watch:

@@ -178,3 +178,30 @@ def test_progress_is_a_bar_with_rate_and_a_stop_button_then_a_run_line(browser):
     assert page.locator("[data-testid=run-line]").text_content() == "20 iterations in 12.1 s (1.7 it/s)"
     assert page.locator("[data-testid=stop]").count() == 0
     page.close()
+
+
+def merged_job_report():
+    """What rank 0 writes for a job whose rank 1 leaks and whose rank 2 failed with a hostile
+    message: the core's own merge of fixture reports."""
+    from torchleak import _core
+    leaky = json.dumps(fixture("leaky_loop.json"))
+    clean = fixture("leaky_loop.json")
+    clean["findings"] = [f for f in clean["findings"] if f["verdict"] != "leak"]
+    clean["causes"] = []
+    return json.loads(_core.merge_rank_reports(
+        [(0, json.dumps(clean), "ok", ""), (1, leaky, "ok", ""),
+         (2, json.dumps(clean), "failed", "RuntimeError: <img src=x onerror=alert(1)>")], 3))
+
+
+def test_a_merged_job_report_shows_its_ranks_and_where_each_leak_is(browser):  # noqa: F811
+    page = mount(browser, merged_job_report())
+    view = page.locator("[data-testid=torchleak-widget]")
+    ranks = view.locator("[data-testid=rank]")
+    assert ranks.count() == 3
+    assert "1 leak" in ranks.nth(1).text_content()
+    assert ranks.nth(2).text_content().endswith(
+        "the run failed: RuntimeError: <img src=x onerror=alert(1)>")
+    assert page.locator("img").count() == 0  # the failure's markup stayed text
+    assert "leak skew: rank 1 grows" in view.locator("[data-testid=ranks]").text_content()
+    assert view.locator("[data-testid=ranks-text]").first.text_content() == "leaks on rank 1 only"
+    page.close()

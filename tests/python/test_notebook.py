@@ -283,3 +283,28 @@ def test_torchleak_check_in_a_watched_notebook_preempts_watch_mode(shell):
     assert _core.profiler_state_installed()  # watching again after the cell
     run(shell, "%leakwatch off")
     assert not _core.profiler_state_installed()
+
+
+def test_magics_work_with_an_initialised_single_rank_process_group(shell, tmp_path):
+    """A notebook that called init_process_group (one rank, as for FSDP-style code on one
+    GPU): nothing is gathered, nothing waits, both magics report as usual."""
+    run(shell, "import torch.distributed as dist\n"
+               "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)")
+    try:
+        assert run(shell, "dist.is_initialized() and dist.get_world_size() == 1").result
+        out = tmp_path / "pg.json"
+        run(shell, "kept = []")
+        result = run(shell, f"%%leakcheck -n 6 --json {out}\nkept.append(torch.ones(256, 1024))")
+        assert result.success
+        report = json.loads(out.read_text())
+        assert "ranks" not in report
+        [leak] = [f for f in report["findings"] if f["verdict"] == "leak"]
+        assert leak["holder"]["path_text"] == "kept"
+        assert run(shell, "%leakwatch on").success
+        run(shell, "history = []")
+        for _ in range(3):
+            run(shell, "history.append(torch.ones(256, 1024))")
+        assert any("left 1.0 MiB alive: history 1.0 MiB" in line for line in _ledger(shell))
+        assert run(shell, "%leakwatch off").success
+    finally:
+        run(shell, "dist.destroy_process_group()")

@@ -178,3 +178,43 @@ def test_a_received_report_prints_only_what_it_contains(tmp_path):
     assert "root:" not in text
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
     assert "evil\\x1b]0;owned\\x07\\x1b[2J\\x0dfake line\\x0aLEAK" in text
+
+
+def merged_job(note="RuntimeError: <script>alert('x')</script>"):
+    """The core's merge of a job whose rank 1 leaks and whose rank 2 failed."""
+    leaky = fixture("leaky_loop.json")
+    clean = copy.deepcopy(leaky)
+    clean["findings"] = [f for f in clean["findings"] if f["verdict"] != "leak"]
+    clean["causes"] = []
+    return json.loads(_core.merge_rank_reports(
+        [(0, json.dumps(clean), "ok", ""), (1, json.dumps(leaky), "ok", ""),
+         (2, json.dumps(clean), "failed", note)], 3))
+
+
+@pytest.mark.parametrize("view", sorted(RENDERERS))
+def test_a_merged_job_report_names_the_ranks_in_every_view(view):
+    data = merged_job()
+    leak = next(f for f in data["findings"] if f["verdict"] == "leak")
+    assert leak["ranks_text"] == "leaks on rank 1 only"
+    out = RENDERERS[view](data)
+    if view == "plain":  # the causes and the findings' lines only
+        assert "(leaks on rank 1 only)" in out
+        return
+    lines = [r["text"] for r in data["ranks"]["ranks"]] + data["ranks"]["skew_text"]
+    assert lines[1].startswith("rank 1: ") and "1 leak at " in lines[1]
+    assert lines[3].startswith("leak skew: rank 1 grows ")
+    html = view != "text"
+    for line in lines:
+        assert (format.escape(line) if html else line) in out
+    assert "leaks on rank 1 only" in out
+    if html:
+        assert "<script>" not in out  # the failed rank's note stayed text
+
+
+def test_the_text_report_of_a_merged_job_lists_every_rank():
+    text = RENDERERS["text"](merged_job(note="RuntimeError: boom"))
+    job = text[text.index("  job of 3 ranks:"):].splitlines()
+    assert job[1].startswith("    rank 0: ") and ", no leak, peak " in job[1]
+    assert job[3].endswith("; the run failed: RuntimeError: boom")
+    assert job[4].startswith("    leak skew: rank 1 grows ")
+    assert "  leaks on rank 1 only" in text.splitlines()

@@ -191,6 +191,15 @@ function stackTree(finding) {
   return details;
 }
 
+// A torch.distributed job's ranks, a line each, then how they differ (the core's lines).
+function ranksBox(job) {
+  const box = el("div", { class: "tl-device", "data-testid": "ranks" });
+  box.appendChild(el("b", {}, `job of ${job.world_size} ranks`));
+  for (const rank of job.ranks || []) box.appendChild(el("div", { "data-testid": "rank" }, rank.text || ""));
+  for (const line of job.skew_text || []) box.appendChild(el("div", { class: "tl-warning" }, line));
+  return box;
+}
+
 // tqdm's line: a bar, k/n, elapsed and remaining, the rate; a Stop button while it runs (it
 // interrupts the kernel: the report of the iterations seen is kept). Done: "20 iterations in
 // 12.1 s".
@@ -299,6 +308,8 @@ function render({ model, el: host }) {
     for (const warning of report.warnings || []) {
       root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
     }
+    if (report.sampling) root.appendChild(el("div", { class: "tl-note", "data-testid": "sampling" }, `sampled: ${report.sampling.text || ""}`));
+    if (report.ranks) root.appendChild(ranksBox(report.ranks));
     const causes = report.causes || [];
     if (!causes.length && report.iterations) {
       root.appendChild(el("div", { class: "tl-ok", "data-testid": "no-leak" },
@@ -354,6 +365,7 @@ function render({ model, el: host }) {
         siteCell.replaceChildren(link, document.createTextNode(` ${f.site.function || ""}`));
       }
       if (f.site && f.site.source) siteCell.appendChild(el("code", { class: "tl-source", "data-testid": "site-source" }, f.site.source));
+      if (f.ranks_text) siteCell.appendChild(el("div", { class: "tl-note", "data-testid": "ranks-text" }, f.ranks_text));
       row.appendChild(siteCell);
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.total_bytes)));

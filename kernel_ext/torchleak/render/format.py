@@ -96,3 +96,11 @@ def oom_parts(oom, limit=5):
     sites = [(s.get("site", ""), f"{format_bytes(s.get('live_bytes', 0))} in "
               f"{s.get('count', 0)} block(s)") for s in (oom.get("by_site") or [])[:limit]]
     return holders, sites
+
+
+def job_lines(data):
+    """A merged torch.distributed report's lines as the core wrote them: one per rank, then
+    how the ranks differ. Empty for a single process's report."""
+    job = data.get("ranks") or {}
+    return ([rank.get("text", "") for rank in job.get("ranks", [])]
+            + list(job.get("skew_text", [])))

@@ -5,7 +5,7 @@ retaining paths as nested ``<details>``), so saved and exported notebooks keep i
 import base64
 
 from .format import (allocated_inside_text, empty_text, escape as _e, format_bytes, iteration_unit,
-                     oom_parts, progress_text, site_text, step_what)
+                     job_lines, oom_parts, progress_text, site_text, step_what)
 
 _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
                     "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
@@ -90,6 +90,8 @@ def _finding_row(f):
     if allocated_inside_text(f):
         source_html += f'<br><span style="color:var(--jp-ui-font-color2,#888)">{_e(allocated_inside_text(f))}</span>'
     fix = f"<div>fix: {_e(f['suggestion'])}</div>" if f.get("suggestion") else ""
+    if f.get("ranks_text"):
+        source_html += f'<br><b>{_e(f["ranks_text"])}</b>'
     return (f'<tr data-testid="finding-row"><td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
             f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> {_e(f["site"].get("function"))}'
             f'{source_html}</td>'
@@ -119,6 +121,12 @@ def render(data, *, progress=None):
                      f'{lists}</div>')
     for w in data.get("warnings", []):
         parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')
+    if data.get("sampling"):
+        parts.append(f'<div style="color:var(--jp-ui-font-color2,#888)">sampled: '
+                     f'{_e(data["sampling"].get("text"))}</div>')
+    if job_lines(data):
+        parts.append('<div data-testid="ranks">' + "".join(
+            f"<div>{_e(line)}</div>" for line in job_lines(data)) + "</div>")
     if not data.get("causes") and data.get("iterations"):
         parts.append('<div data-testid="no-leak" style="color:var(--jp-success-color1,#2e7d32);'
                      f'font-weight:bold">No leak. {_e(summary.get("headline", ""))}</div>')

@@ -17,8 +17,9 @@ def render(data, *, progress=None, limit=4):
     for f in findings[:limit]:
         held = f" held by {f['path_text']}" if f.get("path_text") else ""
         holder = f" (holder {f['holder']['path_text']})" if f.get("holder") else ""
+        ranks = f" ({f['ranks_text']})" if f.get("ranks_text") else ""
         lines.append(f"  {f['verdict']}: {format_bytes(f['bytes_per_iteration'])}/{unit} at "
-                     f"{site_text(f['site'])}{held}{holder}")
+                     f"{site_text(f['site'])}{held}{holder}{ranks}")
     if len(findings) > limit:
         lines.append(f"  ... {len(findings) - limit} more")
     return "\n".join(lines)

@@ -3,7 +3,8 @@
 import os
 
 from .format import (allocated_inside_text, empty_text, finding_tensor, format_bytes,
-                     iteration_unit, leaks_and_others, oom_parts, site_text, step_what)
+                     iteration_unit, job_lines, leaks_and_others, oom_parts, site_text,
+                     step_what)
 
 _STACK_LINES = 6
 
@@ -122,16 +123,6 @@ def _site_details(f, unit, span=None):
     return out
 
 
-def _job_lines(job):
-    """A torch.distributed job's ranks and how they differ (the core's lines)."""
-    if not job:
-        return []
-    lines = [f"  job of {job.get('world_size')} ranks:"]
-    lines += [f"    {rank.get('text', '')}" for rank in job.get("ranks", [])]
-    lines += [f"    {line}" for line in job.get("skew_text", [])]
-    return lines
-
-
 def _oom_lines(oom):
     """First thing shown when an out-of-memory error ended the run."""
     holders, sites = oom_parts(oom)
@@ -156,7 +147,9 @@ def render(data):
         out.extend(_oom_lines(data["oom"]))
     for d in data.get("devices", []):
         out.append("  " + _device_line(d, unit))
-    out.extend(_job_lines(data.get("ranks")))
+    if data.get("ranks"):
+        out.append(f"  job of {data['ranks'].get('world_size')} ranks:")
+        out.extend(f"    {line}" for line in job_lines(data))
     if data.get("sampling"):
         out.append(f"  sampled: {data['sampling'].get('text', '')}")
     out.append(f"  {summary.get('headline', '')}; "

@@ -1,0 +1,166 @@
+"""torchleak.watch(): a long run watched as it goes, with sampling and a bounded history."""
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchleak
+
+MiB = 1 << 20
+
+
+def train(steps, leak=None, model=None):
+    model = model or torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                         torch.nn.Linear(128, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(steps):
+        loss = model(torch.randn(32, 64)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if leak is not None:
+            leak(step, loss)
+
+
+def test_a_confirmed_leak_is_logged_written_and_passed_on_without_stopping_the_run(
+        tmp_path, caplog):
+    kept, calls, steps_done = [], [], []
+    path = tmp_path / "watch.json"
+
+    def on_leak(report):
+        # Called mid-run, with the report already on disk.
+        calls.append((len(steps_done), report, json.loads(path.read_text())))
+
+    def leak(step, loss):
+        steps_done.append(step)
+        kept.append(torch.ones(256, 1024))  # 1 MiB per step, whole (not sampled)
+
+    with caplog.at_level(logging.WARNING, logger="torchleak"):
+        with torchleak.watch(on_leak=on_leak, json=str(path), budget=1.0) as w:
+            train(40, leak)
+    assert len(steps_done) == 40  # the run was not stopped
+    [(at_step, report, on_disk)] = calls  # one leak, announced once
+    assert at_step < 40
+    [leak_finding] = report.leaks
+    assert leak_finding.bytes_per_iteration == MiB  # big blocks are exact under sampling
+    assert leak_finding.holder["path_text"] == "kept"
+    assert on_disk["findings"][0]["verdict"] == "leak"
+    [line] = w.leaks
+    assert line.startswith("torchleak: leak confirmed after ")
+    assert "test_watch.py:" in line and "held by kept" in line and "+1.0 MiB per step" in line
+    assert f"report: {path}" in line
+    assert [r.getMessage() for r in caplog.records if r.name == "torchleak"] == [line]
+    final = json.loads(path.read_text())  # rewritten at the end: the whole run
+    assert final["iterations"] == 40
+    assert final["sampling"]["sample_bytes"] == torchleak.DEFAULT_SAMPLE_BYTES
+
+
+def test_a_clean_run_announces_nothing(tmp_path):
+    calls = []
+    with torchleak.watch(on_leak=calls.append, json=str(tmp_path / "w.json"), budget=1.0) as w:
+        train(40)
+    assert calls == [] and w.leaks == []
+    assert w.checks > 0
+    assert not w.report().leaks
+
+
+def test_every_n_steps_is_one_iteration_and_rates_are_per_step(tmp_path):
+    kept = []
+    with torchleak.watch(every=4, json=None, budget=1.0) as w:
+        train(40, lambda step, loss: kept.append(torch.ones(256, 1024)))
+    report = w.report()
+    assert report.to_dict()["iterations"] == 10
+    assert report.leaks[0].bytes_per_iteration == 4 * MiB
+    assert "+1.0 MiB per step" in w.leaks[0]
+
+
+def test_small_blocks_are_sampled_and_estimated(tmp_path):
+    """Blocks of 4 KiB under a 64 KiB threshold: about one in 16 is recorded, and the rate
+    is still estimated without bias (within sampling noise)."""
+    kept = []
+    with torchleak.watch(json=None, sample_bytes=64 * 1024, budget=1.0) as w:
+        train(60, lambda step, loss: kept.extend(torch.ones(1024) for _ in range(64)))
+    session = w.tracker._session
+    assert session.skipped_events > session.events / 2
+    [leak] = [f for f in w.report(paths=False).leaks if f.site["line"]]
+    assert 0.6 * 256 * 1024 < leak.bytes_per_iteration < 1.4 * 256 * 1024
+
+
+def test_memory_stays_bounded_over_a_long_run():
+    with torchleak.watch(json=None, budget=1.0) as w:
+        train(3000)
+    report = w.report(paths=False)
+    assert report.to_dict()["iterations"] == 3000
+    # The history is thinned to a fixed grid, whatever the run's length.
+    assert len(report.to_dict()["series_iterations"]) <= 514
+    assert all(len(f.series) <= 514 for f in report.findings)
+
+
+def test_a_failing_callback_does_not_stop_the_run():
+    def on_leak(report):
+        raise RuntimeError("callback bug")
+
+    kept = []
+    with pytest.warns(RuntimeWarning, match="on_leak raised RuntimeError: callback bug"):
+        with torchleak.watch(on_leak=on_leak, json=None, budget=1.0) as w:
+            train(30, lambda step, loss: kept.append(torch.ones(256, 1024)))
+    assert len(kept) == 30 and len(w.leaks) == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"every": 0}, "every must be an int >= 1"),
+    ({"budget": 0}, "budget must be a fraction"),
+    ({"json": "out.txt"}, "json must be a path ending in .json"),
+    ({"html": "out.json"}, "html must be a path ending in .html"),
+    ({"on_leak": "print"}, "on_leak must be callable"),
+    ({"sample_bytes": -1}, "sample_bytes must be an int >= 0"),
+])
+def test_bad_arguments(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        torchleak.watch(**kwargs)
+
+
+SCRIPT = """
+import torch
+model = torch.nn.Linear(64, 64)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+kept = []
+for step in range(40):
+    loss = model(torch.randn(8, 64)).sum()
+    loss.backward(); opt.step(); opt.zero_grad()
+    kept.append(torch.ones(512, 1024))
+print("finished all steps")
+"""
+
+
+def test_cli_watch(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = subprocess.run([sys.executable, "-m", "torchleak", "run", str(script), "--watch",
+                          "--every", "2", "--json", str(tmp_path / "w.json"), "--quiet"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "finished all steps" in out.stdout
+    [line] = [ln for ln in out.stderr.splitlines() if "leak confirmed" in ln]
+    assert "train.py:9 held by kept, +2.0 MiB per step" in line
+    data = json.loads((tmp_path / "w.json").read_text())
+    assert data["iterations"] == 20 and data["sampling"]["sample_bytes"] == 256 * 1024
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--every", "2"], "--every and --sample-bytes belong to --watch"),
+    (["--watch", "--every", "0"], "--every must be between 1"),
+    (["--watch", "--sample-bytes", "lots"], "--sample-bytes needs an integer"),
+    (["--gather-timeout", "-1"], "--gather-timeout must be between 0 and 86400"),
+])
+def test_cli_watch_usage_errors(tmp_path, args, message):
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    out = subprocess.run([sys.executable, "-m", "torchleak", "run", str(script), *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert message in out.stderr and "usage:" in out.stderr
