@@ -184,7 +184,8 @@ def run(argv):
         try:
             tracker.stop()
             tracker.report()
-            _finish(tracker, opts, f"the script called os._exit({code})" if code else None)
+            _finish(tracker, opts, f"the script called os._exit({code})" if code else None,
+                    opts["gather_timeout"])
         finally:
             real_exit(code)
 
@@ -257,11 +258,16 @@ def _finish(tracker, opts, failure, timeout=60.0):
     own = tracker.report()
     job = tracker.job
     if job is None:
+        # Under torchrun with no process group seen while tracking, the ranks must still not
+        # write over each other.
+        rank = os.environ.get("RANK", "0") if os.environ.get("WORLD_SIZE", "1") != "1" else "0"
         if not opts["quiet"]:
             print(own, flush=True)
         for key in ("json", "html"):
-            if opts[key]:
-                own.save(opts[key].replace("{rank}", "0"))
+            path = opts[key]
+            if path:
+                own.save(path.replace("{rank}", rank) if "{rank}" in path or rank == "0"
+                         else _job.beside(path, rank))
         return own
     exchange = tracker.gather(failure=failure, timeout=timeout)
     merged = exchange.merged
