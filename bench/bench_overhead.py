@@ -3,7 +3,7 @@
 Workloads, each run untracked, under torchleak and under tracemalloc, interleaved in rounds so
 that machine noise hits every mode alike. Each round gives every mode's ratio to the untracked
 run of the same round; the table prints the median and the minimum of those ratios over the
-rounds (10 by default, 20 for (b)), and the median time per mode:
+rounds (10 by default, 20 for (b) and (c)), and the median time per mode:
   (a) a CPU training step of a small transformer: 4 encoder layers, d=256, batch 32, seq 128;
   (b) an allocation-heavy loop of small tensor ops;
   (c) whole training runs (150 steps of a 2-layer transformer) untracked, under
@@ -122,7 +122,7 @@ def training_run(mode, step, steps):
     torchleak.track() (every step an iteration, full stacks) or torchleak.watch() (defaults:
     sampling, verdicts on the clock). Also the watch's number of verdict checks."""
     step()  # the model's lazy state, outside every mode
-    checks = 0
+    checks, judging = 0, 0.0
     t0 = time.perf_counter()
     if mode == "untracked":
         for _ in range(steps):
@@ -135,28 +135,33 @@ def training_run(mode, step, steps):
         with torchleak.watch(json=None) as w:
             for _ in range(steps):
                 step()
+            judging = w.overhead
         checks = w.checks
-    return (time.perf_counter() - t0) / steps, checks
+    return (time.perf_counter() - t0) / steps, checks, judging
 
 
 def interleaved_runs(step, rounds, steps):
-    """Like interleaved(), for whole training runs: the modes alternate within each round."""
+    """Like interleaved(), for whole training runs: the modes alternate within each round, and
+    which one goes first rotates from round to round (a mode that always ran right after
+    another's report would carry that order's bias). Also, per watch run, its verdict checks
+    and the share of its time they took (watch's own clock)."""
     modes = ("untracked", "track", "watch")
     samples = {m: [] for m in modes}
     ratios = {m: [] for m in modes}
-    checks = []
-    for _ in range(rounds):
+    checks, judging = [], []
+    for k in range(rounds):
         this_round = {}
-        for mode in modes:
-            seconds, n = training_run(mode, step, steps)
+        for mode in modes[k % 3:] + modes[:k % 3]:
+            seconds, n, share = training_run(mode, step, steps)
             samples[mode].append(seconds)
             this_round[mode] = seconds
             if mode == "watch":
                 checks.append(n)
+                judging.append(share)
         for mode in modes:
             ratios[mode].append(this_round[mode] / this_round["untracked"])
         ratios.setdefault("watch vs track", []).append(this_round["watch"] / this_round["track"])
-    return {m: statistics.median(v) for m, v in samples.items()}, ratios, checks
+    return {m: statistics.median(v) for m, v in samples.items()}, ratios, checks, judging
 
 
 def interleaved(step, modes, rounds, iterations, warmup):
@@ -256,8 +261,8 @@ def main():
                                             iterations=20, warmup=2)
 
     c_steps = 150
-    c_med, c_ratios, c_checks = interleaved_runs(small_transformer_workload(), args.rounds,
-                                                 c_steps)
+    c_med, c_ratios, c_checks, c_judging = interleaved_runs(small_transformer_workload(),
+                                                            args.rounds * 2, c_steps)
 
     events_small = s_events["torchleak"]
     e2e_stacks = (s_med["torchleak"] - s_med["untracked"]) / events_small * 1e9
@@ -296,7 +301,9 @@ def main():
         (f"(c) training run, torchleak.track()", f"{c_med['track'] * 1e3:.2f} ms",
          pct(c_ratios["track"])),
         (f"(c) training run, torchleak.watch() (defaults)", f"{c_med['watch'] * 1e3:.2f} ms",
-         pct(c_ratios["watch"]) + f"; {statistics.median(c_checks):.0f} verdicts per run"),
+         pct(c_ratios["watch"])),
+        ("(c) of which verdicts (watch's own clock)", f"{statistics.median(c_judging) * 100:.2f}%",
+         f"of run time, median; {statistics.median(c_checks):.0f} verdict(s) per run"),
         ("(c) watch() vs track(), same round", "", pct(c_ratios["watch vs track"])),
         ("allocation events per (a) step / (b) iteration",
          f"{t_events['torchleak']:.0f} / {events_small:.0f}", ""),
@@ -315,13 +322,14 @@ def main():
     ]
     width = max(len(r[0]) for r in rows)
     print(f"torchleak overhead — torch {torch.__version__}, Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs, {args.rounds} interleaved rounds ((b): {args.rounds * 2}); "
+          f"{os.cpu_count()} CPUs, {args.rounds} interleaved rounds ((b), (c): {args.rounds * 2}); "
           f"overheads are per-round ratios to the untracked run")
     print(f"{'measure':<{width}}  {'value':>14}  vs untracked / note")
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>14}  {note}")
     results = {"transformer_s": t_med, "small_ops_s": s_med, "training_run_s": c_med,
                "training_run_ratios": c_ratios, "watch_checks": c_checks,
+               "watch_verdict_share": c_judging,
                "ratios": {"transformer": t_ratios, "small_ops": s_ratios}, "events": {"transformer": t_events,
                "small_ops": s_events}, "ns_per_event": {"end_to_end_stacks": e2e_stacks,
                "end_to_end_no_stacks": e2e_nostacks, "hook_stacks_depth20": hook_stacks,

@@ -192,9 +192,8 @@ class Tracker:
         """In a torch.distributed job, after the block: post this rank's report and, on rank 0,
         merge every rank's (waiting at most ``timeout`` seconds, default the tracker's
         ``gather_timeout``); every rank calls it. Rank 0's ``report()`` is then the merged
-        report. ``failure``: the exception that ended this rank's run (or its description), if
-        any. Returns the
-        exchange (``.merged``, ``.confirmed``, ``.note``), or None outside a job."""
+        report. ``failure``: the exception that ended this rank's run, or its description.
+        Returns the exchange (``.merged``, ``.confirmed``, ``.note``), or None outside a job."""
         if self._job is None:
             return None
         if self.active:
@@ -411,6 +410,11 @@ class Tracker:
     @property
     def active(self):
         return self._session is not None and self._session.active
+
+    @property
+    def started(self):
+        """Whether recording ever started (a report can be built)."""
+        return self._session is not None
 
     # -- report -------------------------------------------------------------------------------
     def report(self, *, warmup=None, paths=True, roots=None, _grown_paths_only=False,

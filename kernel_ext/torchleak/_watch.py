@@ -13,6 +13,7 @@ import warnings
 
 from ._job import beside
 from ._tracking import Tracker
+from .render.format import format_bytes
 
 logger = logging.getLogger("torchleak")
 
@@ -111,7 +112,6 @@ class Watch:
             self._announced.add(_key(f))
             holder = (f.get("holder") or {}).get("path_text") or f.get("path_text") or "unknown"
             rate = f.bytes_per_iteration / per
-            from .render.format import format_bytes
             line = (f"torchleak: leak confirmed after {report.to_dict().get('iterations')} "
                     f"iterations: {f.site_text} held by {holder}, +{format_bytes(rate)} per "
                     f"{unit}" + (f"; report: {written[0]}" if written else ""))
@@ -139,7 +139,7 @@ class Watch:
         return written
 
     def _save_final(self):
-        if self.save_at_end and self.tracker._session is not None and self._paths:
+        if self.save_at_end and self.tracker.started and self._paths:
             self._write(self.tracker.report())
 
 

@@ -1,4 +1,5 @@
 """The one translation table from C++ exceptions to Python exceptions (kernel_ext/src/bindings/python.cpp)."""
+import json
 import os
 
 import pytest
@@ -40,6 +41,16 @@ def test_diff_of_bad_documents_or_tolerance_is_a_value_error():
         _core.diff_reports(empty, "[]")
     with pytest.raises(ValueError, match="tolerance"):
         _core.diff_reports(empty, empty, tolerance=-1.0)
+
+
+def test_merge_of_ranks_outside_the_job_is_a_value_error():
+    with pytest.raises(ValueError, match="rank 5 is not in a job of 2 ranks"):
+        _core.merge_rank_reports([(5, None, "missing", "")], 2)
+    with pytest.raises(ValueError, match="at least one rank"):
+        _core.merge_rank_reports([], 0)
+    # A rank's unreadable report is named in the merge, not raised.
+    merged = json.loads(_core.merge_rank_reports([(0, "{", "ok", "")], 1))
+    assert merged["ranks"]["ranks"][0]["status"] == "missing"
 
 
 def test_session_misuse_is_a_runtime_error():
