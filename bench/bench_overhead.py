@@ -122,22 +122,24 @@ def training_run(mode, step, steps):
     torchleak.track() (every step an iteration, full stacks) or torchleak.watch() (defaults:
     sampling, verdicts on the clock). Also the watch's number of verdict checks."""
     step()  # the model's lazy state, outside every mode
-    checks, judging = 0, 0.0
+    counts = {"checks": 0, "judging": 0.0, "events": 0, "skipped": 0}
     t0 = time.perf_counter()
     if mode == "untracked":
         for _ in range(steps):
             step()
     elif mode == "track":
-        with torchleak.track():
+        with torchleak.track() as tracker:
             for _ in range(steps):
                 step()
+        counts["events"] = tracker.events / steps
     else:
         with torchleak.watch(json=None) as w:
             for _ in range(steps):
                 step()
-            judging = w.overhead
-        checks = w.checks
-    return (time.perf_counter() - t0) / steps, checks, judging
+            counts["judging"] = w.overhead
+        counts.update(checks=w.checks, events=w.tracker.events / steps,
+                      skipped=w.tracker.skipped_events / steps)
+    return (time.perf_counter() - t0) / steps, counts
 
 
 def interleaved_runs(step, rounds, steps):
@@ -148,20 +150,19 @@ def interleaved_runs(step, rounds, steps):
     modes = ("untracked", "track", "watch")
     samples = {m: [] for m in modes}
     ratios = {m: [] for m in modes}
-    checks, judging = [], []
+    counts = {"track": [], "watch": []}
     for k in range(rounds):
         this_round = {}
         for mode in modes[k % 3:] + modes[:k % 3]:
-            seconds, n, share = training_run(mode, step, steps)
+            seconds, n = training_run(mode, step, steps)
             samples[mode].append(seconds)
             this_round[mode] = seconds
-            if mode == "watch":
-                checks.append(n)
-                judging.append(share)
+            if mode in counts:
+                counts[mode].append(n)
         for mode in modes:
             ratios[mode].append(this_round[mode] / this_round["untracked"])
         ratios.setdefault("watch vs track", []).append(this_round["watch"] / this_round["track"])
-    return {m: statistics.median(v) for m, v in samples.items()}, ratios, checks, judging
+    return {m: statistics.median(v) for m, v in samples.items()}, ratios, counts
 
 
 def interleaved(step, modes, rounds, iterations, warmup):
@@ -261,8 +262,11 @@ def main():
                                             iterations=20, warmup=2)
 
     c_steps = 150
-    c_med, c_ratios, c_checks, c_judging = interleaved_runs(small_transformer_workload(),
-                                                            args.rounds * 2, c_steps)
+    c_med, c_ratios, c_counts = interleaved_runs(small_transformer_workload(), args.rounds * 2,
+                                                 c_steps)
+
+    def c_median(mode, key):
+        return statistics.median(n[key] for n in c_counts[mode])
 
     events_small = s_events["torchleak"]
     e2e_stacks = (s_med["torchleak"] - s_med["untracked"]) / events_small * 1e9
@@ -302,8 +306,12 @@ def main():
          pct(c_ratios["track"])),
         (f"(c) training run, torchleak.watch() (defaults)", f"{c_med['watch'] * 1e3:.2f} ms",
          pct(c_ratios["watch"])),
-        ("(c) of which verdicts (watch's own clock)", f"{statistics.median(c_judging) * 100:.2f}%",
-         f"of run time, median; {statistics.median(c_checks):.0f} verdict(s) per run"),
+        ("(c) of which verdicts (watch's own clock)", f"{c_median('watch', 'judging') * 100:.2f}%",
+         f"of run time, median; {c_median('watch', 'checks'):.0f} verdict(s) per run"),
+        ("(c) allocation events per step, track() / watch()",
+         f"{c_median('track', 'events'):.0f} / {c_median('watch', 'events'):.0f}",
+         f"watch() skipped {c_median('watch', 'skipped'):.0f} per step by sampling (no stack, "
+         f"no table entry)"),
         ("(c) watch() vs track(), same round", "", pct(c_ratios["watch vs track"])),
         ("allocation events per (a) step / (b) iteration",
          f"{t_events['torchleak']:.0f} / {events_small:.0f}", ""),
@@ -328,8 +336,7 @@ def main():
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>14}  {note}")
     results = {"transformer_s": t_med, "small_ops_s": s_med, "training_run_s": c_med,
-               "training_run_ratios": c_ratios, "watch_checks": c_checks,
-               "watch_verdict_share": c_judging,
+               "training_run_ratios": c_ratios, "training_run_counts": c_counts,
                "ratios": {"transformer": t_ratios, "small_ops": s_ratios}, "events": {"transformer": t_events,
                "small_ops": s_events}, "ns_per_event": {"end_to_end_stacks": e2e_stacks,
                "end_to_end_no_stacks": e2e_nostacks, "hook_stacks_depth20": hook_stacks,

@@ -408,6 +408,11 @@ class Tracker:
         return 0 if self._session is None else self._session.events
 
     @property
+    def skipped_events(self):
+        """Allocations seen but not recorded: sampling skipped them (``sample_bytes``)."""
+        return 0 if self._session is None else self._session.skipped_events
+
+    @property
     def active(self):
         return self._session is not None and self._session.active
 
@@ -418,13 +423,14 @@ class Tracker:
 
     # -- report -------------------------------------------------------------------------------
     def report(self, *, warmup=None, paths=True, roots=None, _grown_paths_only=False,
-               _failure=None):
+               _failure=None, _shapes=True):
         """The report of what was recorded so far (or of the whole run after the block).
 
         With ``paths`` (the default) every finding gets its retaining path from a named root.
         ``roots`` ({name: object}) adds roots of the caller's own, tried before every other:
         objects no global or live frame names (a test's fixtures, a trainer's model).
-        (Watch mode's ledger asks for paths of the findings that grew in the last cell only.)
+        (Watch mode's ledger asks for paths of the findings that grew in the last cell only;
+        torchleak.watch()'s checks for no dtype and shape, which cost a scan of the heap.)
         When an out-of-memory error ended the run, the report has its ``oom`` forensics.
         """
         if self._session is None:
@@ -439,7 +445,7 @@ class Tracker:
         # The whole run's final report is kept; one with a partial explanation or roots of the
         # caller's is not.
         final = (warmup is None and not self.active and not _grown_paths_only and _failure is None
-                 and not given)
+                 and not given and _shapes)
         failure = _out_of_memory.describe(_failure) if _failure is not None else self._failure
         if self._job_report is not None and final:
             return self._job_report
@@ -468,6 +474,7 @@ class Tracker:
             explain_grown_only=bool(_grown_paths_only),
             privateuse1_backend=_devices.privateuse1_name(),
             out_of_memory=failure,
+            describe_tensors=bool(_shapes),
         )
         del roots, given
         report = Report(text)

@@ -93,7 +93,7 @@ class Watch:
         begun = time.perf_counter()
         try:
             self.checks += 1
-            quick = tracker.report(paths=False)
+            quick = tracker.report(paths=False, _shapes=False)
             new = [f for f in quick.leaks if _key(f) not in self._announced]
             if new:
                 self._announce(tracker.report(), {_key(f) for f in new})

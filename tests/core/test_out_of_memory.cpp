@@ -31,13 +31,7 @@ class FileLineSymbolizer final : public StackSymbolizer {
     }
 };
 
-class NoDescriber final : public BlockDescriber {
-  public:
-    std::vector<std::optional<BlockDescription>>
-    describe(const std::vector<uintptr_t>& blocks) override {
-        return {blocks.size(), std::nullopt};
-    }
-};
+using NoDescriber = NoBlockDescriptions;
 
 // A device leak of 1 MiB per iteration at line 10, 2 MiB of other growth at line 20 that is
 // freed every other iteration, then a failing iteration that allocated 3 MiB at line 30.

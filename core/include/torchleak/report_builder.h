@@ -41,6 +41,16 @@ class BlockDescriber {
     describe(const std::vector<uintptr_t>& blocks) = 0;
 };
 
+// Describes nothing: a verdict that needs no dtype or shape (watch mode's checks mid-run)
+// skips the heap scan that finding tensors costs.
+class NoBlockDescriptions final : public BlockDescriber {
+  public:
+    std::vector<std::optional<BlockDescription>>
+    describe(const std::vector<uintptr_t>& blocks) override {
+        return {blocks.size(), std::nullopt};
+    }
+};
+
 // Watch mode: which notebook cell ran in the iteration a boundary ends. `group` is the
 // cell's grouping identity (Frame::group: re-runs of one cell share it), `cell` its execution
 // count.

@@ -134,7 +134,8 @@ PYBIND11_MODULE(_core, m) {
                const std::vector<std::pair<std::string, int>>& boundaryRuns,
                const py::list& parameterOwners, bool explainGrownOnly,
                const std::string& privateUse1Backend,
-               const std::optional<std::pair<std::string, std::string>>& outOfMemory) {
+               const std::optional<std::pair<std::string, std::string>>& outOfMemory,
+               bool describeTensors) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -162,7 +163,8 @@ PYBIND11_MODULE(_core, m) {
                 // `roots` (the Python list) keeps every root object alive during the walk.
                 std::vector<py::object> owned;
                 return self.reportJson(in, filter, python::namedRoots(roots, owned), explain,
-                                       indent, python::parameterOwners(parameterOwners));
+                                       indent, python::parameterOwners(parameterOwners),
+                                       describeTensors);
             },
             py::arg("torch_version"), py::arg("python_version"), py::arg("warmup"),
             py::arg("boundary"), py::arg("config") = AnalysisConfig{},
@@ -174,7 +176,7 @@ PYBIND11_MODULE(_core, m) {
             py::arg("boundary_runs") = std::vector<std::pair<std::string, int>>{},
             py::arg("parameter_owners") = py::list(), py::arg("explain_grown_only") = false,
             py::arg("privateuse1_backend") = std::string(kPrivateUse1DefaultName),
-            py::arg("out_of_memory") = std::nullopt)
+            py::arg("out_of_memory") = std::nullopt, py::arg("describe_tensors") = true)
         .def(
             "note_out_of_memory",
             [](python::TrackingSession& self, const std::string& device,

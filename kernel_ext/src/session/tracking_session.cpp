@@ -150,14 +150,17 @@ std::string TrackingSession::reportJson(const ReportInputs& inputs,
                                         std::vector<NamedRoot> roots,
                                         bool explain,
                                         int indent,
-                                        ParameterOwners owners) {
+                                        ParameterOwners owners,
+                                        bool describeTensors) {
     GcPause noCollector;
     drainPendingRetains();
     PythonStackSymbolizer symbolizer(filter);
     LiveTensorIndex tensors = LiveTensorIndex::onFirstUse();
+    NoBlockDescriptions none;
     RetainingPathFinder finder(std::move(roots), std::move(owners));
-    Report report =
-        buildReport(*d_recorder, inputs, symbolizer, tensors, explain ? &finder : nullptr);
+    Report report = buildReport(*d_recorder, inputs, symbolizer,
+                                describeTensors ? static_cast<BlockDescriber&>(tensors) : none,
+                                explain ? &finder : nullptr);
     d_lastWalk = finder.stats();
     return toJson(report, indent);
 }

@@ -56,7 +56,8 @@ class TrackingSession {
                            std::vector<NamedRoot> roots,
                            bool explain,
                            int indent,
-                           ParameterOwners owners = {});
+                           ParameterOwners owners = {},
+                           bool describeTensors = true);
     const WalkStats& lastWalk() const noexcept { return d_lastWalk; }
 
   private:
