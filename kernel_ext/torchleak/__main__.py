@@ -264,10 +264,8 @@ def _finish(tracker, opts, failure, timeout=60.0):
         if not opts["quiet"]:
             print(own, flush=True)
         for key in ("json", "html"):
-            path = opts[key]
-            if path:
-                own.save(path.replace("{rank}", rank) if "{rank}" in path or rank == "0"
-                         else _job.beside(path, rank))
+            if opts[key]:
+                own.save(_job.rank_path(opts[key], rank))
         return own
     exchange = tracker.gather(failure=failure, timeout=timeout)
     merged = exchange.merged
@@ -275,14 +273,11 @@ def _finish(tracker, opts, failure, timeout=60.0):
         path = opts[key]
         if not path:
             continue
-        if "{rank}" in path:
-            own.save(path.replace("{rank}", str(job.rank)))
-            if merged is not None:
-                merged.save(path.replace("{rank}", "merged"))
-        elif merged is not None or job.rank == 0:
-            (merged or own).save(path)
-        elif not exchange.confirmed:
-            own.save(_job.beside(path, job.rank))
+        # A rank's own report when asked for by {rank}, or when no merge took it.
+        if "{rank}" in path or not exchange.confirmed:
+            own.save(_job.rank_path(path, job.rank))
+        if merged is not None:
+            merged.save(path.replace("{rank}", "merged"))
     if merged is not None:
         if not opts["quiet"]:
             print(merged, flush=True)

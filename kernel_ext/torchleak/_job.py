@@ -18,9 +18,10 @@ from ._config import config as _config
 from ._report import Report
 
 _POLL_SECONDS = 0.05
-# How many exchanges this process has made: every rank runs the same code, so the n-th exchange
-# of each rank meets under the same keys, and a second tracked block does not read the first's.
-_exchanges = 0
+# How many exchanges each rank has made (a process is one rank): every rank runs the same code,
+# so the n-th exchange of each rank meets under the same keys, and a second tracked block does
+# not read the first's reports.
+_exchanges = {}
 
 
 class Job:
@@ -58,7 +59,7 @@ class Exchange:
 
 def _keys(job):
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    prefix = f"torchleak/{restart}/{_exchanges}/"
+    prefix = f"torchleak/{restart}/{_exchanges.get(job.rank, 0)}/"
     return prefix, [f"{prefix}rank/{r}" for r in range(job.world_size)], f"{prefix}merged"
 
 
@@ -66,9 +67,8 @@ def exchange(job, report, *, status="ok", note="", timeout=60.0):
     """Post this rank's report; on rank 0, wait up to ``timeout`` seconds for the others' and
     merge; elsewhere, wait as long for rank 0 to confirm. Never raises for the job's sake: a
     store that is gone (rank 0's process died) leaves each rank with its own report."""
-    global _exchanges
     _, rank_keys, merged_key = _keys(job)
-    _exchanges += 1
+    _exchanges[job.rank] = _exchanges.get(job.rank, 0) + 1
     envelope = json.dumps({"status": status, "note": note, "report": report.to_json()})
     try:
         job.store.set(rank_keys[job.rank], envelope)
@@ -132,3 +132,12 @@ def beside(path, rank):
     "report.json" -> "report.rank1.json"."""
     root, ext = os.path.splitext(path)
     return f"{root}.rank{rank}{ext}"
+
+
+def rank_path(path, rank):
+    """Where rank ``rank`` writes its own report asked for at ``path``: ``{rank}`` filled in,
+    else the path itself on rank 0 and a name beside it on the others (ranks never write over
+    each other)."""
+    if "{rank}" in path:
+        return path.replace("{rank}", str(rank))
+    return path if int(rank) == 0 else beside(path, rank)

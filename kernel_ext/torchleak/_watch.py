@@ -8,10 +8,11 @@ is reported once: a log line, the report written, the callback called; the run g
 """
 
 import logging
+import os
 import time
 import warnings
 
-from ._job import beside
+from ._job import rank_path
 from ._tracking import Tracker
 from .render.format import format_bytes
 
@@ -45,7 +46,8 @@ class Watch:
                                sample_bytes=sample_bytes, gather_timeout=gather_timeout,
                                on_boundary=self._after_boundary)
         self._on_leak = on_leak
-        self._paths = [p for p in (json, html) if p]
+        # Absolute now: a run that changes directory still writes where it was asked to.
+        self._paths = [os.path.abspath(p) for p in (json, html) if p]
         self._budget = float(budget)
         self._announced = set()
         self.leaks = []
@@ -128,9 +130,7 @@ class Watch:
         written = []
         job = self.tracker.job
         for path in self._paths:
-            if job is not None:
-                path = (path.replace("{rank}", str(job.rank)) if "{rank}" in path
-                        else path if job.rank == 0 else beside(path, job.rank))
+            path = rank_path(path, job.rank if job is not None else 0)
             try:
                 report.save(path)
                 written.append(path)

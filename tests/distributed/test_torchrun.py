@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from conftest import SCRIPT, job_env, torchrun_command
+from torchrun_job import SCRIPT, job_env, torchrun_command
 
 from torchleak import Report
 
