@@ -183,7 +183,6 @@ def run(argv):
         # written here, then the process ends as the script asked.
         try:
             tracker.stop()
-            tracker.report()
             _finish(tracker, opts, f"the script called os._exit({code})" if code else None,
                     opts["gather_timeout"])
         finally:
