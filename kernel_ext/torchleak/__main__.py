@@ -189,34 +189,37 @@ def run(argv):
             real_exit(code)
 
     os._exit = exit_now
-    terminated = _TerminationSignal()
-    try:
-        with terminated, recording:
-            try:
-                exec(code, module.__dict__)
-            except SystemExit as exc:
-                if exc.code not in (None, 0):
+    with _TerminationSignal() as terminated:
+        try:
+            with recording:
+                try:
+                    terminated.stops_script = True
+                    exec(code, module.__dict__)
+                except SystemExit as exc:
+                    if exc.code not in (None, 0):
+                        status = EXIT_SCRIPT_FAILED
+                        failure = terminated.note or f"SystemExit: {exc.code}"
+                        if not isinstance(exc.code, int):
+                            print(exc.code, file=sys.stderr)  # as Python prints sys.exit("msg")
+                except BaseException as exc:  # noqa: BLE001 - the script's failure, reported below
+                    traceback.print_exc()
+                    tracker.note_failure(exc)  # an out-of-memory error: the report says why
+                    failure = _job.describe_failure(exc)
                     status = EXIT_SCRIPT_FAILED
-                    failure = terminated.note or f"SystemExit: {exc.code}"
-                    if not isinstance(exc.code, int):
-                        print(exc.code, file=sys.stderr)  # as Python prints sys.exit("message")
-            except BaseException as exc:  # noqa: BLE001 - the script's failure, reported below
-                traceback.print_exc()
-                tracker.note_failure(exc)  # an out-of-memory error: the report says why
-                failure = _job.describe_failure(exc)
-                status = EXIT_SCRIPT_FAILED
-        # Built while the script's globals are still __main__, so paths start at its names.
-        tracker.report()
-    finally:
-        os._exit = real_exit
-        sys.argv = saved_argv
-        sys.modules["__main__"] = saved_main
-        if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(script)):
-            sys.path.pop(0)
-    # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
-    # still running within seconds: rank 0 waits less for the others.
-    timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
-    report = _finish(tracker, opts, failure, timeout)
+                finally:
+                    terminated.stops_script = False
+            # Built while the script's globals are still __main__, so paths start at its names.
+            tracker.report()
+        finally:
+            os._exit = real_exit
+            sys.argv = saved_argv
+            sys.modules["__main__"] = saved_main
+            if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(script)):
+                sys.path.pop(0)
+        # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
+        # still running within seconds: rank 0 waits less for the others.
+        timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
+        report = _finish(tracker, opts, failure, timeout)
     if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
         status = EXIT_LEAK
     return status
@@ -224,11 +227,15 @@ def run(argv):
 
 class _TerminationSignal:
     """SIGTERM stops the script like an exception, so the report is still written (torchrun
-    sends it to every rank when one fails). Only where nothing else handles SIGTERM, and only
-    in the main thread; the previous handler comes back afterwards."""
+    sends it to every rank when one fails). Held until the report is written: a SIGTERM after
+    the script, or a second one (torchrun may send more), is noted and otherwise ignored, never
+    the default action that would kill the process with its report half written. Only where
+    nothing else handles SIGTERM, and only in the main thread; the previous handler comes back
+    afterwards."""
 
     def __init__(self):
         self.note, self._previous = None, None
+        self.stops_script = False  # while the script runs, SIGTERM raises SystemExit in it
 
     def __enter__(self):
         import signal
@@ -239,8 +246,10 @@ class _TerminationSignal:
         return self
 
     def _on_signal(self, signum, frame):
+        first = self.note is None
         self.note = "terminated by SIGTERM"
-        raise SystemExit(128 + signum)
+        if first and self.stops_script:
+            raise SystemExit(128 + signum)
 
     def __exit__(self, *exc):
         if self._previous is not None:

@@ -76,9 +76,12 @@ def exchange(job, report, *, status="ok", note="", timeout=60.0):
         return Exchange(None, False, f"the job's store is unreachable: {exc}")
     deadline = time.monotonic() + timeout
     if job.rank != 0:
-        confirmed = _wait_for(job.store, [merged_key], deadline) == [merged_key]
+        # Rank 0 may use its whole timeout waiting for a rank that will never come, then merge:
+        # the others wait a little longer than that before keeping their reports on their own.
+        patience = timeout + max(5.0, timeout / 4)
+        confirmed = _wait_for(job.store, [merged_key], deadline - timeout + patience) == [merged_key]
         return Exchange(None, confirmed,
-                        "" if confirmed else f"rank 0 did not merge within {timeout:g} s")
+                        "" if confirmed else f"rank 0 did not merge within {patience:g} s")
     arrived = _wait_for(job.store, rank_keys, deadline)
     inputs = []
     for r, key in enumerate(rank_keys):

@@ -121,3 +121,20 @@ def test_track_inside_a_script_gathers_at_the_end(torchrun, tmp_path):
     [leak] = leaks(merged)
     assert leak["ranks_text"] == "leaks on rank 0 only"
     assert "ranks" not in load(tmp_path / "inside1.json")  # other ranks keep their own
+
+
+def test_a_killed_rank_is_missing_and_the_others_still_report(torchrun, tmp_path):
+    """Rank 1 dies by SIGKILL in step 5: the others' all-reduce fails, torchrun sends them
+    SIGTERM, and they still write their reports; rank 0 names rank 1 as missing."""
+    started = time.monotonic()
+    out = torchrun(3, "--json", str(tmp_path / "job.json"), KILL_RANK="1", LEAK_RANKS="2")
+    assert time.monotonic() - started < 150
+    assert out.returncode != 0
+    data = load(tmp_path / "job.json")
+    by_rank = {r["rank"]: r for r in data["ranks"]["ranks"]}
+    assert by_rank[1]["status"] == "missing"
+    assert by_rank[0]["status"] == by_rank[2]["status"] == "failed"
+    assert by_rank[2]["leaks"] == 1 and by_rank[2]["iterations"] == 6
+    [leak] = leaks(data)
+    assert leak["ranks_text"] == "leaks on rank 2 only"
+    assert not list(tmp_path.glob("job.rank*"))  # rank 2's report reached the merge

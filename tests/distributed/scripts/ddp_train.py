@@ -2,11 +2,13 @@
 LEAK_RANKS=1,2   ranks that keep 256 KiB per step alive (in `kept`, with the graph)
 RAISE_RANK=r     this rank raises in step 5
 HANG_RANK=r      this rank hangs after training (never reaches the end)
+KILL_RANK=r      this rank dies in step 5 (SIGKILL: no report, no exit handler)
 STEPS=n          optimizer steps (default 12)
 TRACK_INSIDE=1   the script tracks itself with torchleak.track() (run without the CLI)
 """
 import datetime
 import os
+import signal
 import time
 
 import torch
@@ -38,6 +40,8 @@ def train():
             kept.append(torch.ones(256, 256) * loss)  # the leak: 256 KiB and a graph per step
         if rank in ranks("RAISE_RANK") and step == 5:
             raise RuntimeError(f"rank {rank} failed on purpose")
+        if rank in ranks("KILL_RANK") and step == 5:
+            os.kill(os.getpid(), signal.SIGKILL)
     if rank in ranks("HANG_RANK"):
         time.sleep(600)
     dist.destroy_process_group()
