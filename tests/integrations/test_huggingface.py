@@ -120,3 +120,18 @@ def test_a_run_that_raises_stops_tracking_and_gets_its_report(tmp_path):
 def test_bad_options_fail_at_set_up(kwargs, error):
     with pytest.raises(error):
         TorchleakCallback(**kwargs)
+
+
+def test_each_rank_of_a_job_saves_its_own_report(tmp_path, monkeypatch):
+    """Every rank of a multi-GPU run shares args.output_dir: rank 1 of a job saves beside rank
+    0's file instead of over it (the job stood in for: its exchange is tests/distributed's)."""
+    import torch.distributed as dist
+
+    from torchleak import _job
+    monkeypatch.setattr(_job.Job, "current", classmethod(
+        lambda cls: _job.Job(1, 2, dist.HashStore())))
+    callback = TorchleakCallback(warmup=2)
+    Trainer(model=tiny_gpt2(), args=arguments(tmp_path, 6), train_dataset=RandomTokens(),
+            callbacks=[callback]).train()
+    assert sorted(p.name for p in (tmp_path / "run").glob("torchleak-report*")) == [
+        "torchleak-report.rank1.html", "torchleak-report.rank1.json"]

@@ -5,6 +5,7 @@ framework adapters (huggingface.py, lightning.py) only translate their events in
 
 import os
 
+from .._job import rank_path
 from .._out_of_memory import attach
 from .._tracking import Tracker
 
@@ -55,9 +56,10 @@ class TrainingRunTracking:
         every = self._check_every
         if every is None or self.leak_confirmed_at is not None or step % every:
             return
-        # A verdict without paths is the recorder's counts and a fit per site: cheap enough to
-        # take every `check_every` steps. The paths are walked only once a leak is confirmed.
-        if not self.tracker.report(paths=False).leaks:
+        # A verdict without paths (nor the heap scan for dtype and shape) is the recorder's
+        # counts and a fit per site: cheap enough to take every `check_every` steps. The paths
+        # are walked only once a leak is confirmed.
+        if not self.tracker.report(paths=False, _shapes=False).leaks:
             return
         self.leak_confirmed_at = step
         report = self.tracker.report()
@@ -93,9 +95,12 @@ class TrainingRunTracking:
     def _write(self, report, output_dir):
         if not self._save or not output_dir:
             return []
+        # Every rank of a multi-GPU run has the same output directory: each its own file.
+        job = self.tracker.job
+        rank = job.rank if job is not None else 0
         try:
             os.makedirs(output_dir, exist_ok=True)
-            return [report.save(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"))
+            return [report.save(rank_path(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"), rank))
                     for ext in ("json", "html")]
         except OSError as exc:  # a report that cannot be written must not end the run
             self._log("warning", f"torchleak: could not save the report in {output_dir!r}: {exc}")
