@@ -11,6 +11,7 @@ keys with a deadline, merges what came and names the ranks that did not.
 
 import json
 import os
+import sys
 import time
 
 from . import _core
@@ -35,7 +36,6 @@ class Job:
     @classmethod
     def current(cls):
         """The running job, or None outside one (no process group, or a single rank)."""
-        import sys
         dist = sys.modules.get("torch.distributed")  # never imported here for a plain run
         if dist is None or not dist.is_available() or not dist.is_initialized():
             return None
@@ -58,31 +58,32 @@ class Exchange:
 
 
 def _keys(job):
+    """Each rank's key and rank 0's confirmation key for this rank's next exchange (a restarted
+    torchrun job keeps its store: the restart count keeps the attempts apart)."""
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     prefix = f"torchleak/{restart}/{_exchanges.get(job.rank, 0)}/"
-    return prefix, [f"{prefix}rank/{r}" for r in range(job.world_size)], f"{prefix}merged"
+    return [f"{prefix}rank/{r}" for r in range(job.world_size)], f"{prefix}merged"
 
 
 def exchange(job, report, *, status="ok", note="", timeout=60.0):
     """Post this rank's report; on rank 0, wait up to ``timeout`` seconds for the others' and
-    merge; elsewhere, wait as long for rank 0 to confirm. Never raises for the job's sake: a
+    merge; elsewhere, wait a little longer than that for rank 0 to confirm. Never raises for the job's sake: a
     store that is gone (rank 0's process died) leaves each rank with its own report."""
-    _, rank_keys, merged_key = _keys(job)
+    rank_keys, merged_key = _keys(job)
     _exchanges[job.rank] = _exchanges.get(job.rank, 0) + 1
     envelope = json.dumps({"status": status, "note": note, "report": report.to_json()})
     try:
         job.store.set(rank_keys[job.rank], envelope)
     except Exception as exc:  # noqa: BLE001 - the store's own errors: it is unreachable
         return Exchange(None, False, f"the job's store is unreachable: {exc}")
-    deadline = time.monotonic() + timeout
     if job.rank != 0:
         # Rank 0 may use its whole timeout waiting for a rank that will never come, then merge:
         # the others wait a little longer than that before keeping their reports on their own.
         patience = timeout + max(5.0, timeout / 4)
-        confirmed = _wait_for(job.store, [merged_key], deadline - timeout + patience) == [merged_key]
+        confirmed = _wait_for(job.store, [merged_key], time.monotonic() + patience) == [merged_key]
         return Exchange(None, confirmed,
                         "" if confirmed else f"rank 0 did not merge within {patience:g} s")
-    arrived = _wait_for(job.store, rank_keys, deadline)
+    arrived = _wait_for(job.store, rank_keys, time.monotonic() + timeout)
     inputs = []
     for r, key in enumerate(rank_keys):
         if key not in arrived:

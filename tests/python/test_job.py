@@ -65,7 +65,7 @@ def test_a_rank_is_told_when_rank_zero_never_merges():
 
 def test_an_unreadable_post_and_a_store_that_is_gone():
     store = dist.HashStore()
-    _, keys, _ = _job._keys(_job.Job(0, 2, store))
+    keys, _ = _job._keys(_job.Job(0, 2, store))
     store.set(keys[1], "{not json")
     result = _job.exchange(_job.Job(0, 2, store), rank_report(), timeout=0.5)
     [_, bad] = result.merged.to_dict()["ranks"]["ranks"]
