@@ -13,6 +13,9 @@ namespace torchleak {
 
 namespace {
 
+// A missing rank's note when nobody said why.
+constexpr const char* kNoReport = "no report arrived";
+
 // "cuda:1" -> "cuda": rank r trains on cuda:r, and the same line leaking on two ranks is one
 // bug, not two.
 std::string deviceType(const std::string& device) {
@@ -74,7 +77,7 @@ Report mergeRankReports(const std::vector<RankInput>& inputs,
     for (size_t r = 0; r < byRank.size(); ++r) {
         byRank[r].rank = static_cast<int>(r);
         byRank[r].status = "missing";
-        byRank[r].note = "no report arrived";
+        byRank[r].note = kNoReport;
     }
     for (const RankInput& in : inputs) {
         if (in.rank < 0 || in.rank >= worldSize) {
@@ -85,6 +88,9 @@ Report mergeRankReports(const std::vector<RankInput>& inputs,
         slot = in;
         if (!in.report) {
             slot.status = "missing";
+            if (slot.note.empty()) {
+                slot.note = kNoReport;
+            }
             continue;
         }
         try {
@@ -122,7 +128,7 @@ Report mergeRankReports(const std::vector<RankInput>& inputs,
             RankSummary missing;
             missing.rank = in.rank;
             missing.status = "missing";
-            missing.note = in.note.empty() ? "no report arrived" : in.note;
+            missing.note = in.note;
             job.ranks.push_back(std::move(missing));
             continue;
         }
