@@ -58,7 +58,7 @@ def parse_run_args(argv):
     the script untouched."""
     opts = {"json": None, "html": None, "fail_on_leak": False, "warmup": 0, "min_bytes": 0,
             "quiet": False, "watch": False, "every": 1, "sample_bytes": None,
-            "gather_timeout": 60.0}
+            "gather_timeout": None}
     script, script_args = None, []
     i = 0
     while i < len(argv):
@@ -150,6 +150,12 @@ def run(argv):
     script, script_args, opts = parse_run_args(argv)
     import torchleak
     from torchleak import _job
+    # Defaults that live with the API, known once torchleak is imported (parsing does not
+    # import torch: a usage error comes back at once).
+    if opts["gather_timeout"] is None:
+        opts["gather_timeout"] = _job.DEFAULT_GATHER_TIMEOUT
+    if opts["sample_bytes"] is None:
+        opts["sample_bytes"] = torchleak.DEFAULT_SAMPLE_BYTES
 
     with open(script, "rb") as fh:
         source = fh.read()
@@ -165,12 +171,10 @@ def run(argv):
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     sys.modules["__main__"] = module
     if opts["watch"]:
-        sample = opts["sample_bytes"]
         recording = torchleak.watch(every=opts["every"], warmup=opts["warmup"],
                                     min_bytes=opts["min_bytes"], json=opts["json"],
                                     html=opts["html"], gather_timeout=None,
-                                    sample_bytes=torchleak.DEFAULT_SAMPLE_BYTES if sample is None
-                                    else sample)
+                                    sample_bytes=opts["sample_bytes"])
         recording.save_at_end = False
         tracker = recording.tracker
     else:
@@ -258,7 +262,7 @@ class _TerminationSignal:
         return False
 
 
-def _finish(tracker, opts, failure, timeout=60.0):
+def _finish(tracker, opts, failure, timeout):
     """Prints and writes the report; in a torch.distributed job, gathers the ranks' reports
     first. Returns the report the exit status is judged on: the merged one on rank 0, the
     rank's own elsewhere."""

@@ -19,6 +19,8 @@ from ._config import config as _config
 from ._report import Report
 
 _POLL_SECONDS = 0.05
+# Seconds rank 0 waits for the other ranks' reports unless told otherwise (API and CLI alike).
+DEFAULT_GATHER_TIMEOUT = 60.0
 # How many exchanges each rank has made (a process is one rank): every rank runs the same code,
 # so the n-th exchange of each rank meets under the same keys, and a second tracked block does
 # not read the first's reports.
@@ -65,7 +67,7 @@ def _keys(job):
     return [f"{prefix}rank/{r}" for r in range(job.world_size)], f"{prefix}merged"
 
 
-def exchange(job, report, *, status="ok", note="", timeout=60.0):
+def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOUT):
     """Post this rank's report; on rank 0, wait up to ``timeout`` seconds for the others' and
     merge; elsewhere, wait a little longer than that for rank 0 to confirm. Never raises for the job's sake: a
     store that is gone (rank 0's process died) leaves each rank with its own report."""

@@ -188,6 +188,11 @@ class Tracker:
         """The torch.distributed job this process is a rank of (seen while tracking), or None."""
         return self._job
 
+    @property
+    def rank(self):
+        """This process's rank in that job; 0 outside one."""
+        return 0 if self._job is None else self._job.rank
+
     def gather(self, *, failure=None, timeout=None):
         """In a torch.distributed job, after the block: post this rank's report and, on rank 0,
         merge every rank's (waiting at most ``timeout`` seconds, default the tracker's
@@ -204,7 +209,9 @@ class Tracker:
             status = "failed"
             note = failure if isinstance(failure, str) else _job.describe_failure(failure)
         if timeout is None:
-            timeout = 60.0 if self._gather_timeout is None else self._gather_timeout
+            timeout = self._gather_timeout
+        if timeout is None:
+            timeout = _job.DEFAULT_GATHER_TIMEOUT
         self.exchange = _job.exchange(self._job, own, status=status, note=note,
                                       timeout=timeout)
         self._rank_report, self._job_report = own, self.exchange.merged
@@ -485,7 +492,7 @@ class Tracker:
 
 
 def track(*, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto",
-          gather_timeout=60.0):
+          gather_timeout=_job.DEFAULT_GATHER_TIMEOUT):
     """Track tensor allocations in a ``with`` block; see :class:`Tracker`.
 
     In a torch.distributed job (a process group of two or more ranks initialised while

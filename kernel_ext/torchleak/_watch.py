@@ -12,7 +12,7 @@ import os
 import time
 import warnings
 
-from ._job import rank_path
+from ._job import DEFAULT_GATHER_TIMEOUT, rank_path
 from ._tracking import Tracker
 from .render.format import format_bytes
 
@@ -32,7 +32,7 @@ class Watch:
 
     def __init__(self, *, every=1, on_leak=None, json="torchleak-watch.json", html=None,
                  sample_bytes=DEFAULT_SAMPLE_BYTES, warmup=None, min_bytes=0, budget=0.005,
-                 gather_timeout=60.0):
+                 gather_timeout=DEFAULT_GATHER_TIMEOUT):
         if on_leak is not None and not callable(on_leak):
             raise TypeError(f"on_leak must be callable, got {type(on_leak).__name__}")
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1:
@@ -128,9 +128,8 @@ class Watch:
 
     def _write(self, report):
         written = []
-        job = self.tracker.job
         for path in self._paths:
-            path = rank_path(path, job.rank if job is not None else 0)
+            path = rank_path(path, self.tracker.rank)
             try:
                 report.save(path)
                 written.append(path)
@@ -156,7 +155,7 @@ def _unit(report, tracker):
 
 def watch(*, every=1, on_leak=None, json="torchleak-watch.json", html=None,
           sample_bytes=DEFAULT_SAMPLE_BYTES, warmup=None, min_bytes=0, budget=0.005,
-          gather_timeout=60.0):
+          gather_timeout=DEFAULT_GATHER_TIMEOUT):
     """Watch a whole training run: an iteration every ``every`` optimizer steps (or at each
     ``torchleak.step()``), blocks under ``sample_bytes`` sampled (0 records every block), and
     a verdict as the run goes, on at most ``budget`` of its time. When a leak is confirmed:

@@ -96,8 +96,7 @@ class TrainingRunTracking:
         if not self._save or not output_dir:
             return []
         # Every rank of a multi-GPU run has the same output directory: each its own file.
-        job = self.tracker.job
-        rank = job.rank if job is not None else 0
+        rank = self.tracker.rank
         try:
             os.makedirs(output_dir, exist_ok=True)
             return [report.save(rank_path(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"), rank))
