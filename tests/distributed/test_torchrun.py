@@ -130,6 +130,7 @@ def test_a_killed_rank_is_missing_and_the_others_still_report(torchrun, tmp_path
     out = torchrun(3, "--json", str(tmp_path / "job.json"), KILL_RANK="1", LEAK_RANKS="2")
     assert time.monotonic() - started < 150
     assert out.returncode != 0
+    assert (tmp_path / "job.json").exists(), out.stdout[-3000:] + out.stderr[-5000:]
     data = load(tmp_path / "job.json")
     by_rank = {r["rank"]: r for r in data["ranks"]["ranks"]}
     assert by_rank[1]["status"] == "missing"
