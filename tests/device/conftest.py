@@ -19,6 +19,11 @@ DEFAULT_CAPACITY = DEVICE.native.capacity(0)
 MiB = 1 << 20
 
 
+def device_of(report, name):
+    """A report's timeline of device `name` ("fakegpu:0")."""
+    return next(d for d in report.devices if d["device"] == name)
+
+
 @pytest.fixture(autouse=True)
 def clean_device():
     """Each test starts with both fake devices empty, at their default capacity, reporting

@@ -3,13 +3,9 @@ right must cost a warning at most, never a crash, a wrong verdict or a lost repo
 import torch
 
 import torchleak
-from conftest import DEVICE, MiB
+from conftest import DEVICE, MiB, device_of
 
 native = DEVICE.native
-
-
-def device_of(report, name):
-    return next(d for d in report.devices if d["device"] == name)
 
 
 def test_frees_of_blocks_never_seen_change_nothing():

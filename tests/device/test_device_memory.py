@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torchleak
-from conftest import DEVICE, MiB
+from conftest import DEVICE, MiB, device_of
 
 
 def leaf(*shape, device="fakegpu"):
@@ -40,7 +40,7 @@ def test_a_loss_kept_with_its_graph_on_the_device_is_a_leak_with_site_and_path()
     assert ".grad_fn" in kept.path_text
     assert kept.holder["path_text"] == "losses"
     assert kept.bytes_per_iteration == 256 * 256 * 4
-    device = next(d for d in report.devices if d["device"] == "fakegpu:0")
+    device = device_of(report, "fakegpu:0")
     assert device["capacity_bytes"] == DEVICE.native.capacity(0)
     # The allocator's own totals: allocated follows the leak, reserved covers it.
     assert device["allocated"][-1] >= 8 * 256 * 256 * 4
@@ -57,7 +57,7 @@ def test_a_reserve_that_grows_while_allocated_is_flat_is_never_a_leak():
             del t
             torchleak.step()
     report = tracker.report()
-    device = next(d for d in report.devices if d["device"] == "fakegpu:0")
+    device = device_of(report, "fakegpu:0")
     assert device["reserved"][-1] > device["reserved"][0]
     assert max(device["allocated"]) == 0
     assert native.memory_reserved(0) == device["reserved"][-1]
@@ -80,7 +80,7 @@ def test_a_device_that_is_flat_after_warm_up_is_clean():
     report = tracker.report()
     assert report.iterations == 10
     assert not report.leaks, str(report)
-    device = next(d for d in report.devices if d["device"] == "fakegpu:0")
+    device = device_of(report, "fakegpu:0")
     assert device["allocated"][-1] == device["allocated"][3]
     assert any(f.verdict == "warmup" and f.device == "fakegpu:0" for f in report.findings)
 
@@ -102,7 +102,7 @@ def test_two_devices_and_the_cpu_in_one_report_each_with_their_own_leak():
     assert by_device["fakegpu:1"].holder["path_text"] == "kept_gpu1"
     assert by_device["cpu"].holder["path_text"] == "kept_cpu"
     assert "fakegpu:0" not in by_device
-    gpu1 = next(d for d in report.devices if d["device"] == "fakegpu:1")
+    gpu1 = device_of(report, "fakegpu:1")
     assert gpu1["leak_bytes_per_iteration"] == 128 * 128 * 4
     assert DEVICE.native.memory_allocated(1) >= 6 * 128 * 128 * 4
 
@@ -115,7 +115,7 @@ def test_the_projection_is_against_the_devices_capacity():
             kept.append(torch.empty(MiB, dtype=torch.uint8, device="fakegpu"))
             torchleak.step()
     report = tracker.report()
-    device = next(d for d in report.devices if d["device"] == "fakegpu:0")
+    device = device_of(report, "fakegpu:0")
     assert device["capacity_bytes"] == 64 * MiB
     assert device["leak_bytes_per_iteration"] == MiB
     used = device["allocated"][-1]
