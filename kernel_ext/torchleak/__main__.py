@@ -296,7 +296,7 @@ def _finish(tracker, opts, failure, timeout):
         return merged
     where = ("merged at rank 0" if exchange.confirmed
              else f"not merged ({exchange.note}); this rank's report is kept on its own")
-    print(f"torchleak: rank {job.rank}: {own.to_dict()['summary'].get('headline', '')}; {where}",
+    print(f"torchleak: rank {job.rank}: {own.summary.get('headline', '')}; {where}",
           flush=True)
     return own
 

@@ -137,7 +137,6 @@ class Tracker:
         self._gather_timeout = gather_timeout
         self._job = None
         self._job_report = None
-        self._rank_report = None
         self.exchange = None
         self._on_boundary = on_boundary
         self._capture_stacks = bool(capture_stacks)
@@ -214,12 +213,13 @@ class Tracker:
             timeout = _job.DEFAULT_GATHER_TIMEOUT
         self.exchange = _job.exchange(self._job, own, status=status, note=note,
                                       timeout=timeout)
-        self._rank_report, self._job_report = own, self.exchange.merged
+        self._job_report = self.exchange.merged
         return self.exchange
 
     def rank_report(self):
         """This rank's own report, also on rank 0 after the merge."""
-        return self._rank_report or self.report()
+        # The rank's own final report is the one report() cached before the merge replaced it.
+        return self._report if self._report is not None else self.report()
 
     def start(self):
         """Install the hooks and start recording (what ``with`` does on entry)."""

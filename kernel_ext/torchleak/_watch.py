@@ -114,7 +114,7 @@ class Watch:
             self._announced.add(_key(f))
             holder = (f.get("holder") or {}).get("path_text") or f.get("path_text") or "unknown"
             rate = f.bytes_per_iteration / per
-            line = (f"torchleak: leak confirmed after {report.to_dict().get('iterations')} "
+            line = (f"torchleak: leak confirmed after {report.iterations} "
                     f"iterations: {f.site_text} held by {holder}, +{format_bytes(rate)} per "
                     f"{unit}" + (f"; report: {written[0]}" if written else ""))
             self.leaks.append(line)

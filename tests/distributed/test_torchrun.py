@@ -121,6 +121,8 @@ def test_track_inside_a_script_gathers_at_the_end(torchrun, tmp_path):
     [leak] = leaks(merged)
     assert leak["ranks_text"] == "leaks on rank 0 only"
     assert "ranks" not in load(tmp_path / "inside1.json")  # other ranks keep their own
+    own = load(tmp_path / "insideown0.json")  # rank 0's own report, beside the job's
+    assert "ranks" not in own and [f["holder"]["path_text"] for f in leaks(own)] == ["kept"]
 
 
 def test_a_killed_rank_is_missing_and_the_others_still_report(torchrun, tmp_path):

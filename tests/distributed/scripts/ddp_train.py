@@ -55,5 +55,6 @@ if os.environ.get("TRACK_INSIDE"):
         kept = train()
     report = tracker.report()
     report.save(os.environ["REPORT_PATH"].replace("{rank}", os.environ["RANK"]))
+    tracker.rank_report().save(os.environ["REPORT_PATH"].replace("{rank}", "own" + os.environ["RANK"]))
 else:
     kept = train()
