@@ -47,6 +47,9 @@ std::string siteText(const Frame& f) {
     if (f.file == "<backward>") {
         return "backward (" + f.function + ")";
     }
+    if (f.file == kNoStackFile) {
+        return kNoStackSiteText;
+    }
     return f.file + ":" + std::to_string(f.line);
 }
 

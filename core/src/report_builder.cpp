@@ -115,7 +115,7 @@ Frame siteOfGroup(const std::vector<Frame>& frames, const std::string& node) {
         return frames.front();
     }
     Frame unknown;
-    unknown.file = "<unknown>";
+    unknown.file = kNoStackFile;
     unknown.function = "<no Python stack>";
     unknown.user = false;
     return unknown;

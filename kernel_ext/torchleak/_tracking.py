@@ -89,6 +89,25 @@ def _add_source_lines(data):
             site["source"] = line.strip()
 
 
+def _frame_capture_warning():
+    """The report's warning when this interpreter's allocation stacks cannot be read (None when
+    they can). Checked once per process: the frame layout does not change while it runs."""
+    global _capture_problem
+    if _capture_problem is None:
+        problem = _core.check_frame_capture()
+        _capture_problem = (problem,)
+    problem = _capture_problem[0]
+    if problem is None:
+        return None
+    version = ".".join(map(str, sys.version_info[:3]))
+    return (f"allocation sites are unavailable on {sys.implementation.name} {version}: "
+            f"{problem}; findings are grouped by device and autograd node only, and their "
+            f"site reads \"no Python stack\" (retaining paths and verdicts are unaffected)")
+
+
+_capture_problem = None  # (problem or None,) once checked
+
+
 def _on_cuda_out_of_memory(device, requested, allocated, free):
     """PyTorch's CUDA OOM observer: it runs on the failing thread, which may not carry the
     hook (a thread torchleak does not track); the reserve is unknown there (-1)."""
@@ -228,6 +247,11 @@ class Tracker:
             _active._on_preempt()  # watch mode steps aside for an explicit track()/check()
         if self._session is not None:
             raise RuntimeError("a Tracker can be used once; create a new one with torchleak.track()")
+        # Said before the hook goes in: a warnings filter that raises leaves nothing installed.
+        problem = _frame_capture_warning() if self._capture_stacks else None
+        if problem is not None:
+            self.warn(problem)
+            warnings.warn(f"torchleak: {problem}", RuntimeWarning, stacklevel=3)
         _core.retry_deferred_removals()
         session = _core.Session(self._capture_stacks, self._sample_bytes)
         if _core.profiler_state_installed():

@@ -64,6 +64,12 @@ bool isAutogradStep(StepKind k) noexcept;
 // One decoded stack frame. `cell` is the IPython execution count when the frame is a notebook
 // cell; `user` is false for library code: torch, the standard library, torchleak itself and
 // installed third-party packages (`package`).
+// The file of a site whose blocks came with no Python stack at all: a thread with no Python
+// frames (a C++ worker outside backward), or an interpreter whose stacks cannot be read (the
+// report then carries a warning saying which). Shown as kNoStackSiteText, never as "<unknown>:0".
+inline constexpr const char* kNoStackFile = "<unknown>";
+inline constexpr const char* kNoStackSiteText = "no Python stack";
+
 struct Frame {
     std::string file;
     int line = 0;

@@ -233,6 +233,11 @@ PYBIND11_MODULE(_core, m) {
         "ranks is a list of (rank, report JSON or None, status, note), status one of ok, "
         "failed, missing.");
     m.def("capture_strategy", &python::captureStrategy);
+    m.def("check_frame_capture", &python::checkCapture,
+          "None when the hook reads this interpreter's Python stacks right, else what failed.");
+    // Here rather than in torchleak._testing: that module links its own copy of frame capture.
+    m.def("_disable_frame_capture_for_testing", &python::disableCaptureForTesting,
+          py::arg("disabled"), "Tests only: every stack capture comes back empty.");
     m.def(
         "profiler_state_installed",
         []() {

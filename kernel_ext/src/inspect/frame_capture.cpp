@@ -1,5 +1,7 @@
 #include "inspect/frame_capture.h"
 
+#include "inspect/frame_layout.h"
+
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -8,24 +10,12 @@
 #include <string_view>
 #include <thread>
 
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
-// CPython 3.11 and 3.12 keep their frames in _PyInterpreterFrame records linked from the
-// thread state. Reading them needs the internal headers, confined to this file.
-#    define TORCHLEAK_INTERPRETER_FRAMES 1
-#    ifndef Py_BUILD_CORE
-#        define Py_BUILD_CORE 1
-#    endif
-#    include <internal/pycore_code.h>
-#    include <internal/pycore_frame.h>
-#    undef Py_BUILD_CORE
-#else
-#    define TORCHLEAK_INTERPRETER_FRAMES 0
-#endif
-
 namespace torchleak::python {
 
 namespace {
 std::atomic<PyThreadState*> g_mainThreadState{nullptr};
+// Tests force the "capture failed" path with it (torchleak._testing).
+std::atomic<bool> g_captureDisabled{false};
 std::mutex g_pendingMutex;
 std::vector<uintptr_t> g_pendingRetains;
 bool g_pendingCallScheduled = false; // guarded by g_pendingMutex
@@ -41,14 +31,19 @@ void noteMainThread() noexcept {
 }
 
 const char* captureStrategy() noexcept {
-    return TORCHLEAK_INTERPRETER_FRAMES ? "interpreter-frames" : "frame-objects";
+    return TORCHLEAK_FRAME_LAYOUT ? "interpreter-frames" : "frame-objects";
+}
+
+void disableCaptureForTesting(bool disabled) noexcept {
+    g_captureDisabled.store(disabled, std::memory_order_relaxed);
 }
 
 size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept {
     // Pure C++ threads (autograd device workers) have no thread state and no Python stack;
     // their allocations are named by autograd node.
     PyThreadState* tstate = PyGILState_GetThisThreadState();
-    if (tstate == nullptr || !Py_IsInitialized()) {
+    if (tstate == nullptr || !Py_IsInitialized() ||
+        g_captureDisabled.load(std::memory_order_relaxed)) {
         return 0;
     }
     bool holdsGil = PyGILState_Check() != 0;
@@ -57,16 +52,13 @@ size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept {
     uintptr_t unpinned =
         holdsGil || tstate == g_mainThreadState.load(std::memory_order_relaxed) ? 0 : kUnpinnedCode;
     size_t n = 0;
-#if TORCHLEAK_INTERPRETER_FRAMES
-    _PyInterpreterFrame* frame =
-        tstate->cframe != nullptr ? tstate->cframe->current_frame : nullptr;
-    while (frame != nullptr && n < capacity) {
-        if (!_PyFrame_IsIncomplete(frame)) {
-            PyCodeObject* code = frame->f_code;
-            int offset = _PyInterpreterFrame_LASTI(frame) * static_cast<int>(sizeof(_Py_CODEUNIT));
-            out[n++] = RawFrame{reinterpret_cast<uintptr_t>(code) | unpinned, offset};
+#if TORCHLEAK_FRAME_LAYOUT
+    for (layout::InterpreterFrame* frame = layout::currentFrame(tstate);
+         frame != nullptr && n < capacity; frame = layout::previousFrame(frame)) {
+        if (PyCodeObject* code = layout::codeOf(frame)) {
+            out[n++] =
+                RawFrame{reinterpret_cast<uintptr_t>(code) | unpinned, layout::byteOffset(frame)};
         }
-        frame = frame->previous;
     }
 #else
     (void)unpinned;
@@ -85,6 +77,38 @@ size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept {
     Py_XDECREF(frame);
 #endif
     return n;
+}
+
+std::optional<std::string> checkCapture() {
+    // What the hook meets: a thread inside a torch operator, which released the GIL.
+    RawFrame frames[4];
+    size_t n = 0;
+    Py_BEGIN_ALLOW_THREADS n = capturePythonStack(frames, 4);
+    Py_END_ALLOW_THREADS if (n == 0) {
+        return std::string(TORCHLEAK_FRAME_LAYOUT ? "the stack of a thread inside a torch "
+                                                    "operator read as empty"
+                                                  : "torchleak knows no frame layout for this "
+                                                    "interpreter, and torch releases the GIL "
+                                                    "inside every operator");
+    }
+    PyFrameObject* caller = PyThreadState_GetFrame(PyThreadState_Get()); // new reference
+    if (caller == nullptr) {
+        return std::nullopt; // called from C with no Python frame: nothing to compare
+    }
+    PyCodeObject* code = PyFrame_GetCode(caller);
+    int line = PyFrame_GetLineNumber(caller);
+    bool sameCode = (frames[0].code & ~kUnpinnedCode) == reinterpret_cast<uintptr_t>(code);
+    int readLine = sameCode ? PyCode_Addr2Line(code, frames[0].offset) : -1;
+    Py_DECREF(code);
+    Py_DECREF(caller);
+    if (!sameCode) {
+        return std::string("the innermost frame read is not the running function's");
+    }
+    if (readLine != line) {
+        return "the line read (" + std::to_string(readLine) + ") is not the running line (" +
+               std::to_string(line) + ")";
+    }
+    return std::nullopt;
 }
 
 void retainCodeObjects(std::span<const RawFrame> frames) noexcept {
@@ -378,57 +402,43 @@ LocalsOwner localsOwner(PyObject* obj) noexcept {
     return LocalsOwner::None;
 }
 
-#if TORCHLEAK_INTERPRETER_FRAMES
+#if TORCHLEAK_FRAME_LAYOUT
 namespace {
-// The interpreter frame that holds the owner's locals, or null when they are gone (a finished
-// generator's frame is cleared).
-_PyInterpreterFrame* interpreterFrameOf(PyObject* owner) noexcept {
-    if (PyFrame_Check(owner)) {
-        return reinterpret_cast<PyFrameObject*>(owner)->f_frame;
-    }
-    if (localsOwner(owner) == LocalsOwner::None) {
+// The frame record that holds the owner's locals, or null when they are gone.
+layout::InterpreterFrame* interpreterFrameOf(PyObject* owner) noexcept {
+    switch (localsOwner(owner)) {
+    case LocalsOwner::Frame:
+        return layout::frameOfFrameObject(owner);
+    case LocalsOwner::None:
         return nullptr;
+    default:
+        return layout::frameOfGenerator(owner);
     }
-    // Generators, coroutines and async generators share the head that embeds their frame.
-    auto* gen = reinterpret_cast<PyGenObject*>(owner);
-    if (gen->gi_frame_state >= FRAME_COMPLETED) {
-        return nullptr;
-    }
-    return reinterpret_cast<_PyInterpreterFrame*>(gen->gi_iframe);
 }
 } // namespace
 
 void forEachLocal(PyObject* owner, LocalVisitor fn, void* context) noexcept {
-    _PyInterpreterFrame* frame = interpreterFrameOf(owner);
-    if (frame == nullptr || frame->f_code == nullptr) {
+    layout::InterpreterFrame* frame = interpreterFrameOf(owner);
+    PyCodeObject* code = frame != nullptr ? layout::localsCodeOf(frame) : nullptr;
+    if (code == nullptr) {
         return;
     }
-    PyCodeObject* code = frame->f_code;
-    for (int i = 0; i < code->co_nlocalsplus; ++i) {
-        PyObject* value = frame->localsplus[i];
-        if (value == nullptr) {
-            continue; // unbound, or a slot past the frame's live part
+    const int count = layout::localCount(code);
+    for (int i = 0; i < count; ++i) {
+        if (PyObject* value = layout::localValue(frame, code, i)) {
+            fn(context, static_cast<uint32_t>(i), value);
         }
-        _PyLocals_Kind kind = _PyLocals_GetKind(code->co_localspluskinds, i);
-        if ((kind & (CO_FAST_CELL | CO_FAST_FREE)) && PyCell_Check(value)) {
-            value = PyCell_GET(value);
-            if (value == nullptr) {
-                continue;
-            }
-        }
-        fn(context, static_cast<uint32_t>(i), value);
     }
 }
 
 std::optional<LocalName> localName(PyObject* owner, uint32_t index) {
-    _PyInterpreterFrame* frame = interpreterFrameOf(owner);
-    if (frame == nullptr || frame->f_code == nullptr ||
-        index >= static_cast<uint32_t>(frame->f_code->co_nlocalsplus)) {
+    layout::InterpreterFrame* frame = interpreterFrameOf(owner);
+    PyCodeObject* code = frame != nullptr ? layout::localsCodeOf(frame) : nullptr;
+    if (code == nullptr || index >= static_cast<uint32_t>(layout::localCount(code))) {
         return std::nullopt;
     }
-    PyCodeObject* code = frame->f_code;
-    return LocalName{utf8(PyTuple_GET_ITEM(code->co_localsplusnames, index)),
-                     utf8(code->co_qualname)};
+    return LocalName{utf8(layout::localNameOf(code, static_cast<int>(index))),
+                     utf8(layout::qualifiedNameOf(code))};
 }
 #else
 // Other CPython versions: frames through the public API (f_locals), generators not at all

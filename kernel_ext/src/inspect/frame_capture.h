@@ -8,9 +8,10 @@
 // does not hold it. That thread's own frame chain is frozen while it runs C++ (only the owning
 // thread pushes or pops its frames, and each frame holds a strong reference to its code), so
 // reading it is safe; touching reference counts is not. Hence:
-//  * with the GIL, or on the main thread: read the frame chain (CPython 3.11/3.12: the
-//    interpreter's _PyInterpreterFrame list, no frame objects materialised; other versions:
-//    the public frame API, GIL holders only);
+//  * with the GIL, or on the main thread: read the frame chain through the interpreter's own
+//    frame records (frame_layout.h: CPython 3.10 to 3.14), no frame objects materialised; an
+//    interpreter with no known layout gets the public frame API, GIL holders only, and
+//    checkCapture() says so;
 //  * new stacks take a reference on their code objects at once if the GIL is held, otherwise
 //    through Py_AddPendingCall, which the main thread runs with the GIL at its next
 //    eval-breaker check: right after the operator returns, while every captured frame is
@@ -45,6 +46,13 @@ void releaseCodeObjects(const std::vector<RawFrame>& frames) noexcept;
 void noteMainThread() noexcept;
 // The name of the capture strategy compiled in ("interpreter-frames" or "frame-objects").
 const char* captureStrategy() noexcept;
+// Captures the caller's stack as the hook would inside a torch operator (GIL released) and
+// compares it with the running frame: nullopt when it matches, else what went wrong. A layout
+// that compiles but reads wrong, or no layout at all, is found here instead of as sites that
+// silently read "<unknown>". Needs the GIL.
+std::optional<std::string> checkCapture();
+// Tests only: make every capture come back empty, as on an interpreter with no layout.
+void disableCaptureForTesting(bool disabled) noexcept;
 
 // Which files are not user code: torch, the standard library and torchleak itself. A frame's
 // file is compared by prefix; "<frozen ...>" and "<string>" style names are never user code

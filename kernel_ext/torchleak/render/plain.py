@@ -22,4 +22,6 @@ def render(data, *, progress=None, limit=4):
                      f"{site_text(f['site'])}{held}{holder}{ranks}")
     if len(findings) > limit:
         lines.append(f"  ... {len(findings) - limit} more")
+    # A console or CI log shows nothing else: what the report could not see is said here too.
+    lines.extend(f"  warning: {w}" for w in data.get("warnings", []))
     return "\n".join(lines)
