@@ -11,18 +11,18 @@ TORCH_SPEC ?= torch==2.13.0
 DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format
 PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy \
 	"jupyterlab>=4,<5" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
-	xeus-python playwright
+	xeus-python playwright uv
 CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: demo test test-core test-device test-python test-widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean
+.PHONY: test-matrix test-matrix-full demo test test-core test-device test-python test-widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean
 
 demo: install
 	@echo "== a training loop that keeps every step's loss with its graph =="
 	$(PY) -m torchleak run notebooks/leaky_training.py
 
-test: install test-format test-widgets test-core test-device test-python
+test: install test-format test-widgets test-core test-device test-python test-matrix
 
 test-core: debian-packages
 	cmake -S . -B $(CORE_BUILD) -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
@@ -47,6 +47,19 @@ test-device: install
 # ipykernel and xeus-python; tests/browser: JupyterLab 4 in headless Chromium.
 test-python: install
 	$(PY) -m pytest -q tests/python tests/integrations tests/distributed tests/notebooks tests/browser
+
+# The platform matrix (tests/matrix/run.py): torchleak built against other CPython and torch
+# versions, each cell in a uv environment of its own under build/matrix with torch from the
+# package index, running tests/python and the visible leak-case suite. `make test` runs the two
+# corners, newest and oldest; `make test-matrix-full` every cell of the README's table.
+MATRIX_CORNERS := 3.13:2.15.0 3.10:2.11.0
+MATRIX_CELLS := $(MATRIX_CORNERS) 3.12:2.11.0 3.12:2.12.1 3.12:2.14.1 3.11:2.15.0 3.13:2.13.0
+MATRIX ?= $(MATRIX_CORNERS)
+test-matrix: debian-packages venv
+	$(PY) tests/matrix/run.py $(MATRIX) --results build/matrix/results.json
+
+test-matrix-full:
+	$(MAKE) test-matrix MATRIX="$(MATRIX_CELLS)"
 
 # The committed widget bundle and lab extension must match their sources.
 test-widgets:
