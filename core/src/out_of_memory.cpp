@@ -25,8 +25,20 @@ std::string keeperOf(const Finding& f) {
 
 } // namespace
 
-DeviceKey failingDevice(const std::optional<OutOfMemoryEvent>& event) {
-    return event ? event->device : DeviceKey{0, -1};
+DeviceKey failingDevice(const std::optional<OutOfMemoryEvent>& event,
+                        const OutOfMemoryInputs& failure,
+                        std::string_view privateUse1) {
+    if (event) {
+        return event->device;
+    }
+    if (!failure.device.empty()) {
+        try {
+            return parseDeviceName(failure.device, privateUse1);
+        } catch (const std::exception&) {
+            // a name c10 does not have: the CPU, as for an error that names none
+        }
+    }
+    return DeviceKey{0, -1};
 }
 
 OutOfMemoryReport buildOutOfMemoryReport(const Report& report,
@@ -36,7 +48,7 @@ OutOfMemoryReport buildOutOfMemoryReport(const Report& report,
                                          const std::vector<DeviceInfo>& known,
                                          std::string_view privateUse1) {
     OutOfMemoryReport oom;
-    const DeviceKey key = failingDevice(context.event);
+    const DeviceKey key = failingDevice(context.event, failure, privateUse1);
     oom.device = deviceName(key, privateUse1);
     oom.error = failure.error;
     oom.message = failure.message.substr(0, failure.message.find('\n'));
@@ -47,7 +59,7 @@ OutOfMemoryReport buildOutOfMemoryReport(const Report& report,
     // A device allocator's totals at the failure, when they can be right; the CPU reporter's
     // count only what c10 saw while profiling, so the CPU uses tracked bytes.
     const auto& ev = context.event;
-    // (PyTorch's CUDA OOM observer gives no reserve: reserved < 0, shown as allocated.)
+    // (A reporter that knows no reserve passes reserved < 0: shown as allocated.)
     if (ev && key.type != 0 && ev->allocated >= 0 &&
         (ev->reserved < 0 || ev->reserved >= ev->allocated)) {
         oom.allocated_bytes = ev->allocated;

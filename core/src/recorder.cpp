@@ -20,6 +20,12 @@ AllocationRecorder::DeviceState* AllocationRecorder::knownDeviceState(DeviceKey 
     return slot < d_deviceCount ? &d_devices[slot] : nullptr;
 }
 
+const AllocationRecorder::DeviceState*
+AllocationRecorder::knownDeviceState(DeviceKey device) const noexcept {
+    size_t slot = deviceSlot(device);
+    return slot < d_deviceCount ? &d_devices[slot] : nullptr;
+}
+
 AllocationRecorder::DeviceState* AllocationRecorder::deviceState(DeviceKey device) noexcept {
     if (DeviceState* known = knownDeviceState(device)) {
         return known;
@@ -69,7 +75,8 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
                                      int64_t allocatorAllocated,
                                      int64_t allocatorReserved,
                                      bool allocatorTotals,
-                                     uint64_t weight) noexcept {
+                                     uint64_t weight,
+                                     StackToken inheritedStack) noexcept {
     d_events.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(d_mutex);
     DeviceState* st = deviceState(device);
@@ -79,7 +86,9 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
     }
     try {
         bool inserted = false;
-        StackToken stack = d_stacks.intern(frames, &inserted);
+        StackToken stack = frames.empty() && inheritedStack != 0
+                               ? inheritedStack
+                               : d_stacks.intern(frames, &inserted);
         if (inserted && d_retain != nullptr) {
             d_retain(frames);
         }
@@ -108,6 +117,7 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
             throw;
         }
         st->tracked += static_cast<int64_t>(rec.weight);
+        st->allocations += 1;
     } catch (...) {
         // Out of memory while growing a table: losing one event beats terminating the
         // process from inside the allocator.
@@ -127,6 +137,7 @@ void AllocationRecorder::recordSkipped(DeviceKey device,
     }
     std::lock_guard<std::mutex> lock(d_mutex);
     if (DeviceState* st = deviceState(device)) {
+        st->allocations += 1;
         updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals, 0);
     }
 }
@@ -158,7 +169,8 @@ void AllocationRecorder::recordFree(uintptr_t ptr,
 void AllocationRecorder::recordOutOfMemory(DeviceKey device,
                                            int64_t requested,
                                            int64_t allocatorAllocated,
-                                           int64_t allocatorReserved) noexcept {
+                                           int64_t allocatorReserved,
+                                           bool fromAllocator) noexcept {
     std::lock_guard<std::mutex> lock(d_mutex);
     d_oom.device = device;
     d_oom.requested = requested;
@@ -166,6 +178,30 @@ void AllocationRecorder::recordOutOfMemory(DeviceKey device,
     d_oom.reserved = allocatorReserved;
     d_oom.iteration = d_iteration.load(std::memory_order_relaxed);
     d_oom.count += 1;
+    d_oom.fromAllocator = fromAllocator;
+    const DeviceState* st = knownDeviceState(device);
+    d_oom.allocationsBefore = st != nullptr ? st->allocations : 0;
+}
+
+StackToken AllocationRecorder::internStack(std::span<const RawFrame> frames) {
+    std::lock_guard<std::mutex> lock(d_mutex);
+    bool inserted = false;
+    StackToken stack = d_stacks.intern(frames, &inserted);
+    if (inserted && d_retain != nullptr) {
+        d_retain(frames);
+    }
+    return stack;
+}
+
+std::optional<OutOfMemoryEvent> AllocationRecorder::currentOutOfMemory() const {
+    std::lock_guard<std::mutex> lock(d_mutex);
+    if (d_oom.count == 0) {
+        return std::nullopt;
+    }
+    const DeviceState* st = knownDeviceState(d_oom.device);
+    const uint64_t allocations = st != nullptr ? st->allocations : 0;
+    return allocations == d_oom.allocationsBefore ? std::optional<OutOfMemoryEvent>(d_oom)
+                                                  : std::nullopt;
 }
 
 std::optional<OutOfMemoryEvent> AllocationRecorder::lastOutOfMemory() const {

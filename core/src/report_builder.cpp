@@ -1,6 +1,7 @@
 #include "torchleak/report_builder.h"
 
 #include "torchleak/causes.h"
+#include "torchleak/display_text.h"
 #include "torchleak/scoring.h"
 #include "torchleak/suggestion.h"
 #include "torchleak/verdict.h"
@@ -136,6 +137,7 @@ class ReportBuilder {
         startReport();
         readLiveBlocks();
         replayBoundaries();
+        reconcileWithAllocator();
         attributeExternalStacks();
         makeFindings();
         d_blocksOf = liveBlocksByFinding();
@@ -264,6 +266,54 @@ class ReportBuilder {
             r.site = &acc;
         }
         return r;
+    }
+
+    // Blocks the allocator no longer holds though the hook never saw their free leave what is
+    // alive now, and their group's series from the boundary ending their birth iteration on:
+    // when they were freed is unknown, and a block counted at every later boundary would be a
+    // false leak. The report says how many.
+    void reconcileWithAllocator() {
+        const auto& covered = d_inputs.allocator_view_devices;
+        if (covered.empty()) {
+            return;
+        }
+        std::map<std::string, std::pair<uint64_t, uint64_t>> unseen; // device -> blocks, bytes
+        size_t kept = 0;
+        for (const LiveBlock& block : d_liveNow) {
+            const BlockRecord& rec = block.rec;
+            if (std::find(covered.begin(), covered.end(), rec.device.type) == covered.end() ||
+                d_inputs.allocator_live_blocks.count(block.ptr) != 0) {
+                d_liveNow[kept++] = block;
+                continue;
+            }
+            auto& [blocks, bytes] = unseen[deviceName(rec.device, d_inputs.privateuse1_backend)];
+            blocks += 1;
+            bytes += rec.weight;
+            auto group = d_replay.find(GroupKey{rec.stack, rec.node, rec.device});
+            if (group == d_replay.end() || d_n == 0) {
+                continue; // born after the last boundary: in no series yet
+            }
+            SiteAccumulator& acc = *group->second.site;
+            acc.lastCount -= std::min<uint64_t>(acc.lastCount, 1);
+            const auto size = static_cast<int64_t>(rec.weight);
+            size_t first = static_cast<size_t>(
+                std::lower_bound(d_at.begin(), d_at.end(), rec.iteration) - d_at.begin());
+            for (size_t b = first; b < d_n; ++b) {
+                acc.series.bytes[b] = std::max<int64_t>(acc.series.bytes[b] - size, 0);
+            }
+            if (first < d_n && d_at[first] == rec.iteration) {
+                acc.series.born[first] = std::max<int64_t>(acc.series.born[first] - size, 0);
+            }
+        }
+        d_liveNow.resize(kept);
+        for (const auto& [device, count] : unseen) {
+            d_report.warnings.push_back(
+                device + ": " + std::to_string(count.first) + " block(s) (" +
+                formatBytes(static_cast<double>(count.second)) +
+                ") were freed on a thread torchleak's hook does not reach (a user thread, "
+                "NCCL's, an async checkpoint writer); the allocator's own state says they are "
+                "gone, so they count from their birth as freed");
+        }
     }
 
     // Surviving blocks with an external stack (CUDA) become their own sites: a block alive
@@ -680,9 +730,10 @@ class ReportBuilder {
     void addOutOfMemoryForensics() {
         try {
             OutOfMemoryContext context;
-            context.event = d_recorder.lastOutOfMemory();
+            context.event = d_recorder.currentOutOfMemory();
             context.current_iteration = d_recorder.iteration();
-            context.tracked_bytes = d_recorder.trackedBytes(failingDevice(context.event));
+            context.tracked_bytes = d_recorder.trackedBytes(failingDevice(
+                context.event, *d_inputs.out_of_memory, d_inputs.privateuse1_backend));
             d_report.oom =
                 buildOutOfMemoryReport(d_report, liveNowByFinding(), *d_inputs.out_of_memory,
                                        context, d_inputs.devices, d_inputs.privateuse1_backend);

@@ -2,6 +2,8 @@
 the exception as ``torchleak_report`` and, on Python 3.11+, as a note that the traceback prints
 (so a script that dies of an OOM says why in its last lines)."""
 
+import re
+
 import torch
 
 _OOM_TYPES = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
@@ -9,6 +11,12 @@ _OOM_TYPES = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
                                MemoryError) if isinstance(t, type))
 # CPU allocation failures that older code paths raise as a plain RuntimeError.
 _OOM_WORDS = ("out of memory", "not enough memory")
+# What names a CUDA failure, the caching allocator's ("CUDA out of memory. Tried to allocate
+# ... GPU 0 has a total capacity ...") and the ones it never sees: "CUDA error: out of memory"
+# from a kernel launch or context creation, cuBLAS/cuDNN workspaces, NCCL buffers.
+_CUDA_WORDS = re.compile(r"\bCUDA\b|\bcu(BLAS|DNN|FFT|SPARSE|SOLVER)\b|\bNCCL\b|\bGPU \d+\b",
+                         re.IGNORECASE)
+_GPU_INDEX = re.compile(r"\bGPU (\d+)\b|\bcuda:(\d+)\b")
 
 
 def is_out_of_memory(exc):
@@ -24,12 +32,28 @@ def is_out_of_memory(exc):
 
 
 def describe(exc):
-    """(type name, first line of the message) for the report's `oom` section."""
+    """(type name, first line of the message, the device it names or "") for the report's
+    `oom` section. The device counts when no allocator reported the failure to the hook."""
     try:
         message = str(exc)
     except Exception:  # noqa: BLE001
         message = f"<{type(exc).__name__} whose message could not be read>"
-    return type(exc).__name__, message.strip().split("\n", 1)[0]
+    return type(exc).__name__, message.strip().split("\n", 1)[0], failing_device(message)
+
+
+def failing_device(message):
+    """"cuda:N" when the message is a CUDA failure (N from "GPU N" or "cuda:N", else the
+    current device), "" otherwise."""
+    if not _CUDA_WORDS.search(message):
+        return ""
+    index = _GPU_INDEX.search(message)
+    if index:
+        return f"cuda:{index[1] or index[2]}"
+    try:
+        current = torch.cuda.current_device() if torch.cuda.is_initialized() else 0
+    except Exception:  # noqa: BLE001 - a CPU build, or a broken context
+        current = 0
+    return f"cuda:{int(current)}"
 
 
 def attach(exc, report):
@@ -46,4 +70,4 @@ def attach(exc, report):
             pass
 
 
-__all__ = ["attach", "describe", "is_out_of_memory"]
+__all__ = ["attach", "describe", "failing_device", "is_out_of_memory"]

@@ -1,5 +1,6 @@
 """track(), check() and step(): glue between Python and the C++ recorder (torchleak._core)."""
 
+import functools
 import os
 import site
 import sys
@@ -108,14 +109,27 @@ def _frame_capture_warning():
 _capture_problem = None  # (problem or None,) once checked
 
 
-def _on_cuda_out_of_memory(device, requested, allocated, free):
-    """PyTorch's CUDA OOM observer: it runs on the failing thread, which may not carry the
-    hook (a thread torchleak does not track); the reserve is unknown there (-1)."""
-    tracker = _active
-    session = tracker._session if tracker is not None else None
-    if session is not None and session.active:
-        session.note_out_of_memory(f"cuda:{int(device)}", _devices.privateuse1_name(),
-                                   int(requested), int(allocated), -1)
+def _on_cuda_out_of_memory(device, segment_bytes, limit_bytes, device_free):
+    """PyTorch's CUDA OOM observer. It runs on the failing thread (which may not carry the
+    hook), after the allocator released its lock, with what DeviceCachingAllocator::malloc
+    passes: the device, the *segment* it tried to reserve (2 MiB, 20 MiB or the request
+    rounded up: not the request), the device's capacity or set_per_process_memory_fraction's
+    cap (not the allocated bytes), and the bytes the driver calls free. The request is
+    unknown here; the totals are the device's statistics, read now. The allocator's own report
+    through the hook, when it made one, is kept. Never raises: an exception here would replace
+    the user's OutOfMemoryError."""
+    try:
+        tracker = _active
+        session = tracker._session if tracker is not None else None
+        if session is None or not session.active:
+            return
+        index = int(device)
+        allocated = int(torch.cuda.memory_allocated(index))
+        reserved = int(torch.cuda.memory_reserved(index))
+        session.note_out_of_memory(f"cuda:{index}", _devices.privateuse1_name(), -1,
+                                   allocated, reserved)
+    except Exception:  # noqa: BLE001 - see above
+        pass
 
 
 class Tracker:
@@ -165,8 +179,11 @@ class Tracker:
         self._optimizer_hook = None
         self._warnings = []
         self._report = None
-        self._cuda_history = False
-        self._cuda_snapshot = None
+        self._cuda_history = _cuda.CudaHistory()
+        self._graph_replays = _cuda.GraphReplays()
+        self._cuda_stacks = None  # of the blocks alive at stop
+        # What the CUDA allocator held at stop, by its own snapshot: ([device types], addresses)
+        self._allocator_view = ([], [])
         # (type, message) of the out-of-memory error that ended the run, for the report's
         # `oom` forensics. Never the exception: its traceback's frames hold the user's tensors.
         self._failure = None
@@ -254,29 +271,34 @@ class Tracker:
             warnings.warn(f"torchleak: {problem}", RuntimeWarning, stacklevel=3)
         _core.retry_deferred_removals()
         session = _core.Session(self._capture_stacks, self._sample_bytes)
-        if _core.profiler_state_installed():
+        profiler_on = _core.profiler_state_installed()
+        if profiler_on:
             # torch.profiler (or another tool) owns the slot; nothing may be pushed on top of
             # it. Record from the moment it stops.
             session.start_paused()
-            msg = ("torch.profiler is active on this thread: torchleak records nothing until "
-                   "it stops")
-            self._warnings.append(msg)
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
         else:
             session.start()
         self._session = session
         self._thread = threading.get_ident()
         _active = self
-        self._find_job()
-        self._cuda_history = _cuda.start_history()
-        _cuda.observe_out_of_memory(_on_cuda_out_of_memory)
-        self._wrap_profiler_hooks()
-        if self._boundary in ("auto", "optimizer_step"):
-            try:
+        # From here on the hook is in: whatever fails takes it out again before raising.
+        try:
+            if profiler_on:
+                msg = ("torch.profiler is active on this thread: torchleak records nothing "
+                       "until it stops")
+                self.warn(msg)
+                warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            self._find_job()
+            self._cuda_history.start()
+            self._graph_replays.start()
+            _cuda.observe_out_of_memory(_on_cuda_out_of_memory)
+            self._wrap_profiler_hooks()
+            self._wrap_backward()
+            if self._boundary in ("auto", "optimizer_step"):
                 self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
-            except BaseException:
-                self.stop()
-                raise
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     # torch.profiler refuses to start while anything sits in PROFILER_STATE, so step aside when
@@ -310,6 +332,37 @@ class Tracker:
         _profiler_module._run_on_profiler_start = on_profiler_start
         _profiler_module._run_on_profiler_stop = on_profiler_stop
 
+    # Blocks that autograd's nodes make on a device's own thread (no Python stack there; on
+    # CUDA no capture at all, the hook runs under the allocator's mutex) are attributed to the
+    # line that called backward() or autograd.grad(). Both reach the engine through
+    # torch.autograd._engine_run_backward (torch 2.11 to 2.15, imported into torch.autograd by
+    # name); a torch without it leaves such blocks named by their node alone.
+    def _wrap_backward(self):
+        original = getattr(torch.autograd, "_engine_run_backward", None)
+        if original is None:
+            return
+        tracker = self
+
+        @functools.wraps(original)
+        def run_backward(*args, **kwargs):
+            session = tracker._session
+            if session is None or not session.active:
+                return original(*args, **kwargs)
+            previous = session.begin_backward()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                session.end_backward(previous)
+
+        self._backward_original = original
+        torch.autograd._engine_run_backward = run_backward
+
+    def _unwrap_backward(self):
+        original = getattr(self, "_backward_original", None)
+        if original is not None:
+            torch.autograd._engine_run_backward = original
+            self._backward_original = None
+
     def _unwrap_profiler_hooks(self):
         originals = getattr(self, "_profiler_originals", None)
         if originals is not None:
@@ -320,6 +373,8 @@ class Tracker:
         """Stop recording and restore every hook (what ``with`` does on exit). Idempotent."""
         global _active
         self._unwrap_profiler_hooks()
+        self._unwrap_backward()
+        self._graph_replays.stop()
         if self.active:
             self._find_job()  # a script with no boundary at all is still a rank
         try:
@@ -332,10 +387,7 @@ class Tracker:
                 # A run with no boundary at all still reports what it left alive.
                 if session.iterations == 0 and session.events > 0:
                     session.step()
-                # The stacks of surviving CUDA blocks, before history recording stops.
-                self._cuda_snapshot = _cuda.snapshot_stacks()
-                _cuda.stop_history(self._cuda_history)
-                self._cuda_history = False
+                self._read_cuda_state()
                 if session.stop() == "deferred":
                     msg = ("another tool pushed a profiler state on top of torchleak's hook and "
                            "is still running: torchleak stopped recording and removes its hook "
@@ -344,6 +396,22 @@ class Tracker:
                     warnings.warn(msg, RuntimeWarning, stacklevel=3)
             if _active is self:
                 _active = None
+
+    def _read_cuda_state(self):
+        """At stop, before history recording ends: the stacks of surviving CUDA blocks and what
+        the allocator itself still holds. Never raises: the hook must come out whatever
+        happens here."""
+        history = self._cuda_history
+        try:
+            snapshot = history.snapshot()
+            self._cuda_stacks = history.stacks_of_snapshot(snapshot)
+            if snapshot is not None:
+                self._allocator_view = _cuda.allocator_view(snapshot)
+        except Exception as error:  # noqa: BLE001
+            self.warn(f"the CUDA allocator's state could not be read at stop ({error!r}): CUDA "
+                      f"findings have no allocation site")
+        finally:
+            history.stop()
 
     # -- boundaries ---------------------------------------------------------------------------
     def _on_optimizer_step(self, optimizer, args, kwargs):
@@ -397,6 +465,14 @@ class Tracker:
         """Add a warning to the report (once)."""
         if message not in self._warnings:
             self._warnings.append(message)
+
+    def _all_warnings(self):
+        """The report's warnings: the tracker's, then what the CUDA side could not see."""
+        out = list(self._warnings)
+        for w in self._cuda_history.warnings + [self._graph_replays.warning()]:
+            if w and w not in out:
+                out.append(w)
+        return out
 
     def run_iterations(self, body, iterations, *, after_each=None, describe=str):
         """Call ``body()`` ``iterations`` times, ending an iteration after each, and
@@ -484,7 +560,13 @@ class Tracker:
             return self._report
         library, packages = _library_prefixes(), _package_prefixes()
         roots = given + _roots.collect(library, packages) if paths else []
-        snapshot = self._cuda_snapshot if not self.active else _cuda.snapshot_stacks()
+        history = self._cuda_history
+        if self.active:
+            external_stacks = history.stacks_now(self._session.stackless_device_blocks())
+            view_devices, live_blocks = [], []
+        else:
+            external_stacks = self._cuda_stacks or {}
+            view_devices, live_blocks = self._allocator_view
         cfg = _config.snapshot()
         if self.min_bytes:
             cfg.set("min_bytes", str(self.min_bytes))
@@ -495,17 +577,19 @@ class Tracker:
             boundary=self._kind,
             config=cfg,
             capacities=_devices.capacities(),
-            warnings=list(self._warnings),
+            warnings=self._all_warnings(),
             frame_filter=_core.FrameFilter(library, packages, _cell_files()),
             roots=roots,
             explain=bool(paths),
-            external_stacks=_cuda.block_stacks(snapshot),
+            external_stacks=external_stacks,
             boundary_runs=self._cell_runs if self._boundary == "cell" else [],
             parameter_owners=_roots.parameter_owners(roots) if paths else [],
             explain_grown_only=bool(_grown_paths_only),
             privateuse1_backend=_devices.privateuse1_name(),
             out_of_memory=failure,
             describe_tensors=bool(_shapes),
+            allocator_view_devices=view_devices,
+            allocator_live_blocks=live_blocks,
         )
         del roots, given
         report = Report(text)

@@ -124,7 +124,7 @@ TEST_CASE("Out-of-memory forensics: the failing device, its totals and the culpr
     recordFailingRun(rec, 6);
     REQUIRE(rec.lastOutOfMemory()->iteration == 6);
     Report r =
-        buildWith(rec, OutOfMemoryInputs{"OutOfMemoryError", "fakegpu out of memory.\nmore"});
+        buildWith(rec, OutOfMemoryInputs{"OutOfMemoryError", "fakegpu out of memory.\nmore", ""});
     REQUIRE(r.oom);
     const OutOfMemoryReport& oom = *r.oom;
     REQUIRE(oom.device == "fakegpu:0");
@@ -161,7 +161,7 @@ TEST_CASE("Without an allocator's report the failure is the CPU's, with tracked 
                         0, 0, false);
         rec.markBoundary();
     }
-    Report r = buildWith(rec, OutOfMemoryInputs{"MemoryError", ""});
+    Report r = buildWith(rec, OutOfMemoryInputs{"MemoryError", "", ""});
     REQUIRE(r.oom);
     REQUIRE(r.oom->device == "cpu");
     REQUIRE(r.oom->totals_from == "tracked");
@@ -174,7 +174,7 @@ TEST_CASE("Without an allocator's report the failure is the CPU's, with tracked 
 TEST_CASE("An observer's report without the reserve shows allocated as reserved") {
     AllocationRecorder rec;
     rec.recordOutOfMemory(DeviceKey{1, 0}, 100, 5000, -1);
-    Report r = buildWith(rec, OutOfMemoryInputs{"OutOfMemoryError", "CUDA out of memory"});
+    Report r = buildWith(rec, OutOfMemoryInputs{"OutOfMemoryError", "CUDA out of memory", ""});
     REQUIRE(r.oom->device == "cuda:0");
     REQUIRE(r.oom->totals_from == "allocator");
     REQUIRE(r.oom->reserved_bytes == 5000);
@@ -191,7 +191,8 @@ TEST_CASE("No out-of-memory error, no oom section, even after an allocator's OOM
 TEST_CASE("The oom section round-trips through JSON and bad indices are rejected") {
     AllocationRecorder rec;
     recordFailingRun(rec, 5);
-    Report r = buildWith(rec, OutOfMemoryInputs{"OutOfMemoryError", "quotes \" and <b>html</b>"});
+    Report r =
+        buildWith(rec, OutOfMemoryInputs{"OutOfMemoryError", "quotes \" and <b>html</b>", ""});
     std::string json = toJson(r);
     Report back = reportFromJson(json);
     REQUIRE(back.oom);
@@ -208,4 +209,36 @@ TEST_CASE("The oom section round-trips through JSON and bad indices are rejected
     REQUIRE(at != std::string::npos);
     bad.insert(at + std::string("\"by_holder\":[{\"findings\":[").size(), "99,");
     REQUIRE_THROWS_WITH(reportFromJson(bad), Catch::Contains("names finding 99"));
+}
+
+TEST_CASE("A caught out-of-memory is history: a later failure does not reuse its event") {
+    AllocationRecorder rec;
+    recordFailingRun(rec, 4); // a batch-size finder caught this one...
+    REQUIRE(rec.currentOutOfMemory());
+    rec.recordAlloc(0xB000000, MiB, kFake0, {}, nullptr, 2 * MiB, 64 * MiB, true); // ...went on
+    REQUIRE_FALSE(rec.currentOutOfMemory());
+    REQUIRE(rec.lastOutOfMemory()); // still the last report, no longer the failure
+    // A later failure that no allocator reported: not the old event's device, request or totals.
+    Report r = buildWith(rec, OutOfMemoryInputs{"MemoryError", "", ""});
+    REQUIRE(r.oom);
+    REQUIRE(r.oom->device == "cpu");
+    REQUIRE_FALSE(r.oom->requested_bytes);
+    REQUIRE(r.oom->totals_from == "tracked");
+}
+
+TEST_CASE("A CUDA failure no allocator reported is on the device its error names, not the CPU") {
+    AllocationRecorder rec;
+    const DeviceKey cuda1{1, 1};
+    const std::vector<RawFrame> stack = {{0x1, 10}};
+    rec.recordAlloc(0x7000, 4 * MiB, cuda1, stack, nullptr, 4 * MiB, 8 * MiB, true);
+    rec.markBoundary();
+    Report r = buildWith(
+        rec, OutOfMemoryInputs{"AcceleratorError", "CUDA error: out of memory", "cuda:1"});
+    REQUIRE(r.oom);
+    REQUIRE(r.oom->device == "cuda:1");
+    REQUIRE(r.oom->live_bytes == 4 * MiB);
+    REQUIRE_FALSE(r.oom->requested_bytes);
+    // A name c10 does not have is the CPU's, not an error.
+    Report odd = buildWith(rec, OutOfMemoryInputs{"RuntimeError", "out of memory", "gpu:x"});
+    REQUIRE(odd.oom->device == "cpu");
 }

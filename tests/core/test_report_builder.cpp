@@ -1,6 +1,7 @@
 // buildReport end to end on a recorder fed synthetic events, with fake Python collaborators.
 #include "torchleak/report_builder.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -384,4 +385,57 @@ TEST_CASE("Watch mode's ledger asks for the paths of what grew in the last itera
     for (const Finding& f : r.findings) {
         REQUIRE(f.path.empty() == (f.site.line == 10));
     }
+}
+
+TEST_CASE("Blocks the allocator no longer holds are freed, not leaked, whichever thread freed "
+          "them") {
+    // CUDA: a block made on the tracked thread and freed on a thread that never carried the
+    // hook (NCCL's, a checkpoint writer) sends no free event; the snapshot's active blocks do
+    // not list it. One real leak beside it stays a leak.
+    const DeviceKey cuda0{1, 0};
+    const std::vector<RawFrame> leakStack = {{0x1, 42}};
+    AllocationRecorder rec;
+    for (uint32_t i = 0; i < 8; ++i) {
+        // stackless (CUDA: the hook takes no stack under the allocator's mutex)
+        rec.recordAlloc(0x10000000 + i * 0x100000, MiB, cuda0, {}, nullptr, 0, 0, false);
+        rec.recordAlloc(0x20000000 + i * 0x100000, MiB, cuda0, leakStack, nullptr, 0, 0, false);
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ReportInputs in;
+    in.boundary = BoundaryKind::Repeat;
+    in.devices = {{cuda0, "cuda:0", 80ull << 30}};
+    Report before = buildReport(rec, in, sym, desc);
+    REQUIRE(before.findings.size() == 2);
+    for (const Finding& f : before.findings) {
+        REQUIRE(f.verdict == Verdict::Leak); // both grow, as the hook saw them
+    }
+
+    in.allocator_view_devices = {cuda0.type};
+    for (uint32_t i = 0; i < 8; ++i) {
+        in.allocator_live_blocks.insert(0x20000000 + i * 0x100000); // the real leak only
+    }
+    Report after = buildReport(rec, in, sym, desc);
+    size_t leaks = 0;
+    for (const Finding& f : after.findings) {
+        if (f.verdict == Verdict::Leak) {
+            ++leaks;
+            REQUIRE(f.site.line == 42);
+        } else {
+            REQUIRE(f.series.back() == 0);
+        }
+    }
+    REQUIRE(leaks == 1);
+    bool said = false;
+    for (const std::string& w : after.warnings) {
+        said = said || w.rfind("cuda:0: 8 block(s) (8.0 MiB) were freed on a thread", 0) == 0;
+    }
+    REQUIRE(said);
+    // A device the view does not cover is left as the hook saw it.
+    in.allocator_view_devices = {static_cast<int8_t>(kPrivateUse1Type)};
+    in.allocator_live_blocks.clear();
+    Report uncovered = buildReport(rec, in, sym, desc);
+    REQUIRE(std::count_if(uncovered.findings.begin(), uncovered.findings.end(),
+                          [](const Finding& f) { return f.verdict == Verdict::Leak; }) == 2);
 }

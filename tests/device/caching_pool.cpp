@@ -11,6 +11,16 @@ CachingPool::~CachingPool() {
     }
 }
 
+std::vector<uintptr_t> CachingPool::allocatedBlocks() const {
+    std::vector<uintptr_t> out;
+    for (const auto& [ptr, block] : d_blocks) {
+        if (block.allocated) {
+            out.push_back(reinterpret_cast<uintptr_t>(ptr));
+        }
+    }
+    return out;
+}
+
 size_t CachingPool::roundSize(size_t bytes) {
     return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }

@@ -23,6 +23,7 @@
 #include <map>
 #include <set>
 #include <utility>
+#include <vector>
 
 namespace torchleak::fakedev {
 
@@ -59,6 +60,9 @@ class CachingPool {
     PoolTotals totals() const { return {d_allocated, d_reserved, d_capacity}; }
     size_t segmentCount() const { return d_segments.size(); }
     size_t blockCount() const { return d_blocks.size(); }
+    // The addresses of the blocks handed out and not freed: the pool's own view, as CUDA's
+    // memory snapshot lists its active blocks.
+    std::vector<uintptr_t> allocatedBlocks() const;
     static size_t roundSize(size_t bytes);
 
   private:

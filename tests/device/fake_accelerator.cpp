@@ -33,6 +33,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/library.h>
 
 #include <array>
@@ -337,6 +338,9 @@ PYBIND11_MODULE(_torchleak_fake_device, m) {
     });
     m.def("set_capacity", [](int index, uint64_t bytes) {
         withPool(index, [bytes](CachingPool& p) { p.setCapacity(bytes); });
+    });
+    m.def("allocated_blocks", [](int index) {
+        return withPool(index, [](CachingPool& p) { return p.allocatedBlocks(); });
     });
     m.def("segment_count", [](int index) {
         return withPool(index, [](CachingPool& p) { return p.segmentCount(); });

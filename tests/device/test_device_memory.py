@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import torchleak
+from torchleak import _core
 from conftest import DEVICE, MiB, device_of
 
 
@@ -149,3 +150,68 @@ def test_check_tracks_a_leak_on_either_device(device):
 
     report = torchleak.check(step, iterations=6, warmup=1)
     assert [f.device for f in report.leaks] == [device]
+
+
+def test_an_out_of_tree_allocator_may_still_ask_whether_memory_is_profiled():
+    # A PrivateUse1 backend may gate its reports on memoryProfilingEnabled() (CUDA's does not):
+    # with one registered, the answer stays yes while tracking, and its events arrive.
+    with torchleak.track() as tracker:
+        assert _core.c10_memory_profiling_enabled() is True
+        kept = torch.empty(MiB, dtype=torch.uint8, device="fakegpu")
+    assert device_of(tracker.report(), "fakegpu:0")["allocated"][-1] >= MiB
+    del kept
+
+
+def test_blocks_made_on_autograd_device_threads_are_sited_at_the_backward_call():
+    # A device's autograd thread has no Python stack (on CUDA the hook captures none at all):
+    # a gradient kept per step is attributed to the line that called backward(), named by the
+    # node that made it, not to a bare "backward (MmBackward0)".
+    w = torch.randn(128, 128, device="fakegpu", requires_grad=True)
+    x = torch.randn(32, 128, device="fakegpu")
+    grads = []
+
+    def step():
+        (x @ w).sum().backward()  # BACKWARD
+        grads.append(w.grad)
+        w.grad = None
+
+    report = torchleak.check(step, iterations=6, warmup=1)
+    line = step.__code__.co_firstlineno + 1
+    leaks = [f for f in report.leaks if f.device == "fakegpu:0"]
+    assert leaks, str(report)
+    leak = leaks[0]
+    assert (leak.site["file"], leak.site["line"]) == (__file__, line), leak.site
+    assert leak.site["function"].endswith("Backward0") or "Accumulate" in leak.site["function"]
+    assert "grads" in leak.holder["path_text"]
+
+
+def test_blocks_freed_on_a_thread_without_the_hook_are_reconciled_with_the_allocator(
+        monkeypatch):
+    # CUDA sends a free to the hook only from threads that inherited it; a tensor made here and
+    # dropped by a worker thread (NCCL's, a checkpoint writer) looked alive forever. At stop the
+    # allocator's own view (CUDA: its snapshot's active blocks) says what it still holds; here
+    # the fake device's pool gives it through the same seam.
+    import threading
+    from torchleak import _cuda
+
+    monkeypatch.setattr(_cuda.CudaHistory, "snapshot", lambda self: {})
+    monkeypatch.setattr(_cuda, "allocator_view", lambda snapshot: (
+        ["fakegpu"], DEVICE.native.allocated_blocks(0) + DEVICE.native.allocated_blocks(1)))
+    handed_off = []
+    kept = []
+    with torchleak.track() as tracker:
+        for i in range(6):
+            kept.append(torch.empty(MiB // 2, dtype=torch.uint8, device="fakegpu:1"))  # a leak
+            # A segment of its own each, growing: no freed address is handed out again (a
+            # reuse would heal the stale block by itself and prove nothing).
+            handed_off.append(torch.empty((i + 1) * 2 * MiB, dtype=torch.uint8,
+                                          device="fakegpu:0"))
+            worker = threading.Thread(target=handed_off.clear)  # the last reference dies there
+            worker.start()
+            worker.join(timeout=30)
+            torchleak.step()
+    report = tracker.report()
+    assert [(f.device, f.bytes_per_iteration) for f in report.leaks] == [
+        ("fakegpu:1", MiB // 2)], str(report)
+    assert any(w.startswith("fakegpu:0: 6 block(s) (42.0 MiB) were freed on a thread")
+               for w in report.warnings), report.warnings

@@ -220,3 +220,38 @@ def test_the_cli_prints_the_forensics_when_the_script_dies_of_an_oom(tmp_path):
     saved = torchleak.Report.load(tmp_path / "r.json")
     assert saved.oom["device"] == "fakegpu:0"
     assert saved.findings[saved.oom["findings"][0]].site["line"] == 6
+
+
+def test_an_observers_note_after_the_allocators_report_keeps_the_allocators_numbers():
+    # PyTorch's CUDA observer runs right after the allocator reported the same failure through
+    # the hook, with a segment size and the device's capacity: the allocator's event stays.
+    DEVICE.native.set_capacity(0, 16 * MiB)
+    kept = []
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        with torchleak.track() as tracker:
+            try:
+                leaky_loop(kept)
+            except torch.OutOfMemoryError:
+                tracker._session.note_out_of_memory("fakegpu:0", "fakegpu", -1, 1, 2)
+                raise
+    oom = info.value.torchleak_report.oom
+    assert oom["requested_bytes"] in (MiB, 2 * MiB)
+    assert oom["allocated_bytes"] >= len(kept) * MiB
+    assert oom["reserved_bytes"] <= 16 * MiB
+
+
+def test_an_oom_the_program_survived_is_not_the_failure_that_ends_it():
+    DEVICE.native.set_capacity(0, 16 * MiB)
+    with pytest.raises(MemoryError) as info:
+        with torchleak.track():
+            try:  # a batch-size finder: too big, caught, smaller
+                torch.empty(64 * MiB, dtype=torch.uint8, device="fakegpu")
+            except torch.OutOfMemoryError:
+                pass
+            smaller = torch.empty(MiB, dtype=torch.uint8, device="fakegpu")
+            torchleak.step()
+            raise MemoryError("host memory exhausted")
+    oom = info.value.torchleak_report.oom
+    assert oom["device"] == "cpu"  # not the fake device's old event
+    assert oom.get("requested_bytes") is None
+    del smaller

@@ -3,14 +3,24 @@ leaves none behind (tests/python, tests/integrations and tests/device use it).""
 
 import contextlib
 
+import torch
+
 from torchleak import _core, _tracking
 
 
 @contextlib.contextmanager
 def nothing_left_installed():
-    """Every test must leave the thread's PROFILER_STATE slot as it found it."""
+    """Every test must leave the thread's PROFILER_STATE slot as it found it, and torch's
+    functions that tracking wraps (the autograd engine's entry, CUDA history recording) as
+    they were."""
     assert not _core.profiler_state_installed()
+    wrapped = [(torch.autograd, "_engine_run_backward"),
+               (torch.cuda.memory, "_record_memory_history"),
+               (torch.cuda.CUDAGraph, "replay")]
+    before = [getattr(module, name, None) for module, name in wrapped]
     yield
+    for (module, name), original in zip(wrapped, before):
+        assert getattr(module, name, None) is original, f"{name} was left wrapped"
     assert _tracking._active is None, "a Tracker is still active after the test"
     assert not _core.profiler_state_installed(), "a hook was left installed"
     assert _core.pending_hook_removals() == 0

@@ -328,3 +328,13 @@ def test_config_set_is_all_or_nothing_and_attributes_are_validated_at_once():
         assert config.warmup == 2
     finally:
         config.reset()
+
+
+def test_the_cpu_tap_spares_c10s_cpu_reporter_its_bookkeeping():
+    # On a CUDA build the CUDA allocator is registered, and asking c10's CPU reporter to keep
+    # its mutex-guarded size table for every CPU allocation (whose report the hook drops, the
+    # tap carrying CPU events) cost every CPU allocation; CUDA reports without asking.
+    with torchleak.track():
+        if _core.cpu_tap_installed():
+            assert _core.c10_memory_profiling_enabled() is False
+    assert _core.c10_memory_profiling_enabled() is False

@@ -20,6 +20,9 @@ namespace torchleak {
 struct OutOfMemoryInputs {
     std::string error;
     std::string message;
+    // The device the error names ("cuda:0"), for failures no allocator reported to the hook
+    // (cuBLAS, cuDNN, NCCL or context creation running out of device memory); empty: the CPU.
+    std::string device;
 };
 
 // What is alive now per finding (same order as Report::findings): the failing iteration's
@@ -30,14 +33,18 @@ struct LiveNow {
 };
 
 struct OutOfMemoryContext {
-    std::optional<OutOfMemoryEvent> event; // the allocator's report; none for a MemoryError
-    uint32_t current_iteration = 0;        // the recorder's iteration when the report is built
-    int64_t tracked_bytes = 0;             // tracked bytes on the failing device now
+    // The allocator's report of this failure; none for a MemoryError, a failure outside the
+    // allocators, or when the last report was of an earlier failure the program survived.
+    std::optional<OutOfMemoryEvent> event;
+    uint32_t current_iteration = 0; // the recorder's iteration when the report is built
+    int64_t tracked_bytes = 0;      // tracked bytes on the failing device now
 };
 
-// The device that failed: the allocator's event's, else the CPU (a MemoryError, or an
-// allocation failure no allocator reported). Used to read the tracked bytes before building.
-DeviceKey failingDevice(const std::optional<OutOfMemoryEvent>& event);
+// The device that failed: the allocator's event's, else the one the error names, else the CPU
+// (a MemoryError). Used to read the tracked bytes before building.
+DeviceKey failingDevice(const std::optional<OutOfMemoryEvent>& event,
+                        const OutOfMemoryInputs& failure,
+                        std::string_view privateUse1);
 
 OutOfMemoryReport buildOutOfMemoryReport(const Report& report,
                                          const std::vector<LiveNow>& liveNow,

@@ -77,6 +77,12 @@ struct OutOfMemoryEvent {
     int64_t reserved = 0;
     uint32_t iteration = 0; // the iteration that was running (0-based)
     uint64_t count = 0;     // out-of-memory reports seen so far
+    // Who said so: the allocator itself, through the hook (request and totals exact), or
+    // PyTorch's CUDA OOM observer (no request; totals read after the allocator's lock).
+    bool fromAllocator = true;
+    // The device's allocation count when it failed: an allocation on that device since means
+    // the failure was caught and the run went on (a batch-size finder), so it is history.
+    uint64_t allocationsBefore = 0;
 };
 
 // One kept boundary. `groups` holds only the groups that changed since the kept boundary
@@ -132,7 +138,8 @@ class AllocationRecorder {
                      int64_t allocatorAllocated,
                      int64_t allocatorReserved,
                      bool allocatorTotals,
-                     uint64_t weight = kWholeBlock) noexcept;
+                     uint64_t weight = kWholeBlock,
+                     StackToken inheritedStack = 0) noexcept;
     // An allocation the sampler skipped (weight 0): counted, not recorded; a device allocator's
     // totals still move the device's timeline.
     void recordSkipped(DeviceKey device,
@@ -150,9 +157,14 @@ class AllocationRecorder {
     void recordOutOfMemory(DeviceKey device,
                            int64_t requested,
                            int64_t allocatorAllocated,
-                           int64_t allocatorReserved) noexcept;
+                           int64_t allocatorReserved,
+                           bool fromAllocator = true) noexcept;
 
     // ---- slow path: the tracking thread ---------------------------------------------------
+    // Interns a stack captured off the hot path, for recordAlloc's inheritedStack: the stack a
+    // block takes when its allocation came without one (a block made on autograd's device
+    // threads inherits the stack of the backward() call that runs them).
+    StackToken internStack(std::span<const RawFrame> frames);
     // Ends the current iteration: snapshots the groups it changed and starts the next.
     const BoundarySnapshot& markBoundary();
     uint32_t iteration() const noexcept { return d_iteration.load(std::memory_order_relaxed); }
@@ -166,6 +178,9 @@ class AllocationRecorder {
     void forEachLiveBlock(const std::function<void(uintptr_t, const BlockRecord&)>& fn) const;
     std::optional<BlockRecord> liveBlock(uintptr_t ptr) const;
     std::optional<OutOfMemoryEvent> lastOutOfMemory() const;
+    // The last out-of-memory event when it is the failure now: nothing was allocated on its
+    // device after it. An earlier failure the program caught and survived is not.
+    std::optional<OutOfMemoryEvent> currentOutOfMemory() const;
     // Tracked bytes of live blocks on `device` now.
     int64_t trackedBytes(DeviceKey device) const;
     std::vector<RawFrame> stackFrames(StackToken token) const;
@@ -185,6 +200,7 @@ class AllocationRecorder {
         int64_t allocatorAllocated = 0;
         int64_t allocatorReserved = 0;
         int64_t peak = 0;
+        uint64_t allocations = 0; // recorded or skipped by sampling
         bool allocatorTotals = false;
         bool totalsRejected = false;
         uint64_t rejectedTotals = 0;
@@ -214,6 +230,7 @@ class AllocationRecorder {
 
     DeviceState* deviceState(DeviceKey device) noexcept; // creates it (up to kMaxDevices)
     DeviceState* knownDeviceState(DeviceKey device) noexcept;
+    const DeviceState* knownDeviceState(DeviceKey device) const noexcept;
     size_t deviceSlot(DeviceKey device) const noexcept;
     void updateTotals(DeviceState& st,
                       int64_t allocatorAllocated,

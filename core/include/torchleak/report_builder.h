@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace torchleak {
@@ -64,6 +65,13 @@ struct ReportInputs {
     // mutex is held, so PyTorch's own history recording supplies them), innermost first, by
     // block pointer. Surviving blocks are attributed to their sites.
     std::unordered_map<uintptr_t, std::vector<Frame>> external_stacks;
+    // The device allocator's own view of what it holds, where it was read (CUDA: the memory
+    // snapshot's active blocks), for the device types listed. A block the hook still counts
+    // alive that the allocator does not hold was freed on a thread that never carried the hook
+    // (a user thread, NCCL's or c10d's, an async checkpoint writer): on CUDA no hook sees such
+    // a free, and without this the block would read as a leak until its address is reused.
+    std::vector<int8_t> allocator_view_devices;
+    std::unordered_set<uintptr_t> allocator_live_blocks;
     std::string torch_version;
     std::string python_version;
     int warmup = 0;

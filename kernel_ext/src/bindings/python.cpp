@@ -16,6 +16,7 @@
 #include "torchleak/report_json.h"
 #include "torchleak/retention.h"
 
+#include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -114,6 +115,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("events", &python::TrackingSession::events)
         .def_property_readonly("live_blocks", &python::TrackingSession::liveBlocks)
         .def_property_readonly("stacks", &python::TrackingSession::stacks)
+        .def("stackless_device_blocks", &python::TrackingSession::stacklessDeviceBlocks)
         .def_property_readonly("last_iteration",
                                [](const python::TrackingSession& self) {
                                    IterationTotals t = self.lastIteration();
@@ -124,6 +126,8 @@ PYBIND11_MODULE(_core, m) {
                                    return d;
                                })
         .def("set_capture_stacks", &python::TrackingSession::setCaptureStacks)
+        .def("begin_backward", &python::TrackingSession::beginBackward)
+        .def("end_backward", &python::TrackingSession::endBackward)
         .def(
             "report_json",
             [](python::TrackingSession& self, const std::string& torchVersion,
@@ -134,8 +138,9 @@ PYBIND11_MODULE(_core, m) {
                const std::vector<std::pair<std::string, int>>& boundaryRuns,
                const py::list& parameterOwners, bool explainGrownOnly,
                const std::string& privateUse1Backend,
-               const std::optional<std::pair<std::string, std::string>>& outOfMemory,
-               bool describeTensors) {
+               const std::optional<std::tuple<std::string, std::string, std::string>>& outOfMemory,
+               bool describeTensors, const std::vector<std::string>& allocatorViewDevices,
+               const std::vector<uintptr_t>& allocatorLiveBlocks) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -152,8 +157,15 @@ PYBIND11_MODULE(_core, m) {
                 }
                 in.devices = python::deviceCapacities(capacities, in.privateuse1_backend);
                 in.explain_grown_only = explainGrownOnly;
+                for (const std::string& type : allocatorViewDevices) {
+                    in.allocator_view_devices.push_back(
+                        parseDeviceName(type + ":0", in.privateuse1_backend).type);
+                }
+                in.allocator_live_blocks.insert(allocatorLiveBlocks.begin(),
+                                                allocatorLiveBlocks.end());
                 if (outOfMemory) {
-                    in.out_of_memory = OutOfMemoryInputs{outOfMemory->first, outOfMemory->second};
+                    const auto& [error, message, device] = *outOfMemory;
+                    in.out_of_memory = OutOfMemoryInputs{error, message, device};
                 }
                 // Watch mode's (cell file, execution count) per boundary, grouped by the same
                 // rule as the frames, so a cell's re-runs are one group.
@@ -176,7 +188,9 @@ PYBIND11_MODULE(_core, m) {
             py::arg("boundary_runs") = std::vector<std::pair<std::string, int>>{},
             py::arg("parameter_owners") = py::list(), py::arg("explain_grown_only") = false,
             py::arg("privateuse1_backend") = std::string(kPrivateUse1DefaultName),
-            py::arg("out_of_memory") = std::nullopt, py::arg("describe_tensors") = true)
+            py::arg("out_of_memory") = std::nullopt, py::arg("describe_tensors") = true,
+            py::arg("allocator_view_devices") = std::vector<std::string>{},
+            py::arg("allocator_live_blocks") = std::vector<uintptr_t>{})
         .def(
             "note_out_of_memory",
             [](python::TrackingSession& self, const std::string& device,
@@ -233,6 +247,9 @@ PYBIND11_MODULE(_core, m) {
         "ranks is a list of (rank, report JSON or None, status, note), status one of ok, "
         "failed, missing.");
     m.def("capture_strategy", &python::captureStrategy);
+    m.def(
+        "c10_memory_profiling_enabled", []() { return c10::memoryProfilingEnabled(); },
+        "What c10's CPU reporter asks this thread before its bookkeeping (diagnostics, tests).");
     m.def("check_frame_capture", &python::checkCapture,
           "None when the hook reads this interpreter's Python stacks right, else what failed.");
     // Here rather than in torchleak._testing: that module links its own copy of frame capture.

@@ -21,8 +21,6 @@ namespace torchleak {
 
 namespace {
 
-constexpr size_t kMaxFrames = 48;
-
 using torch::profiler::impl::ActiveProfilerType;
 using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
@@ -58,12 +56,14 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         : ProfilerStateBase(ProfilerConfig(ProfilerState::Disabled)),
           d_recorder(std::move(recorder)), d_capture(capture) {}
 
-    // With the CPU tap carrying CPU events and no device allocator in the process, nothing
-    // needs the thread-local reports: saying so spares c10's CPU reporter its global mutex and
-    // size table on every allocation and free.
+    // Only c10's CPU reporter asks this before its bookkeeping (a global mutex and a size
+    // table on every CPU allocation and free); CUDA's caching allocator reports without asking
+    // (libc10_cuda imports reportMemoryUsageToProfiler, never memoryProfilingEnabled: checked
+    // in torch 2.15's wheel), and so do HIP, XPU and MPS. With the CPU tap carrying CPU events,
+    // the answer is no, unless an out-of-tree PrivateUse1 allocator might ask before reporting.
     bool memoryProfilingEnabled() const override {
         return d_enabled.load(std::memory_order_relaxed) &&
-               (d_deviceReports || !d_cpuByTap.load(std::memory_order_relaxed));
+               (d_gatedDeviceReports || !d_cpuByTap.load(std::memory_order_relaxed));
     }
     ActiveProfilerType profilerType() override { return ActiveProfilerType::NONE; }
 
@@ -82,6 +82,8 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         // recording, looked up at report time. Any other backend (PrivateUse1: an
         // out-of-tree accelerator) has no such recording, so its stack is taken here, as for
         // CPU; the capture only reads the calling thread's frames, takes no lock and no GIL.
+        // Inside an autograd node on a thread with no stack of its own (a device's autograd
+        // thread), the block inherits the stack of the backward() call (one atomic load).
         record(ptr, allocSize, keyOf(device), static_cast<int64_t>(totalAllocated),
                static_cast<int64_t>(totalReserved), !device.is_cpu(),
                device.is_cpu() || device.is_privateuseone());
@@ -117,19 +119,21 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
                 t_inHook = false;
                 return;
             }
-            RawFrame frames[kMaxFrames];
+            RawFrame frames[kMaxStackFrames];
             size_t depth = 0;
             if (withStack && d_captureStacks.load(std::memory_order_relaxed) &&
                 d_capture != nullptr) {
-                depth = d_capture(frames, kMaxFrames);
+                depth = d_capture(frames, kMaxStackFrames);
             }
             const char* nodeType = nullptr;
+            StackToken inherited = 0;
             if (auto node = torch::autograd::get_current_node()) {
                 nodeType = typeid(*node).name();
+                inherited = d_backwardStack.load(std::memory_order_relaxed);
             }
             d_recorder->recordAlloc(reinterpret_cast<uintptr_t>(ptr), static_cast<uint64_t>(size),
                                     key, std::span<const RawFrame>(frames, depth), nodeType,
-                                    allocated, reserved, totals, weight);
+                                    allocated, reserved, totals, weight, inherited);
         } else {
             d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
                                    totals);
@@ -156,8 +160,11 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
     FrameCaptureFn d_capture;
     std::atomic<bool> d_enabled{true};
     std::atomic<bool> d_captureStacks{true};
+    std::atomic<StackToken> d_backwardStack{0};
     std::atomic<bool> d_cpuByTap{false};
-    bool d_deviceReports = true; // set before the reporter is pushed, then only read
+    // A device allocator that may ask memoryProfilingEnabled() before reporting is registered.
+    // Set before the reporter is pushed, then only read.
+    bool d_gatedDeviceReports = true;
     static constexpr DeviceKey kCpu{static_cast<int8_t>(c10::DeviceType::CPU), -1};
 };
 
@@ -179,19 +186,14 @@ std::shared_ptr<c10::DebugInfoBase> peekProfilerState() noexcept {
     }
 }
 
-// Whether any device allocator that reports through the thread-local slot is registered
-// (CUDA, ROCm, XPU, MPS, a PrivateUse1 backend): GetAllocator throws for a type with none.
-bool deviceAllocatorPresent() noexcept {
-    for (c10::DeviceType type : {c10::DeviceType::CUDA, c10::DeviceType::HIP, c10::DeviceType::XPU,
-                                 c10::DeviceType::MPS, c10::DeviceType::PrivateUse1}) {
-        try {
-            if (c10::GetAllocator(type) != nullptr) {
-                return true;
-            }
-        } catch (...) {
-        }
+// Whether an out-of-tree (PrivateUse1) allocator is registered: its reports may be gated on
+// memoryProfilingEnabled(). GetAllocator throws for a type with none.
+bool outOfTreeAllocatorPresent() noexcept {
+    try {
+        return c10::GetAllocator(c10::DeviceType::PrivateUse1) != nullptr;
+    } catch (...) {
+        return false;
     }
-    return false;
 }
 
 bool popIfOnTop(const std::shared_ptr<AllocatorHook::Impl>& impl) noexcept {
@@ -222,7 +224,7 @@ std::shared_ptr<AllocatorHook> AllocatorHook::install(std::shared_ptr<Allocation
             "profiler");
     }
     auto impl = std::make_shared<Impl>(std::move(recorder), capture);
-    impl->d_deviceReports = deviceAllocatorPresent();
+    impl->d_gatedDeviceReports = outOfTreeAllocatorPresent();
     c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, impl);
     impl->d_cpuByTap.store(attachCpuTap(impl.get()));
     return std::shared_ptr<AllocatorHook>(new AllocatorHook(impl));
@@ -266,6 +268,10 @@ void AllocatorHook::setCaptureStacks(bool on) noexcept {
 
 bool AllocatorHook::captureStacks() const noexcept {
     return d_impl->d_captureStacks.load(std::memory_order_relaxed);
+}
+
+StackToken AllocatorHook::exchangeBackwardStack(StackToken token) noexcept {
+    return d_impl->d_backwardStack.exchange(token, std::memory_order_relaxed);
 }
 
 size_t AllocatorHook::retryDeferredRemovals() noexcept {

@@ -16,6 +16,8 @@ namespace torchleak {
 // frames it wrote (0 when the thread holds no GIL or has no Python frames). It runs inside the
 // allocator hook: it must be noexcept, must not allocate tensors and must not take the GIL.
 using FrameCaptureFn = size_t (*)(RawFrame* out, size_t capacity) noexcept;
+// The innermost frames a captured stack keeps.
+inline constexpr size_t kMaxStackFrames = 48;
 
 class AllocatorHook {
   public:
@@ -40,6 +42,12 @@ class AllocatorHook {
     bool onTop() const noexcept;
     void setCaptureStacks(bool on) noexcept;
     bool captureStacks() const noexcept;
+    // The stack that blocks made inside autograd nodes take when their thread has none of its
+    // own (a device's autograd thread: no Python frames; CUDA: no capture under the allocator's
+    // mutex): the backward() call that runs those nodes. Returns the previous token, to put back
+    // when that call returns (backward() inside a hook of another backward()). One process-wide
+    // token: two threads in backward() at once share the later one's.
+    StackToken exchangeBackwardStack(StackToken token) noexcept;
     std::thread::id thread() const noexcept { return d_thread; }
 
     // Pops deferred reporters of the calling thread that are on top again; returns how many

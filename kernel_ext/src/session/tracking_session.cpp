@@ -130,12 +130,40 @@ void TrackingSession::noteOutOfMemory(DeviceKey device,
                                       int64_t requested,
                                       int64_t allocated,
                                       int64_t reserved) {
-    auto seen = d_recorder->lastOutOfMemory();
-    if (seen && seen->device == device && seen->requested == requested &&
-        seen->iteration == d_recorder->iteration()) {
-        return; // the hook reported this one, with the reserve the observer does not know
+    // PyTorch's CUDA observer runs right after the allocator reported the same failure through
+    // the hook, whose request and totals are exact: that event stays. The observer's own
+    // counts (its segment size, the device's capacity) are never the request or the totals.
+    auto current = d_recorder->currentOutOfMemory();
+    if (current && current->fromAllocator && current->device == device) {
+        return;
     }
-    d_recorder->recordOutOfMemory(device, requested, allocated, reserved);
+    d_recorder->recordOutOfMemory(device, requested, allocated, reserved, false);
+}
+
+std::vector<std::pair<uintptr_t, uint64_t>> TrackingSession::stacklessDeviceBlocks() const {
+    std::vector<std::pair<uintptr_t, uint64_t>> out;
+    d_recorder->forEachLiveBlock([&](uintptr_t ptr, const BlockRecord& rec) {
+        if (rec.device.type != 0 && rec.stack == 0) {
+            out.emplace_back(ptr, rec.sequence);
+        }
+    });
+    return out;
+}
+
+StackToken TrackingSession::beginBackward() {
+    if (!d_hook || d_stopped || !d_captureStacks) {
+        return 0;
+    }
+    RawFrame frames[kMaxStackFrames];
+    size_t depth = capturePythonStack(frames, kMaxStackFrames);
+    StackToken token = depth > 0 ? d_recorder->internStack({frames, depth}) : 0;
+    return d_hook->exchangeBackwardStack(token);
+}
+
+void TrackingSession::endBackward(StackToken previous) noexcept {
+    if (d_hook) {
+        d_hook->exchangeBackwardStack(previous);
+    }
 }
 
 void TrackingSession::setCaptureStacks(bool on) noexcept {

@@ -40,13 +40,23 @@ class TrackingSession {
     uint64_t skippedEvents() const noexcept { return d_recorder->skippedEvents(); }
     size_t liveBlocks() const { return d_recorder->liveBlockCount(); }
     size_t stacks() const { return d_recorder->stackCount(); }
+    // (address, sequence) of every live device block the hook recorded without a stack (CUDA:
+    // its stack comes from PyTorch's history); the sequence tells a reused address apart.
+    std::vector<std::pair<uintptr_t, uint64_t>> stacklessDeviceBlocks() const;
     IterationTotals lastIteration() const {
         const auto& b = d_recorder->boundaries();
         return b.empty() ? IterationTotals{} : iterationTotals(b, b.size() - 1);
     }
     void setCaptureStacks(bool on) noexcept;
+    // Around the autograd engine's run (torch.autograd's _engine_run_backward): blocks made by
+    // its nodes on threads without a Python stack are attributed to the calling line. begin
+    // captures the calling thread's stack (needs the GIL) and returns the token it replaced,
+    // which end puts back.
+    StackToken beginBackward();
+    void endBackward(StackToken previous) noexcept;
     // An out-of-memory seen outside the hook (PyTorch's CUDA OOM observer runs on the failing
-    // thread, which may not carry the hook); the hook's own report is kept when it has one.
+    // thread, which may not carry the hook); the allocator's own report of the same failure,
+    // through the hook, is kept when there is one. requested < 0: unknown.
     void noteOutOfMemory(DeviceKey device, int64_t requested, int64_t allocated, int64_t reserved);
 
     // Needs the GIL.
