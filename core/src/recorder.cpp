@@ -78,6 +78,7 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
                                      uint64_t weight,
                                      StackToken inheritedStack) noexcept {
     d_events.fetch_add(1, std::memory_order_relaxed);
+    d_allocations.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(d_mutex);
     DeviceState* st = deviceState(device);
     if (st == nullptr || ptr == 0) {
@@ -131,6 +132,7 @@ void AllocationRecorder::recordSkipped(DeviceKey device,
                                        int64_t allocatorReserved,
                                        bool allocatorTotals) noexcept {
     d_events.fetch_add(1, std::memory_order_relaxed);
+    d_allocations.fetch_add(1, std::memory_order_relaxed);
     d_skipped.fetch_add(1, std::memory_order_relaxed);
     if (!allocatorTotals) {
         return; // the tracked totals are the recorded blocks' weights: nothing to update

@@ -384,8 +384,9 @@ class Tracker:
         finally:
             session = self._session
             if session is not None and session.active:
-                # A run with no boundary at all still reports what it left alive.
-                if session.iterations == 0 and session.events > 0:
+                # A run with no boundary at all still reports what it left alive (frees alone,
+                # of blocks an earlier session made, are no run).
+                if session.iterations == 0 and session.allocations > 0:
                     session.step()
                 self._read_cuda_state()
                 if session.stop() == "deferred":

@@ -188,6 +188,11 @@ class AllocationRecorder {
     std::vector<RawFrame> allInternedFrames() const;
 
     uint64_t eventCount() const noexcept { return d_events.load(std::memory_order_relaxed); }
+    // Allocations seen (recorded or skipped by sampling). Frees alone do not count: with the
+    // CPU tap, a block an earlier session allocated reports its free to this one.
+    uint64_t allocationCount() const noexcept {
+        return d_allocations.load(std::memory_order_relaxed);
+    }
     uint64_t droppedEvents() const noexcept { return d_dropped.load(std::memory_order_relaxed); }
     uint64_t skippedEvents() const noexcept { return d_skipped.load(std::memory_order_relaxed); }
     size_t liveBlockCount() const;
@@ -247,6 +252,7 @@ class AllocationRecorder {
     StackRetainFn d_retain = nullptr;
     std::atomic<uint32_t> d_iteration{0};
     std::atomic<uint64_t> d_events{0};
+    std::atomic<uint64_t> d_allocations{0};
     std::atomic<uint64_t> d_dropped{0};
     std::atomic<uint64_t> d_skipped{0};
     AllocationSampler d_sampler;

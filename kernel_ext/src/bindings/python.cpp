@@ -113,6 +113,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("hook_on_top", &python::TrackingSession::hookOnTop)
         .def_property_readonly("iterations", &python::TrackingSession::iterations)
         .def_property_readonly("events", &python::TrackingSession::events)
+        .def_property_readonly("allocations", &python::TrackingSession::allocations)
         .def_property_readonly("live_blocks", &python::TrackingSession::liveBlocks)
         .def_property_readonly("stacks", &python::TrackingSession::stacks)
         .def("stackless_device_blocks", &python::TrackingSession::stacklessDeviceBlocks)

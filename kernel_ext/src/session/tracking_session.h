@@ -37,6 +37,7 @@ class TrackingSession {
     bool hookOnTop() const noexcept;
     uint32_t iterations() const noexcept { return d_recorder->iteration(); }
     uint64_t events() const noexcept { return d_recorder->eventCount(); }
+    uint64_t allocations() const noexcept { return d_recorder->allocationCount(); }
     uint64_t skippedEvents() const noexcept { return d_recorder->skippedEvents(); }
     size_t liveBlocks() const { return d_recorder->liveBlockCount(); }
     size_t stacks() const { return d_recorder->stackCount(); }
