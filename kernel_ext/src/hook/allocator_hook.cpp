@@ -1,6 +1,7 @@
 #include "hook/allocator_hook.h"
 
 #include "hook/cpu_allocator_tap.h"
+#include "torch_autograd_node.h"
 #include "torchleak/errors.h"
 
 #include <algorithm>
@@ -11,11 +12,6 @@
 #include <torch/csrc/profiler/orchestration/observer.h>
 #include <typeinfo>
 #include <vector>
-#if __has_include(<torch/csrc/autograd/node.h>)
-#    include <torch/csrc/autograd/node.h> // torch >= 2.12: Node moved here
-#else
-#    include <torch/csrc/autograd/function.h>
-#endif
 
 namespace torchleak {
 

@@ -3,16 +3,13 @@
 // (a table generated from torch's own Functions.h), of custom Functions (THPFunction) and the
 // variable of AccumulateGrad.
 
+#include "torch_autograd_node.h"
+
 #include <optional>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <typeindex>
 #include <unordered_map>
 #include <vector>
-#if __has_include(<torch/csrc/autograd/node.h>)
-#    include <torch/csrc/autograd/node.h>
-#else
-#    include <torch/csrc/autograd/function.h>
-#endif
 
 namespace torchleak::python {
 
