@@ -2,6 +2,7 @@
 """The platform matrix: torchleak built and tested against other CPython and torch versions.
 
     python tests/matrix/run.py CELL [CELL ...] [--results PATH] [--leak-cases DIR]
+    python tests/matrix/run.py --table RESULTS.json [RESULTS.json ...]
 
 A CELL is PYTHON:TORCH, e.g. 3.13:2.15.0. Each cell gets a virtual environment of its own under
 build/matrix/ (made by uv from the interpreter found for PYTHON, torch from the package index:
@@ -190,14 +191,43 @@ def describe(result):
     return line
 
 
+def markdown_table(results):
+    """The README's table of what was run: one row per cell, newest Python first."""
+    rows = ["| Python | torch | tests/python | leak cases (site accuracy) | result |",
+            "| --- | --- | --- | --- | --- |"]
+    ordered = sorted(results, key=lambda r: (
+        [-int(x) for x in r["cell"].split(":")[0].split(".")],
+        [-int(x) for x in r["cell"].split(":")[1].split(".")]))
+    for r in ordered:
+        tier = r["tier"] or {}
+        tier_text = ", ".join(f"{n} {w}" for w, n in tier.items()) or "not run"
+        cases = r["leak_cases"]
+        cases_text = (f"{cases['passed']} passed, {cases['failed']} failed "
+                      f"({cases['site_accuracy']})" if cases else "not run")
+        rows.append(f"| {r['python'] or r['cell'].split(':')[0]} | {r['torch'] or r['cell'].split(':')[1]} "
+                    f"| {tier_text} | {cases_text} | {'ok' if r['ok'] else 'FAILED'} |")
+    return "\n".join(rows)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("cells", nargs="+", metavar="PYTHON:TORCH")
+    parser.add_argument("cells", nargs="*", metavar="PYTHON:TORCH")
+    parser.add_argument("--table", nargs="+", metavar="RESULTS",
+                        help="print the Markdown table of earlier runs' --results files")
     parser.add_argument("--results", metavar="PATH", help="write the results as JSON")
     parser.add_argument("--leak-cases", metavar="DIR",
                         default=os.path.join(os.path.dirname(ROOT), "shared", "leak-cases"),
                         help="the leak-case suite (default ../shared/leak-cases)")
     args = parser.parse_args(argv)
+    if args.table:
+        results = []
+        for path in args.table:
+            with open(path) as f:
+                results.extend(json.load(f))
+        print(markdown_table(results))
+        return 0
+    if not args.cells:
+        parser.error("name at least one cell (PYTHON:TORCH), or --table")
     bad = [c for c in args.cells if not CELL.match(c)]
     if bad:
         parser.error(f"cells are PYTHON:TORCH such as 3.13:2.15.0, got {', '.join(bad)}")
