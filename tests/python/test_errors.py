@@ -16,7 +16,7 @@ from torchleak import _core, _testing
     ("std", RuntimeError),
 ])
 def test_cpp_exceptions_become_these_python_exceptions(kind, exc_type):
-    with pytest.raises(exc_type, match="from C++|error"):
+    with pytest.raises(exc_type, match=r"from C\+\+|error"):
         _testing.raise_error(kind)
 
 

@@ -330,25 +330,37 @@ FileClass FrameFilter::classify(const std::string& file) const {
     return c;
 }
 
+std::string QualifiedNames::of(PyCodeObject* code) {
+#if PY_VERSION_HEX >= 0x030B0000
+    return utf8(code->co_qualname);
+#else
+    if (!d_byCode) {
+        d_byCode.emplace();
+        if (PyObject* objects = gcObjects()) {
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(objects); ++i) {
+                PyObject* obj = PyList_GET_ITEM(objects, i);
+                if (PyFunction_Check(obj)) {
+                    auto* fn = reinterpret_cast<PyFunctionObject*>(obj);
+                    d_byCode->emplace(reinterpret_cast<PyCodeObject*>(fn->func_code),
+                                      utf8(fn->func_qualname));
+                }
+            }
+            Py_DECREF(objects);
+        }
+    }
+    auto it = d_byCode->find(code);
+    return it != d_byCode->end() ? it->second : utf8(code->co_name);
+#endif
+}
+
 const PythonStackSymbolizer::CodeInfo& PythonStackSymbolizer::info(PyCodeObject* code) {
     auto it = d_cache.find(code);
     if (it != d_cache.end()) {
         return it->second;
     }
     CodeInfo ci;
-    PyObject* filename = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_filename");
-    PyObject* qualname = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_qualname");
-    if (qualname == nullptr) {
-        PyErr_Clear();
-        qualname = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
-    }
-    if (filename == nullptr || qualname == nullptr) {
-        PyErr_Clear();
-    }
-    ci.file = utf8(filename);
-    ci.function = utf8(qualname);
-    Py_XDECREF(filename);
-    Py_XDECREF(qualname);
+    ci.file = utf8(code->co_filename);
+    ci.function = d_names.of(code);
 
     ci.where = d_filter.classify(ci.file);
     return d_cache.emplace(code, std::move(ci)).first->second;
@@ -431,14 +443,13 @@ void forEachLocal(PyObject* owner, LocalVisitor fn, void* context) noexcept {
     }
 }
 
-std::optional<LocalName> localName(PyObject* owner, uint32_t index) {
+std::optional<LocalName> localName(PyObject* owner, uint32_t index, QualifiedNames& names) {
     layout::InterpreterFrame* frame = interpreterFrameOf(owner);
     PyCodeObject* code = frame != nullptr ? layout::localsCodeOf(frame) : nullptr;
     if (code == nullptr || index >= static_cast<uint32_t>(layout::localCount(code))) {
         return std::nullopt;
     }
-    return LocalName{utf8(layout::localNameOf(code, static_cast<int>(index))),
-                     utf8(layout::qualifiedNameOf(code))};
+    return LocalName{utf8(layout::localNameOf(code, static_cast<int>(index))), names.of(code)};
 }
 #else
 // Other CPython versions: frames through the public API (f_locals), generators not at all
@@ -462,7 +473,7 @@ void forEachLocal(PyObject* owner, LocalVisitor fn, void* context) noexcept {
     Py_DECREF(locals);
 }
 
-std::optional<LocalName> localName(PyObject* owner, uint32_t index) {
+std::optional<LocalName> localName(PyObject* owner, uint32_t index, QualifiedNames& names) {
     if (!PyFrame_Check(owner)) {
         return std::nullopt;
     }
@@ -475,10 +486,7 @@ std::optional<LocalName> localName(PyObject* owner, uint32_t index) {
         PyObject *key, *value;
         for (uint32_t k = 0; PyDict_Next(locals, &pos, &key, &value); ++k) {
             if (k == index) {
-                PyObject* qualname =
-                    PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_name");
-                out = LocalName{utf8(key), utf8(qualname)};
-                Py_XDECREF(qualname);
+                out = LocalName{utf8(key), names.of(code)};
                 break;
             }
         }

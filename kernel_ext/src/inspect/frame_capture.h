@@ -79,6 +79,19 @@ struct FrameFilter {
     FileClass classify(const std::string& file) const;
 };
 
+// The qualified name of a code object's function ("Classifier.forward"). CPython 3.11+ keep
+// it on the code object; 3.10 only on the function object, so there it is looked up among the
+// functions alive when first asked (one scan of the collector's objects), else the code's bare
+// name. One per report or path search: it keeps no reference, and code objects are not freed
+// while one is in use. Needs the GIL.
+class QualifiedNames {
+  public:
+    std::string of(PyCodeObject* code);
+
+  private:
+    std::optional<std::unordered_map<PyCodeObject*, std::string>> d_byCode; // 3.10 only
+};
+
 // Decodes frames with the GIL held; caches per code object for one report.
 class PythonStackSymbolizer final : public StackSymbolizer {
   public:
@@ -96,6 +109,7 @@ class PythonStackSymbolizer final : public StackSymbolizer {
     bool liveCode(uintptr_t code);
 
     FrameFilter d_filter;
+    QualifiedNames d_names;
     std::unordered_map<PyCodeObject*, CodeInfo> d_cache;
     std::optional<std::unordered_set<uintptr_t>> d_liveCode; // built on the first unpinned frame
 };
@@ -122,6 +136,6 @@ struct LocalName {
     std::string name;     // the variable: "logits"
     std::string function; // the qualified name of its function: "Classifier.forward"
 };
-std::optional<LocalName> localName(PyObject* owner, uint32_t index);
+std::optional<LocalName> localName(PyObject* owner, uint32_t index, QualifiedNames& names);
 
 } // namespace torchleak::python

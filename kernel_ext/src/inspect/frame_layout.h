@@ -192,15 +192,6 @@ inline PyObject* localNameOf(PyCodeObject* code, int i) noexcept {
 #    endif
 }
 
-// The qualified name of the code's function ("Classifier.forward"); 3.10 has only its name.
-inline PyObject* qualifiedNameOf(PyCodeObject* code) noexcept {
-#    if PY_VERSION_HEX < 0x030B0000
-    return code->co_name;
-#    else
-    return code->co_qualname;
-#    endif
-}
-
 #endif // TORCHLEAK_FRAME_LAYOUT
 
 } // namespace torchleak::python::layout

@@ -99,10 +99,10 @@ bool definesReset(PyObject* obj) {
 
 // `.f_locals['logits']` with the note "local 'logits' in Classifier.forward": Python that
 // reads the value back from the frame (or from a suspended generator's frame).
-PathStep frameLocalStep(PyObject* owner, uint32_t index) {
+PathStep frameLocalStep(PyObject* owner, uint32_t index, QualifiedNames& names) {
     PathStep s;
     s.kind = StepKind::Frame;
-    auto name = localName(owner, index);
+    auto name = localName(owner, index, names);
     std::string variable = name ? name->name : "local " + std::to_string(index);
     std::string via;
     std::string where = name ? name->function : std::string("?");
@@ -401,7 +401,7 @@ PathStep PathBuilder::label(uint32_t i) {
         s.label = ".grad";
         return s;
     case Edge::FrameLocal:
-        return frameLocalStep(parentObj(), n.index);
+        return frameLocalStep(parentObj(), n.index, d_names);
     case Edge::SavedPacked:
         s.kind = n.name != nullptr ? StepKind::Saved : StepKind::Ctx;
         s.label = n.name != nullptr ? std::string(".") + n.name : std::string(".saved_tensors");

@@ -4,6 +4,7 @@
 // for the paths that are reported, from the nodes a Walk recorded, and without running user
 // code: names come from dict entries, slots and code objects, never from __repr__.
 
+#include "inspect/frame_capture.h"
 #include "inspect/heap_walker.h"
 #include "inspect/walk_graph.h"
 
@@ -48,6 +49,7 @@ class PathBuilder {
 
     const std::vector<WalkNode>& d_nodes;
     const std::vector<NamedRoot>& d_roots;
+    QualifiedNames d_names;
     const ParameterOwners* d_owners;
 };
 
