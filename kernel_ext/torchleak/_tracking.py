@@ -563,7 +563,10 @@ class Tracker:
         roots = given + _roots.collect(library, packages) if paths else []
         history = self._cuda_history
         if self.active:
-            external_stacks = history.stacks_now(self._session.stackless_device_blocks())
+            # Only while history records: listing the live device blocks walks them all, a
+            # cost watch mode's checks must not pay on a machine without CUDA.
+            external_stacks = (history.stacks_now(self._session.stackless_device_blocks())
+                               if history.recording else {})
             view_devices, live_blocks = [], []
         else:
             external_stacks = self._cuda_stacks or {}
