@@ -243,9 +243,9 @@ def main(argv=None):
         result = run_cell(spec, leak_cases, log_dir)
         results.append(result)
         print(describe(result), flush=True)
-    if args.results:
-        with open(args.results, "w") as f:
-            json.dump(results, f, indent=2)
+        if args.results:  # after every cell: a run stopped midway keeps what it finished
+            with open(args.results, "w") as f:
+                json.dump(results, f, indent=2)
     failed = [r for r in results if not r["ok"]]
     print(f"matrix: {len(results) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
