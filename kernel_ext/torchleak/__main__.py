@@ -223,7 +223,9 @@ def run(argv):
         # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
         # still running within seconds: rank 0 waits less for the others.
         timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
-        report = _finish(tracker, opts, failure, timeout)
+        # A SIGTERM that comes while the ranks wait for each other shortens that wait too.
+        report = _finish(tracker, opts, failure, timeout,
+                         hurry=lambda: terminated.note is not None)
     if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
         status = EXIT_LEAK
     return status
@@ -262,7 +264,7 @@ class _TerminationSignal:
         return False
 
 
-def _finish(tracker, opts, failure, timeout):
+def _finish(tracker, opts, failure, timeout, hurry=None):
     """Prints and writes the report; in a torch.distributed job, gathers the ranks' reports
     first. Returns the report the exit status is judged on: the merged one on rank 0, the
     rank's own elsewhere."""
@@ -279,7 +281,7 @@ def _finish(tracker, opts, failure, timeout):
             if opts[key]:
                 own.save(_job.rank_path(opts[key], rank))
         return own
-    exchange = tracker.gather(failure=failure, timeout=timeout)
+    exchange = tracker.gather(failure=failure, timeout=timeout, hurry=hurry)
     merged = exchange.merged
     for key in ("json", "html"):
         path = opts[key]

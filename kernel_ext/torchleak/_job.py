@@ -67,10 +67,18 @@ def _keys(job):
     return [f"{prefix}rank/{r}" for r in range(job.world_size)], f"{prefix}merged"
 
 
-def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOUT):
+# After torchrun's SIGTERM its agent kills what still runs 30 s later: rank 0 then waits at
+# most this long for the others, and the others a little longer for its merge.
+HURRY_SECONDS = 10.0
+
+
+def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOUT, hurry=None,
+             hurry_seconds=HURRY_SECONDS):
     """Post this rank's report; on rank 0, wait up to ``timeout`` seconds for the others' and
-    merge; elsewhere, wait a little longer than that for rank 0 to confirm. Never raises for the job's sake: a
-    store that is gone (rank 0's process died) leaves each rank with its own report."""
+    merge; elsewhere, wait a little longer than that for rank 0 to confirm. ``hurry``: a
+    callable that turns true when the job is being stopped (SIGTERM); a wait under way then
+    ends within ``hurry_seconds``. Never raises for the job's sake: a store that is gone (rank
+    0's process died) leaves each rank with its own report."""
     rank_keys, merged_key = _keys(job)
     _exchanges[job.rank] = _exchanges.get(job.rank, 0) + 1
     envelope = json.dumps({"status": status, "note": note, "report": report.to_json()})
@@ -82,14 +90,17 @@ def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOU
         # Rank 0 may use its whole timeout waiting for a rank that will never come, then merge:
         # the others wait a little longer than that before keeping their reports on their own.
         patience = timeout + max(5.0, timeout / 4)
-        confirmed = _wait_for(job.store, [merged_key], time.monotonic() + patience) == [merged_key]
+        confirmed = _wait_for(job.store, [merged_key], time.monotonic() + patience, hurry,
+                              hurry_seconds + 5.0) == [merged_key]
         return Exchange(None, confirmed,
                         "" if confirmed else f"rank 0 did not merge within {patience:g} s")
-    arrived = _wait_for(job.store, rank_keys, time.monotonic() + timeout)
+    arrived = _wait_for(job.store, rank_keys, time.monotonic() + timeout, hurry, hurry_seconds)
+    stopped = hurry is not None and hurry()
     inputs = []
     for r, key in enumerate(rank_keys):
         if key not in arrived:
-            inputs.append((r, None, "missing", f"timed out after {timeout:g} s"))
+            inputs.append((r, None, "missing", "not posted before the job was stopped (SIGTERM)"
+                           if stopped else f"timed out after {timeout:g} s"))
             continue
         try:
             posted = json.loads(job.store.get(key))
@@ -104,12 +115,16 @@ def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOU
     return Exchange(merged, True)
 
 
-def _wait_for(store, keys, deadline):
+def _wait_for(store, keys, deadline, hurry=None, hurry_seconds=HURRY_SECONDS):
     """The keys present by the deadline (polled: the store's own wait() cannot say which keys
-    are missing when it times out)."""
+    are missing when it times out); once ``hurry()`` is true, by ``hurry_seconds`` from then."""
     arrived = []
     pending = list(keys)
+    hurried = False
     while True:
+        if not hurried and hurry is not None and hurry():
+            hurried = True
+            deadline = min(deadline, time.monotonic() + hurry_seconds)
         for key in list(pending):
             try:
                 present = store.check([key])

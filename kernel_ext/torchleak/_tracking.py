@@ -228,12 +228,14 @@ class Tracker:
         """This process's rank in that job; 0 outside one."""
         return 0 if self._job is None else self._job.rank
 
-    def gather(self, *, failure=None, timeout=None):
+    def gather(self, *, failure=None, timeout=None, hurry=None):
         """In a torch.distributed job, after the block: post this rank's report and, on rank 0,
         merge every rank's (waiting at most ``timeout`` seconds, default the tracker's
         ``gather_timeout``); every rank calls it. Rank 0's ``report()`` is then the merged
         report. ``failure``: the exception that ended this rank's run, or its description.
-        Returns the exchange (``.merged``, ``.confirmed``, ``.note``), or None outside a job."""
+        ``hurry``: a callable that turns true when the job is being stopped (torchrun's SIGTERM);
+        a wait under way then ends within seconds. Returns the exchange (``.merged``,
+        ``.confirmed``, ``.note``), or None outside a job."""
         if self._job is None:
             return None
         if self.active:
@@ -248,7 +250,7 @@ class Tracker:
         if timeout is None:
             timeout = _job.DEFAULT_GATHER_TIMEOUT
         self.exchange = _job.exchange(self._job, own, status=status, note=note,
-                                      timeout=timeout)
+                                      timeout=timeout, hurry=hurry)
         self._job_report = self.exchange.merged
         return self.exchange
 

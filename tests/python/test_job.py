@@ -57,6 +57,21 @@ def test_a_rank_that_never_posts_is_missing_after_the_timeout():
     assert missing["status"] == "missing" and missing["note"] == "timed out after 0.5 s"
 
 
+def test_a_sigterm_during_the_wait_shortens_it():
+    # torchrun's agent kills a rank 30 s after its SIGTERM: a rank 0 already waiting its full
+    # gather timeout for a rank that died must stop waiting and merge well before that (the
+    # killed-rank torchrun test failed whenever the SIGTERM came after the wait began).
+    stopping = threading.Event()
+    threading.Timer(0.3, stopping.set).start()
+    started = time.monotonic()
+    result = _job.exchange(_job.Job(0, 2, dist.HashStore()), rank_report(), timeout=60,
+                           hurry=stopping.is_set, hurry_seconds=0.5)
+    assert time.monotonic() - started < 10
+    [_, missing] = result.merged.to_dict()["ranks"]["ranks"]
+    assert missing["status"] == "missing"
+    assert missing["note"] == "not posted before the job was stopped (SIGTERM)"
+
+
 def test_a_rank_is_told_when_rank_zero_never_merges():
     results = run_ranks(2, dist.HashStore(), {1: (rank_report(), "ok", "")}, timeout=0.3)
     assert not results[1].confirmed
