@@ -72,10 +72,11 @@ def block_stacks(snapshot):
     return _read_snapshot(snapshot)[0]
 
 
-def allocator_view(snapshot):
+def allocator_view(addresses):
     """(device types, addresses): what the allocator holds for the program by its own
-    snapshot, whichever thread allocated or freed, for the report's reconciliation."""
-    return ["cuda"], sorted(_read_snapshot(snapshot)[2])
+    snapshot's active blocks (CudaHistory.read_snapshot), whichever thread allocated or freed,
+    for the report's reconciliation."""
+    return ["cuda"], sorted(addresses)
 
 
 def _read_snapshot(snapshot):
@@ -191,14 +192,15 @@ class CudaHistory:
                        f"{_NO_SITES}")
             return None
 
-    def stacks_of_snapshot(self, snapshot):
-        """block_stacks(snapshot), and a warning when live blocks came without any frame (the
-        user's recording started with context=None records no stacks)."""
-        stacks, active, _ = _read_snapshot(snapshot)
+    def read_snapshot(self, snapshot):
+        """(block_stacks(snapshot), the addresses of its active blocks), in one pass over the
+        snapshot, and a warning when live blocks came without any frame (the user's recording
+        started with context=None records no stacks)."""
+        stacks, active, addresses = _read_snapshot(snapshot)
         if active and not stacks:
             self._warn("the CUDA memory history that was on recorded no stacks (started with "
                        f"context=None?): {_NO_SITES}")
-        return stacks
+        return stacks, addresses
 
     def stacks_now(self, live_blocks):
         """Mid-run (watch mode's checks, a report inside the block): the stacks of the live CUDA
@@ -219,7 +221,7 @@ class CudaHistory:
                 except (RuntimeError, TypeError, ValueError):
                     self._cache[key] = []
         elif new:
-            stacks = self.stacks_of_snapshot(self.snapshot())
+            stacks, _ = self.read_snapshot(self.snapshot())
             for key in new:
                 self._cache[key] = stacks.get(key[0], [])
         return {address: frames for (address, _), frames in self._cache.items() if frames}

@@ -407,9 +407,9 @@ class Tracker:
         history = self._cuda_history
         try:
             snapshot = history.snapshot()
-            self._cuda_stacks = history.stacks_of_snapshot(snapshot)
+            self._cuda_stacks, addresses = history.read_snapshot(snapshot)
             if snapshot is not None:
-                self._allocator_view = _cuda.allocator_view(snapshot)
+                self._allocator_view = _cuda.allocator_view(addresses)
         except Exception as error:  # noqa: BLE001
             self.warn(f"the CUDA allocator's state could not be read at stop ({error!r}): CUDA "
                       f"findings have no allocation site")

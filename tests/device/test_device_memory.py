@@ -195,7 +195,7 @@ def test_blocks_freed_on_a_thread_without_the_hook_are_reconciled_with_the_alloc
     from torchleak import _cuda
 
     monkeypatch.setattr(_cuda.CudaHistory, "snapshot", lambda self: {})
-    monkeypatch.setattr(_cuda, "allocator_view", lambda snapshot: (
+    monkeypatch.setattr(_cuda, "allocator_view", lambda addresses: (
         ["fakegpu"], DEVICE.native.allocated_blocks(0) + DEVICE.native.allocated_blocks(1)))
     handed_off = []
     kept = []
