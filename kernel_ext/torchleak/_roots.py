@@ -192,6 +192,10 @@ def collect(library_prefixes, package_prefixes):
                     continue
                 roots.append((name, "frame", f"local '{name}' in {where}", value))
         del chain, frame
+    # This very frame is among the current thread's: a reference to it left in a local is a
+    # cycle (frame -> local -> frame) that would keep `roots`, and every tensor in it, alive
+    # until the next garbage collection.
+    top = value = None
 
     # The last exception keeps its traceback, and with it every failed frame's locals. IPython
     # keeps the traceback a second time (InteractiveTB.tb, set when it printed it): clearing

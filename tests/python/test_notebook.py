@@ -309,3 +309,22 @@ def test_magics_work_with_an_initialised_single_rank_process_group(shell, tmp_pa
         assert run(shell, "%leakwatch off").success
     finally:
         run(shell, "dist.destroy_process_group()")
+
+
+def test_a_report_holds_no_notebook_tensor_once_built_even_without_a_collection(shell):
+    # The roots a report walks from (the notebook's names, each with its value) must not
+    # outlive it in a reference cycle: a rebound name would read as two tensors alive until
+    # the next collection.
+    run(shell, "import gc, weakref, torchleak\ngc.collect()\ngc.disable()")
+    try:
+        result = run(shell, "kept = torch.ones(1024, 256)\n"
+                            "with torchleak.track() as tracker:\n"
+                            "    scratch = torch.ones(64)\n"
+                            "    torchleak.step()\n"
+                            "tracker.report(paths=True)\n"
+                            "ref = weakref.ref(kept)\n"
+                            "del kept\n"
+                            "assert ref() is None, [type(r).__name__ for r in gc.get_referrers(ref())]")
+        assert result.success, result.output
+    finally:
+        run(shell, "gc.enable()")
