@@ -22,11 +22,18 @@ std::string deviceType(const std::string& device) {
     return device.substr(0, device.find(':'));
 }
 
-using FindingKey = std::tuple<Verdict, std::string, int, std::string, std::string>;
+// The holder is part of a finding's identity: one site's outputs kept in two lists are two
+// findings on every rank, and stay two in the merged report.
+using FindingKey = std::tuple<Verdict, std::string, int, std::string, std::string, std::string>;
 
 FindingKey keyOf(const Finding& f) {
     const std::string& identity = f.site.group.empty() ? f.site.file : f.site.group;
-    return {f.verdict, identity, f.site.line, f.site.function, deviceType(f.device)};
+    return {f.verdict,
+            identity,
+            f.site.line,
+            f.site.function,
+            deviceType(f.device),
+            f.holder ? f.holder->path_text : std::string()};
 }
 
 int64_t leakRate(const Report& r) {

@@ -2,6 +2,7 @@
 
 #include "torchleak/causes.h"
 #include "torchleak/display_text.h"
+#include "torchleak/holder_split.h"
 #include "torchleak/scoring.h"
 #include "torchleak/suggestion.h"
 #include "torchleak/verdict.h"
@@ -43,6 +44,33 @@ struct GroupReplay {
     uint64_t bytes = 0;
     uint64_t count = 0;
     uint32_t oldest = 0;
+};
+
+// What a site's live blocks say about the noise sampling adds to its curve.
+struct SampledBytes {
+    double weight = 0.0;        // of all its live blocks
+    double sampledWeight = 0.0; // of those that stand for sample_bytes
+    double sampledSize = 0.0;   // the true bytes of those
+    double sampledCount = 0.0;
+
+    void add(uint64_t size, uint64_t weight_) {
+        weight += static_cast<double>(weight_);
+        if (weight_ != size) {
+            sampledWeight += static_cast<double>(weight_);
+            sampledSize += static_cast<double>(size);
+            sampledCount += 1.0;
+        }
+    }
+
+    // A sampled block of s bytes stands for S: per byte it reads, it adds S - s of variance
+    // (allocation_sampler.h); blocks recorded whole add none.
+    double variancePerByte(uint64_t sampleBytes) const {
+        if (weight <= 0.0 || sampledCount <= 0.0) {
+            return 0.0;
+        }
+        double meanSize = sampledSize / sampledCount;
+        return sampledWeight / weight * std::max(static_cast<double>(sampleBytes) - meanSize, 0.0);
+    }
 };
 
 // A live block as the report reads it: one copy of the live table.
@@ -373,6 +401,14 @@ class ReportBuilder {
     // One finding per site that ever held min_bytes: its series, trend, verdict, and the dtype
     // and shape of its biggest live block.
     void makeFindings() {
+        const bool sampling = d_recorder.sampler().threshold() > 0;
+        for (const LiveBlock& block : d_liveNow) {
+            GroupKey key{block.rec.stack, block.rec.node, block.rec.device};
+            d_survivingByBirth[key][block.rec.iteration] += static_cast<int64_t>(block.rec.weight);
+            if (sampling) {
+                d_sampledBytes[key].add(block.rec.size, block.rec.weight);
+            }
+        }
         for (auto& [key, acc] : d_sites) {
             int64_t maxBytes = *std::max_element(acc.series.bytes.begin(), acc.series.bytes.end());
             if (maxBytes <= 0 || static_cast<uint64_t>(maxBytes) < d_inputs.config.min_bytes) {
@@ -384,9 +420,11 @@ class ReportBuilder {
                 }
             }
             acc.series.at = d_at;
+            acc.series.noise_variance_per_byte = samplingNoiseOf(acc);
+            acc.series.surviving = survivingOf(acc);
             Finding f;
             f.site = acc.site;
-            Classification c = classifyPerRun(acc, f.site);
+            Classification c = classifyPerRun(acc.series, acc.stack, f.site);
             f.verdict = c.verdict;
             f.stack = acc.stack;
             f.device = acc.device;
@@ -406,21 +444,56 @@ class ReportBuilder {
         }
     }
 
+    // Of the site's blocks alive now, the bytes born in the iteration each point ends.
+    std::vector<int64_t> survivingOf(const SiteAccumulator& acc) const {
+        std::vector<int64_t> surviving(d_n, 0);
+        for (const GroupKey& k : acc.groups) {
+            auto births = d_survivingByBirth.find(k);
+            if (births == d_survivingByBirth.end()) {
+                continue;
+            }
+            for (size_t b = 0; b < d_n; ++b) {
+                if (auto it = births->second.find(d_at[b]); it != births->second.end()) {
+                    surviving[b] += it->second;
+                }
+            }
+        }
+        return surviving;
+    }
+
+    double samplingNoiseOf(const SiteAccumulator& acc) const {
+        const uint64_t sampleBytes = d_recorder.sampler().threshold();
+        if (sampleBytes == 0) {
+            return 0.0;
+        }
+        SampledBytes sampled;
+        for (const GroupKey& k : acc.groups) {
+            if (auto it = d_sampledBytes.find(k); it != d_sampledBytes.end()) {
+                sampled.weight += it->second.weight;
+                sampled.sampledWeight += it->second.sampledWeight;
+                sampled.sampledSize += it->second.sampledSize;
+                sampled.sampledCount += it->second.sampledCount;
+            }
+        }
+        return sampled.variancePerByte(sampleBytes);
+    }
+
     // A site's verdict and rate. In watch mode an iteration is one cell run, whichever cell:
     // a cell re-run between others that adds 1 MiB each time grows 1 MiB per run of that cell,
     // not a fraction per cell executed. So the series is read at the boundaries ending a run of
     // the cell the allocations ran in (the outermost cell on the stack: a function defined in
     // one cell and called from another leaks per run of the caller), and a site in that cell
     // names every run.
-    Classification classifyPerRun(const SiteAccumulator& acc, Frame& site) const {
+    Classification
+    classifyPerRun(const SiteSeries& series, const std::vector<Frame>& stack, Frame& site) const {
         const std::vector<BoundaryRun>& runs = d_inputs.boundary_runs;
         const size_t total = static_cast<size_t>(d_report.iterations);
-        auto outermostCell = std::find_if(acc.stack.rbegin(), acc.stack.rend(), [](const Frame& f) {
+        auto outermostCell = std::find_if(stack.rbegin(), stack.rend(), [](const Frame& f) {
             return f.cell.has_value() && !f.group.empty();
         });
         if (d_inputs.boundary != BoundaryKind::Cell || runs.size() != total ||
-            outermostCell == acc.stack.rend()) {
-            return classify(acc.series, d_inputs.warmup, d_inputs.config);
+            outermostCell == stack.rend()) {
+            return classify(series, d_inputs.warmup, d_inputs.config);
         }
         const std::string& cell = outermostCell->group;
         // runsBefore[i]: the runs of the cell among iterations [0, i), i.e. the run number of
@@ -430,19 +503,23 @@ class ReportBuilder {
             runsBefore[i + 1] = runsBefore[i] + (runs[i].group == cell ? 1 : 0);
         }
         SiteSeries perRun;
+        perRun.noise_variance_per_byte = series.noise_variance_per_byte;
         for (size_t b = 0; b < d_n; ++b) {
             uint32_t iteration = d_at[b];
             if (runs[iteration].group != cell) {
                 continue;
             }
-            perRun.bytes.push_back(acc.series.bytes[b]);
-            perRun.born.push_back(acc.series.born[b]);
+            perRun.bytes.push_back(series.bytes[b]);
+            perRun.born.push_back(series.born[b]);
+            if (series.surviving.size() == d_n) {
+                perRun.surviving.push_back(series.surviving[b]);
+            }
             perRun.at.push_back(runsBefore[iteration]);
             // A birth iteration, renumbered as the run it happened in (or the next run).
-            perRun.oldest.push_back(runsBefore[std::min<size_t>(acc.series.oldest[b], total)]);
+            perRun.oldest.push_back(runsBefore[std::min<size_t>(series.oldest[b], total)]);
         }
         if (perRun.bytes.empty()) {
-            return classify(acc.series, d_inputs.warmup, d_inputs.config);
+            return classify(series, d_inputs.warmup, d_inputs.config);
         }
         if (site.group == cell && runsBefore[total] > 1) {
             for (size_t i = 0; i < total; ++i) {
@@ -485,10 +562,10 @@ class ReportBuilder {
         }
     }
 
-    // Per finding: (birth iteration, size, sequence, block), so that sorting puts the newest
-    // iteration first and, within it, the biggest block (the bytes that matter, not a scalar
-    // allocated on the same line).
-    using Candidate = std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t>;
+    // Per finding: (birth iteration, size, sequence, block, the bytes it stands for), so that
+    // sorting puts the newest iteration first and, within it, the biggest block (the bytes
+    // that matter, not a scalar allocated on the same line).
+    using Candidate = std::tuple<uint32_t, uint64_t, uint64_t, uintptr_t, uint64_t>;
 
     // Retaining paths of a sample of every finding's live blocks (one walk for all of them),
     // then each finding's representative path, the sites of the tensors on it, and its holder.
@@ -512,10 +589,125 @@ class ReportBuilder {
             }
         }
         auto paths = explainer.explain(allBlocks);
-        std::unordered_set<uintptr_t> normalized;
-        for (size_t i = 0; i < d_report.findings.size(); ++i) {
-            applyRepresentativePath(d_report.findings[i], sampled[i], scale[i], paths, normalized);
+        for (auto& [ptr, path] : paths) {
+            path.steps = normalizePath(std::move(path.steps));
         }
+        std::vector<Finding> findings;
+        std::vector<std::vector<Candidate>> blocksOf;
+        std::vector<const SiteAccumulator*> sites;
+        for (size_t i = 0; i < d_report.findings.size(); ++i) {
+            std::vector<Finding> parts = splitFinding(d_report.findings[i], d_findingSites[i],
+                                                      d_blocksOf[i], sampled[i], scale[i], paths);
+            if (parts.empty()) {
+                applyRepresentativePath(d_report.findings[i], sampled[i], scale[i], paths);
+                findings.push_back(std::move(d_report.findings[i]));
+                blocksOf.push_back(std::move(d_blocksOf[i]));
+                sites.push_back(d_findingSites[i]);
+                continue;
+            }
+            for (Finding& part : parts) {
+                findings.push_back(std::move(part));
+                blocksOf.push_back(std::move(d_splitBlocks.front()));
+                d_splitBlocks.erase(d_splitBlocks.begin());
+                sites.push_back(d_findingSites[i]);
+            }
+        }
+        d_report.findings = std::move(findings);
+        d_blocksOf = std::move(blocksOf);
+        d_findingSites = std::move(sites);
+    }
+
+    // One finding per holder (holder_split.h): the site's live blocks split by who keeps
+    // them, each part with its own curve, verdict, path and fix. Empty when the site has one
+    // holder. The parts' blocks are left in d_splitBlocks, in the parts' order.
+    std::vector<Finding> splitFinding(const Finding& whole,
+                                      const SiteAccumulator* acc,
+                                      const std::vector<Candidate>& blocks,
+                                      const std::vector<Candidate>& sample,
+                                      double sampleScale,
+                                      const std::unordered_map<uintptr_t, BlockPath>& paths) {
+        std::vector<const std::vector<PathStep>*> all;
+        for (const Candidate& c : sample) {
+            if (auto it = paths.find(std::get<3>(c)); it != paths.end()) {
+                all.push_back(&it->second.steps);
+            }
+        }
+        if (all.size() < 2 || acc == nullptr) {
+            return {};
+        }
+        const PathFanout fanout(all);
+        std::unordered_map<uintptr_t, BlockHolder> holders;
+        for (const Candidate& c : sample) {
+            auto it = paths.find(std::get<3>(c));
+            if (it == paths.end()) {
+                continue;
+            }
+            std::optional<Holder> holder;
+            if (it->second.retention == Retention::Reachable) {
+                holder = fanout.holderOn(it->second.steps, growthIterations(), sampleScale);
+            }
+            holders[std::get<3>(c)] =
+                BlockHolder{holderName(it->second, holder), holder.has_value()};
+        }
+        std::vector<HeldBlock> held;
+        held.reserve(blocks.size());
+        for (const auto& [birth, size, seq, ptr, weight] : blocks) {
+            held.push_back(HeldBlock{birth, weight, seq, ptr});
+        }
+        SiteSeries series = acc->series;
+        series.at = d_at;
+        std::vector<HolderPart> parts =
+            splitByHolder(held, holders, series, d_inputs.warmup, d_inputs.config);
+        std::vector<Finding> findings;
+        d_splitBlocks.clear();
+        for (HolderPart& part : parts) {
+            Finding f = whole;
+            f.path.clear();
+            f.path_text.clear();
+            f.holder.reset();
+            f.retention = Retention::Unknown;
+            SampledBytes sampled;
+            for (size_t k : part.blocks) {
+                sampled.add(std::get<1>(blocks[k]), std::get<4>(blocks[k]));
+            }
+            part.series.noise_variance_per_byte =
+                sampled.variancePerByte(d_recorder.sampler().threshold());
+            Frame scratch = f.site;
+            Classification c = classifyPerRun(part.series, acc->stack, scratch);
+            f.verdict = c.verdict;
+            f.bytes_per_iteration = c.bytes_per_iteration;
+            f.trend = {c.fit.slope, c.fit.r2, c.fit.p_value};
+            f.confidence = c.confidence;
+            f.released_periodically = c.released_periodically;
+            f.series = part.series.bytes;
+            f.total_bytes = static_cast<uint64_t>(std::max<int64_t>(part.series.bytes.back(), 0));
+            std::vector<Candidate> mine;
+            std::vector<Candidate> mineSampled;
+            for (size_t k : part.blocks) {
+                mine.push_back(blocks[k]);
+                if (holders.count(std::get<3>(blocks[k])) != 0) {
+                    mineSampled.push_back(blocks[k]);
+                }
+            }
+            std::sort(mine.begin(), mine.end(), std::greater<>());
+            std::sort(mineSampled.begin(), mineSampled.end(), std::greater<>());
+            const uint32_t last = d_at.back();
+            f.count = static_cast<uint64_t>(
+                std::count_if(mine.begin(), mine.end(),
+                              [&](const Candidate& b) { return std::get<0>(b) <= last; }));
+            applyRepresentativePath(f, mineSampled, sampleScale, paths);
+            if (!f.path.empty() && f.path.back().tensor) {
+                f.dtype = f.path.back().tensor->dtype;
+                f.shape = f.path.back().tensor->shape;
+            }
+            findings.push_back(std::move(f));
+            d_splitBlocks.push_back(std::move(mine));
+        }
+        return findings;
+    }
+
+    double growthIterations() const {
+        return static_cast<double>(std::max(1, d_report.iterations - std::max(d_inputs.warmup, 0)));
     }
 
     static bool grewLastIteration(const Finding& f) {
@@ -563,7 +755,8 @@ class ReportBuilder {
                 index = grp->second;
             }
             if (index) {
-                blocksOf[*index].emplace_back(rec.iteration, rec.size, rec.sequence, ptr);
+                blocksOf[*index].emplace_back(rec.iteration, rec.size, rec.sequence, ptr,
+                                              rec.weight);
             }
         }
         return blocksOf;
@@ -575,20 +768,15 @@ class ReportBuilder {
     void applyRepresentativePath(Finding& f,
                                  const std::vector<Candidate>& blocks,
                                  double sampleScale,
-                                 std::unordered_map<uintptr_t, BlockPath>& paths,
-                                 std::unordered_set<uintptr_t>& normalized) {
+                                 const std::unordered_map<uintptr_t, BlockPath>& paths) {
         std::vector<const std::vector<PathStep>*> all;
         const BlockPath* representative = nullptr;
         const BlockPath* newest = nullptr;
         uint32_t lastIteration = d_n > 0 ? d_at.back() : 0;
-        for (const auto& [birth, size, seq, ptr] : blocks) {
+        for (const auto& [birth, size, seq, ptr, weight] : blocks) {
             auto it = paths.find(ptr);
             if (it == paths.end()) {
                 continue;
-            }
-            if (!normalized.count(ptr)) {
-                it->second.steps = normalizePath(std::move(it->second.steps));
-                normalized.insert(ptr);
             }
             all.push_back(&it->second.steps);
             if (newest == nullptr) {
@@ -618,10 +806,8 @@ class ReportBuilder {
             f.dtype = f.path.back().tensor->dtype;
             f.shape = f.path.back().tensor->shape;
         }
-        double growthIterations =
-            static_cast<double>(std::max(1, d_report.iterations - std::max(d_inputs.warmup, 0)));
         if (f.retention == Retention::Reachable) {
-            f.holder = chooseHolder(f.path, all, growthIterations, sampleScale);
+            f.holder = chooseHolder(f.path, all, growthIterations(), sampleScale);
         }
     }
 
@@ -666,7 +852,7 @@ class ReportBuilder {
     std::vector<LiveNow> liveNowByFinding() const {
         std::vector<LiveNow> live(d_blocksOf.size());
         for (size_t i = 0; i < d_blocksOf.size(); ++i) {
-            for (const auto& [birth, size, seq, ptr] : d_blocksOf[i]) {
+            for (const auto& [birth, size, seq, ptr, weight] : d_blocksOf[i]) {
                 live[i].bytes += size;
                 live[i].count += 1;
             }
@@ -714,7 +900,7 @@ class ReportBuilder {
             f.live_blocks.reserve(listed);
             size_t next = 0; // the next index of `blocks` to list
             for (size_t k = 0; k < n; ++k) {
-                const auto& [birth, size, seq, ptr] = blocks[k];
+                const auto& [birth, size, seq, ptr, weight] = blocks[k];
                 if (f.live_blocks.size() < listed && k == next) {
                     f.live_blocks.push_back({static_cast<uint64_t>(ptr), size, birth, seq});
                     next = (f.live_blocks.size() * n) / listed;
@@ -817,6 +1003,11 @@ class ReportBuilder {
     uint32_t d_shadowedIterations = 0;
     std::vector<const SiteAccumulator*> d_findingSites; // parallel to d_report.findings
     std::vector<std::vector<Candidate>> d_blocksOf;     // parallel to d_report.findings
+    std::vector<std::vector<Candidate>> d_splitBlocks;  // splitFinding's parts' blocks
+    std::unordered_map<GroupKey, SampledBytes, GroupKeyHash> d_sampledBytes;
+    // Live bytes by group and birth iteration.
+    std::unordered_map<GroupKey, std::unordered_map<uint32_t, int64_t>, GroupKeyHash>
+        d_survivingByBirth;
 };
 
 } // namespace

@@ -55,6 +55,12 @@ std::string sourceKey(const Finding& f) {
     return file + '\n' + f.site.function + '\n' + *f.site.source + '\n' + f.device;
 }
 
+// A site split by holder (one finding per holder) is matched holder by holder first.
+std::string siteAndHolderKey(const Finding& f) {
+    std::string site = siteKey(f);
+    return site.empty() || !f.holder ? "" : site + '\n' + f.holder->path_text;
+}
+
 std::string holderKey(const Finding& f) {
     return f.holder && !f.holder->path_text.empty() ? f.holder->path_text + '\n' + f.device : "";
 }
@@ -159,6 +165,7 @@ ReportDiff diffReports(const Report& before, const Report& after, double toleran
         afterLeft[i] = static_cast<int>(i);
     }
     std::vector<LeakChange> matched;
+    matchBy(before, after, beforeLeft, afterLeft, siteAndHolderKey, "site", matched);
     matchBy(before, after, beforeLeft, afterLeft, siteKey, "site", matched);
     matchBy(before, after, beforeLeft, afterLeft, sourceKey, "source", matched);
     matchBy(before, after, beforeLeft, afterLeft, holderKey, "holder", matched);

@@ -69,45 +69,70 @@ bool isLastExceptionRoot(const std::string& label) {
     return label.rfind("<last exception>", 0) == 0;
 }
 
-std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
-                                   const std::vector<const std::vector<PathStep>*>& paths,
-                                   double iterations,
-                                   double sampleScale) {
-    // For each prefix of a path (as text), the paths through it and the distinct labels that
-    // follow it.
-    struct Fanout {
-        size_t paths = 0;
-        std::set<std::string> next;
-    };
-    std::map<std::string, Fanout> fanout;
+PathFanout::PathFanout(const std::vector<const std::vector<PathStep>*>& paths) {
     for (const auto* p : paths) {
         std::string prefix;
         for (size_t k = 0; k + 1 < p->size(); ++k) {
             prefix += (*p)[k].label;
-            Fanout& f = fanout[prefix];
-            f.paths += 1;
-            f.next.insert((*p)[k + 1].label);
+            Branch& b = d_branches[prefix];
+            b.paths += 1;
+            b.next.insert((*p)[k + 1].label);
         }
     }
+}
+
+std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
+                                           double iterations,
+                                           double sampleScale) const {
     // A container whose fan-out does not keep pace with the iterations (a module's two
     // parameters, a dict with one key) is part of the route, not the thing that grows.
     std::string prefix;
-    for (size_t k = 0; k + 1 < representative.size(); ++k) {
-        prefix += representative[k].label;
-        if (!isGrowableContainer(representative[k].type)) {
+    for (size_t k = 0; k + 1 < path.size(); ++k) {
+        prefix += path[k].label;
+        if (!isGrowableContainer(path[k].type)) {
             continue;
         }
-        const Fanout& f = fanout[prefix];
-        double n = static_cast<double>(f.next.size());
-        if (f.next.size() >= 2 && f.next.size() == f.paths) {
+        auto it = d_branches.find(prefix);
+        if (it == d_branches.end()) {
+            continue;
+        }
+        const Branch& b = it->second;
+        double n = static_cast<double>(b.next.size());
+        if (b.next.size() >= 2 && b.next.size() == b.paths) {
             n *= std::max(sampleScale, 1.0); // no two samples shared an element
         }
         double growth = iterations > 0 ? n / iterations : n;
-        if (f.next.size() >= 2 && growth >= 0.5) {
-            return Holder{prefix, representative[k].type, growth};
+        if (b.next.size() >= 2 && growth >= 0.5) {
+            return Holder{prefix, path[k].type, growth};
         }
     }
     return std::nullopt;
+}
+
+std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
+                                   const std::vector<const std::vector<PathStep>*>& paths,
+                                   double iterations,
+                                   double sampleScale) {
+    return PathFanout(paths).holderOn(representative, iterations, sampleScale);
+}
+
+std::string holderName(const BlockPath& path, const std::optional<Holder>& holder) {
+    if (holder) {
+        return holder->path_text;
+    }
+    if (path.steps.empty()) {
+        return "";
+    }
+    // The output cache and the last exception each keep many roots (Out[3], Out[4], _; one
+    // per failed frame's local): one holder each, however many roots.
+    const std::string& root = path.steps.front().label;
+    if (isOutputCacheRoot(root)) {
+        return "Out";
+    }
+    if (isLastExceptionRoot(root)) {
+        return "<last exception>";
+    }
+    return root;
 }
 
 std::vector<PathStep> normalizePath(std::vector<PathStep> steps) {

@@ -205,4 +205,70 @@ double mannKendallIncreasingP(std::span<const double> y) {
     return 0.5 * std::erfc(z / std::sqrt(2.0));
 }
 
+namespace {
+
+// The one-sided p-value of a slope estimate `slope` with `sxx` (the spread of x about its
+// segments' means), residual sum of squares `sse` on `dof` degrees of freedom, and a known
+// lower bound on every point's noise variance.
+double slopePValue(double slope, double sxx, double sse, double syy, double dof, double floor) {
+    if (!(sxx > 0.0) || !(slope > 0.0)) {
+        return 1.0;
+    }
+    bool exact = sse <= 1e-12 * std::max(1.0, syy);
+    double empirical = dof > 0.0 && !exact ? sse / dof : 0.0;
+    if (dof <= 0.0 && floor <= 0.0) {
+        return 1.0; // two points and no known noise: nothing says the rise is not noise
+    }
+    double variance = std::max(empirical, floor);
+    if (variance <= 0.0) {
+        return 0.0; // every point on a rising line, and no noise to explain it
+    }
+    double t = slope / std::sqrt(variance / sxx);
+    if (floor >= empirical) {
+        return 0.5 * std::erfc(t / std::sqrt(2.0)); // the noise is known: a z-test
+    }
+    return 0.5 * studentTwoSidedP(t, dof);
+}
+
+} // namespace
+
+double growthPValue(std::span<const double> x, std::span<const double> y, double varianceFloor) {
+    const size_t n = std::min(x.size(), y.size());
+    const std::pair<size_t, size_t> all{0, n};
+    return commonGrowthPValue(x.first(n), y.first(n), std::span(&all, 1), varianceFloor);
+}
+
+double commonGrowthPValue(std::span<const double> x,
+                          std::span<const double> y,
+                          std::span<const std::pair<size_t, size_t>> segments,
+                          double varianceFloor) {
+    double sxx = 0.0, sxy = 0.0, syy = 0.0;
+    size_t points = 0;
+    for (const auto& [begin, end] : segments) {
+        if (end <= begin || end > x.size() || end > y.size()) {
+            continue;
+        }
+        double mx = 0.0, my = 0.0;
+        for (size_t i = begin; i < end; ++i) {
+            mx += x[i];
+            my += y[i];
+        }
+        mx /= static_cast<double>(end - begin);
+        my /= static_cast<double>(end - begin);
+        for (size_t i = begin; i < end; ++i) {
+            sxx += (x[i] - mx) * (x[i] - mx);
+            sxy += (x[i] - mx) * (y[i] - my);
+            syy += (y[i] - my) * (y[i] - my);
+        }
+        points += end - begin;
+    }
+    if (!(sxx > 0.0)) {
+        return 1.0;
+    }
+    double slope = sxy / sxx;
+    double sse = std::max(syy - slope * sxy, 0.0);
+    double dof = static_cast<double>(points) - static_cast<double>(segments.size()) - 1.0;
+    return slopePValue(slope, sxx, sse, syy, dof, std::max(varianceFloor, 0.0));
+}
+
 } // namespace torchleak

@@ -56,7 +56,29 @@ std::vector<double> iterationsOf(const std::vector<uint32_t>& at, size_t first, 
     return x;
 }
 
+// Every judged iteration but the last (whose blocks may be the loop's current state) left
+// bytes at the site that are still alive: what grew was kept, seen block by block. Noise, a
+// working set or sampled small blocks never leave survivors from every iteration; a bounded
+// cache does only until it is full, and then its curve stops (the tail rule).
+bool keptFromEveryIteration(const SiteSeries& s, size_t first) {
+    const size_t n = s.bytes.size();
+    if (s.surviving.size() != n || n < first + 4) {
+        return false; // fewer than 3 judged iterations: too few to tell
+    }
+    for (size_t b = first + 1; b + 1 < n; ++b) {
+        if (s.surviving[b] <= 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
 } // namespace
+
+double falseAlarmBudget(double rate, double judged) {
+    double t = std::max(judged, 1.0);
+    return rate / (t * (t + 1.0));
+}
 
 Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
     Classification c;
@@ -79,6 +101,16 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
     const int64_t last = s.bytes.back();
 
     if (m >= 3 && last > 0) {
+        // Growth is a leak only on evidence that noise would give with at most the run's
+        // false-alarm budget for this many judged iterations (falseAlarmBudget), the noise a
+        // sampled series is known to carry included.
+        const double budget = falseAlarmBudget(config.false_alarm_rate, x.back() - x.front());
+        double mean = 0.0;
+        for (double v : post) {
+            mean += v / static_cast<double>(m);
+        }
+        const double floor = s.noise_variance_per_byte * std::max(mean, 0.0);
+        const double evidence = growthPValue(x, post, floor);
         double rises = riseFraction(post, 0, m);
         // Still growing at the end: the last quarter (at least 3 boundaries) rises too, so a
         // cache that filled up and stopped (a plateau) is never called a leak, however long
@@ -91,13 +123,18 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
         bool tailGrows =
             tailSlope >= std::max(minRate, 0.25 * c.fit.slope) && tail.back() > tail.front();
 
-        if (rises == 1.0 && c.fit.slope >= minRate) {
+        if (keptFromEveryIteration(s, first) && c.fit.slope >= minRate && tailGrows) {
+            c.verdict = Verdict::Leak; // every judged iteration left bytes that are alive now
+            c.confidence = std::clamp(1.0 - c.fit.p_value, 0.5, 1.0);
+            return c;
+        }
+        if (rises == 1.0 && c.fit.slope >= minRate && evidence <= budget) {
             c.verdict = Verdict::Leak; // rises at every boundary
-            c.confidence = std::clamp(1.0 - c.fit.p_value, 0.0, 1.0);
+            c.confidence = std::clamp(1.0 - evidence, 0.0, 1.0);
             return c;
         }
         double confidence = std::clamp((1.0 - c.fit.p_value) * (0.5 + 0.5 * rises), 0.0, 1.0);
-        if (c.fit.slope >= minRate && c.fit.p_value < 0.05 && tailGrows &&
+        if (c.fit.slope >= minRate && c.fit.p_value < 0.05 && tailGrows && evidence <= budget &&
             confidence >= config.min_confidence) {
             c.verdict = Verdict::Leak; // a clear trend through noise
             c.confidence = confidence;
@@ -120,7 +157,8 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
                 segmentSlopes.push_back(theilSenSlope(segX, seg));
                 allRise = allRise && riseFraction(post, a, b) >= 0.75;
             }
-            if (segmentSlopes.size() >= 2 && allRise) {
+            if (segmentSlopes.size() >= 2 && allRise &&
+                commonGrowthPValue(x, post, segments, floor) <= budget) {
                 std::nth_element(segmentSlopes.begin(),
                                  segmentSlopes.begin() +
                                      static_cast<std::ptrdiff_t>(segmentSlopes.size() / 2),
@@ -200,11 +238,11 @@ bool heldByMachinery(const Finding& f) {
     if (f.path.empty()) {
         return false;
     }
+    // Memory only C++ reaches is not here: flat, it is as likely the parameters' .grad of a
+    // state passed inline as a graph kept alive. Growth is the evidence for it, the path only
+    // the explanation.
     const std::string& root = f.path.front().label;
-    // Only when C++ keeps a known Python-level object (a tensor or a custom Function's ctx):
-    // a bare "<held only from C++>" may be one of torch's own caches.
-    bool cppGraph = f.retention == Retention::CppOnly && !f.path.front().type.empty();
-    return isOutputCacheRoot(root) || isLastExceptionRoot(root) || cppGraph;
+    return isOutputCacheRoot(root) || isLastExceptionRoot(root);
 }
 
 bool allowListed(const Finding& f, const std::vector<std::string>& allow) {

@@ -30,7 +30,10 @@ struct AnalysisConfig {
     uint64_t min_leak_bytes_per_iteration = 1; // slower growth is not called a leak
     int warmup = 0;                            // default warm-up iterations when a run gives none
     double min_confidence = 0.5;               // a noisy trend needs at least this confidence
-    uint64_t critical_bytes = 1ull << 30;      // projected over the run
+    // The chance that a site that does not grow is ever called a leak in one run, however
+    // often it is judged (verdict.h: falseAlarmBudget).
+    double false_alarm_rate = 1e-3;
+    uint64_t critical_bytes = 1ull << 30; // projected over the run
     uint64_t warning_bytes = 100ull * 1000 * 1000;
     double fragmentation_ratio = 0.3; // (reserved - allocated) / reserved
     std::vector<std::string> allow;   // glob patterns: site "file:line", function,

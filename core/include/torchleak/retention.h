@@ -6,7 +6,9 @@
 #include "torchleak/model.h"
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -30,15 +32,39 @@ class RetentionExplainer {
 // "losses[3].grad_fn": the labels joined, in the syntax a user can paste.
 std::string pathText(const std::vector<PathStep>& steps);
 
-// The first container on `representative` through which the finding's blocks fan out (one
-// more element per iteration for a list that keeps a loss per step). `paths` are the finding's
-// paths, or a sample of them standing for `sampleScale` times as many blocks: a container
-// whose sampled paths all go through different elements is taken to have as many elements as
-// the blocks they stand for. Growth is the fan-out divided by `iterations`.
+// How a finding's paths branch: for every path prefix, how many paths go through it and the
+// distinct steps that follow it. A container whose sampled paths go through ever more elements
+// is what grows.
+class PathFanout {
+  public:
+    explicit PathFanout(const std::vector<const std::vector<PathStep>*>& paths);
+
+    // The first container on `path` through which the paths fan out (one more element per
+    // iteration for a list that keeps a loss per step). The paths are a sample standing for
+    // `sampleScale` times as many blocks: a container whose sampled paths all go through
+    // different elements is taken to have as many elements as the blocks they stand for.
+    // Growth is the fan-out divided by `iterations`.
+    std::optional<Holder>
+    holderOn(const std::vector<PathStep>& path, double iterations, double sampleScale = 1.0) const;
+
+  private:
+    struct Branch {
+        size_t paths = 0;
+        std::set<std::string> next;
+    };
+    std::map<std::string, Branch> d_branches;
+};
+
+// PathFanout(paths).holderOn(representative, ...): the holder of one finding's representative.
 std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
                                    const std::vector<const std::vector<PathStep>*>& paths,
                                    double iterations,
                                    double sampleScale = 1.0);
+
+// The name a user knows a block's keeper by: the growing container it hangs in, else the
+// root its path starts from (`y`, `model`, `<held only from C++>`); empty when no path was
+// found. Blocks of one site are told apart by it (one finding per holder).
+std::string holderName(const BlockPath& path, const std::optional<Holder>& holder);
 
 // Shows nn.Module internals the way users write them: `._parameters['weight']` becomes
 // `.weight`, `._modules['0']` becomes `[0]`.

@@ -3,7 +3,9 @@
 // bytes of one site (or one device) at iteration boundaries; x is the iteration each point was
 // taken at (the index when not given: every boundary kept).
 
+#include <cstddef>
 #include <span>
+#include <utility>
 
 namespace torchleak {
 
@@ -29,5 +31,18 @@ double studentTwoSidedP(double t, double dof);
 double theilSenSlope(std::span<const double> y);
 double theilSenSlope(std::span<const double> x, std::span<const double> y);
 double mannKendallIncreasingP(std::span<const double> y);
+
+// The one-sided p-value that y grows with x, from the least-squares slope: Student's t on the
+// residuals, except that the noise of a point is taken to be at least `varianceFloor` (what a
+// sampled series is known to carry, however smooth a few points happen to look); then normal.
+// Points exactly on a rising line with no floor: 0. Fewer than 3 points and no floor: 1.
+double growthPValue(std::span<const double> x, std::span<const double> y, double varianceFloor);
+
+// The same test for a saw-tooth: one slope common to every segment (each with its own level),
+// `segments` as [begin, end) ranges of the points.
+double commonGrowthPValue(std::span<const double> x,
+                          std::span<const double> y,
+                          std::span<const std::pair<size_t, size_t>> segments,
+                          double varianceFloor);
 
 } // namespace torchleak

@@ -1,7 +1,7 @@
 #pragma once
 // Verdicts: is a site's growth a leak, warm-up, a plateau or transient; does a device's
 // reserve show fragmentation; and the two rules that overrule the curve once the retaining path
-// is known (memory only notebook machinery or C++ keeps, and the user's allow-list).
+// is known (memory only notebook machinery keeps, and the user's allow-list).
 
 #include "torchleak/config.h"
 #include "torchleak/model.h"
@@ -19,7 +19,21 @@ struct SiteSeries {
     // The iteration each point was taken at, increasing; empty when every boundary was kept
     // (point i is iteration i). A long run keeps a thinned grid of boundaries.
     std::vector<uint32_t> at;
+    // The variance sampling adds to a point, per byte it reads: a sampled small block of s
+    // bytes stands for sample_bytes S, which adds S - s per byte (allocation_sampler.h). 0
+    // when the site's blocks were recorded whole.
+    double noise_variance_per_byte = 0.0;
+    // Of the blocks alive when the report is built, the bytes born in the iteration each point
+    // ends (empty when not known). Blocks kept from every judged iteration are accumulation
+    // seen directly, not a trend inferred through noise.
+    std::vector<int64_t> surviving = {};
 };
+
+// The false-alarm budget of a verdict taken `judged` iterations past the warm-up: the run's
+// `rate` spent as rate / (t (t + 1)), whose sum over every t is `rate`. A site that does not
+// grow, judged at every iteration of a run however long (watch mode checks as it goes), is
+// called a leak with probability at most `rate`, whichever iterations were looked at.
+double falseAlarmBudget(double rate, double judged);
 
 struct Classification {
     Verdict verdict = Verdict::Transient;
@@ -44,9 +58,9 @@ DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
                           const AnalysisConfig& config = {},
                           const std::vector<uint32_t>& at = {});
 
-// Memory that only notebook machinery (Out[n], the last exception) or only C++ (an autograd
-// graph no Python object reaches) keeps: a leak even without growth, because the user can no
-// longer free it by a name of their own.
+// Memory that only notebook machinery (Out[n], the last exception) keeps: a leak even without
+// growth, because the user can no longer free it by a name of their own. Memory only C++
+// keeps is a leak only when it grows: a verdict never calls flat memory a leak for its path.
 bool heldByMachinery(const Finding& f);
 
 // An intentional cache the user named: a glob matching the site ("file:line"), its function,

@@ -1,0 +1,51 @@
+#pragma once
+// One finding per holder: the live blocks of one allocation site split by who keeps them, each
+// part with a growth curve of its own. In real models nearly every activation is allocated at
+// the same few lines (`model(x)`, a shared forward()), so a site is not a cause: the output
+// kept in `train_outs` and the one kept in `val_outs` are two leaks with two fixes.
+
+#include "torchleak/config.h"
+#include "torchleak/verdict.h"
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace torchleak {
+
+// A block of the site alive when the report is built.
+struct HeldBlock {
+    uint32_t birth = 0;    // the iteration it was allocated in
+    uint64_t weight = 0;   // the bytes it stands for (a sampled small block: sample_bytes)
+    uint64_t sequence = 0; // its allocation's position in the run
+    uintptr_t ptr = 0;
+};
+
+// Who keeps a block whose retaining path was found: holderName() (retention.h), and whether
+// that is a container growing with the iterations.
+struct BlockHolder {
+    std::string name;
+    bool grows = false;
+};
+
+struct HolderPart {
+    std::string name; // empty: the blocks no path explained, and the bytes freed since
+    bool grows = false;
+    std::vector<size_t> blocks; // indices into the site's blocks
+    SiteSeries series;          // bytes, born and oldest at the site's boundaries
+};
+
+// The site's blocks by holder, or nothing when the site has one holder (it stays one finding).
+// Paths are found for a sample of the blocks (`holders`, by pointer); a block outside the
+// sample goes with the sampled block nearest to it in allocation order. A part's curve is
+// what its blocks alive now had alive at each boundary; the rest of the site's curve (blocks
+// freed since) goes to its biggest holder that does not grow, the working set it belongs to.
+// When that rest itself keeps growing, who held it cannot be told now: nothing is split.
+std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
+                                      const std::unordered_map<uintptr_t, BlockHolder>& holders,
+                                      const SiteSeries& site,
+                                      int warmup,
+                                      const AnalysisConfig& config);
+
+} // namespace torchleak

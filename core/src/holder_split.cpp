@@ -1,0 +1,267 @@
+#include "torchleak/holder_split.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace torchleak {
+
+namespace {
+
+constexpr uint32_t kNoBirth = std::numeric_limits<uint32_t>::max();
+
+// The point index of each iteration of the site's grid: a block born in iteration `birth` is
+// counted from the first boundary at or after it.
+size_t firstBoundaryOf(const std::vector<uint32_t>& at, size_t n, uint32_t birth) {
+    if (at.empty()) {
+        return birth;
+    }
+    return std::min(
+        n, static_cast<size_t>(std::lower_bound(at.begin(), at.end(), birth) - at.begin()));
+}
+
+uint32_t iterationOf(const std::vector<uint32_t>& at, size_t b) {
+    return at.empty() ? static_cast<uint32_t>(b) : at[b];
+}
+
+// What the part's blocks alive now had alive at each boundary.
+SiteSeries survivorSeries(const std::vector<HeldBlock>& blocks,
+                          const std::vector<size_t>& mine,
+                          const SiteSeries& site) {
+    const size_t n = site.bytes.size();
+    SiteSeries s;
+    s.at = site.at;
+    s.bytes.assign(n, 0);
+    s.born.assign(n, 0);
+    s.oldest.assign(n, kNoBirth);
+    std::vector<int64_t> added(n + 1, 0);
+    for (size_t k : mine) {
+        const HeldBlock& block = blocks[k];
+        size_t first = firstBoundaryOf(site.at, n, block.birth);
+        if (first >= n) {
+            continue; // born after the last boundary: in no point yet
+        }
+        added[first] += static_cast<int64_t>(block.weight);
+        if (iterationOf(site.at, first) == block.birth) {
+            s.born[first] += static_cast<int64_t>(block.weight);
+        }
+        for (size_t b = first; b < n; ++b) {
+            s.oldest[b] = std::min(s.oldest[b], block.birth);
+        }
+    }
+    int64_t running = 0;
+    for (size_t b = 0; b < n; ++b) {
+        running += added[b];
+        s.bytes[b] = running;
+    }
+    for (uint32_t& o : s.oldest) {
+        o = o == kNoBirth ? 0 : o;
+    }
+    s.surviving = s.born; // every block counted here is alive now
+    return s;
+}
+
+double medianWeight(const std::vector<HeldBlock>& blocks, const std::vector<size_t>& mine) {
+    std::vector<double> w;
+    for (size_t k : mine) {
+        w.push_back(static_cast<double>(blocks[k].weight));
+    }
+    if (w.empty()) {
+        return 0.0;
+    }
+    std::nth_element(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(w.size() / 2), w.end());
+    return w[w.size() / 2];
+}
+
+// A name that holds only the last iteration's blocks (`t = fwd(x); outs.append(t)`) is the
+// loop's current value, found first because its path is shorter; the same block is in the
+// growing container too, whose curve would otherwise stop one block short. Such a name's
+// blocks go to the growing part whose blocks are most like them in size. On entry each part's
+// `blocks` are its sampled blocks.
+void foldNewestIntoGrowing(const std::vector<HeldBlock>& blocks,
+                           std::vector<HolderPart>& parts,
+                           std::vector<std::pair<uint64_t, size_t>>& sampled,
+                           uint32_t lastIteration) {
+    std::vector<size_t> growing;
+    for (size_t p = 0; p < parts.size(); ++p) {
+        if (parts[p].grows) {
+            growing.push_back(p);
+        }
+    }
+    if (growing.empty()) {
+        return;
+    }
+    std::vector<size_t> into(parts.size());
+    for (size_t p = 0; p < parts.size(); ++p) {
+        into[p] = p;
+        const HolderPart& part = parts[p];
+        bool newestOnly = std::all_of(part.blocks.begin(), part.blocks.end(),
+                                      [&](size_t k) { return blocks[k].birth >= lastIteration; });
+        if (part.grows || part.name.empty() || !newestOnly) {
+            continue;
+        }
+        const double size = medianWeight(blocks, part.blocks);
+        into[p] = *std::min_element(growing.begin(), growing.end(), [&](size_t a, size_t b) {
+            return std::fabs(medianWeight(blocks, parts[a].blocks) - size) <
+                   std::fabs(medianWeight(blocks, parts[b].blocks) - size);
+        });
+    }
+    for (auto& [sequence, part] : sampled) {
+        part = into[part];
+    }
+    for (size_t p = 0; p < parts.size(); ++p) {
+        if (into[p] != p) {
+            auto& target = parts[into[p]].blocks;
+            target.insert(target.end(), parts[p].blocks.begin(), parts[p].blocks.end());
+            parts[p].blocks.clear();
+        }
+    }
+}
+
+} // namespace
+
+std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
+                                      const std::unordered_map<uintptr_t, BlockHolder>& holders,
+                                      const SiteSeries& site,
+                                      int warmup,
+                                      const AnalysisConfig& config) {
+    const size_t n = site.bytes.size();
+    std::vector<HolderPart> parts;
+    std::map<std::string, size_t> partOf;
+    // (sequence, part) of the sampled blocks, for the nearest-neighbour rule.
+    std::vector<std::pair<uint64_t, size_t>> sampled;
+    size_t named = 0;
+    for (const HeldBlock& block : blocks) {
+        auto it = holders.find(block.ptr);
+        if (it == holders.end()) {
+            continue;
+        }
+        auto [entry, fresh] = partOf.emplace(it->second.name, parts.size());
+        if (fresh) {
+            parts.push_back(HolderPart{it->second.name, false, {}, {}});
+            named += it->second.name.empty() ? 0 : 1;
+        }
+        parts[entry->second].grows = parts[entry->second].grows || it->second.grows;
+        parts[entry->second].blocks.push_back(static_cast<size_t>(&block - blocks.data()));
+        sampled.emplace_back(block.sequence, entry->second);
+    }
+    if (named < 2 || n == 0) {
+        return {};
+    }
+    foldNewestIntoGrowing(blocks, parts, sampled, iterationOf(site.at, n - 1));
+    named = static_cast<size_t>(std::count_if(parts.begin(), parts.end(), [](const HolderPart& p) {
+        return !p.name.empty() && !p.blocks.empty();
+    }));
+    if (named < 2) {
+        return {};
+    }
+    for (HolderPart& part : parts) {
+        part.blocks.clear(); // filled again below, with the blocks outside the sample
+    }
+    std::sort(sampled.begin(), sampled.end());
+    for (size_t k = 0; k < blocks.size(); ++k) {
+        auto next = std::lower_bound(sampled.begin(), sampled.end(),
+                                     std::make_pair(blocks[k].sequence, size_t{0}));
+        size_t part = 0;
+        if (next == sampled.end()) {
+            part = std::prev(next)->second;
+        } else if (next == sampled.begin() || next->first == blocks[k].sequence) {
+            part = next->second;
+        } else {
+            auto before = std::prev(next);
+            part = blocks[k].sequence - before->first <= next->first - blocks[k].sequence
+                       ? before->second
+                       : next->second;
+        }
+        parts[part].blocks.push_back(k);
+    }
+    SiteSeries rest;
+    rest.at = site.at;
+    rest.bytes = site.bytes;
+    rest.born = site.born;
+    rest.oldest = site.oldest;
+    rest.noise_variance_per_byte = site.noise_variance_per_byte;
+    for (HolderPart& part : parts) {
+        part.series = survivorSeries(blocks, part.blocks, site);
+        for (size_t b = 0; b < n; ++b) {
+            rest.bytes[b] -= part.series.bytes[b];
+            rest.born[b] -= part.series.born[b];
+        }
+    }
+    bool restLeft = false;
+    for (size_t b = 0; b < n; ++b) {
+        rest.bytes[b] = std::max<int64_t>(rest.bytes[b], 0);
+        rest.born[b] = std::max<int64_t>(rest.born[b], 0);
+        restLeft = restLeft || rest.bytes[b] > 0;
+    }
+    if (restLeft) {
+        if (classify(rest, warmup, config).verdict == Verdict::Leak) {
+            return {}; // freed memory that grew: whose it was is gone with it
+        }
+        // The working set a holder keeps replacing (`out = model(x)`): the outputs freed
+        // since were its own.
+        HolderPart* steady = nullptr;
+        for (HolderPart& part : parts) {
+            if (!part.grows && !part.name.empty() && !part.blocks.empty() &&
+                (steady == nullptr || part.series.bytes.back() > steady->series.bytes.back())) {
+                steady = &part;
+            }
+        }
+        if (steady == nullptr) {
+            auto [entry, fresh] = partOf.emplace("", parts.size());
+            if (fresh) {
+                HolderPart unknown;
+                unknown.series.at = site.at;
+                unknown.series.bytes.assign(n, 0);
+                unknown.series.born.assign(n, 0);
+                unknown.series.oldest.assign(n, 0);
+                parts.push_back(std::move(unknown));
+            }
+            steady = &parts[entry->second];
+        }
+        for (size_t b = 0; b < n; ++b) {
+            if (rest.bytes[b] > 0) {
+                steady->series.oldest[b] = steady->series.bytes[b] > 0
+                                               ? std::min(steady->series.oldest[b], rest.oldest[b])
+                                               : rest.oldest[b];
+            }
+            steady->series.bytes[b] += rest.bytes[b];
+            steady->series.born[b] += rest.born[b];
+        }
+    }
+    // A part with nothing at any boundary (all born in an iteration no boundary ended yet)
+    // joins the biggest part rather than stand as a finding of no bytes; a part of no live
+    // block (only bytes freed since, no holder left to name) is no finding.
+    auto biggest = std::max_element(parts.begin(), parts.end(), [](const auto& a, const auto& b) {
+        return a.series.bytes.back() < b.series.bytes.back();
+    });
+    size_t biggestIndex = static_cast<size_t>(biggest - parts.begin());
+    std::vector<bool> dropped(parts.size(), false);
+    for (size_t p = 0; p < parts.size(); ++p) {
+        if (p == biggestIndex) {
+            continue;
+        }
+        bool empty = std::all_of(parts[p].series.bytes.begin(), parts[p].series.bytes.end(),
+                                 [](int64_t v) { return v <= 0; });
+        dropped[p] = empty || parts[p].blocks.empty();
+        if (empty) {
+            auto& into = parts[biggestIndex].blocks;
+            into.insert(into.end(), parts[p].blocks.begin(), parts[p].blocks.end());
+        }
+    }
+    std::vector<HolderPart> kept;
+    for (size_t p = 0; p < parts.size(); ++p) {
+        if (!dropped[p]) {
+            kept.push_back(std::move(parts[p]));
+        }
+    }
+    size_t stillNamed = static_cast<size_t>(std::count_if(
+        kept.begin(), kept.end(), [](const HolderPart& p) { return !p.name.empty(); }));
+    if (kept.size() < 2 || stillNamed < 1) {
+        return {};
+    }
+    return kept;
+}
+
+} // namespace torchleak
