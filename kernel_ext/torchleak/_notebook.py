@@ -139,6 +139,9 @@ class LeakMagics(Magics):
         super().__init__(shell)
         self.watch = None          # the Tracker of %leakwatch, while on
         self.watch_report = None   # its last report, kept after %leakwatch off
+        # The ledger's memory of who held each site's bytes when they grew, by site: bytes
+        # that are freed have no path left to say it.
+        self._ledger_holders = {}
         self._callbacks = []
 
     # -- %%leakcheck --------------------------------------------------------------------------
@@ -258,6 +261,7 @@ class LeakMagics(Magics):
             was_on = self.watch is not None or bool(self._callbacks)
             self._stop_watch()
             self.watch_report = None
+            self._ledger_holders = {}
             if was_on:
                 self._start_watch()
             print("torchleak: watch mode reset" + (", watching from the next cell" if was_on else ""))
@@ -350,25 +354,40 @@ class LeakMagics(Magics):
                 self.watch = None
 
     def _show_ledger(self, report, cell, freed, threshold):
-        """What the cell just run left alive, by who holds it, and what it freed (so a fix can
-        be confirmed: the cell that clears a list shows the bytes it gave back)."""
-        by_holder = {}
-        total = 0
+        """What the cell just run changed, as net bytes per holder (the names the user wrote):
+        what it left alive, and what it freed (so a fix can be confirmed: the cell that clears
+        a list shows the bytes it gave back). A cell that replaced what it holds (``y = ...``
+        re-run) changed nothing and says nothing."""
+        net = {}
         for f in report.findings if report is not None else []:
             series = f.series or []
-            added = series[-1] - (series[-2] if len(series) > 1 else 0)
-            if added <= 0:
+            delta = series[-1] - (series[-2] if len(series) > 1 else 0) if series else 0
+            if delta == 0:
                 continue
-            holder = (f.holder or {}).get("path_text") or (f.path[0]["label"] if f.path else "<unknown>")
-            by_holder[holder] = by_holder.get(holder, 0) + added
-            total += added
+            name = _ledger_holder(f)
+            key = _ledger_site(f)
+            if name is not None:
+                self._ledger_holders.setdefault(key, set()).add(name)
+            elif len(self._ledger_holders.get(key, ())) == 1:
+                # What shrank has no path (it is gone): credit the holder it had when it grew.
+                (name,) = self._ledger_holders[key]
+            if f.get("retention") == "cycle":
+                continue  # garbage the next collection frees, not something the cell keeps
+            net[name or ""] = net.get(name or "", 0) + delta
+        if report is None:
+            net[""] = -freed
+        left = sorted(((h or "<unknown>", b) for h, b in net.items() if b >= threshold),
+                      key=lambda kv: -kv[1])
+        gave = sorted(((h, -b) for h, b in net.items() if h and -b >= threshold),
+                      key=lambda kv: -kv[1])
+        released = -sum(b for b in net.values() if b < 0)
         parts = []
-        if total >= threshold:
-            holders = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in
-                                sorted(by_holder.items(), key=lambda kv: -kv[1])[:5])
-            parts.append(f"left {format_bytes(total)} alive: {holders}")
-        if freed >= threshold:
-            parts.append(f"freed {format_bytes(freed)}")
+        if left:
+            holders = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in left[:5])
+            parts.append(f"left {format_bytes(sum(b for _, b in left))} alive: {holders}")
+        if released >= threshold:
+            named = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in gave[:5])
+            parts.append(f"freed {format_bytes(released)}" + (f": {named}" if named else ""))
         if not parts:
             return
         text = f"torchleak: In [{cell}] " + "; ".join(parts)
@@ -422,6 +441,21 @@ class LeakMagics(Magics):
 
 
 _loaded = {}
+
+
+def _ledger_holder(finding):
+    """Who keeps a finding's bytes, by the name the user wrote: its growing container, else its
+    path's root (``y``, ``model``); None when no path was found."""
+    holder = (finding.get("holder") or {}).get("path_text")
+    if holder:
+        return holder
+    path = finding.get("path") or []
+    return path[0]["label"] if path else None
+
+
+def _ledger_site(finding):
+    site = finding.get("site") or {}
+    return (site.get("file"), site.get("line"), site.get("function"), finding.get("device"))
 
 
 def load_ipython_extension(shell):

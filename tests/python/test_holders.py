@@ -1,0 +1,179 @@
+"""One finding per holder, and verdicts that never call flat memory a leak (issue #28).
+
+The two-holder case: one line allocates every output (a shared `fwd()`), one iteration keeps a
+512 KiB output in `train_outs` and a 128 KiB one in `val_outs`. Each list is its own finding,
+cause and fix, in every place a user reads a verdict.
+"""
+import json
+
+import pytest
+import torch
+
+import torchleak
+from torchleak import _core
+
+from ipython_shell import run
+
+KiB = 1024
+
+w = torch.randn(256, 256)
+train_outs, val_outs = [], []
+
+
+def fwd(n):
+    return torch.relu(torch.ones(n, 256) @ w)  # the one site
+
+
+def one_iteration():
+    train_outs.append(fwd(512).detach())  # 512 KiB
+    val_outs.append(fwd(128).detach())    # 128 KiB
+
+
+@pytest.fixture(autouse=True)
+def empty_lists():
+    train_outs.clear()
+    val_outs.clear()
+    yield
+    train_outs.clear()
+    val_outs.clear()
+
+
+def short(name):
+    """`test_holders.val_outs` (a module's global, as a script names it) -> `val_outs`."""
+    return (name or "").rsplit(".", 1)[-1]
+
+
+def assert_two_holders(report):
+    by_holder = {short((f.get("holder") or {}).get("path_text")): f for f in report.leaks}
+    assert set(by_holder) == {"train_outs", "val_outs"}, [repr(f) for f in report.findings]
+    train, val = by_holder["train_outs"], by_holder["val_outs"]
+    assert train.site == val.site  # one line, two findings
+    assert train.bytes_per_iteration == 512 * KiB
+    assert val.bytes_per_iteration == 128 * KiB
+    assert short(val.path_text).startswith("val_outs[")
+    causes = {short(c["holder"]["path_text"]): c for c in report.to_dict()["causes"]}
+    assert set(causes) == {"train_outs", "val_outs"}
+    assert causes["val_outs"]["bytes_per_iteration"] == 128 * KiB
+    text = str(report)
+    assert "val_outs" in text and "train_outs" in text
+
+
+def test_check_gives_each_holder_its_own_finding():
+    assert_two_holders(torchleak.check(one_iteration, iterations=12, warmup=2))
+
+
+def test_track_gives_each_holder_its_own_finding():
+    with torchleak.track(warmup=2) as tracker:
+        for _ in range(12):
+            one_iteration()
+            torchleak.step()
+    report = tracker.report()
+    assert_two_holders(report)
+    # The JSON read back keeps both, and a job's merge of this rank keeps them apart.
+    again = torchleak.Report(report.to_json())
+    assert_two_holders(again)
+
+
+def test_the_diff_matches_holder_by_holder(tmp_path):
+    before = torchleak.check(one_iteration, iterations=8, warmup=2)
+    train_outs.clear()
+    val_outs.clear()
+
+    def fixed_train():
+        train_outs.append(fwd(512).detach())
+        train_outs.clear()
+        val_outs.append(fwd(128).detach())
+
+    after = torchleak.check(fixed_train, iterations=8, warmup=2)
+    diff = json.loads(_core.diff_reports(before.to_json(), after.to_json(), 0.1))
+    kinds = {short(c.get("holder")): c["kind"] for c in diff["changes"]}
+    assert kinds.get("train_outs") == "fixed", diff["changes"]
+    assert kinds.get("val_outs") == "same", diff["changes"]
+
+
+def test_a_state_passed_inline_is_as_clean_as_one_bound_to_a_name():
+    # Flat memory only C++ reaches (the parameters' .grad of a state no name of the caller's
+    # holds) is not a leak: growth is the evidence, the path only the explanation.
+    def make_state():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                    torch.nn.Linear(128, 1))
+        return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def iteration(state):
+        model, opt = state
+        opt.zero_grad()
+        model(torch.randn(32, 64)).pow(2).mean().backward()
+        opt.step()
+
+    inline = torchleak.check(iteration, make_state(), iterations=12, warmup=2)
+    assert inline.leaks == [], [repr(f) for f in inline.leaks]
+    state = make_state()
+    bound = torchleak.check(iteration, state, iterations=12, warmup=2)
+    assert bound.leaks == []
+
+
+# -- the notebook ------------------------------------------------------------------------------
+@pytest.fixture
+def shell(ipython):
+    run(ipython, "%load_ext torchleak")
+    run(ipython, "import torch")
+    run(ipython, "w = torch.randn(256, 256)\n"
+                 "def fwd(n):\n    return torch.relu(torch.ones(n, 256) @ w)\n"
+                 "train_outs, val_outs = [], []")
+    yield ipython
+    run(ipython, "%leakwatch off")
+    run(ipython, "%unload_ext torchleak")
+    torchleak.config.reset()
+
+
+CELL = "train_outs.append(fwd(512).detach())\nval_outs.append(fwd(128).detach())"
+
+
+def _ledger(shell):
+    return [o["data"]["text/plain"] for o in shell.display_pub.outputs
+            if o["data"].get("text/plain", "").startswith("torchleak: In [")]
+
+
+def _holders(findings):
+    return {(f.get("holder") or {}).get("path_text") for f in findings if f["verdict"] == "leak"}
+
+
+def test_leakcheck_gives_each_holder_its_own_finding(shell, tmp_path):
+    out = tmp_path / "r.json"
+    assert run(shell, f"%%leakcheck -n 8 --json {out}\n{CELL}").success
+    report = json.loads(out.read_text())
+    assert _holders(report["findings"]) == {"train_outs", "val_outs"}
+
+
+def test_the_ledger_and_leakreport_name_each_holder(shell, tmp_path):
+    assert run(shell, "%leakwatch on").success
+    cells = []
+    for _ in range(4):
+        cells.append(shell.execution_count)
+        run(shell, CELL)
+    ledger = _ledger(shell)
+    assert ledger[-1] == (f"torchleak: In [{cells[-1]}] left 640.0 KiB alive: "
+                          "train_outs 512.0 KiB, val_outs 128.0 KiB"), ledger
+    out = tmp_path / "nb.json"
+    assert run(shell, f"%leakreport --json {out}").success
+    report = json.loads(out.read_text())
+    assert _holders(report["findings"]) == {"train_outs", "val_outs"}
+    rates = {f["holder"]["path_text"]: f["bytes_per_iteration"] for f in report["findings"]
+             if f["verdict"] == "leak"}
+    assert rates == {"train_outs": 512 * KiB, "val_outs": 128 * KiB}
+
+
+def test_rebinding_a_name_is_not_news(shell):
+    assert run(shell, "%leakwatch on").success
+    first = shell.execution_count
+    for _ in range(4):
+        run(shell, "y = torch.randn(256, 256)")
+    # The first run left y alive; every re-run replaced it: net zero, nothing said.
+    assert _ledger(shell) == [f"torchleak: In [{first}] left 256.0 KiB alive: y 256.0 KiB"]
+    run(shell, "model = torch.nn.Linear(64, 64)\nxb = torch.randn(32, 64)")
+    before = len(_ledger(shell))
+    for _ in range(3):
+        run(shell, "out = model(xb)")
+    said = _ledger(shell)[before:]
+    assert len(said) == 1 and said[0].endswith("left 8.0 KiB alive: out 8.0 KiB"), said
