@@ -304,7 +304,8 @@ function render({ model, el: host }) {
   // across redraws (a live update, a sort).
   let sortBy = null, descending = true;
   const opened = new Set();
-  const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${f.verdict}`;
+  // The holder is part of a finding's identity: one site's outputs kept in two lists are two rows.
+  const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${f.verdict}\u001f${(f.holder && f.holder.path_text) || ""}`;
 
   const draw = () => {
     const report = model.get("report") || {};
