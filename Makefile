@@ -71,6 +71,7 @@ lab: install
 bench: install
 	$(PY) bench/bench_overhead.py
 	$(PY) bench/bench_scale.py
+	$(PY) bench/bench_verdicts.py
 
 leak-cases: install
 	$(PY) ../shared/leak-cases/run.py

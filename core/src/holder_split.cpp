@@ -74,7 +74,7 @@ double medianWeight(const std::vector<HeldBlock>& blocks, const std::vector<size
     return w[w.size() / 2];
 }
 
-// A name that holds only the last iteration's blocks (`t = fwd(x); outs.append(t)`) is the
+// A name that holds only the site's newest blocks (`t = fwd(x); outs.append(t)`) is the
 // loop's current value, found first because its path is shorter; the same block is in the
 // growing container too, whose curve would otherwise stop one block short. Such a name's
 // blocks go to the growing part whose blocks are most like them in size. On entry each part's
@@ -82,7 +82,7 @@ double medianWeight(const std::vector<HeldBlock>& blocks, const std::vector<size
 void foldNewestIntoGrowing(const std::vector<HeldBlock>& blocks,
                            std::vector<HolderPart>& parts,
                            std::vector<std::pair<uint64_t, size_t>>& sampled,
-                           uint32_t lastIteration) {
+                           uint32_t newest) {
     std::vector<size_t> growing;
     for (size_t p = 0; p < parts.size(); ++p) {
         if (parts[p].grows) {
@@ -97,7 +97,7 @@ void foldNewestIntoGrowing(const std::vector<HeldBlock>& blocks,
         into[p] = p;
         const HolderPart& part = parts[p];
         bool newestOnly = std::all_of(part.blocks.begin(), part.blocks.end(),
-                                      [&](size_t k) { return blocks[k].birth >= lastIteration; });
+                                      [&](size_t k) { return blocks[k].birth >= newest; });
         if (part.grows || part.name.empty() || !newestOnly) {
             continue;
         }
@@ -149,7 +149,12 @@ std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
     if (named < 2 || n == 0) {
         return {};
     }
-    foldNewestIntoGrowing(blocks, parts, sampled, iterationOf(site.at, n - 1));
+    // The site's newest blocks: in watch mode the last boundary may end another cell's run.
+    uint32_t newest = 0;
+    for (const HeldBlock& block : blocks) {
+        newest = std::max(newest, block.birth);
+    }
+    foldNewestIntoGrowing(blocks, parts, sampled, newest);
     named = static_cast<size_t>(std::count_if(parts.begin(), parts.end(), [](const HolderPart& p) {
         return !p.name.empty() && !p.blocks.empty();
     }));

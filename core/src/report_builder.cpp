@@ -644,7 +644,7 @@ class ReportBuilder {
             }
             std::optional<Holder> holder;
             if (it->second.retention == Retention::Reachable) {
-                holder = fanout.holderOn(it->second.steps, growthIterations(), sampleScale);
+                holder = fanout.holderOn(it->second.steps, growthIterations(whole), sampleScale);
             }
             holders[std::get<3>(c)] =
                 BlockHolder{holderName(it->second, holder), holder.has_value()};
@@ -706,8 +706,13 @@ class ReportBuilder {
         return findings;
     }
 
-    double growthIterations() const {
-        return static_cast<double>(std::max(1, d_report.iterations - std::max(d_inputs.warmup, 0)));
+    // The judged iterations a holder's fan-out is measured against: in watch mode those of
+    // the finding's cell (a list appended to once per run of one cell among others grows one
+    // element per run), else the run's.
+    double growthIterations(const Finding& f) const {
+        int iterations =
+            f.site.runs.empty() ? d_report.iterations : static_cast<int>(f.site.runs.size());
+        return static_cast<double>(std::max(1, iterations - std::max(d_inputs.warmup, 0)));
     }
 
     static bool grewLastIteration(const Finding& f) {
@@ -772,7 +777,12 @@ class ReportBuilder {
         std::vector<const std::vector<PathStep>*> all;
         const BlockPath* representative = nullptr;
         const BlockPath* newest = nullptr;
+        // The site's own last iteration: in watch mode the last boundary may end another
+        // cell's run, and the newest block of this one is then just as much current state.
         uint32_t lastIteration = d_n > 0 ? d_at.back() : 0;
+        if (!blocks.empty()) {
+            lastIteration = std::min(lastIteration, std::get<0>(blocks.front()));
+        }
         for (const auto& [birth, size, seq, ptr, weight] : blocks) {
             auto it = paths.find(ptr);
             if (it == paths.end()) {
@@ -807,7 +817,7 @@ class ReportBuilder {
             f.shape = f.path.back().tensor->shape;
         }
         if (f.retention == Retention::Reachable) {
-            f.holder = chooseHolder(f.path, all, growthIterations(), sampleScale);
+            f.holder = chooseHolder(f.path, all, growthIterations(f), sampleScale);
         }
     }
 

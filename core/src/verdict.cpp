@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,7 +111,19 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
             mean += v / static_cast<double>(m);
         }
         const double floor = s.noise_variance_per_byte * std::max(mean, 0.0);
-        const double evidence = growthPValue(x, post, floor);
+        // Two looks at the whole judged part, so that its first point alone (the first
+        // iteration's odd size: a buffer that starts as the model's output, then is
+        // re-allocated one step larger) cannot hide exact growth after it; Bonferroni pays
+        // for the second look. And the recent half must grow on its own: a cache that filled
+        // up and now only varies is stationary there, whatever its ramp says.
+        auto evidenceFrom = [&](size_t from) {
+            return growthPValue(std::span<const double>(x).subspan(from),
+                                std::span<const double>(post).subspan(from), floor);
+        };
+        const double whole =
+            std::min(1.0, 2.0 * std::min(evidenceFrom(0), m >= 4 ? evidenceFrom(1) : 1.0));
+        const size_t recentFrom = m >= 6 ? m - (m + 1) / 2 : 0;
+        const double evidence = recentFrom > 0 ? std::max(whole, evidenceFrom(recentFrom)) : whole;
         double rises = riseFraction(post, 0, m);
         // Still growing at the end: the last quarter (at least 3 boundaries) rises too, so a
         // cache that filled up and stopped (a plateau) is never called a leak, however long

@@ -131,3 +131,22 @@ TEST_CASE("rank merge: bad input") {
     j["ranks"]["ranks"][0]["rank"] = 7;
     REQUIRE_THROWS_AS(reportFromJson(j.dump()), SchemaError);
 }
+
+TEST_CASE("rank merge: one site's two holders stay two findings, each on every rank") {
+    auto heldBy = [](const std::string& holder, int64_t rate, int rank) {
+        Finding f = finding(Verdict::Leak, 42, rate, "cuda:" + std::to_string(rank));
+        f.holder = Holder{holder, "list", 1.0};
+        f.path_text = holder + "[19]";
+        return f;
+    };
+    std::vector<RankInput> in = {
+        rank(0, {heldBy("train_outs", 4096, 0), heldBy("val_outs", 1024, 0)}, 1000),
+        rank(1, {heldBy("train_outs", 4096, 1), heldBy("val_outs", 1024, 1)}, 1000)};
+    Report m = mergeRankReports(in, 2, AnalysisConfig{});
+    REQUIRE(m.findings.size() == 2);
+    REQUIRE(m.findings[0].holder->path_text == "train_outs");
+    REQUIRE(m.findings[0].ranks == std::vector<int>{0, 1});
+    REQUIRE(m.findings[1].holder->path_text == "val_outs");
+    REQUIRE(m.findings[1].ranks == std::vector<int>{0, 1});
+    REQUIRE(m.causes.size() == 2);
+}

@@ -42,3 +42,9 @@ def run(shell, source):
         result = shell.run_cell(source, store_history=True)
     result.output = out.getvalue()
     return result
+
+
+def ledger(shell):
+    """The lines watch mode's ledger has shown so far."""
+    return [o["data"]["text/plain"] for o in shell.display_pub.outputs
+            if o["data"].get("text/plain", "").startswith("torchleak: In [")]

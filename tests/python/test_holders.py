@@ -12,7 +12,7 @@ import torch
 import torchleak
 from torchleak import _core
 
-from ipython_shell import run
+from ipython_shell import ledger, run
 
 KiB = 1024
 
@@ -130,10 +130,6 @@ def shell(ipython):
 CELL = "train_outs.append(fwd(512).detach())\nval_outs.append(fwd(128).detach())"
 
 
-def _ledger(shell):
-    return [o["data"]["text/plain"] for o in shell.display_pub.outputs
-            if o["data"].get("text/plain", "").startswith("torchleak: In [")]
-
 
 def _holders(findings):
     return {(f.get("holder") or {}).get("path_text") for f in findings if f["verdict"] == "leak"}
@@ -152,7 +148,7 @@ def test_the_ledger_and_leakreport_name_each_holder(shell, tmp_path):
     for _ in range(4):
         cells.append(shell.execution_count)
         run(shell, CELL)
-    ledger = _ledger(shell)
+    ledger = ledger(shell)
     assert ledger[-1] == (f"torchleak: In [{cells[-1]}] left 640.0 KiB alive: "
                           "train_outs 512.0 KiB, val_outs 128.0 KiB"), ledger
     out = tmp_path / "nb.json"
@@ -170,10 +166,32 @@ def test_rebinding_a_name_is_not_news(shell):
     for _ in range(4):
         run(shell, "y = torch.randn(256, 256)")
     # The first run left y alive; every re-run replaced it: net zero, nothing said.
-    assert _ledger(shell) == [f"torchleak: In [{first}] left 256.0 KiB alive: y 256.0 KiB"]
+    assert ledger(shell) == [f"torchleak: In [{first}] left 256.0 KiB alive: y 256.0 KiB"]
     run(shell, "model = torch.nn.Linear(64, 64)\nxb = torch.randn(32, 64)")
-    before = len(_ledger(shell))
+    before = len(ledger(shell))
     for _ in range(3):
         run(shell, "out = model(xb)")
-    said = _ledger(shell)[before:]
+    said = ledger(shell)[before:]
     assert len(said) == 1 and said[0].endswith("left 8.0 KiB alive: out 8.0 KiB"), said
+
+
+def test_the_list_that_keeps_every_run_is_the_holder_not_the_name_of_the_last(shell, tmp_path):
+    # The ledger said "left 65.9 MiB alive: logits_for_plot" while all_logits held it:
+    # the newest output is reached first through the shorter name, and another cell's run may
+    # end the iteration after it.
+    run(shell, "model = torch.nn.Linear(512, 1000)\nall_logits = []")
+    assert run(shell, "%leakwatch on").success
+    cells = []
+    for _ in range(4):
+        cells.append(shell.execution_count)
+        run(shell, "with torch.no_grad():\n    logits = model(torch.ones(256, 512))\n"
+                   "all_logits.append(logits)\nlogits_for_plot = logits[:8]")
+        run(shell, "z = 1")
+    assert ledger(shell)[-1].startswith(
+        f"torchleak: In [{cells[-1]}] left 1000.0 KiB alive: all_logits 1000.0 KiB"), ledger(shell)
+    out = tmp_path / "nb.json"
+    assert run(shell, f"%leakreport --json {out}").success
+    report = json.loads(out.read_text())
+    (leak,) = [f for f in report["findings"] if f["verdict"] == "leak"]
+    assert leak["holder"]["path_text"] == "all_logits"
+    assert leak["bytes_per_iteration"] == 1000 * KiB

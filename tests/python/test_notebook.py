@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ipython_shell import run
+from ipython_shell import ledger, run
 from torchleak import _core
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -121,9 +121,8 @@ def test_watch_mode_ledger_and_leakreport(shell, tmp_path):
     first = shell.execution_count
     for _ in range(4):
         run(shell, "losses.append(torch.ones(256, 1024))")
-    ledger = [o["data"]["text/plain"] for o in shell.display_pub.outputs
-              if o["data"].get("text/plain", "").startswith("torchleak: In [")]
-    assert any(f"In [{first}] left 1.0 MiB alive: losses 1.0 MiB" in line for line in ledger), (first, ledger)
+    lines = ledger(shell)
+    assert any(f"In [{first}] left 1.0 MiB alive: losses 1.0 MiB" in line for line in lines), (first, lines)
     out = tmp_path / "nb.json"
     assert run(shell, f"%leakreport --json {out}").success
     report = json.loads(out.read_text())
@@ -135,10 +134,6 @@ def test_watch_mode_ledger_and_leakreport(shell, tmp_path):
     # the report of the watched cells stays available
     assert run(shell, "%leakreport").success
 
-
-def _ledger(shell):
-    return [o["data"]["text/plain"] for o in shell.display_pub.outputs
-            if o["data"].get("text/plain", "").startswith("torchleak: In [")]
 
 
 def test_watch_mode_rates_a_rerun_cell_per_run_and_names_every_run(shell, tmp_path):
@@ -172,12 +167,12 @@ def test_watch_mode_skips_the_report_for_a_cell_that_changed_nothing(shell, monk
     monkeypatch.setattr(_tracking.Tracker, "report",
                         lambda self, **kw: built.append(kw) or original(self, **kw))
     run(shell, "%leakwatch on")
-    before = len(_ledger(shell))
+    before = len(ledger(shell))
     for _ in range(3):
         run(shell, "x = 1 + 1")
-    assert built == [] and len(_ledger(shell)) == before
+    assert built == [] and len(ledger(shell)) == before
     run(shell, "kept = [torch.ones(64, 1024)]")
-    assert len(built) == 1 and "left 256.0 KiB alive: kept 256.0 KiB" in _ledger(shell)[-1]
+    assert len(built) == 1 and "left 256.0 KiB alive: kept 256.0 KiB" in ledger(shell)[-1]
     run(shell, "%leakwatch off")
 
 
@@ -186,7 +181,7 @@ def test_the_ledger_says_what_a_cell_freed(shell):
     run(shell, "kept = [torch.ones(256, 1024) for _ in range(4)]")
     cleared = shell.execution_count
     run(shell, "kept.clear()")
-    assert _ledger(shell)[-1] == f"torchleak: In [{cleared}] freed 4.0 MiB"
+    assert ledger(shell)[-1] == f"torchleak: In [{cleared}] freed 4.0 MiB"
     run(shell, "%leakwatch off")
 
 
@@ -305,7 +300,7 @@ def test_magics_work_with_an_initialised_single_rank_process_group(shell, tmp_pa
         run(shell, "history = []")
         for _ in range(3):
             run(shell, "history.append(torch.ones(256, 1024))")
-        assert any("left 1.0 MiB alive: history 1.0 MiB" in line for line in _ledger(shell))
+        assert any("left 1.0 MiB alive: history 1.0 MiB" in line for line in ledger(shell))
         assert run(shell, "%leakwatch off").success
     finally:
         run(shell, "dist.destroy_process_group()")
