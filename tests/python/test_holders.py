@@ -148,9 +148,9 @@ def test_the_ledger_and_leakreport_name_each_holder(shell, tmp_path):
     for _ in range(4):
         cells.append(shell.execution_count)
         run(shell, CELL)
-    ledger = ledger(shell)
-    assert ledger[-1] == (f"torchleak: In [{cells[-1]}] left 640.0 KiB alive: "
-                          "train_outs 512.0 KiB, val_outs 128.0 KiB"), ledger
+    lines = ledger(shell)
+    assert lines[-1] == (f"torchleak: In [{cells[-1]}] left 640.0 KiB alive: "
+                         "train_outs 512.0 KiB, val_outs 128.0 KiB"), lines
     out = tmp_path / "nb.json"
     assert run(shell, f"%leakreport --json {out}").success
     report = json.loads(out.read_text())
