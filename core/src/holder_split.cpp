@@ -92,6 +92,10 @@ void foldNewestIntoGrowing(const std::vector<HeldBlock>& blocks,
     if (growing.empty()) {
         return;
     }
+    std::vector<double> medians(parts.size(), 0.0);
+    for (size_t p : growing) {
+        medians[p] = medianWeight(blocks, parts[p].blocks);
+    }
     std::vector<size_t> into(parts.size());
     for (size_t p = 0; p < parts.size(); ++p) {
         into[p] = p;
@@ -103,8 +107,7 @@ void foldNewestIntoGrowing(const std::vector<HeldBlock>& blocks,
         }
         const double size = medianWeight(blocks, part.blocks);
         into[p] = *std::min_element(growing.begin(), growing.end(), [&](size_t a, size_t b) {
-            return std::fabs(medianWeight(blocks, parts[a].blocks) - size) <
-                   std::fabs(medianWeight(blocks, parts[b].blocks) - size);
+            return std::fabs(medians[a] - size) < std::fabs(medians[b] - size);
         });
     }
     for (auto& [sequence, part] : sampled) {
@@ -181,12 +184,8 @@ std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
         }
         parts[part].blocks.push_back(k);
     }
-    SiteSeries rest;
-    rest.at = site.at;
-    rest.bytes = site.bytes;
-    rest.born = site.born;
-    rest.oldest = site.oldest;
-    rest.noise_variance_per_byte = site.noise_variance_per_byte;
+    SiteSeries rest = site;
+    rest.surviving.clear(); // what is left once the parts are taken out was freed since
     for (HolderPart& part : parts) {
         part.series = survivorSeries(blocks, part.blocks, site);
         for (size_t b = 0; b < n; ++b) {

@@ -53,6 +53,14 @@ struct SampledBytes {
     double sampledSize = 0.0;   // the true bytes of those
     double sampledCount = 0.0;
 
+    SampledBytes& operator+=(const SampledBytes& other) {
+        weight += other.weight;
+        sampledWeight += other.sampledWeight;
+        sampledSize += other.sampledSize;
+        sampledCount += other.sampledCount;
+        return *this;
+    }
+
     void add(uint64_t size, uint64_t weight_) {
         weight += static_cast<double>(weight_);
         if (weight_ != size) {
@@ -469,10 +477,7 @@ class ReportBuilder {
         SampledBytes sampled;
         for (const GroupKey& k : acc.groups) {
             if (auto it = d_sampledBytes.find(k); it != d_sampledBytes.end()) {
-                sampled.weight += it->second.weight;
-                sampled.sampledWeight += it->second.sampledWeight;
-                sampled.sampledSize += it->second.sampledSize;
-                sampled.sampledCount += it->second.sampledCount;
+                sampled += it->second;
             }
         }
         return sampled.variancePerByte(sampleBytes);
@@ -596,19 +601,16 @@ class ReportBuilder {
         std::vector<std::vector<Candidate>> blocksOf;
         std::vector<const SiteAccumulator*> sites;
         for (size_t i = 0; i < d_report.findings.size(); ++i) {
-            std::vector<Finding> parts = splitFinding(d_report.findings[i], d_findingSites[i],
-                                                      d_blocksOf[i], sampled[i], scale[i], paths);
+            std::vector<FindingPart> parts =
+                splitFinding(d_report.findings[i], d_findingSites[i], d_blocksOf[i], sampled[i],
+                             scale[i], paths);
             if (parts.empty()) {
                 applyRepresentativePath(d_report.findings[i], sampled[i], scale[i], paths);
-                findings.push_back(std::move(d_report.findings[i]));
-                blocksOf.push_back(std::move(d_blocksOf[i]));
-                sites.push_back(d_findingSites[i]);
-                continue;
+                parts.push_back({std::move(d_report.findings[i]), std::move(d_blocksOf[i])});
             }
-            for (Finding& part : parts) {
-                findings.push_back(std::move(part));
-                blocksOf.push_back(std::move(d_splitBlocks.front()));
-                d_splitBlocks.erase(d_splitBlocks.begin());
+            for (FindingPart& part : parts) {
+                findings.push_back(std::move(part.finding));
+                blocksOf.push_back(std::move(part.blocks));
                 sites.push_back(d_findingSites[i]);
             }
         }
@@ -617,15 +619,21 @@ class ReportBuilder {
         d_findingSites = std::move(sites);
     }
 
+    // A finding and its live blocks.
+    struct FindingPart {
+        Finding finding;
+        std::vector<Candidate> blocks;
+    };
+
     // One finding per holder (holder_split.h): the site's live blocks split by who keeps
     // them, each part with its own curve, verdict, path and fix. Empty when the site has one
-    // holder. The parts' blocks are left in d_splitBlocks, in the parts' order.
-    std::vector<Finding> splitFinding(const Finding& whole,
-                                      const SiteAccumulator* acc,
-                                      const std::vector<Candidate>& blocks,
-                                      const std::vector<Candidate>& sample,
-                                      double sampleScale,
-                                      const std::unordered_map<uintptr_t, BlockPath>& paths) {
+    // holder.
+    std::vector<FindingPart> splitFinding(const Finding& whole,
+                                          const SiteAccumulator* acc,
+                                          const std::vector<Candidate>& blocks,
+                                          const std::vector<Candidate>& sample,
+                                          double sampleScale,
+                                          const std::unordered_map<uintptr_t, BlockPath>& paths) {
         std::vector<const std::vector<PathStep>*> all;
         for (const Candidate& c : sample) {
             if (auto it = paths.find(std::get<3>(c)); it != paths.end()) {
@@ -658,8 +666,7 @@ class ReportBuilder {
         series.at = d_at;
         std::vector<HolderPart> parts =
             splitByHolder(held, holders, series, d_inputs.warmup, d_inputs.config);
-        std::vector<Finding> findings;
-        d_splitBlocks.clear();
+        std::vector<FindingPart> findings;
         for (HolderPart& part : parts) {
             Finding f = whole;
             f.path.clear();
@@ -700,8 +707,7 @@ class ReportBuilder {
                 f.dtype = f.path.back().tensor->dtype;
                 f.shape = f.path.back().tensor->shape;
             }
-            findings.push_back(std::move(f));
-            d_splitBlocks.push_back(std::move(mine));
+            findings.push_back({std::move(f), std::move(mine)});
         }
         return findings;
     }
@@ -819,6 +825,7 @@ class ReportBuilder {
         if (f.retention == Retention::Reachable) {
             f.holder = chooseHolder(f.path, all, growthIterations(f), sampleScale);
         }
+        f.kept_by = holderName(*representative, f.holder);
     }
 
     // Where a tensor met on a path was allocated, when torchleak saw it. Asked of the live
@@ -1013,7 +1020,6 @@ class ReportBuilder {
     uint32_t d_shadowedIterations = 0;
     std::vector<const SiteAccumulator*> d_findingSites; // parallel to d_report.findings
     std::vector<std::vector<Candidate>> d_blocksOf;     // parallel to d_report.findings
-    std::vector<std::vector<Candidate>> d_splitBlocks;  // splitFinding's parts' blocks
     std::unordered_map<GroupKey, SampledBytes, GroupKeyHash> d_sampledBytes;
     // Live bytes by group and birth iteration.
     std::unordered_map<GroupKey, std::unordered_map<uint32_t, int64_t>, GroupKeyHash>

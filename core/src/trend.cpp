@@ -242,6 +242,12 @@ double commonGrowthPValue(std::span<const double> x,
                           std::span<const double> y,
                           std::span<const std::pair<size_t, size_t>> segments,
                           double varianceFloor) {
+    // Each usable segment with its own means: one level per segment, one common slope.
+    struct Level {
+        size_t begin, end;
+        double mx, my;
+    };
+    std::vector<Level> levels;
     double sxx = 0.0, sxy = 0.0, syy = 0.0;
     size_t points = 0;
     for (const auto& [begin, end] : segments) {
@@ -255,6 +261,7 @@ double commonGrowthPValue(std::span<const double> x,
         }
         mx /= static_cast<double>(end - begin);
         my /= static_cast<double>(end - begin);
+        levels.push_back({begin, end, mx, my});
         for (size_t i = begin; i < end; ++i) {
             sxx += (x[i] - mx) * (x[i] - mx);
             sxy += (x[i] - mx) * (y[i] - my);
@@ -273,15 +280,7 @@ double commonGrowthPValue(std::span<const double> x,
     // trend. The variance is inflated as for AR(1) noise, (1 + rho) / (1 - rho), rho being the
     // residuals' lag-1 autocorrelation (0 when negative; at most 0.9: a factor of 19).
     double lagged = 0.0, squares = 0.0;
-    for (const auto& [begin, end] : segments) {
-        if (end <= begin || end > x.size() || end > y.size()) {
-            continue;
-        }
-        double mx = 0.0, my = 0.0;
-        for (size_t i = begin; i < end; ++i) {
-            mx += x[i] / static_cast<double>(end - begin);
-            my += y[i] / static_cast<double>(end - begin);
-        }
+    for (const auto& [begin, end, mx, my] : levels) {
         double previous = 0.0;
         for (size_t i = begin; i < end; ++i) {
             double r = (y[i] - my) - slope * (x[i] - mx);

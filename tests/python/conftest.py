@@ -18,3 +18,15 @@ def ipython(tmp_path, monkeypatch):
     """An InteractiveShell of its own per test (see ipython_shell.py)."""
     with ipython_shell.shell_in(tmp_path, monkeypatch) as sh:
         yield sh
+
+
+@pytest.fixture
+def shell(ipython):
+    """The shell with torchleak's extension loaded and torch imported; unloaded after, with the
+    settings the test changed reset."""
+    ipython_shell.run(ipython, "%load_ext torchleak")
+    ipython_shell.run(ipython, "import torch")
+    yield ipython
+    ipython_shell.run(ipython, "%unload_ext torchleak")
+    import torchleak
+    torchleak.config.reset()

@@ -48,6 +48,7 @@ def assert_two_holders(report):
     assert set(by_holder) == {"train_outs", "val_outs"}, [repr(f) for f in report.findings]
     train, val = by_holder["train_outs"], by_holder["val_outs"]
     assert train.site == val.site  # one line, two findings
+    assert short(train.kept_by) == "train_outs" and short(val.kept_by) == "val_outs"
     assert train.bytes_per_iteration == 512 * KiB
     assert val.bytes_per_iteration == 128 * KiB
     assert short(val.path_text).startswith("val_outs[")
@@ -115,16 +116,13 @@ def test_a_state_passed_inline_is_as_clean_as_one_bound_to_a_name():
 
 # -- the notebook ------------------------------------------------------------------------------
 @pytest.fixture
-def shell(ipython):
-    run(ipython, "%load_ext torchleak")
-    run(ipython, "import torch")
-    run(ipython, "w = torch.randn(256, 256)\n"
-                 "def fwd(n):\n    return torch.relu(torch.ones(n, 256) @ w)\n"
-                 "train_outs, val_outs = [], []")
-    yield ipython
-    run(ipython, "%leakwatch off")
-    run(ipython, "%unload_ext torchleak")
-    torchleak.config.reset()
+def shell(shell):
+    """conftest's shell, with the one site and its two lists defined."""
+    run(shell, "w = torch.randn(256, 256)\n"
+               "def fwd(n):\n    return torch.relu(torch.ones(n, 256) @ w)\n"
+               "train_outs, val_outs = [], []")
+    yield shell
+    run(shell, "%leakwatch off")
 
 
 CELL = "train_outs.append(fwd(512).detach())\nval_outs.append(fwd(128).detach())"

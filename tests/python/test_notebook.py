@@ -13,16 +13,6 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 REPORT = "application/vnd.torchleak.report+json"
 
 
-@pytest.fixture
-def shell(ipython):
-    run(ipython, "%load_ext torchleak")
-    run(ipython, "import torch")
-    yield ipython
-    run(ipython, "%unload_ext torchleak")
-    import torchleak
-    torchleak.config.reset()
-
-
 def last_bundle(shell):
     return shell.display_pub.outputs[-1]["data"]
 
