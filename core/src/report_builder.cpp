@@ -825,7 +825,6 @@ class ReportBuilder {
         if (f.retention == Retention::Reachable) {
             f.holder = chooseHolder(f.path, all, growthIterations(f), sampleScale);
         }
-        f.kept_by = holderName(*representative, f.holder);
     }
 
     // Where a tensor met on a path was allocated, when torchleak saw it. Asked of the live

@@ -370,9 +370,6 @@ std::string toJson(const Report& r, int indent) {
         }
         fj["path_text"] = f.path_text;
         fj["holder"] = holderJson(f.holder);
-        if (!f.kept_by.empty()) {
-            fj["kept_by"] = f.kept_by;
-        }
         fj["suggestion"] = f.suggestion;
         fj["severity"] = toString(f.severity);
         fj["trend"] = {{"slope_bytes_per_iteration", f.trend.slope_bytes_per_iteration},
@@ -516,7 +513,6 @@ Report reportFromJson(const std::string& text) {
             }
             f.path_text = fj.value("path_text", "");
             f.holder = holderFrom(fj);
-            f.kept_by = fj.value("kept_by", "");
             f.suggestion = fj.value("suggestion", "");
             f.severity = severityFromString(fj.at("severity").get<std::string>());
             const json& t = fj.at("trend");

@@ -364,7 +364,7 @@ class LeakMagics(Magics):
             delta = series[-1] - (series[-2] if len(series) > 1 else 0) if series else 0
             if delta == 0:
                 continue
-            name = f.get("kept_by") or None  # the core's name for who keeps it
+            name = _ledger_holder(f)
             key = _ledger_site(f)
             if name is not None:
                 self._ledger_holders.setdefault(key, set()).add(name)
@@ -441,6 +441,16 @@ class LeakMagics(Magics):
 
 
 _loaded = {}
+
+
+def _ledger_holder(finding):
+    """Who keeps a finding's bytes, by the name the user wrote: its growing container, else its
+    path's root (``y``, ``model``, ``Out[7]``); None when no path was found."""
+    holder = (finding.get("holder") or {}).get("path_text")
+    if holder:
+        return holder
+    path = finding.get("path") or []
+    return path[0]["label"] if path else None
 
 
 def _ledger_site(finding):

@@ -45,7 +45,6 @@ Report hostileReport() {
     f.retention = Retention::Reachable;
     f.path_text = "losses[2]";
     f.holder = Holder{"losses", "list", 1.0};
-    f.kept_by = "losses";
     f.suggestion = "store loss.item() — not the tensor \u2714";
     f.severity = Severity::Warning;
     f.trend = {1048576.0, 1.0, 0.0};
@@ -82,7 +81,6 @@ TEST_CASE("JSON has the contract's field names and parses back with nlohmann") {
     REQUIRE(f["site"]["cell"].is_null());
     REQUIRE(f["path"][0]["label"] == "losses\n\t\\");
     REQUIRE(f["holder"]["path_text"] == "losses");
-    REQUIRE(f["kept_by"] == "losses");
     REQUIRE(f["retention"] == "reachable");
     REQUIRE(f["path"][1]["tensor"]["shape"][0] == 4);
     REQUIRE(f["path"][1]["tensor"]["site"]["line"] == 3);

@@ -154,10 +154,6 @@ struct Finding {
     std::vector<PathStep> path;
     std::string path_text;
     std::optional<Holder> holder;
-    // The name a user knows its keeper by (retention.h: holderName): the growing container,
-    // else the path's root (`y`, `Out`); empty when no path was found. One site's findings
-    // differ in it (one finding per holder), and the notebook's ledger sums by it.
-    std::string kept_by;
     std::string suggestion;
     Retention retention = Retention::Unknown;
     bool released_periodically = false; // grows, then freed at a coarser boundary (saw-tooth)
