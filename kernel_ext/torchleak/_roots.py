@@ -238,10 +238,11 @@ def _class_name(cls):
 
 
 def parameter_owners(roots, limit=100_000):
-    """(parameter, "model[7] (Linear)") for every parameter of the nn.Modules among the named
-    roots (not module namespaces: the user's own names), read from the modules' own
-    `_modules` and `_parameters` dicts so no user code runs. The walk then says which module
-    made an autograd node on a path."""
+    """(parameter, "model[7] (Linear)", "model[7].weight") for every parameter of the
+    nn.Modules among the named roots (not module namespaces: the user's own names), read from
+    the modules' own `_modules` and `_parameters` dicts so no user code runs. The walk then says
+    which module made an autograd node on a path, and names a dict entry keyed by a parameter
+    (optimizer.state) by the parameter's path."""
     module_type = getattr(sys.modules.get("torch.nn.modules.module"), "Module", None)
     if module_type is None:
         return []
@@ -259,7 +260,9 @@ def parameter_owners(roots, limit=100_000):
         described = f"{label} ({_class_name(type(module))})"
         parameters = state.get("_parameters")
         if type(parameters) is dict:
-            owners.extend((p, described) for p in parameters.values() if p is not None)
+            owners.extend((p, described, f"{label}.{name}" if str(name).isidentifier()
+                           else f"{label}[{name!r}]")
+                          for name, p in parameters.items() if p is not None)
         children = state.get("_modules")
         if type(children) is dict:
             for name, child in children.items():

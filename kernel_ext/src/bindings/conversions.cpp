@@ -74,15 +74,17 @@ ParameterOwners parameterOwners(const py::list& owners) {
     ParameterOwners out;
     auto* tensorType = reinterpret_cast<PyTypeObject*>(THPVariableClass);
     for (const py::handle& item : owners) {
-        if (!py::isinstance<py::tuple>(item) || py::len(item) != 2) {
-            throw InvalidArgument("a parameter owner is a (tensor, text) tuple");
+        if (!py::isinstance<py::tuple>(item) || (py::len(item) != 2 && py::len(item) != 3)) {
+            throw InvalidArgument("a parameter owner is a (tensor, module text[, path]) tuple");
         }
         auto t = py::reinterpret_borrow<py::tuple>(item);
         // An exact type test, as everywhere in the walk: no __instancecheck__ runs.
         if (tensorType == nullptr || !PyObject_TypeCheck(t[0].ptr(), tensorType)) {
             continue;
         }
-        out.emplace(THPVariable_Unpack(t[0].ptr()).unsafeGetTensorImpl(), t[1].cast<std::string>());
+        out.emplace(THPVariable_Unpack(t[0].ptr()).unsafeGetTensorImpl(),
+                    ParameterOwner{t[1].cast<std::string>(),
+                                   py::len(t) == 3 ? t[2].cast<std::string>() : std::string()});
     }
     return out;
 }

@@ -1,6 +1,7 @@
 #include "inspect/heap_walker.h"
 
 #include "inspect/frame_capture.h"
+#include "inspect/hook_anchors.h"
 #include "inspect/path_builder.h"
 #include "inspect/saved_variables.h"
 #include "inspect/script_constants.h"
@@ -236,10 +237,20 @@ class Walk {
         // Under torch.autograd.graph.saved_tensors_hooks the variable keeps whatever the pack
         // hook returned, a Python object only C++ refers to. Reading it runs no hook.
         if constexpr (requires { sv.retrieve_unpack_hook_data(); }) {
-            if (auto packed = sv.retrieve_unpack_hook_data()) {
-                PyObject* data = packed->second.ptr(getPyInterpreter());
+            std::optional<std::pair<c10::SafePyObject, c10::SafePyObject>> packed;
+            try {
+                packed = sv.retrieve_unpack_hook_data();
+            } catch (...) {
+                return; // hooks written in C++ have no Python data to show
+            }
+            if (packed) {
                 uint32_t at = edge == Edge::Saved ? kNoIndex : index;
-                push(data, NodeKind::Python, i, Edge::SavedPacked, at, name);
+                push(packed->second.ptr(getPyInterpreter()), NodeKind::Python, i,
+                     Edge::SavedPacked, at, name);
+                // The unpack hook too: its closure is what non-reentrant checkpointing keeps
+                // (the frame with the inputs to recompute from), for as long as the graph.
+                push(packed->first.ptr(getPyInterpreter()), NodeKind::Python, i,
+                     Edge::SavedUnpackHook, at, name);
             }
         }
     }
@@ -331,6 +342,11 @@ class Walk {
             d_visited.insert(tag(t.unsafeGetTensorImpl(), NodeKind::Tensor));
             expandTensor(i, t);
             pushInstanceDict(i, obj);
+            // Tensor.register_hook on a leaf keeps its hooks here, not on a graph node.
+            auto* var = reinterpret_cast<THPVariable*>(obj);
+            push(var->backward_hooks, NodeKind::Python, i, Edge::Ref, 0, "_backward_hooks");
+            push(var->post_accumulate_grad_hooks, NodeKind::Python, i, Edge::Ref, 0,
+                 "_post_accumulate_grad_hooks");
             return;
         }
         if (THPStorageClass != nullptr && PyObject_TypeCheck(obj, THPStorageClass)) {
@@ -512,6 +528,9 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
             Unreached classes = classifyUnreached(objects, visited);
             explainCycles(classes.garbage, unreached, visited, result);
             if (!unreached.empty()) {
+                explainHookAnchors(classes.tensors, unreached, visited, result);
+            }
+            if (!unreached.empty()) {
                 explainOutsideRoots(classes.external, unreached, visited, result);
             }
             Py_DECREF(objects);
@@ -620,7 +639,31 @@ std::vector<PathStep> RetainingPathFinder::aroundCycle(PyObject* entry) {
     return PathBuilder(loop.nodes(), loopRoots).build(loop.goalNode(), true);
 }
 
-// Phase 2b: held by objects outside the roots: library state, C extensions, or (a tensor or a
+// Phase 2b: islands a Python hook on an unreached autograd node keeps (a cycle through C++ that
+// gc cannot see): their paths start at the hook, the object a user can remove or change.
+void RetainingPathFinder::explainHookAnchors(const std::vector<PyObject*>& tensors,
+                                             std::unordered_set<uintptr_t>& unreached,
+                                             PointerSet& visited,
+                                             Paths& result) {
+    std::vector<HookAnchor> anchors = hooksOnUnreachedGraphs(tensors, visited);
+    if (anchors.empty()) {
+        return;
+    }
+    std::vector<NamedRoot> anchorRoots;
+    for (HookAnchor& a : anchors) {
+        anchorRoots.push_back({std::move(a.label), StepKind::Root, std::move(a.note), a.callable});
+    }
+    Walk island(unreached, visited, d_stats);
+    island.addRoots(anchorRoots);
+    island.run();
+    PathBuilder builder(island.nodes(), anchorRoots, &d_owners);
+    for (const auto& [block, node] : island.found()) {
+        result[block] = BlockPath{Retention::CppOnly, builder.build(node)};
+        unreached.erase(block);
+    }
+}
+
+// Phase 2c: held by objects outside the roots: library state, C extensions, or (a tensor or a
 // custom Function's ctx that no Python object refers to) C++ itself.
 void RetainingPathFinder::explainOutsideRoots(const std::vector<PyObject*>& external,
                                               std::unordered_set<uintptr_t>& unreached,
@@ -636,6 +679,10 @@ void RetainingPathFinder::explainOutsideRoots(const std::vector<PyObject*>& exte
                 const at::Tensor& t = THPVariable_Unpack(o);
                 if (t.grad_fn()) {
                     note += "; its grad_fn is " + shortTypeName(typeid(*t.grad_fn()).name());
+                } else if (t.requires_grad()) {
+                    note += ": a leaf that requires grad, kept by the AccumulateGrad node of an "
+                            "autograd graph no Python object, hook or cache torchleak can read "
+                            "reaches";
                 }
             } catch (...) {
             }
@@ -675,7 +722,8 @@ void RetainingPathFinder::markHeldOnlyFromCpp(const std::unordered_set<uintptr_t
         PathStep s;
         s.kind = StepKind::Root;
         s.label = "<held only from C++>";
-        s.note = "no Python object reaches it: an autograd graph or cache in C++ keeps it";
+        s.note = "no Python object reaches it, nor any autograd graph, hook or torch cache "
+                 "torchleak can read: C++ state torch does not expose keeps it";
         result[b] = BlockPath{Retention::CppOnly, {s}};
     }
 }

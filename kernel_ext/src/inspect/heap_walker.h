@@ -12,7 +12,8 @@
 // properties, __instancecheck__ or unpack hooks); it takes references only on objects it
 // creates itself and drops them before returning; labels are computed only for the paths
 // that are reported. Blocks no root reaches are explained in a second phase: a reference cycle
-// that gc.collect() would free, memory held by objects outside the roots, or by C++ alone.
+// that gc.collect() would free, a Python hook an unreached autograd node keeps (hook_anchors.h),
+// memory held by objects outside the roots, or by C++ alone.
 
 #include "torchleak/pointer_table.h"
 #include "torchleak/retention.h"
@@ -25,10 +26,15 @@
 
 namespace torchleak::python {
 
-// Which module a parameter belongs to, by its TensorImpl: "model[7] (Linear)". Collected by
-// the Python layer from the nn.Modules among the roots; a path step at an autograd node whose
-// inputs include one of these parameters says which module made the node.
-using ParameterOwners = std::unordered_map<const void*, std::string>;
+// Which module a parameter belongs to, by its TensorImpl. Collected by the Python layer from the
+// nn.Modules among the roots: a path step at an autograd node whose inputs include one of these
+// parameters says which module made the node, and a dict keyed by a parameter
+// (optimizer.state) names the entry by the parameter's own path.
+struct ParameterOwner {
+    std::string module; // "model[7] (Linear)"
+    std::string path;   // "model[7].weight"
+};
+using ParameterOwners = std::unordered_map<const void*, ParameterOwner>;
 
 struct NamedRoot {
     std::string label; // pasteable ("losses", "mymodule.cache", "Out") or "<...>" text
@@ -65,6 +71,10 @@ class RetainingPathFinder final : public RetentionExplainer {
                        PointerSet& visited,
                        Paths& result);
     static std::vector<PathStep> aroundCycle(PyObject* entry);
+    void explainHookAnchors(const std::vector<PyObject*>& tensors,
+                            std::unordered_set<uintptr_t>& unreached,
+                            PointerSet& visited,
+                            Paths& result);
     void explainOutsideRoots(const std::vector<PyObject*>& external,
                              std::unordered_set<uintptr_t>& unreached,
                              PointerSet& visited,

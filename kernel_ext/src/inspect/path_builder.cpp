@@ -1,6 +1,7 @@
 #include "inspect/path_builder.h"
 
 #include "inspect/frame_capture.h"
+#include "inspect/hook_anchors.h"
 #include "inspect/tensor_index.h"
 #include "inspect/torch_objects.h"
 #include "torchleak/stack_table.h"
@@ -289,6 +290,38 @@ std::optional<std::string> PathBuilder::attributeName(PyObject* parent, PyObject
     return std::nullopt;
 }
 
+std::optional<std::string> PathBuilder::keyPath(PyObject* key) {
+    if (!d_keysInProgress.insert(key).second) {
+        return std::nullopt; // the key's own path goes through the entry it keys
+    }
+    struct Done {
+        std::unordered_set<PyObject*>& keys;
+        PyObject* key;
+        ~Done() { keys.erase(key); }
+    } done{d_keysInProgress, key};
+    if (d_pythonNodes.empty()) {
+        for (uint32_t k = 0; k < d_nodes.size(); ++k) {
+            if (d_nodes[k].kind == NodeKind::Python) {
+                d_pythonNodes.emplace(d_nodes[k].ptr, k);
+            }
+        }
+    }
+    auto it = d_pythonNodes.find(key);
+    if (it != d_pythonNodes.end() && d_nodes[it->second].edge != Edge::DictKey) {
+        std::vector<PathStep> steps = build(it->second);
+        if (!steps.empty() && steps.front().label.front() != '<') {
+            return pathText(normalizePath(std::move(steps)));
+        }
+    }
+    if (d_owners != nullptr && isTensor(key)) {
+        auto owner = d_owners->find(THPVariable_Unpack(key).unsafeGetTensorImpl());
+        if (owner != d_owners->end() && !owner->second.path.empty()) {
+            return owner->second.path;
+        }
+    }
+    return std::nullopt;
+}
+
 PathStep PathBuilder::label(uint32_t i) {
     const WalkNode& n = d_nodes[i];
     PathStep s;
@@ -326,23 +359,46 @@ PathStep PathBuilder::label(uint32_t i) {
             s.label = "." + name;
         } else {
             s.kind = StepKind::Key;
-            s.label = "[" + (key ? keyText(key) : std::string("?")) + "]";
+            std::string text = key ? keyText(key) : std::string("?");
+            if (key != nullptr && text.front() == '<') {
+                if (auto path = keyPath(key)) {
+                    text = *path; // optimizer.state[model.fc.weight]
+                }
+            }
+            s.label = "[" + text + "]";
         }
         return s;
     }
-    case Edge::SeqItem:
+    case Edge::SeqItem: {
         s.kind = StepKind::Index;
         s.label = "[" + std::to_string(n.index) + "]";
+        // A functools.partial's bound argument, by the parameter it binds.
+        const WalkNode& tuple = d_nodes[n.parent];
+        if (tuple.parent != kNoParent && d_nodes[tuple.parent].kind == NodeKind::Python) {
+            auto* owner = static_cast<PyObject*>(const_cast<void*>(d_nodes[tuple.parent].ptr));
+            if (isPartial(owner)) {
+                std::string parameter = partialArgumentName(owner, n.index);
+                if (!parameter.empty()) {
+                    s.note = "argument '" + parameter + "' of " + callableText(owner);
+                }
+            }
+        }
         return s;
+    }
     case Edge::Closure: {
+        // By the free variable's name: `_visit.<cell batch_tree>`; the note keeps the Python
+        // that reads it back.
         s.kind = StepKind::Closure;
-        s.label = ".__closure__[" + std::to_string(n.index) + "].cell_contents";
+        std::string cell = ".__closure__[" + std::to_string(n.index) + "].cell_contents";
+        s.label = cell;
         auto* f = reinterpret_cast<PyFunctionObject*>(parentObj());
         PyObject* freevars = PyObject_GetAttrString(f->func_code, "co_freevars");
         if (freevars != nullptr && PyTuple_Check(freevars) &&
             static_cast<Py_ssize_t>(n.index) < PyTuple_GET_SIZE(freevars)) {
-            s.note = "closure variable '" + utf8(PyTuple_GET_ITEM(freevars, n.index)) + "' of " +
-                     utf8(f->func_qualname);
+            std::string variable = utf8(PyTuple_GET_ITEM(freevars, n.index));
+            s.label = ".<cell " + variable + ">";
+            s.note = "closure variable '" + variable + "' of " + utf8(f->func_qualname) +
+                     " (read it as " + cell.substr(1) + ")";
         }
         Py_XDECREF(freevars);
         PyErr_Clear();
@@ -366,6 +422,13 @@ PathStep PathBuilder::label(uint32_t i) {
             // A deque's tp_traverse visits its items in order: the ordinal is the index.
             s.kind = StepKind::Index;
             s.label = "[" + std::to_string(n.index) + "]";
+        } else if (PyAnySet_Check(parent)) {
+            // A set's elements have no name and no order; their place in its iteration order
+            // tells them apart (each kept tensor is one more element: the set is what grows).
+            s.kind = StepKind::Index;
+            s.label = "<element " + std::to_string(n.index) + ">";
+            s.note = "an element of the " + std::string(Py_TYPE(parent)->tp_name) +
+                     " (numbered in its iteration order)";
         } else {
             s.kind = StepKind::Ref;
             s.label = std::string("<referent of ") + Py_TYPE(parent)->tp_name + ">";
@@ -411,6 +474,18 @@ PathStep PathBuilder::label(uint32_t i) {
         s.note = "what a torch.autograd.graph.saved_tensors_hooks pack hook returned; the "
                  "graph keeps it in C++";
         return s;
+    case Edge::SavedUnpackHook: {
+        std::string variable = n.name != nullptr ? std::string(".") + n.name : ".saved_tensors";
+        if (n.index != kNoIndex) {
+            variable += "[" + std::to_string(n.index) + "]";
+        }
+        s.kind = StepKind::Ref;
+        s.label = "<unpack hook of " + variable + ": " +
+                  callableText(static_cast<PyObject*>(const_cast<void*>(n.ptr))) + ">";
+        s.note = "the torch.autograd.graph.saved_tensors_hooks unpack hook backward calls for " +
+                 variable.substr(1) + "; the graph keeps it, and what it captured, in C++";
+        return s;
+    }
     case Edge::ScriptConstant:
         s.kind = StepKind::Ref;
         s.label = std::string("<TorchScript constant of ") + n.name + ">";
@@ -469,7 +544,7 @@ const std::string* ownerOfEdge(const torch::autograd::Edge& edge, const Paramete
         return nullptr;
     }
     auto it = owners.find(acc->variable.unsafeGetTensorImpl());
-    return it != owners.end() ? &it->second : nullptr;
+    return it != owners.end() ? &it->second.module : nullptr;
 }
 
 } // namespace

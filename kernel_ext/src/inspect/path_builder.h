@@ -12,6 +12,8 @@
 #include <Python.h>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace torchleak::python {
@@ -46,6 +48,12 @@ class PathBuilder {
     std::optional<std::string> attributeName(PyObject* parent, PyObject* child);
 
     PathStep label(uint32_t i);
+
+    // A dict entry keyed by an object (a parameter keying optimizer.state) is named by the key's
+    // own path when the walk reached the key from a named root, or the parameter's path.
+    std::optional<std::string> keyPath(PyObject* key);
+    std::unordered_map<const void*, uint32_t> d_pythonNodes; // built on first use
+    std::unordered_set<PyObject*> d_keysInProgress;
 
     const std::vector<WalkNode>& d_nodes;
     const std::vector<NamedRoot>& d_roots;

@@ -1,5 +1,6 @@
 #include "inspect/unreached.h"
 
+#include "inspect/torch_objects.h"
 #include "inspect/walk_graph.h"
 
 #include <deque>
@@ -21,6 +22,9 @@ Unreached classifyUnreached(PyObject* objects, const PointerSet& visited) {
         if (!visited.contains(tag(o, NodeKind::Python))) {
             candidates.push_back(o);
             refs.emplace(o, Py_REFCNT(o) - 1); // minus the list gc.get_objects() returned
+            if (isTensor(o)) {
+                out.tensors.push_back(o);
+            }
         }
     }
     for (PyObject* o : candidates) {

@@ -12,6 +12,8 @@ namespace torchleak::python {
 struct Unreached {
     std::vector<PyObject*> garbage;  // only reference cycles keep these
     std::vector<PyObject*> external; // held from outside the candidates: their holders
+    std::vector<PyObject*> tensors;  // every unreached tensor, either kind: their graphs may
+                                     // hold the hooks that keep them (hook_anchors.h)
 };
 
 // `objects` is gc.get_objects(); `visited` the walk's visited set (tagged pointers). Needs the

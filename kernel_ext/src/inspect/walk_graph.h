@@ -31,7 +31,9 @@ enum class Edge : uint8_t {
     NodeHooks,      // the dict of Python hooks a node's C++ hook object keeps; name: which hooks
     SavedPacked,    // what a saved_tensors_hooks pack hook returned for a saved variable; name:
                     // the variable (null: ctx.saved_tensors), index: list position or kNoIndex
-    ScriptConstant, // a tensor constant of a TorchScript graph; name: the function
+    SavedUnpackHook, // the unpack hook of a saved variable packed by saved_tensors_hooks;
+                     // name and index as for SavedPacked
+    ScriptConstant,  // a tensor constant of a TorchScript graph; name: the function
 };
 
 struct WalkNode {
