@@ -34,7 +34,11 @@ std::string causeKey(const Finding& f) {
     case TorchOwner::TorchScriptUnit:
         return std::string("object:") + kTorchScriptUnitRoot;
     case TorchOwner::CompileCaches:
-        return std::string("object:") + kCompileCachesOwner;
+    case TorchOwner::AutocastCache:
+    case TorchOwner::HookOnGraph:
+        return "object:" + f.path.front().label; // the cache, or the hook, is the one keeper
+    case TorchOwner::Checkpoint:
+    case TorchOwner::SavedTensorsHooks:
     case TorchOwner::None:
         break;
     }

@@ -116,7 +116,17 @@ std::string mechanism(const Cause& c, const Finding& f) {
         return "a reference cycle of " + entry + " objects that only gc.collect() frees";
     }
     if (f.retention == Retention::CppOnly) {
-        return c.keeper + " is held only from C++";
+        switch (torchOwnerOf(f)) {
+        case TorchOwner::HookOnGraph:
+            return "the hook " + c.keeper +
+                   " keeps tensors whose autograd graph keeps it: a cycle through C++";
+        case TorchOwner::AutocastCache:
+        case TorchOwner::CompileCaches:
+        case TorchOwner::TorchScriptUnit:
+            return c.keeper + " keeps it in C++";
+        default:
+            return c.keeper + " is held only from C++";
+        }
     }
     if (isOutputCacheRoot(root)) {
         return "the notebook's output cache (" + root + ") keeps results";

@@ -597,6 +597,7 @@ class ReportBuilder {
         for (auto& [ptr, path] : paths) {
             path.steps = normalizePath(std::move(path.steps));
         }
+        nameCppOwners(sampled, paths);
         std::vector<Finding> findings;
         std::vector<std::vector<Candidate>> blocksOf;
         std::vector<const SiteAccumulator*> sites;
@@ -617,6 +618,33 @@ class ReportBuilder {
         d_report.findings = std::move(findings);
         d_blocksOf = std::move(blocksOf);
         d_findingSites = std::move(sites);
+    }
+
+    // Memory no Python object reaches starts at the C++ cache the evidence names (an open
+    // autocast region, a compilation in this process), not at a bare "held only from C++".
+    void nameCppOwners(const std::vector<std::vector<Candidate>>& sampled,
+                       std::unordered_map<uintptr_t, BlockPath>& paths) {
+        for (size_t i = 0; i < sampled.size(); ++i) {
+            std::optional<PathStep> owner;
+            bool looked = false;
+            for (const auto& candidate : sampled[i]) {
+                auto it = paths.find(std::get<3>(candidate));
+                if (it == paths.end() || it->second.retention != Retention::CppOnly ||
+                    it->second.steps.empty() || !isAnonymousCppRoot(it->second.steps[0].label)) {
+                    continue;
+                }
+                if (!looked) {
+                    owner = namedCppOwner(d_report.findings[i], d_inputs.torch_caches);
+                    looked = true;
+                }
+                if (!owner) {
+                    break;
+                }
+                PathStep& root = it->second.steps[0];
+                root.label = owner->label;
+                root.note = owner->note;
+            }
+        }
     }
 
     // A finding and its live blocks.

@@ -24,24 +24,81 @@ const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view
     return nullptr;
 }
 
-TorchOwner torchOwnerOf(const Finding& f) {
-    if (!f.path.empty() && f.path.front().label == kTorchScriptUnitRoot) {
-        return TorchOwner::TorchScriptUnit;
+bool isHookAnchorRoot(const std::string& label) {
+    for (const char* kind : {"<hook on ", "<prehook on ", "<tensor hook on "}) {
+        if (label.rfind(kind, 0) == 0) {
+            return true;
+        }
     }
-    if (f.retention != Retention::CppOnly) {
+    return false;
+}
+
+bool isAnonymousCppRoot(const std::string& label) {
+    return label == "<held only from C++>" || label == "<Tensor held only from C++>";
+}
+
+TorchOwner torchOwnerOf(const Finding& f) {
+    if (f.path.empty()) {
         return TorchOwner::None;
     }
+    const std::string& root = f.path.front().label;
+    if (root == kTorchScriptUnitRoot || root == kTorchScriptExecutorRoot) {
+        return TorchOwner::TorchScriptUnit;
+    }
+    if (root == kCompileCachesRoot) {
+        return TorchOwner::CompileCaches;
+    }
+    if (root == kAutocastCacheRoot) {
+        return TorchOwner::AutocastCache;
+    }
+    if (isHookAnchorRoot(root)) {
+        return TorchOwner::HookOnGraph;
+    }
+    for (const PathStep& s : f.path) {
+        if (s.type == kCheckpointFrameType) {
+            return TorchOwner::Checkpoint;
+        }
+    }
+    if (stepStarting(f.path, "<unpack hook of ")) {
+        return TorchOwner::SavedTensorsHooks;
+    }
+    return TorchOwner::None;
+}
+
+std::optional<PathStep> namedCppOwner(const Finding& f, const TorchCacheState& state) {
     auto inside = [&](std::string_view dir) {
         return std::any_of(f.stack.begin(), f.stack.end(),
                            [&](const Frame& fr) { return fr.file.find(dir) != std::string::npos; });
     };
-    if (inside("/torch/jit/")) {
-        return TorchOwner::TorchScriptUnit;
+    PathStep root;
+    root.kind = StepKind::Root;
+    if (state.torchscript_functions > 0 && inside("/torch/jit/")) {
+        root.label = kTorchScriptExecutorRoot;
+        root.note = "allocated while TorchScript traced or ran a function, and its global "
+                    "compilation unit holds " +
+                    std::to_string(state.torchscript_functions) +
+                    " function(s): their executors keep what they computed in C++";
+        return root;
     }
-    if (inside("/torch/_dynamo/") || inside("/torch/_inductor/")) {
-        return TorchOwner::CompileCaches;
+    if (state.dynamo_compiled_frames > 0 && (inside("/torch/_dynamo/") || inside("/torch/_inductor/"))) {
+        root.label = kCompileCachesRoot;
+        root.note = "torch._dynamo compiled " + std::to_string(state.dynamo_compiled_frames) +
+                    " frame(s) in this process (its counters) and this was allocated while "
+                    "compiled code ran: its compiled-code and guard caches keep what the graphs "
+                    "captured in C++";
+        return root;
     }
-    return TorchOwner::None;
+    std::string deviceType = f.device.substr(0, f.device.find(':'));
+    if (std::find(state.autocast_devices.begin(), state.autocast_devices.end(), deviceType) !=
+        state.autocast_devices.end()) {
+        root.label = kAutocastCacheRoot;
+        root.note = "a torch.autocast region is open on " + deviceType +
+                    " with its cast cache on: the lower-precision casts of leaf parameters made "
+                    "inside it (and, through their graphs, the parameters) stay cached until the "
+                    "outermost region exits";
+        return root;
+    }
+    return std::nullopt;
 }
 
 bool keepsAutogradGraph(const std::vector<PathStep>& path) {
@@ -89,7 +146,13 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
     std::string prefix;
     for (size_t k = 0; k + 1 < path.size(); ++k) {
         prefix += path[k].label;
-        if (!isGrowableContainer(path[k].type)) {
+        // A module that gains a submodule, parameter or buffer per iteration grows too: the
+        // path then ends at a parameter or buffer of its new entry (a static model's layers are
+        // only a route, to .grad or a graph made in the loop).
+        bool registryToTensor =
+            std::all_of(path.begin() + static_cast<std::ptrdiff_t>(k) + 1, path.end(),
+                        [](const PathStep& s) { return !s.registry.empty(); });
+        if (!isGrowableContainer(path[k].type) && !registryToTensor) {
             continue;
         }
         auto it = d_branches.find(prefix);
@@ -160,6 +223,7 @@ std::vector<PathStep> normalizePath(std::vector<PathStep> steps) {
             if (digits || ident) {
                 next.kind = StepKind::Attr;
                 next.label = digits ? "[" + name + "]" : "." + name;
+                next.registry = s.label.substr(1);
                 out.push_back(next);
                 ++k;
                 continue;

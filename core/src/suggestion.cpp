@@ -76,8 +76,29 @@ std::optional<std::string> suggestForPythonMachinery(const Finding& f) {
     }
     return std::nullopt;
 }
-// TorchScript's compilation unit and torch.compile's caches keep memory in C++; the path (a
-// constant of a compiled graph) or the allocating stack says which.
+// A hook anchor's fix: the edge from the hook to what it captured (a partial's argument, a
+// closure variable, a bound method's object) is the one to break.
+std::string suggestForHookAnchor(const Finding& f) {
+    const std::string& anchor = f.path.front().label;
+    std::string edge = anchor;
+    std::string what;
+    for (size_t k = 1; k < f.path.size(); ++k) {
+        edge += f.path[k].label;
+        if (f.path[k].label == ".args" || f.path[k].label == ".keywords") {
+            continue; // a partial's bound arguments: the argument itself is the edge
+        }
+        what = f.path[k].note.substr(0, f.path[k].note.find(" (read it as"));
+        break;
+    }
+    return "the hook " + anchor + " keeps " + (what.empty() ? "what it captured" : what) +
+           ", which holds tensors whose autograd graph keeps the hook: a cycle through C++ that "
+           "gc.collect() cannot free. Break it at " + edge +
+           ": capture a weakref.ref or only what backward needs, clear it once backward ran, "
+           "or remove the hook with the handle register_hook returned (handle.remove())";
+}
+
+// TorchScript's compilation unit, torch.compile's caches, autocast's cast cache, a saved-tensor
+// hook or checkpoint frame: torch keeps memory in C++ and each has its remedy.
 std::optional<std::string> suggestForTorchOwner(const Finding& f) {
     constexpr const char* kTraceOnce =
         "trace once, outside the loop, and reuse the result (pass tensors in as inputs "
@@ -98,12 +119,123 @@ std::optional<std::string> suggestForTorchOwner(const Finding& f) {
                            "frees them: ") +
                kTraceOnce;
     case TorchOwner::CompileCaches:
-        return "allocated while torch.compile compiled or ran a graph: its compile caches (a "
-               "graph per recompilation, CUDA graph pools) keep what they captured in C++; "
-               "torch.compiler.reset() frees them, and a stable input (no new closure, shape "
-               "or Python value per call) stops the recompiles";
+        return "torch.compile's compiled-code and guard caches keep what each compiled graph "
+               "captured (a graph per recompilation): torch.compiler.reset() frees them, and a "
+               "stable input (no new closure, shape or Python value per call) stops the "
+               "recompiles; torch._dynamo.utils.counters['stats'] counts them";
+    case TorchOwner::AutocastCache:
+        return "torch.autocast caches the lower-precision cast of every leaf parameter used "
+               "inside its outermost region, and keeps it (and the parameter, through the "
+               "cast's graph) until that region exits: open the autocast region per model or "
+               "per step, not around a loop that builds models, or pass cache_enabled=False "
+               "(torch.clear_autocast_cache() drops the casts now)";
+    case TorchOwner::HookOnGraph:
+        return suggestForHookAnchor(f);
+    case TorchOwner::Checkpoint:
+        if (f.holder) {
+            break; // the holder's fix frees the graph, and the checkpoint frame with it
+        }
+        return "non-reentrant torch.utils.checkpoint keeps a checkpointed region's inputs, RNG "
+               "state and recomputed tensors in a frame its saved-tensor hooks hold, for as long "
+               "as the region's autograd graph lives: run backward (or drop the output) before "
+               "the next step, and keep outputs .detach()ed";
+    case TorchOwner::SavedTensorsHooks:
+        if (f.holder) {
+            break;
+        }
+        return "a torch.autograd.graph.saved_tensors_hooks unpack hook keeps what it captured "
+               "for as long as the graph that saved the tensor lives: capture nothing per step "
+               "in the hooks, or let the graph go (backward, or drop its outputs)";
     case TorchOwner::None:
         break;
+    }
+    return std::nullopt;
+}
+
+// The entry a holder keeps per iteration: the step right after the holder's own path.
+const PathStep* entryOf(const Finding& f) {
+    std::string prefix;
+    for (size_t k = 0; k + 1 < f.path.size(); ++k) {
+        prefix += f.path[k].label;
+        if (f.holder && prefix == f.holder->path_text) {
+            return &f.path[k + 1];
+        }
+    }
+    return nullptr;
+}
+
+// A holder keeps tensors with their autograd graphs: the fix is worded for what it keeps (a
+// scalar loss, a batch of logits, the graph's nodes themselves).
+std::string keptWithGraphFix(const Finding& f) {
+    const std::string& holder = f.holder->path_text;
+    const PathStep* entry = entryOf(f);
+    bool afterBackward = !f.path.empty() &&
+                         f.path.back().note.find(kKeepsGraphNote) != std::string::npos;
+    if (entry != nullptr && entry->type != "Tensor" && entry->type.find("Backward") != std::string::npos) {
+        return holder + " keeps autograd nodes (" + entry->type +
+               ", a grad_fn), and each keeps its whole graph, with the saved tensors of a "
+               "backward(retain_graph=True) or of one not yet run: keep what you need from them "
+               "(a name, a shape, a value), not the nodes";
+    }
+    if (entry != nullptr && entry->tensor) {
+        int64_t numel = 1;
+        for (int64_t d : entry->tensor->shape) {
+            numel *= d;
+        }
+        if (numel > 1) {
+            std::string shape;
+            for (int64_t d : entry->tensor->shape) {
+                shape += (shape.empty() ? "" : "\u00d7") + std::to_string(d);
+            }
+            return "store .detach()ed copies of the " + shape + " tensors in " + holder +
+                   " (t.detach(), or t.detach().cpu() to free the device), not the tensors: each "
+                   "one kept has a grad_fn and keeps the autograd graph that made it" +
+                   (afterBackward ? " (its nodes, after backward())" : std::string(" and its saved activations"));
+        }
+    }
+    if (afterBackward) {
+        return "store loss.item() (or loss.detach()) in " + holder +
+               ", not the tensor: each one kept has a grad_fn and keeps its autograd graph's "
+               "nodes alive, and with them anything backward() did not free";
+    }
+    return "store loss.detach() or loss.item(), not the tensor with its graph, in " + holder;
+}
+
+// An nn.Module holder that gains an entry per iteration (a submodule, parameter or buffer
+// under a new name, or a ModuleDict/ModuleList entry): removing it is the library's own call.
+std::optional<std::string> suggestForModuleRegistry(const Finding& f) {
+    if (!f.holder) {
+        return std::nullopt;
+    }
+    std::string prefix;
+    for (size_t k = 0; k + 1 < f.path.size(); ++k) {
+        prefix += f.path[k].label;
+        if (prefix != f.holder->path_text) {
+            continue;
+        }
+        const std::string& registry = f.path[k + 1].registry;
+        if (registry.empty()) {
+            return std::nullopt;
+        }
+        const std::string& holder = f.holder->path_text;
+        const std::string type = f.path[k].type.substr(f.path[k].type.rfind('.') + 1);
+        const char* entry = registry == "_modules"      ? "submodule"
+                            : registry == "_parameters" ? "parameter"
+                                                        : "buffer";
+        std::string growth = std::to_string(
+            static_cast<long long>(f.holder->growth_per_iteration + 0.5));
+        std::string removal;
+        if (type == "ModuleDict" || type == "ParameterDict") {
+            removal = "del " + holder + "[key] (or " + holder + ".pop(key))";
+        } else if (type == "ModuleList" || type == "ParameterList" || type == "Sequential") {
+            removal = "del " + holder + "[i]";
+        } else {
+            removal = "delattr(" + holder + ", name) (del " + holder + ".<name>)";
+        }
+        return holder + " (" + type + ") gains " + growth + " " + entry +
+               " per iteration, each under a new name in its " + registry +
+               ", and keeps their tensors: remove each when done with " + removal +
+               ", or reuse one name";
     }
     return std::nullopt;
 }
@@ -158,8 +290,10 @@ std::string suggestFix(const Finding& f) {
         return *owner;
     }
     if (f.retention == Retention::CppOnly) {
-        return "no Python object holds it: C++ keeps it (an autograd graph kept by a hook or "
-               "retain_graph, a saved view of an output); free the graph or the hook that owns it";
+        return "no Python object, autograd graph, hook or torch cache that torchleak can read "
+               "keeps it: C++ state torch does not expose does (an extension's or C++ op's "
+               "cache, a graph C++ code holds). Look at what the allocation site calls, and "
+               "free or reset that object";
     }
     const std::string root = f.path.empty() ? "" : f.path.front().label;
     if (isOutputCacheRoot(root)) {
@@ -209,8 +343,7 @@ std::string suggestFix(const Finding& f) {
     }
     if (graph) {
         if (f.holder) {
-            return "store loss.detach() or loss.item(), not the tensor with its graph, in " +
-                   f.holder->path_text;
+            return keptWithGraphFix(f);
         }
         if (root.find("hidden") != std::string::npos || root.find("state") != std::string::npos) {
             return "detach() the recurrent state between iterations (hidden = hidden.detach())";
@@ -220,9 +353,10 @@ std::string suggestFix(const Finding& f) {
     }
     if (f.holder && !f.path.empty() &&
         f.path.back().note.find(kKeepsGraphNote) != std::string::npos) {
-        return "store loss.item() (or loss.detach()) in " + f.holder->path_text +
-               ", not the tensor: each one kept has a grad_fn and keeps its autograd graph's "
-               "nodes alive, and with them anything backward() did not free";
+        return keptWithGraphFix(f);
+    }
+    if (auto registry = suggestForModuleRegistry(f)) {
+        return *registry;
     }
     if (f.holder) {
         // The object that owns the holder, when its class has its own way to drop the state.

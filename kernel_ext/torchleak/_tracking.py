@@ -11,7 +11,7 @@ import warnings
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from . import _core, _cuda, _devices, _job, _out_of_memory, _roots
+from . import _core, _cuda, _devices, _job, _out_of_memory, _roots, _torch_caches
 from ._config import config as _config
 from ._report import Report
 
@@ -596,6 +596,7 @@ class Tracker:
             describe_tensors=bool(_shapes),
             allocator_view_devices=view_devices,
             allocator_live_blocks=live_blocks,
+            **(_torch_caches.evidence() if paths else {}),
         )
         del roots, given
         report = Report(text)

@@ -102,13 +102,21 @@ TEST_CASE("without a holder, the tensor that keeps the graph is the cause") {
     REQUIRE(headline(r) == "2 leaks (3 allocation sites), 0 other finding(s)");
 }
 
-TEST_CASE("an owner in torch's C++ is one cause, named by its path or its allocating stack") {
+TEST_CASE("an owner in torch's C++ is named only from evidence, and is one cause") {
     auto allocatedIn = [](int line, const std::string& libraryFile) {
         Finding f = leakAt(line, 8, {step(StepKind::Root, "<held only from C++>")}, std::nullopt);
         f.retention = Retention::CppOnly;
+        f.device = "cpu";
         Frame inside;
         inside.file = libraryFile;
         f.stack = {inside, f.site};
+        return f;
+    };
+    auto named = [](Finding f, const TorchCacheState& state) {
+        if (auto owner = namedCppOwner(f, state)) {
+            f.path.front().label = owner->label;
+            f.path.front().note = owner->note;
+        }
         return f;
     };
     Finding constant = leakAt(4, MiB,
@@ -118,6 +126,22 @@ TEST_CASE("an owner in torch's C++ is one cause, named by its path or its alloca
     Finding ranInTrace = allocatedIn(7, "/venv/site-packages/torch/jit/_trace.py");
     Finding compiled = allocatedIn(9, "/venv/site-packages/torch/_dynamo/eval_frame.py");
     Finding elsewhere = allocatedIn(11, "/venv/site-packages/torch/nn/functional.py");
+
+    // Frames alone prove nothing: torch wraps optimizer.step in dynamo-disable frames.
+    TorchCacheState nothing;
+    REQUIRE_FALSE(namedCppOwner(ranInTrace, nothing));
+    REQUIRE_FALSE(namedCppOwner(compiled, nothing));
+    REQUIRE(torchOwnerOf(named(compiled, nothing)) == TorchOwner::None);
+    REQUIRE(suggestFix(named(compiled, nothing)).find("torch.compiler.reset()") == std::string::npos);
+
+    TorchCacheState evidence;
+    evidence.dynamo_compiled_frames = 3;
+    evidence.torchscript_functions = 2;
+    ranInTrace = named(ranInTrace, evidence);
+    compiled = named(compiled, evidence);
+    elsewhere = named(elsewhere, evidence);
+    REQUIRE(compiled.path.front().label == kCompileCachesRoot);
+    REQUIRE(compiled.path.front().note.find("compiled 3 frame(s)") != std::string::npos);
     REQUIRE(torchOwnerOf(constant) == TorchOwner::TorchScriptUnit);
     REQUIRE(torchOwnerOf(ranInTrace) == TorchOwner::TorchScriptUnit);
     REQUIRE(torchOwnerOf(compiled) == TorchOwner::CompileCaches);
@@ -125,14 +149,50 @@ TEST_CASE("an owner in torch's C++ is one cause, named by its path or its alloca
     REQUIRE(suggestFix(constant).find("trace once, outside the loop") != std::string::npos);
     REQUIRE(suggestFix(ranInTrace).find("executor keeps it") != std::string::npos);
     REQUIRE(suggestFix(compiled).find("torch.compiler.reset()") != std::string::npos);
-    REQUIRE(suggestFix(elsewhere).find("no Python object holds it") != std::string::npos);
+    REQUIRE(suggestFix(elsewhere).find("C++ state torch does not expose") != std::string::npos);
 
     Report r = reportWith({constant, ranInTrace, compiled, elsewhere});
     r.causes = groupCauses(r, AnalysisConfig{});
     REQUIRE(r.causes.size() == 3);
     REQUIRE(r.causes[0].keeper == kTorchScriptUnitRoot);
     REQUIRE(r.causes[0].findings == std::vector<int>{0, 1});
-    REQUIRE(r.causes[1].keeper == kCompileCachesOwner);
+    REQUIRE(r.causes[1].keeper == kCompileCachesRoot);
+}
+
+TEST_CASE("autocast's cast cache is named only while a region is open on the block's device") {
+    Finding f = leakAt(5, MiB, {step(StepKind::Root, "<Tensor held only from C++>")}, std::nullopt);
+    f.retention = Retention::CppOnly;
+    f.device = "cuda:1";
+    TorchCacheState cpuOnly;
+    cpuOnly.autocast_devices = {"cpu"};
+    REQUIRE_FALSE(namedCppOwner(f, cpuOnly));
+    TorchCacheState onCuda;
+    onCuda.autocast_devices = {"cpu", "cuda"};
+    auto owner = namedCppOwner(f, onCuda);
+    REQUIRE(owner);
+    REQUIRE(owner->label == kAutocastCacheRoot);
+    f.path.front() = *owner;
+    REQUIRE(torchOwnerOf(f) == TorchOwner::AutocastCache);
+    REQUIRE(suggestFix(f).find("cache_enabled=False") != std::string::npos);
+}
+
+TEST_CASE("a hook anchor's fix names the edge from the hook to what it captured") {
+    Finding f = leakAt(3, MiB,
+                       {step(StepKind::Root, "<hook on MulBackward0: partial(on_backward, owner)>"),
+                        step(StepKind::Attr, ".args"), step(StepKind::Index, "[0]"),
+                        step(StepKind::Attr, ".cache"), step(StepKind::Index, "[0]")},
+                       std::nullopt);
+    f.retention = Retention::CppOnly;
+    f.path[2].note = "argument 'owner' of partial(on_backward, owner)";
+    REQUIRE(torchOwnerOf(f) == TorchOwner::HookOnGraph);
+    std::string fix = suggestFix(f);
+    REQUIRE(fix.find("keeps argument 'owner' of partial(on_backward, owner)") != std::string::npos);
+    REQUIRE(fix.find("Break it at <hook on MulBackward0: partial(on_backward, owner)>.args[0]:") !=
+            std::string::npos);
+    REQUIRE(fix.find("handle.remove()") != std::string::npos);
+    Report r = reportWith({f});
+    r.causes = groupCauses(r, AnalysisConfig{});
+    REQUIRE(r.causes.at(0).keeper == "<hook on MulBackward0: partial(on_backward, owner)>");
 }
 
 TEST_CASE("a cause's severity follows its rate and the time its device has left") {

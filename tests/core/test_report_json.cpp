@@ -34,8 +34,8 @@ Report hostileReport() {
     f.total_bytes = 3 << 20;
     f.bytes_per_iteration = 1 << 20;
     f.series = {1 << 20, 2 << 20, 3 << 20};
-    PathStep root{StepKind::Root, "losses\n\t\\", "list", "", std::nullopt};
-    PathStep item{StepKind::Index, "[2]", "Tensor", "<script>", TensorInfo{}};
+    PathStep root{StepKind::Root, "losses\n\t\\", "list", "", std::nullopt, ""};
+    PathStep item{StepKind::Index, "[2]", "Tensor", "<script>", TensorInfo{}, ""};
     item.tensor->dtype = "float32";
     item.tensor->shape = {4, 4};
     item.tensor->device = "cpu";

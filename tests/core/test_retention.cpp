@@ -7,7 +7,7 @@ using namespace torchleak;
 
 namespace {
 PathStep step(const char* kind, const char* label, const char* type) {
-    return PathStep{stepKindFromString(kind), label, type, "", std::nullopt};
+    return PathStep{stepKindFromString(kind), label, type, "", std::nullopt, ""};
 }
 std::vector<PathStep> lossPath(int i) {
     return {step("root", "losses", "list"),

@@ -174,9 +174,10 @@ def make_recorder():
 def test_closure_variable():
     record = make_recorder()
     leak = the_leak(record)
-    assert_form(leak, path="record.__closure__[0].cell_contents[",
-                holder="record.__closure__[0].cell_contents", site_of=record, fix=".clear() it")
-    assert leak.path[1]["note"] == "closure variable 'buf' of make_recorder.<locals>.record"
+    assert_form(leak, path="record.<cell buf>[", holder="record.<cell buf>", site_of=record,
+                fix=".clear() it")
+    assert leak.path[1]["note"] == ("closure variable 'buf' of make_recorder.<locals>.record "
+                                    "(read it as __closure__[0].cell_contents)")
 
 
 def remember(seen=[]):  # noqa: B006 - the form under test
@@ -487,7 +488,7 @@ class Pipeline:
 
 def test_cycle_through_a_closure_names_the_variable():
     leak = run_without_gc(lambda: Pipeline())
-    assert_form(leak, path="<cycle: Pipeline>.on_done.__closure__[0].cell_contents.buffer",
+    assert_form(leak, path="<cycle: Pipeline>.on_done.<cell pipeline>.buffer",
                 holder=None, site_of=Pipeline.__init__, fix="a closure refers back to it",
                 retention="cycle")
     assert "closure variable 'pipeline' of Pipeline.__init__.<locals>.<lambda>" in leak.suggestion
@@ -512,12 +513,12 @@ def test_a_hook_reachable_only_through_its_module_names_the_hooks_remedy():
             model(x)  # ALLOC: the output, kept by the hook's closure
 
     leak = the_leak(step)
-    holder = leak.path_text[:leak.path_text.index(".cell_contents") + len(".cell_contents")]
+    holder = leak.path_text[:leak.path_text.index(".<cell seen>") + len(".<cell seen>")]
     assert holder.startswith("model._forward_hooks[")  # the hook's id is the key
     assert_form(leak, path="model._forward_hooks[", holder=holder, site_of=step,
                 fix="a hook registered on the module model (_forward_hooks)")
     assert "handle.remove()" in leak.suggestion and "module.training" in leak.suggestion
-    assert ".__closure__[0].cell_contents[" in leak.path_text
+    assert ".<cell seen>[" in leak.path_text
 
 
 def test_a_tensor_hooks_closure_kept_by_the_graph():
@@ -532,11 +533,13 @@ def test_a_tensor_hooks_closure_kept_by_the_graph():
 
     leak = the_leak(step)
     assert_form(leak, path="kept_states[", holder="kept_states", site_of=step,
-                fix="not the tensor with its graph, in kept_states")
+                fix="kept_states keeps autograd nodes (SumBackward0, a grad_fn)")
     hooks = [s for s in leak.path if s["label"] == "<tensor hooks>"]
     assert hooks and "kept by this autograd node in C++" in hooks[0]["note"], leak.path_text
-    assert leak.path_text.endswith(".__closure__[0].cell_contents")
-    assert leak.path[-1]["note"] == "closure variable 'scale' of test_a_tensor_hooks_closure_kept_by_the_graph.<locals>.step.<locals>.<lambda>"
+    assert leak.path_text.endswith(".<cell scale>")
+    assert leak.path[-1]["note"] == ("closure variable 'scale' of test_a_tensor_hooks_closure_kept_by_"
+                                     "the_graph.<locals>.step.<locals>.<lambda> (read it as "
+                                     "__closure__[0].cell_contents)")
 
 
 def test_hooks_along_a_chained_graph_get_the_hooks_fix():
@@ -698,3 +701,229 @@ def test_a_traced_module_is_one_torchscript_leak_with_what_its_check_kept():
     for small in findings[1:]:
         assert small.retention == "cpp_only"
         assert "executor keeps it in C++" in small.suggestion
+
+
+# -- islands that a hook on an autograd node keeps (cycles through C++) ------------------------
+
+class GradCache:
+    def __init__(self):
+        self.cache = []
+
+
+def on_backward(owner, grad_inputs, grad_outputs):
+    owner.cache.clear()
+
+
+def the_leak_at(step, line=None):
+    """The leak allocated at `step`'s `# ALLOC` line (or `line`)."""
+    report = torchleak.check(step, iterations=ITERATIONS)
+    (leak,) = [f for f in report.leaks if f.site["line"] == (line or alloc_line(step))]
+    return leak
+
+
+def test_a_partial_hook_whose_argument_keeps_the_graph_is_explained_from_the_hook():
+    def step():
+        x = torch.randn(8, 256, requires_grad=True)
+        y = x * 2
+        z = y.repeat(8, 1)  # ALLOC: kept in owner.cache; its graph contains y's node
+        owner = GradCache()
+        owner.cache.append(z)
+        y.grad_fn.register_hook(functools.partial(on_backward, owner))  # the cycle's C++ edge
+
+    anchor = "<hook on MulBackward0: partial(on_backward, owner)>"
+    leak = the_leak_at(step)
+    assert_form(leak, path=anchor + ".args[0].cache[0]", holder=None, site_of=step,
+                fix="Break it at " + anchor + ".args[0]", retention="cpp_only")
+    assert leak.path[2]["note"] == "argument 'owner' of partial(on_backward, owner)"
+    assert "registered with grad_fn.register_hook on MulBackward0" in leak.path[0]["note"]
+    assert "handle.remove()" in leak.suggestion
+    # The leaf the graph keeps through AccumulateGrad is the same island, from the same anchor.
+    report = torchleak.check(step, iterations=ITERATIONS)
+    assert {f.path[0]["label"] for f in report.leaks} == {anchor}
+    assert all("held only from C++" not in f.path_text for f in report.leaks)
+
+
+def test_a_prehook_closure_is_explained_from_the_hook_by_its_cell_name():
+    def step():
+        x = torch.randn(64, 256, requires_grad=True)
+        y = x.exp()
+        store = {"z": y + 1}  # ALLOC
+
+        def refill(grad_outputs):
+            return (store["z"],)
+
+        y.grad_fn.register_prehook(refill)
+
+    leak = the_leak_at(step)
+    anchor = ("<prehook on ExpBackward0: test_a_prehook_closure_is_explained_from_the_hook_by_"
+              "its_cell_name.<locals>.step.<locals>.refill>")
+    assert_form(leak, path=anchor + ".<cell store>['z']", holder=None, site_of=step,
+                fix="Break it at " + anchor + ".<cell store>", retention="cpp_only")
+    assert leak.path[1]["note"].startswith("closure variable 'store' of ")
+    assert leak.path[1]["note"].endswith("(read it as __closure__[0].cell_contents)")
+
+
+def test_a_tensor_hook_capturing_its_own_output_is_explained_from_the_hook():
+    def step():
+        x = torch.randn(64, 256, requires_grad=True)
+        h = x * 3
+        out = h.tanh()  # ALLOC
+        seen = [out]
+        h.register_hook(lambda grad: grad * seen[0].mean())
+
+    leak = the_leak_at(step)
+    assert leak.path[0]["label"].startswith("<tensor hook on MulBackward0: ")
+    assert_form(leak, path=leak.path[0]["label"] + ".<cell seen>[0]", holder=None, site_of=step,
+                fix="capture a weakref.ref", retention="cpp_only")
+    assert "Tensor.register_hook" in leak.path[0]["note"]
+
+
+# -- torch's own caches, named from evidence ---------------------------------------------------
+
+def test_models_built_inside_one_autocast_region_are_kept_by_its_cast_cache():
+    x = torch.randn(64, 512)
+
+    def sweep():
+        model = torch.nn.Linear(512, 512)
+        model(x)  # ALLOC: the bfloat16 cast of the weight, cached by autocast
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        report = torchleak.check(sweep, iterations=ITERATIONS)
+    (cast,) = [f for f in report.leaks if f.site["line"] == alloc_line(sweep)]
+    assert_form(cast, path="<torch.autocast weight-cast cache>", holder=None, site_of=sweep,
+                fix="cache_enabled=False", retention="cpp_only")
+    assert "region is open on cpu" in cast.path[0]["note"]
+    # The parameters themselves are kept through the casts' graphs: the same cause.
+    assert {f.path[0]["label"] for f in report.leaks} == {"<torch.autocast weight-cast cache>"}
+    assert len(report.causes) == 1
+
+
+def test_memory_kept_only_from_cpp_without_evidence_names_no_torch_cache():
+    x = torch.randn(64, 512)
+
+    def sweep():
+        model = torch.nn.Linear(512, 512)
+        model(x)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        report = torchleak.check(sweep, iterations=ITERATIONS)
+    outside = torchleak.check(sweep, iterations=ITERATIONS)  # the region is closed: no cache
+    assert report.leaks and not outside.leaks
+    assert all("torch.compile" not in f.suggestion for f in report.leaks)
+
+
+def test_checkpointed_regions_kept_with_their_graph_show_the_checkpoint_frame():
+    from torch.utils.checkpoint import checkpoint
+    layer = torch.nn.Linear(256, 256)
+    outs = []
+
+    def region(t):
+        return torch.tanh(layer(t)).exp()
+
+    def step():
+        inp = torch.randn(64, 256, requires_grad=True)
+        out = checkpoint(region, inp, use_reentrant=False)  # ALLOC: the RNG state its frame keeps
+        outs.append(out.sum())
+
+    leak = the_leak_at(step)
+    assert_form(leak, path="outs[", holder="outs", site_of=step, fix="loss.detach() or loss.item()")
+    assert "<unpack hook of " in leak.path_text and ".<cell frame>.recompute_fn" in leak.path_text
+    assert any(s["type"] == "_CheckpointFrame" for s in leak.path)
+
+
+# -- fixes that fit the holder -----------------------------------------------------------------
+
+def test_a_module_that_gains_a_submodule_per_iteration_gets_the_registry_fix():
+    class Net(torch.nn.Module):
+        pass
+
+    net = Net()
+    names = iter(range(1000))
+
+    def step():
+        net.add_module(f"layer_{next(names)}", torch.nn.Linear(128, 128))  # ALLOC
+
+    leak = the_leak(step)
+    assert_form(leak, path="net.layer_", holder="net", site_of=step,
+                fix="net (Net) gains 1 submodule per iteration")
+    assert "delattr(net, name)" in leak.suggestion
+    assert "set it to None" not in leak.suggestion
+
+
+def test_a_module_dict_that_gains_entries_gets_its_own_removal_call():
+    heads = torch.nn.ModuleDict()
+    names = iter(range(1000))
+
+    def step():
+        heads[f"task{next(names)}"] = torch.nn.Linear(128, 128)  # ALLOC
+
+    assert_form(the_leak(step), path="heads.task", holder="heads", site_of=step,
+                fix="del heads[key] (or heads.pop(key))")
+
+
+def test_a_static_model_is_a_route_not_a_holder():
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)])
+    x = torch.randn(16, 64)
+    kept = []
+
+    def step():
+        out = model(x)  # ALLOC: each iteration's graph, kept through kept[i]
+        kept.append(out)
+
+    leak = the_leak(step)
+    assert leak.holder["path_text"] == "kept"
+    assert "gains" not in leak.suggestion
+
+
+def test_logits_kept_with_their_graph_are_worded_as_tensors_not_a_loss():
+    model = torch.nn.Linear(256, 10)
+    x = torch.randn(64, 256)
+    all_logits = []
+
+    def step():
+        logits = model(x)  # ALLOC
+        all_logits.append(logits)
+
+    leak = the_leak(step)
+    assert_form(leak, path="all_logits[", holder="all_logits", site_of=step,
+                fix="store .detach()ed copies of the 64\u00d710 tensors in all_logits")
+    assert "loss" not in leak.suggestion
+
+
+def test_grad_fns_kept_after_retain_graph_are_worded_as_nodes():
+    kept = []
+
+    def step():
+        a = torch.randn(64, 256, requires_grad=True)
+        loss = (a.exp() * 2).sum()  # ALLOC: exp's saved result stays with the node
+        loss.backward(retain_graph=True)
+        kept.append(loss.grad_fn)
+
+    leak = the_leak_at(step)
+    assert_form(leak, path="kept[", holder="kept", site_of=step,
+                fix="kept keeps autograd nodes (SumBackward0, a grad_fn)")
+
+
+# -- names instead of placeholders -------------------------------------------------------------
+
+def test_a_dict_keyed_by_a_parameter_names_the_entry_by_the_parameters_path():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    model.fc = torch.nn.Linear(64, 64)
+    history = {}
+
+    def step():
+        history.setdefault(model.fc.weight, []).append(torch.ones(64, 256))  # ALLOC
+
+    assert_form(the_leak(step), path="history[model.fc.weight][", holder="history[model.fc.weight]",
+                site_of=step, fix=".clear() it")
+
+
+def test_set_elements_are_numbered_and_the_set_is_the_holder():
+    seen = set()
+
+    def step():
+        seen.add(torch.ones(64, 256))  # ALLOC
+
+    leak = the_leak(step)
+    assert_form(leak, path="seen<element ", holder="seen", site_of=step, fix=".clear() it")
+    assert leak.path[1]["note"] == "an element of the set (numbered in its iteration order)"

@@ -109,6 +109,10 @@ struct PathStep {
     std::string
         note; // what the label cannot say: "local 'x' in train_step", "closure variable 'buf'"
     std::optional<TensorInfo> tensor;
+    // "_modules", "_parameters" or "_buffers": the nn.Module dict this step was an entry of
+    // before normalizePath showed it as `.name`. The module is then the container (not part of
+    // the report: the holder and the fix are decided while building it).
+    std::string registry;
 };
 
 struct Holder {

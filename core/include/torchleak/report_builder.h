@@ -88,6 +88,8 @@ struct ReportInputs {
     // in the last iteration, so the walk's cost follows what the cell added, not every finding
     // of the notebook (10^5 tensors kept by an earlier cell would be walked after every cell).
     bool explain_grown_only = false;
+    // What torch's C++ caches hold now: the evidence for naming one as a keeper.
+    TorchCacheState torch_caches;
     // Set when an out-of-memory error ended the run: the report gets its `oom` forensics.
     std::optional<OutOfMemoryInputs> out_of_memory;
 };

@@ -78,13 +78,47 @@ const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view
 // variable): the memory is a graph kept alive.
 bool keepsAutogradGraph(const std::vector<PathStep>& path);
 
-// An owner inside torch's C++ that keeps a finding's memory, told by its path (TorchScript's
-// compilation unit, reached as a root through its graphs' constants) or, for memory no Python
-// object reaches, by where it was allocated (while TorchScript or torch.compile ran).
-enum class TorchOwner { None, TorchScriptUnit, CompileCaches };
+// What torch's own C++ caches are doing when the report is built: the evidence a finding that
+// no Python object reaches needs before one of them is named as its keeper (frames on the
+// allocating stack alone prove nothing: torch wraps its optimizers in dynamo-disable frames).
+struct TorchCacheState {
+    // Device types with an open torch.autocast region whose cast cache is on.
+    std::vector<std::string> autocast_devices;
+    // Frames torch._dynamo compiled in this process (its own counters).
+    uint64_t dynamo_compiled_frames = 0;
+    // Functions in TorchScript's global compilation unit.
+    uint64_t torchscript_functions = 0;
+};
+
+// The keepers a path can start from or pass through that are torch's, or a Python hook that
+// torch's C++ keeps: each has its own remedy. Told by the path's root (TorchScript's
+// compilation unit, reached through its graphs' constants; a hook anchor; a C++ cache named by
+// namedCppOwner), or by a step of torch's own machinery on it.
+enum class TorchOwner {
+    None,
+    TorchScriptUnit,
+    CompileCaches,
+    AutocastCache,
+    HookOnGraph,       // a Python hook on an autograd node that only C++ keeps
+    SavedTensorsHooks, // a saved_tensors_hooks unpack hook the graph keeps
+    Checkpoint,        // non-reentrant torch.utils.checkpoint's frame
+};
 inline constexpr const char* kTorchScriptUnitRoot = "torch.jit._state._python_cu";
-inline constexpr const char* kCompileCachesOwner = "torch.compile's caches";
+inline constexpr const char* kTorchScriptExecutorRoot = "<TorchScript function executor>";
+inline constexpr const char* kCompileCachesRoot = "<torch.compile caches>";
+inline constexpr const char* kAutocastCacheRoot = "<torch.autocast weight-cast cache>";
+// The type of the object on the path (a heap type is named without its module).
+inline constexpr const char* kCheckpointFrameType = "_CheckpointFrame";
 TorchOwner torchOwnerOf(const Finding& f);
+
+// The C++ owner of memory no Python object reaches, when the evidence names one: a root step
+// to start its path with (label and the evidence as its note), or nothing. `f` gives the
+// allocating stack and device.
+std::optional<PathStep> namedCppOwner(const Finding& f, const TorchCacheState& state);
+// A root that only says "C++" (no hook, no named cache): what namedCppOwner may replace.
+bool isAnonymousCppRoot(const std::string& label);
+// A hook anchor: "<hook on MulBackward0: partial(on_backward, owner)>".
+bool isHookAnchorRoot(const std::string& label);
 
 bool isGrowableContainer(const std::string& typeName);
 // A root that is notebook machinery, not a name of the user's: IPython's output cache

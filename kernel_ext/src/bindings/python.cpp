@@ -141,7 +141,9 @@ PYBIND11_MODULE(_core, m) {
                const std::string& privateUse1Backend,
                const std::optional<std::tuple<std::string, std::string, std::string>>& outOfMemory,
                bool describeTensors, const std::vector<std::string>& allocatorViewDevices,
-               const std::vector<uintptr_t>& allocatorLiveBlocks) {
+               const std::vector<uintptr_t>& allocatorLiveBlocks,
+               const std::vector<std::string>& autocastDevices, uint64_t dynamoCompiledFrames,
+               uint64_t torchscriptFunctions) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -158,6 +160,7 @@ PYBIND11_MODULE(_core, m) {
                 }
                 in.devices = python::deviceCapacities(capacities, in.privateuse1_backend);
                 in.explain_grown_only = explainGrownOnly;
+                in.torch_caches = {autocastDevices, dynamoCompiledFrames, torchscriptFunctions};
                 for (const std::string& type : allocatorViewDevices) {
                     in.allocator_view_devices.push_back(
                         parseDeviceName(type + ":0", in.privateuse1_backend).type);
@@ -191,7 +194,9 @@ PYBIND11_MODULE(_core, m) {
             py::arg("privateuse1_backend") = std::string(kPrivateUse1DefaultName),
             py::arg("out_of_memory") = std::nullopt, py::arg("describe_tensors") = true,
             py::arg("allocator_view_devices") = std::vector<std::string>{},
-            py::arg("allocator_live_blocks") = std::vector<uintptr_t>{})
+            py::arg("allocator_live_blocks") = std::vector<uintptr_t>{},
+            py::arg("autocast_devices") = std::vector<std::string>{},
+            py::arg("dynamo_compiled_frames") = 0, py::arg("torchscript_functions") = 0)
         .def(
             "note_out_of_memory",
             [](python::TrackingSession& self, const std::string& device,
