@@ -289,6 +289,20 @@ std::string suggestFix(const Finding& f) {
     if (auto owner = suggestForTorchOwner(f)) {
         return *owner;
     }
+    if (f.retention == Retention::CppOnly && !f.path.empty() &&
+        f.path.front().note.find("ctx saved a view of this output") != std::string::npos) {
+        return "a custom autograd.Function saved a view of its own output with "
+               "ctx.save_for_backward, a cycle through C++ that keeps every output: save the "
+               "output itself (autograd saves an output without the cycle) or the inputs you "
+               "recompute it from, not a view of the output";
+    }
+    if (f.retention == Retention::CppOnly && !f.path.empty() &&
+        f.path.front().note.find("its grad_fn is ") != std::string::npos) {
+        return "only its own autograd graph's C++ nodes keep this tensor (" +
+               f.path.front().note.substr(f.path.front().note.find("its grad_fn is ")) +
+               "): a node that saved it, kept by a graph no Python object reaches; keep outputs "
+               ".detach()ed and let graphs go after backward";
+    }
     if (f.retention == Retention::CppOnly) {
         return "no Python object, autograd graph, hook or torch cache that torchleak can read "
                "keeps it: C++ state torch does not expose does (an extension's or C++ op's "

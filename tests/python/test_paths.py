@@ -195,6 +195,8 @@ def test_memory_held_only_from_cpp():
     assert leak.retention == "cpp_only"
     assert leak.path_text == "<Tensor held only from C++>"
     assert "only C++ refers to this tensor" in leak.path[0]["note"]
+    assert "ctx saved a view of this output" in leak.path[0]["note"]
+    assert "save the output itself" in leak.suggestion
     assert leak.site["line"] == SaveViewOfOutput.forward.__code__.co_firstlineno + 2
 
 

@@ -237,7 +237,7 @@ class Walk {
         // Under torch.autograd.graph.saved_tensors_hooks the variable keeps whatever the pack
         // hook returned, a Python object only C++ refers to. Reading it runs no hook.
         if constexpr (requires { sv.retrieve_unpack_hook_data(); }) {
-            std::optional<std::pair<c10::SafePyObject, c10::SafePyObject>> packed;
+            decltype(sv.retrieve_unpack_hook_data()) packed;
             try {
                 packed = sv.retrieve_unpack_hook_data();
             } catch (...) {
@@ -679,6 +679,7 @@ void RetainingPathFinder::explainOutsideRoots(const std::vector<PyObject*>& exte
                 const at::Tensor& t = THPVariable_Unpack(o);
                 if (t.grad_fn()) {
                     note += "; its grad_fn is " + shortTypeName(typeid(*t.grad_fn()).name());
+                    note += savedOwnOutput(t);
                 } else if (t.requires_grad()) {
                     note += ": a leaf that requires grad, kept by the AccumulateGrad node of an "
                             "autograd graph no Python object, hook or cache torchleak can read "
@@ -713,6 +714,35 @@ void RetainingPathFinder::explainOutsideRoots(const std::vector<PyObject*>& exte
             BlockPath{cpp ? Retention::CppOnly : Retention::Unnamed, outsideBuilder.build(node)};
         unreached.erase(block);
     }
+}
+
+// A custom Function that saved (a view of) its own output with ctx.save_for_backward: the
+// output's grad_fn keeps the saved view, the view keeps the output's storage, and the output
+// keeps its grad_fn — a cycle through C++ that only the Function's author can break.
+std::string RetainingPathFinder::savedOwnOutput(const at::Tensor& t) {
+    Node* node = t.grad_fn().get();
+    if (node == nullptr || !isPyNode(node) || !t.has_storage()) {
+        return "";
+    }
+    PyObject* ctx = torch::autograd::functionToPyObject(node->getptr());
+    if (ctx == nullptr) {
+        PyErr_Clear();
+        return "";
+    }
+    std::string found;
+    auto* fn = reinterpret_cast<THPFunction*>(ctx);
+    const void* storage = t.storage().data_ptr().get();
+    for (const auto& saved : fn->saved_variables) {
+        auto raw = rawSavedTensor(saved);
+        if (raw && raw->has_storage() && raw->storage().data_ptr().get() == storage) {
+            found = std::string(", whose ctx saved a view of this output with "
+                                "save_for_backward: a cycle through C++ (output, its grad_fn, "
+                                "the saved view, the output's storage) that nothing frees");
+            break;
+        }
+    }
+    Py_DECREF(ctx);
+    return found;
 }
 
 // The last resort, once every Python edge was followed: no Python object reaches the block.

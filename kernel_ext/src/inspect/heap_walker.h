@@ -18,6 +18,7 @@
 #include "torchleak/pointer_table.h"
 #include "torchleak/retention.h"
 
+#include <ATen/core/Tensor.h>
 #include <Python.h>
 #include <string>
 #include <unordered_map>
@@ -79,6 +80,7 @@ class RetainingPathFinder final : public RetentionExplainer {
                              std::unordered_set<uintptr_t>& unreached,
                              PointerSet& visited,
                              Paths& result);
+    static std::string savedOwnOutput(const at::Tensor& t);
     static void markHeldOnlyFromCpp(const std::unordered_set<uintptr_t>& unreached, Paths& result);
 
     std::vector<NamedRoot> d_roots;
