@@ -80,7 +80,8 @@ std::optional<PathStep> namedCppOwner(const Finding& f, const TorchCacheState& s
                     " function(s): their executors keep what they computed in C++";
         return root;
     }
-    if (state.dynamo_compiled_frames > 0 && (inside("/torch/_dynamo/") || inside("/torch/_inductor/"))) {
+    if (state.dynamo_compiled_frames > 0 &&
+        (inside("/torch/_dynamo/") || inside("/torch/_inductor/"))) {
         root.label = kCompileCachesRoot;
         root.note = "torch._dynamo compiled " + std::to_string(state.dynamo_compiled_frames) +
                     " frame(s) in this process (its counters) and this was allocated while "

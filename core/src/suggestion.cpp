@@ -92,7 +92,8 @@ std::string suggestForHookAnchor(const Finding& f) {
     }
     return "the hook " + anchor + " keeps " + (what.empty() ? "what it captured" : what) +
            ", which holds tensors whose autograd graph keeps the hook: a cycle through C++ that "
-           "gc.collect() cannot free. Break it at " + edge +
+           "gc.collect() cannot free. Break it at " +
+           edge +
            ": capture a weakref.ref or only what backward needs, clear it once backward ran, "
            "or remove the hook with the handle register_hook returned (handle.remove())";
 }
@@ -169,9 +170,10 @@ const PathStep* entryOf(const Finding& f) {
 std::string keptWithGraphFix(const Finding& f) {
     const std::string& holder = f.holder->path_text;
     const PathStep* entry = entryOf(f);
-    bool afterBackward = !f.path.empty() &&
-                         f.path.back().note.find(kKeepsGraphNote) != std::string::npos;
-    if (entry != nullptr && entry->type != "Tensor" && entry->type.find("Backward") != std::string::npos) {
+    bool afterBackward =
+        !f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos;
+    if (entry != nullptr && entry->type != "Tensor" &&
+        entry->type.find("Backward") != std::string::npos) {
         return holder + " keeps autograd nodes (" + entry->type +
                ", a grad_fn), and each keeps its whole graph, with the saved tensors of a "
                "backward(retain_graph=True) or of one not yet run: keep what you need from them "
@@ -190,7 +192,8 @@ std::string keptWithGraphFix(const Finding& f) {
             return "store .detach()ed copies of the " + shape + " tensors in " + holder +
                    " (t.detach(), or t.detach().cpu() to free the device), not the tensors: each "
                    "one kept has a grad_fn and keeps the autograd graph that made it" +
-                   (afterBackward ? " (its nodes, after backward())" : std::string(" and its saved activations"));
+                   (afterBackward ? " (its nodes, after backward())"
+                                  : std::string(" and its saved activations"));
         }
     }
     if (afterBackward) {
@@ -222,8 +225,8 @@ std::optional<std::string> suggestForModuleRegistry(const Finding& f) {
         const char* entry = registry == "_modules"      ? "submodule"
                             : registry == "_parameters" ? "parameter"
                                                         : "buffer";
-        std::string growth = std::to_string(
-            static_cast<long long>(f.holder->growth_per_iteration + 0.5));
+        std::string growth =
+            std::to_string(static_cast<long long>(f.holder->growth_per_iteration + 0.5));
         std::string removal;
         if (type == "ModuleDict" || type == "ParameterDict") {
             removal = "del " + holder + "[key] (or " + holder + ".pop(key))";

@@ -249,6 +249,12 @@ def parameter_owners(roots, limit=100_000):
     owners, seen = [], set()
     stack = [(label, value) for label, kind, _note, value in roots
              if kind in ("root", "frame") and module_type in type(value).__mro__]
+    # A script's own globals (__main__'s namespace, prefix ""), not the modules' namespaces:
+    # library globals would cost a walk of every model a package keeps.
+    for prefix, kind, _note, namespace in roots:
+        if kind == "namespace" and prefix == "" and type(namespace) is dict:
+            stack.extend((name, value) for name, value in list(namespace.items())
+                         if type(name) is str and module_type in type(value).__mro__)
     while stack and len(seen) < limit:
         label, module = stack.pop()
         if id(module) in seen:

@@ -132,7 +132,8 @@ TEST_CASE("an owner in torch's C++ is named only from evidence, and is one cause
     REQUIRE_FALSE(namedCppOwner(ranInTrace, nothing));
     REQUIRE_FALSE(namedCppOwner(compiled, nothing));
     REQUIRE(torchOwnerOf(named(compiled, nothing)) == TorchOwner::None);
-    REQUIRE(suggestFix(named(compiled, nothing)).find("torch.compiler.reset()") == std::string::npos);
+    REQUIRE(suggestFix(named(compiled, nothing)).find("torch.compiler.reset()") ==
+            std::string::npos);
 
     TorchCacheState evidence;
     evidence.dynamo_compiled_frames = 3;

@@ -245,8 +245,8 @@ class Walk {
             }
             if (packed) {
                 uint32_t at = edge == Edge::Saved ? kNoIndex : index;
-                push(packed->second.ptr(getPyInterpreter()), NodeKind::Python, i,
-                     Edge::SavedPacked, at, name);
+                push(packed->second.ptr(getPyInterpreter()), NodeKind::Python, i, Edge::SavedPacked,
+                     at, name);
                 // The unpack hook too: its closure is what non-reentrant checkpointing keeps
                 // (the frame with the inputs to recompute from), for as long as the graph.
                 push(packed->first.ptr(getPyInterpreter()), NodeKind::Python, i,

@@ -26,7 +26,8 @@ constexpr size_t kMaxNodes = 200000;
 PyObject* memberObject(PyObject* obj, const char* name) {
     for (PyTypeObject* type = Py_TYPE(obj); type != nullptr; type = type->tp_base) {
         for (PyMemberDef* m = type->tp_members; m != nullptr && m->name != nullptr; ++m) {
-            if ((m->type == T_OBJECT || m->type == T_OBJECT_EX) && std::strcmp(m->name, name) == 0) {
+            if ((m->type == T_OBJECT || m->type == T_OBJECT_EX) &&
+                std::strcmp(m->name, name) == 0) {
                 return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(obj) + m->offset);
             }
         }
@@ -96,8 +97,8 @@ void addAnchors(PyObject* dict, const HookKind& kind, Node* node, std::vector<Ho
     while (PyDict_Next(dict, &pos, &key, &value)) {
         HookAnchor a;
         a.callable = value;
-        a.label = std::string("<") + kind.words + " on " + nodeName + ": " + callableText(value) +
-                  ">";
+        a.label =
+            std::string("<") + kind.words + " on " + nodeName + ": " + callableText(value) + ">";
         a.note = std::string("registered with ") + kind.how + " on " + nodeName +
                  ", a node no named root reaches: the node keeps the hook in C++ as long as its "
                  "graph lives";
@@ -134,7 +135,8 @@ std::string callableText(PyObject* callable) {
     PyObject* keywords = memberObject(callable, "keywords");
     std::string text = "partial(" + (function ? qualname(function) : std::string("?"));
     if (args != nullptr && PyTuple_Check(args)) {
-        std::vector<std::string> names = function ? parameterNames(function) : std::vector<std::string>{};
+        std::vector<std::string> names =
+            function ? parameterNames(function) : std::vector<std::string>{};
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(args); ++k) {
             size_t at = static_cast<size_t>(k);
             text += ", " + (at < names.size() ? names[at] : "args[" + std::to_string(k) + "]");

@@ -299,6 +299,13 @@ std::optional<std::string> PathBuilder::keyPath(PyObject* key) {
         PyObject* key;
         ~Done() { keys.erase(key); }
     } done{d_keysInProgress, key};
+    // The parameter's path through its module first: the name the user gave the model.
+    if (d_owners != nullptr && isTensor(key)) {
+        auto owner = d_owners->find(THPVariable_Unpack(key).unsafeGetTensorImpl());
+        if (owner != d_owners->end() && !owner->second.path.empty()) {
+            return owner->second.path;
+        }
+    }
     if (d_pythonNodes.empty()) {
         for (uint32_t k = 0; k < d_nodes.size(); ++k) {
             if (d_nodes[k].kind == NodeKind::Python) {
@@ -311,12 +318,6 @@ std::optional<std::string> PathBuilder::keyPath(PyObject* key) {
         std::vector<PathStep> steps = build(it->second);
         if (!steps.empty() && steps.front().label.front() != '<') {
             return pathText(normalizePath(std::move(steps)));
-        }
-    }
-    if (d_owners != nullptr && isTensor(key)) {
-        auto owner = d_owners->find(THPVariable_Unpack(key).unsafeGetTensorImpl());
-        if (owner != d_owners->end() && !owner->second.path.empty()) {
-            return owner->second.path;
         }
     }
     return std::nullopt;

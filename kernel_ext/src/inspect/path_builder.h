@@ -49,8 +49,8 @@ class PathBuilder {
 
     PathStep label(uint32_t i);
 
-    // A dict entry keyed by an object (a parameter keying optimizer.state) is named by the key's
-    // own path when the walk reached the key from a named root, or the parameter's path.
+    // A dict entry keyed by an object (a parameter keying optimizer.state) is named by the
+    // parameter's path through its module, else by the key's own path when the walk reached it.
     std::optional<std::string> keyPath(PyObject* key);
     std::unordered_map<const void*, uint32_t> d_pythonNodes; // built on first use
     std::unordered_set<PyObject*> d_keysInProgress;

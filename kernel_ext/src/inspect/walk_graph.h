@@ -27,10 +27,10 @@ enum class Edge : uint8_t {
     NodeOf,       // a Python wrapper's C++ node
     Variable,     // AccumulateGrad.variable
     Grad,
-    FrameLocal,     // index: the local's slot in its frame (a frame object or a generator's frame)
-    NodeHooks,      // the dict of Python hooks a node's C++ hook object keeps; name: which hooks
-    SavedPacked,    // what a saved_tensors_hooks pack hook returned for a saved variable; name:
-                    // the variable (null: ctx.saved_tensors), index: list position or kNoIndex
+    FrameLocal,      // index: the local's slot in its frame (a frame object or a generator's frame)
+    NodeHooks,       // the dict of Python hooks a node's C++ hook object keeps; name: which hooks
+    SavedPacked,     // what a saved_tensors_hooks pack hook returned for a saved variable; name:
+                     // the variable (null: ctx.saved_tensors), index: list position or kNoIndex
     SavedUnpackHook, // the unpack hook of a saved variable packed by saved_tensors_hooks;
                      // name and index as for SavedPacked
     ScriptConstant,  // a tensor constant of a TorchScript graph; name: the function
