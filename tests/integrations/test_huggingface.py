@@ -135,3 +135,44 @@ def test_each_rank_of_a_job_saves_its_own_report(tmp_path, monkeypatch):
             callbacks=[callback]).train()
     assert sorted(p.name for p in (tmp_path / "run").glob("torchleak-report*")) == [
         "torchleak-report.rank1.html", "torchleak-report.rank1.json"]
+
+
+def test_an_on_leak_callback_that_raises_does_not_stop_training(tmp_path, caplog):
+    def webhook_down(report):
+        raise ConnectionError("webhook unreachable")
+
+    callback = TorchleakCallback(warmup=2, check_every=4, on_leak=webhook_down)
+    trainer = LogitsKeepingTrainer(model=tiny_gpt2(), args=arguments(tmp_path, 12),
+                                   train_dataset=RandomTokens(), callbacks=[callback])
+    with caplog.at_level(logging.WARNING, logger="transformers.integrations.torchleak"):
+        trainer.train()  # would raise ConnectionError at the step the leak was confirmed
+    assert callback.leak_confirmed_at is not None and trainer.state.global_step == 12
+    assert callback.report.iterations == 12 and callback.report.leaks
+    assert any("on_leak raised ConnectionError: webhook unreachable; the run goes on"
+               in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_that_raised_without_with_does_not_block_later_tracking(tmp_path):
+    class Failing(Trainer):
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            if self.state.global_step == 3:
+                raise RuntimeError("broken batch")
+            return super().compute_loss(model, inputs, *args, **kwargs)
+
+    stale = TorchleakCallback(warmup=1)
+    trainer = Failing(model=tiny_gpt2(), args=arguments(tmp_path, 10),
+                      train_dataset=RandomTokens(), callbacks=[stale])
+    with pytest.raises(RuntimeError, match="broken batch"):
+        trainer.train()  # no `with stale:`: on_train_end never runs, tracking stays on
+    # THEN a later track() starts (the stale tracking steps aside with a warning) ...
+    with pytest.warns(RuntimeWarning, match="tracking was still on"):
+        with torchleak.track() as tracker:
+            torch.ones(4)
+    assert tracker.report().iterations >= 0
+    # ... and so does a later Trainer, with two callbacks on it: the second one's tracking wins.
+    first, second = TorchleakCallback(warmup=1), TorchleakCallback(warmup=1)
+    with pytest.warns(RuntimeWarning, match="tracking was still on"):
+        Trainer(model=tiny_gpt2(), args=arguments(tmp_path, 4), train_dataset=RandomTokens(),
+                callbacks=[first, second]).train()
+    assert second.report.iterations == 4
+    assert not _core.profiler_state_installed()

@@ -4,6 +4,7 @@ framework adapters (huggingface.py, lightning.py) only translate their events in
 """
 
 import os
+import warnings
 
 from .._job import rank_path
 from .._out_of_memory import attach
@@ -44,7 +45,10 @@ class TrainingRunTracking:
             self._log("warning", "torchleak: the previous run ended without train end; its "
                                  "tracking stops now")
             self.tracker.stop()
-        self.tracker = Tracker(boundary="explicit", **self._options)
+        # A run that raised where no framework event said so (no `with callback:`), or a second
+        # callback on the same trainer, must not leave every later tracking in the process
+        # failing with "already tracking": when another one starts, this one steps aside.
+        self.tracker = Tracker(boundary="explicit", on_preempt=self._step_aside, **self._options)
         self.tracker.start()
         self.report, self.leak_confirmed_at = None, None
 
@@ -65,7 +69,22 @@ class TrainingRunTracking:
         report = self.tracker.report()
         self._announce(report, output_dir, f"leak confirmed at step {step}")
         if self._on_leak is not None:
-            self._on_leak(report)
+            try:
+                self._on_leak(report)
+            except Exception as error:  # noqa: BLE001 - a user callback must not stop training
+                self._log("warning", f"torchleak: on_leak raised {type(error).__name__}: "
+                                     f"{error}; the run goes on")
+
+    def _step_aside(self):
+        tracker = self.tracker
+        if tracker is None or not tracker.active:
+            return
+        message = ("torchleak: a training run's tracking was still on (the run raised without "
+                   "`with callback:`, or a second torchleak callback started); it stops now so "
+                   "the new tracking can start")
+        self._log("warning", message)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        tracker.stop()
 
     def finish(self, output_dir, exc=None):
         """Stop tracking, build the run's report (with out-of-memory forensics when ``exc`` is
