@@ -181,8 +181,13 @@ def run(argv):
         recording = tracker = torchleak.track(warmup=opts["warmup"], min_bytes=opts["min_bytes"],
                                               gather_timeout=None)
     real_exit = os._exit
+    # A child the script forks runs this same code when it exits: it is not the run, and its
+    # report would print twice and overwrite the parent's --json.
+    run_pid = os.getpid()
 
     def exit_now(code):
+        if os.getpid() != run_pid:
+            real_exit(code)
         # os._exit skips atexit and finally blocks: the report of the iterations seen is
         # written here, then the process ends as the script asked.
         try:
@@ -200,6 +205,8 @@ def run(argv):
                     terminated.stops_script = True
                     exec(code, module.__dict__)
                 except SystemExit as exc:
+                    if os.getpid() != run_pid:
+                        _exit_forked_child(real_exit, exc.code)
                     if exc.code not in (None, 0):
                         status = EXIT_SCRIPT_FAILED
                         failure = terminated.note or f"SystemExit: {exc.code}"
@@ -207,11 +214,15 @@ def run(argv):
                             print(exc.code, file=sys.stderr)  # as Python prints sys.exit("msg")
                 except BaseException as exc:  # noqa: BLE001 - the script's failure, reported below
                     traceback.print_exc()
+                    if os.getpid() != run_pid:
+                        _exit_forked_child(real_exit, 1)
                     tracker.note_failure(exc)  # an out-of-memory error: the report says why
                     failure = _job.describe_failure(exc)
                     status = EXIT_SCRIPT_FAILED
                 finally:
                     terminated.stops_script = False
+                if os.getpid() != run_pid:
+                    _exit_forked_child(real_exit, 0)  # the child ran off the script's end
             # Built while the script's globals are still __main__, so paths start at its names.
             tracker.report()
         finally:
@@ -229,6 +240,16 @@ def run(argv):
     if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
         status = EXIT_LEAK
     return status
+
+
+def _exit_forked_child(real_exit, code):
+    """End a process the script forked the way Python would, without a report: only the
+    process that started tracking reports."""
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    real_exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 
 class _TerminationSignal:

@@ -146,3 +146,34 @@ def test_the_installed_kernelspec_is_readable_by_other_users(tmp_path):
     spec = tmp_path / "kernels" / "torchleak"
     assert (spec.stat().st_mode & 0o777) == 0o755
     assert json.loads((spec / "kernel.json").read_text())["display_name"] == "Python 3 (torchleak)"
+
+
+FORKS = """\
+import os, sys
+import torch
+import torchleak
+history = []
+for i in range(6):
+    history.append(torch.ones(256, 1024))
+    torchleak.step()
+    if i == 2:
+        pid = os.fork()
+        if pid == 0:
+            sys.exit({child_exit})  # a helper that ends as scripts do
+        os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.parametrize("child_exit", ["0", "3", "'done'", "os._exit(0)"])
+def test_a_forked_child_that_exits_reports_nothing(tmp_path, child_exit):
+    script = tmp_path / "forks.py"
+    code = FORKS.format(child_exit=child_exit)
+    if child_exit.startswith("os."):
+        code = code.replace("sys.exit(os._exit(0))", "os._exit(0)")
+    script.write_text(code)
+    out = tmp_path / "out.json"
+    proc = run_cli("run", str(script), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("torchleak report:") == 1, proc.stdout
+    assert json.loads(out.read_text())["iterations"] == 6  # the parent's, not the child's 3
