@@ -112,23 +112,29 @@ def _fixture_roots(funcargs):
 def _fail_if_leaking(item, report):
     if not report.leaks:
         return
-    saved = _save(item, report)
+    saved, unsaved = _save(item, report)
     text = str(report)
     if saved:
         text += "\n\nsaved: " + ", ".join(saved)
+    for path, error in unsaved:  # the leak is the failure; a report that could not be saved a note
+        text += f"\n\ncould not save {path}: {error}"
     pytest.fail(f"tensors leaked across iterations\n\n{text}", pytrace=False)
 
 
 def _save(item, report):
     directory = item.config.stash.get(_REPORT_DIR, None)
     if directory is None:
-        return []
+        return [], []
     # The node id as a file name: `tests/test_x.py::test_y[a-b]` -> `tests_test_x.py__test_y_a-b_`
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", item.nodeid).strip("_")[:180] or "test"
-    paths = []
+    paths, failed = [], []
     for ext in ("json", "html"):
-        paths.append(report.save(os.path.join(directory, f"{stem}.torchleak.{ext}")))
-    return paths
+        path = os.path.join(directory, f"{stem}.torchleak.{ext}")
+        try:
+            paths.append(report.save(path))
+        except OSError as exc:
+            failed.append((path, exc.strerror or str(exc)))
+    return paths, failed
 
 
 @pytest.fixture

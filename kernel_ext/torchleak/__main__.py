@@ -242,6 +242,21 @@ def run(argv):
     return status
 
 
+def _save_each(report, paths):
+    """Write every requested output, even when one fails (a full disk, a removed directory),
+    and say which failed; a report written before is never left truncated (Report.save writes
+    beside it and renames)."""
+    failed = []
+    for path in paths:
+        try:
+            report.save(path)
+        except OSError as exc:
+            failed.append(path)
+            print(f"torchleak: could not write {path}: {exc.strerror or exc}", file=sys.stderr,
+                  flush=True)
+    return failed
+
+
 def _exit_forked_child(real_exit, code):
     """End a process the script forked the way Python would, without a report: only the
     process that started tracking reports."""
@@ -298,9 +313,7 @@ def _finish(tracker, opts, failure, timeout, hurry=None):
         rank = os.environ.get("RANK", "0") if os.environ.get("WORLD_SIZE", "1") != "1" else "0"
         if not opts["quiet"]:
             print(own, flush=True)
-        for key in ("json", "html"):
-            if opts[key]:
-                own.save(_job.rank_path(opts[key], rank))
+        _save_each(own, [_job.rank_path(opts[key], rank) for key in ("json", "html") if opts[key]])
         return own
     exchange = tracker.gather(failure=failure, timeout=timeout, hurry=hurry)
     merged = exchange.merged
@@ -310,9 +323,9 @@ def _finish(tracker, opts, failure, timeout, hurry=None):
             continue
         # A rank's own report when asked for by {rank}, or when no merge took it.
         if "{rank}" in path or not exchange.confirmed:
-            own.save(_job.rank_path(path, job.rank))
+            _save_each(own, [_job.rank_path(path, job.rank)])
         if merged is not None:
-            merged.save(path.replace("{rank}", "merged"))
+            _save_each(merged, [path.replace("{rank}", "merged")])
     if merged is not None:
         if not opts["quiet"]:
             print(merged, flush=True)

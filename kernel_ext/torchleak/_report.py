@@ -133,9 +133,7 @@ class Report:
         else:
             raise ValueError(f"cannot tell the format of {path!r}: use a .json, .html or "
                              f".pickle file name")
-        binary = isinstance(content, bytes)
-        with open(path, "wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
-            fh.write(content)
+        _write_atomically(path, content.encode("utf-8") if isinstance(content, str) else content)
         return path
 
     def to_memory_snapshot(self):
@@ -154,3 +152,25 @@ class Report:
 
     def to_html(self):
         return _page.render(self._data)
+
+
+def _write_atomically(path, data):
+    """Write beside `path` and rename over it: a full disk or an interrupted write leaves the
+    report an earlier run wrote whole, never a truncated one (the rename is atomic on POSIX and
+    Windows when both names are on one file system, which beside guarantees)."""
+    directory, name = os.path.split(os.path.abspath(path))
+    temporary = os.path.join(directory, f".{name}.{os.getpid()}.{id(data):x}.tmp")
+    # 0o666 less the umask, as open() would give the report itself.
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise

@@ -220,3 +220,16 @@ def test_the_marker_is_registered(pytester):
     pytester.makepyfile(test_inner="def test_x():\n    pass\n")
     result = pytester.runpytest("--markers")
     assert "@pytest.mark.no_tensor_leak(iterations=5, warmup=1, min_bytes=0)" in result.stdout.str()
+
+
+def test_a_report_that_cannot_be_saved_still_fails_with_the_leak(pytester, tmp_path):
+    out_dir = tmp_path / "reports"
+    out_dir.mkdir()
+    # The JSON's name is taken by a directory: that save fails, the HTML is still written.
+    (out_dir / "test_inner.py_test_keeps_losses.torchleak.json").mkdir()
+    result = run_inline(pytester, LEAKY, f"--torchleak-report={out_dir}")
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1)
+    assert "tensors leaked across iterations" in out and "OSError" not in out
+    assert "could not save " in out and "test_keeps_losses.torchleak.json" in out
+    assert (out_dir / "test_inner.py_test_keeps_losses.torchleak.html").is_file()

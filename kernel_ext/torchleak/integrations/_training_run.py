@@ -116,13 +116,15 @@ class TrainingRunTracking:
             return []
         # Every rank of a multi-GPU run has the same output directory: each its own file.
         rank = self.tracker.rank
-        try:
-            os.makedirs(output_dir, exist_ok=True)
-            return [report.save(rank_path(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"), rank))
-                    for ext in ("json", "html")]
-        except OSError as exc:  # a report that cannot be written must not end the run
-            self._log("warning", f"torchleak: could not save the report in {output_dir!r}: {exc}")
-            return []
+        saved = []
+        for ext in ("json", "html"):  # each one, even when the other fails
+            path = rank_path(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"), rank)
+            try:
+                os.makedirs(output_dir, exist_ok=True)
+                saved.append(report.save(path))
+            except OSError as exc:  # a report that cannot be written must not end the run
+                self._log("warning", f"torchleak: could not save {path}: {exc}")
+        return saved
 
 
 class TrackedRunCallback:

@@ -1,0 +1,85 @@
+"""A report once written is never destroyed by a later failed write, and every requested output
+is written even when one fails."""
+import errno
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchleak
+from torchleak import _report
+
+
+def a_report():
+    kept = []
+    return torchleak.check(lambda: kept.append(torch.ones(64, 256)), iterations=4)
+
+
+def test_a_failed_write_leaves_the_earlier_report_whole(tmp_path, monkeypatch):
+    report = a_report()
+    path = tmp_path / "r.json"
+    report.save(path)
+    good = path.read_text()
+
+    real_fdopen = os.fdopen
+
+    class FullDisk:
+        def __init__(self, fh):
+            self._fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self._fh.close()
+
+        def write(self, data):
+            self._fh.write(data[: len(data) // 2])  # half of it reached the disk
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_report.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    with pytest.raises(OSError, match="No space left"):
+        report.save(path)
+    assert path.read_text() == good  # not truncated
+    assert json.loads(good)["schema_version"] == "torchleak.report/1"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary left behind
+
+
+def test_a_save_keeps_the_umask_permissions(tmp_path):
+    path = a_report().save(tmp_path / "r.html")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~mask
+
+
+LEAKY = """\
+import torch, torchleak
+history = []
+for i in range(5):
+    history.append(torch.ones(256, 1024))
+    torchleak.step()
+"""
+
+
+def test_the_cli_writes_every_output_it_can_and_says_which_failed(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LEAKY)
+    html = tmp_path / "out.html"
+    json_path = tmp_path / "out.json"
+    json_path.write_text("the earlier run's report")
+    # The JSON path becomes unwritable after the CLI checked it: its directory entry is a
+    # directory now, so the rename onto it fails.
+    code = (f"import os, runpy, sys; sys.argv = ['torchleak', 'run', {str(script)!r}, "
+            f"'--json', {str(json_path)!r}, '--html', {str(html)!r}]; "
+            "import torchleak.__main__ as m; orig = m._finish\n"
+            "def finish(*a, **k):\n"
+            f"    os.remove({str(json_path)!r}); os.mkdir({str(json_path)!r}); return orig(*a, **k)\n"
+            "m._finish = finish; sys.exit(m.main())")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"torchleak: could not write {json_path}" in proc.stderr
+    assert html.read_text().startswith("<!DOCTYPE html>")  # written all the same
