@@ -24,8 +24,11 @@ leak, 2 usage error (a file that is not a torchleak report included).
 """
 
 import builtins
+import contextlib
 import os
+import signal
 import sys
+import threading
 import traceback
 import types
 
@@ -164,7 +167,7 @@ def run(argv):
     except SyntaxError as exc:
         raise UsageError(f"cannot compile {script}: {exc}") from None
 
-    status, failure = EXIT_OK, None
+    status, failure, interrupted = EXIT_OK, None, False
     saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
     module = _script_module(script)
     sys.argv = [script] + script_args
@@ -224,7 +227,20 @@ def run(argv):
                 if os.getpid() != run_pid:
                     _exit_forked_child(real_exit, 0)  # the child ran off the script's end
             # Built while the script's globals are still __main__, so paths start at its names.
-            tracker.report()
+            try:
+                tracker.report()
+            except KeyboardInterrupt:
+                # The walk of a large heap can take a while: Ctrl-C then loses the paths, not
+                # the report. What the recorder counted needs no walk.
+                interrupted = True
+                status = EXIT_SCRIPT_FAILED
+                failure = failure or "interrupted while the report was built"
+                message = ("interrupted (Ctrl-C) while retaining paths were walked: the report "
+                           "is saved without them")
+                print(f"torchleak: {message}", file=sys.stderr, flush=True)
+                with _interrupts_held():
+                    tracker.warn(message)
+                    tracker.report(paths=False)
         finally:
             os._exit = real_exit
             sys.argv = saved_argv
@@ -235,11 +251,26 @@ def run(argv):
         # still running within seconds: rank 0 waits less for the others.
         timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
         # A SIGTERM that comes while the ranks wait for each other shortens that wait too.
-        report = _finish(tracker, opts, failure, timeout,
-                         hurry=lambda: terminated.note is not None)
+        with _interrupts_held() if interrupted else contextlib.nullcontext():
+            report = _finish(tracker, opts, failure, timeout,
+                             hurry=lambda: terminated.note is not None)
     if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
         status = EXIT_LEAK
     return status
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """Ctrl-C is ignored while a report that an earlier Ctrl-C cut short is saved (main thread
+    only: Python takes signals there); the handler comes back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _save_each(report, paths):

@@ -177,3 +177,29 @@ def test_a_forked_child_that_exits_reports_nothing(tmp_path, child_exit):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("torchleak report:") == 1, proc.stdout
     assert json.loads(out.read_text())["iterations"] == 6  # the parent's, not the child's 3
+
+
+def test_ctrl_c_while_the_report_is_built_still_saves_it_without_paths(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LEAKY)
+    out, html = tmp_path / "out.json", tmp_path / "out.html"
+    # Ctrl-C lands in the first (path-walking) report; the one without paths must still come.
+    code = ("import sys, torchleak._tracking as t, torchleak.__main__ as m\n"
+            "real, pressed = t.Tracker.report, []\n"
+            "def report(self, *a, **k):\n"
+            "    if k.get('paths', True) and not self.active and not pressed:\n"
+            "        pressed.append(1)\n"
+            "        raise KeyboardInterrupt\n"
+            "    return real(self, *a, **k)\n"
+            "t.Tracker.report = report\n"
+            f"sys.exit(m.main(['run', {str(script)!r}, '--json', {str(out)!r}, "
+            f"'--html', {str(html)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # the run did not finish cleanly
+    assert "interrupted (Ctrl-C) while retaining paths were walked" in proc.stderr
+    report = json.loads(out.read_text())
+    (leak,) = [f for f in report["findings"] if f["verdict"] == "leak"]
+    assert leak["site"]["line"] == 5 and not leak.get("path")
+    assert any("saved without them" in w for w in report["warnings"])
+    assert html.read_text().startswith("<!DOCTYPE html>")
