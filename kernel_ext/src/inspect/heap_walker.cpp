@@ -264,15 +264,9 @@ class Walk {
         }
         // Python hooks on the node or on its outputs (Tensor.register_hook): their closures
         // live as long as the graph, kept by C++ hook objects gc cannot see.
-        for (const auto& hook : node->tensor_pre_hooks()) {
-            push(pythonHookDict(*hook), NodeKind::Python, i, Edge::NodeHooks, 0, "tensor hooks");
-        }
-        for (const auto& hook : node->pre_hooks()) {
-            push(pythonHookDict(*hook), NodeKind::Python, i, Edge::NodeHooks, 0, "prehooks");
-        }
-        for (const auto& hook : node->post_hooks()) {
-            push(pythonHookDict(*hook), NodeKind::Python, i, Edge::NodeHooks, 0, "hooks");
-        }
+        forEachPythonHookDict(*node, [&](PyObject* dict, const NodeHookKind& kind) {
+            push(dict, NodeKind::Python, i, Edge::NodeHooks, 0, kind.hooks);
+        });
         if (SavedVisitFn visit = savedVisitorFor(node)) {
             struct Visitor final : SavedVariableVisitor {
                 Walk* walk;

@@ -79,16 +79,11 @@ std::vector<std::string> parameterNames(PyObject* function) {
     return names;
 }
 
-struct HookKind {
-    const char* words; // what the label calls it
-    const char* how;   // how a user registers one
-};
-constexpr HookKind kTensorHook{"tensor hook", "Tensor.register_hook on its output"};
-constexpr HookKind kPreHook{"prehook", "grad_fn.register_prehook"};
-constexpr HookKind kPostHook{"hook", "grad_fn.register_hook"};
-
-void addAnchors(PyObject* dict, const HookKind& kind, Node* node, std::vector<HookAnchor>& out) {
-    if (dict == nullptr || !PyDict_Check(dict)) {
+void addAnchors(PyObject* dict,
+                const NodeHookKind& kind,
+                Node* node,
+                std::vector<HookAnchor>& out) {
+    if (!PyDict_Check(dict)) {
         return;
     }
     std::string nodeName = shortTypeName(typeid(*node).name());
@@ -98,7 +93,7 @@ void addAnchors(PyObject* dict, const HookKind& kind, Node* node, std::vector<Ho
         HookAnchor a;
         a.callable = value;
         a.label =
-            std::string("<") + kind.words + " on " + nodeName + ": " + callableText(value) + ">";
+            std::string("<") + kind.hook + " on " + nodeName + ": " + callableText(value) + ">";
         a.note = std::string("registered with ") + kind.how + " on " + nodeName +
                  ", a node no named root reaches: the node keeps the hook in C++ as long as its "
                  "graph lives";
@@ -175,15 +170,9 @@ std::vector<HookAnchor> hooksOnUnreachedGraphs(const std::vector<PyObject*>& ten
     while (!queue.empty()) {
         Node* node = queue.front();
         queue.pop_front();
-        for (const auto& hook : node->tensor_pre_hooks()) {
-            addAnchors(pythonHookDict(*hook), kTensorHook, node, out);
-        }
-        for (const auto& hook : node->pre_hooks()) {
-            addAnchors(pythonHookDict(*hook), kPreHook, node, out);
-        }
-        for (const auto& hook : node->post_hooks()) {
-            addAnchors(pythonHookDict(*hook), kPostHook, node, out);
-        }
+        forEachPythonHookDict(*node, [&](PyObject* dict, const NodeHookKind& kind) {
+            addAnchors(dict, kind, node, out);
+        });
         for (const auto& edge : node->next_edges()) {
             enqueue(edge.function.get());
         }

@@ -32,6 +32,36 @@ std::string typeQualname(PyObject* obj);
 PyObject* pythonHookDict(const torch::autograd::FunctionPreHook& hook);
 PyObject* pythonHookDict(const torch::autograd::FunctionPostHook& hook);
 
+// The three places a node keeps Python hooks, with the words each is told by.
+struct NodeHookKind {
+    const char* hooks; // the walk's edge: "tensor hooks"
+    const char* hook;  // one of them: "tensor hook"
+    const char* how;   // how a user registers one
+};
+inline constexpr NodeHookKind kTensorPreHooks{"tensor hooks", "tensor hook",
+                                              "Tensor.register_hook on its output"};
+inline constexpr NodeHookKind kPreHooks{"prehooks", "prehook", "grad_fn.register_prehook"};
+inline constexpr NodeHookKind kPostHooks{"hooks", "hook", "grad_fn.register_hook"};
+
+// fn(dict, kind) for every dict of Python hooks `node` keeps; C++ hooks have none.
+template <typename Fn> void forEachPythonHookDict(torch::autograd::Node& node, Fn&& fn) {
+    for (const auto& hook : node.tensor_pre_hooks()) {
+        if (PyObject* dict = pythonHookDict(*hook)) {
+            fn(dict, kTensorPreHooks);
+        }
+    }
+    for (const auto& hook : node.pre_hooks()) {
+        if (PyObject* dict = pythonHookDict(*hook)) {
+            fn(dict, kPreHooks);
+        }
+    }
+    for (const auto& hook : node.post_hooks()) {
+        if (PyObject* dict = pythonHookDict(*hook)) {
+            fn(dict, kPostHooks);
+        }
+    }
+}
+
 // The generated visitor of a node type's saved variables, or nullptr.
 SavedVisitFn savedVisitorFor(const torch::autograd::Node* node);
 
