@@ -9,19 +9,6 @@
 
 namespace torchleak {
 
-namespace {
-
-// The path text up to (not including) step `end`.
-std::string prefixText(const std::vector<PathStep>& path, size_t end) {
-    std::string out;
-    for (size_t k = 0; k < end && k < path.size(); ++k) {
-        out += path[k].label;
-    }
-    return out;
-}
-
-} // namespace
-
 std::string causeKey(const Finding& f) {
     if (f.retention == Retention::Cycle && !f.path.empty()) {
         return "cycle:" + f.path.front().label; // one cycle, by its entry: <cycle: Attention>
@@ -47,10 +34,10 @@ std::string causeKey(const Finding& f) {
     if (graph != f.path.end() && graph != f.path.begin()) {
         // The tensor whose .grad_fn keeps the graph: every allocation of that graph is one
         // leak (an RNN state that is never detached).
-        return "graph:" + prefixText(f.path, static_cast<size_t>(graph - f.path.begin()));
+        return "graph:" + pathText(f.path, static_cast<size_t>(graph - f.path.begin()));
     }
     if (f.path.size() >= 2) {
-        return "object:" + prefixText(f.path, f.path.size() - 1);
+        return "object:" + pathText(f.path, f.path.size() - 1);
     }
     return "site:" + siteText(f.site) + "\x1f" + f.device;
 }

@@ -8,9 +8,13 @@
 namespace torchleak {
 
 std::string pathText(const std::vector<PathStep>& steps) {
+    return pathText(steps, steps.size());
+}
+
+std::string pathText(const std::vector<PathStep>& steps, size_t count) {
     std::string out;
-    for (const PathStep& s : steps) {
-        out += s.label;
+    for (size_t k = 0; k < count && k < steps.size(); ++k) {
+        out += steps[k].label;
     }
     return out;
 }

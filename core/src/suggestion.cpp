@@ -153,16 +153,30 @@ std::optional<std::string> suggestForTorchOwner(const Finding& f) {
     return std::nullopt;
 }
 
-// The entry a holder keeps per iteration: the step right after the holder's own path.
-const PathStep* entryOf(const Finding& f) {
+// The holder's last step on the path, when an entry follows it: the entry the holder keeps per
+// iteration is the next step, its owner the steps before.
+std::optional<size_t> holderEnd(const Finding& f) {
+    if (!f.holder) {
+        return std::nullopt;
+    }
     std::string prefix;
     for (size_t k = 0; k + 1 < f.path.size(); ++k) {
         prefix += f.path[k].label;
-        if (f.holder && prefix == f.holder->path_text) {
-            return &f.path[k + 1];
+        if (prefix == f.holder->path_text) {
+            return k;
         }
     }
-    return nullptr;
+    return std::nullopt;
+}
+
+const PathStep* entryOf(const Finding& f) {
+    auto k = holderEnd(f);
+    return k ? &f.path[*k + 1] : nullptr;
+}
+
+// "3": a holder's growth per iteration, rounded.
+std::string growthText(const Holder& h) {
+    return std::to_string(static_cast<long long>(h.growth_per_iteration + 0.5));
 }
 
 // A holder keeps tensors with their autograd graphs: the fix is worded for what it keeps (a
@@ -207,40 +221,28 @@ std::string keptWithGraphFix(const Finding& f) {
 // An nn.Module holder that gains an entry per iteration (a submodule, parameter or buffer
 // under a new name, or a ModuleDict/ModuleList entry): removing it is the library's own call.
 std::optional<std::string> suggestForModuleRegistry(const Finding& f) {
-    if (!f.holder) {
+    auto k = holderEnd(f);
+    if (!k || f.path[*k + 1].registry.empty()) {
         return std::nullopt;
     }
-    std::string prefix;
-    for (size_t k = 0; k + 1 < f.path.size(); ++k) {
-        prefix += f.path[k].label;
-        if (prefix != f.holder->path_text) {
-            continue;
-        }
-        const std::string& registry = f.path[k + 1].registry;
-        if (registry.empty()) {
-            return std::nullopt;
-        }
-        const std::string& holder = f.holder->path_text;
-        const std::string type = f.path[k].type.substr(f.path[k].type.rfind('.') + 1);
-        const char* entry = registry == "_modules"      ? "submodule"
-                            : registry == "_parameters" ? "parameter"
-                                                        : "buffer";
-        std::string growth =
-            std::to_string(static_cast<long long>(f.holder->growth_per_iteration + 0.5));
-        std::string removal;
-        if (type == "ModuleDict" || type == "ParameterDict") {
-            removal = "del " + holder + "[key] (or " + holder + ".pop(key))";
-        } else if (type == "ModuleList" || type == "ParameterList" || type == "Sequential") {
-            removal = "del " + holder + "[i]";
-        } else {
-            removal = "delattr(" + holder + ", name) (del " + holder + ".<name>)";
-        }
-        return holder + " (" + type + ") gains " + growth + " " + entry +
-               " per iteration, each under a new name in its " + registry +
-               ", and keeps their tensors: remove each when done with " + removal +
-               ", or reuse one name";
+    const std::string& registry = f.path[*k + 1].registry;
+    const std::string& holder = f.holder->path_text;
+    const std::string type = f.path[*k].type.substr(f.path[*k].type.rfind('.') + 1);
+    const char* entry = registry == "_modules"      ? "submodule"
+                        : registry == "_parameters" ? "parameter"
+                                                    : "buffer";
+    std::string removal;
+    if (type == "ModuleDict" || type == "ParameterDict") {
+        removal = "del " + holder + "[key] (or " + holder + ".pop(key))";
+    } else if (type == "ModuleList" || type == "ParameterList" || type == "Sequential") {
+        removal = "del " + holder + "[i]";
+    } else {
+        removal = "delattr(" + holder + ", name) (del " + holder + ".<name>)";
     }
-    return std::nullopt;
+    return holder + " (" + type + ") gains " + growthText(*f.holder) + " " + entry +
+           " per iteration, each under a new name in its " + registry +
+           ", and keeps their tensors: remove each when done with " + removal +
+           ", or reuse one name";
 }
 
 // The fix names the cycle (its entry and the way around it) and the edge to break there.
@@ -377,22 +379,14 @@ std::string suggestFix(const Finding& f) {
     }
     if (f.holder) {
         // The object that owns the holder, when its class has its own way to drop the state.
-        std::string prefix;
-        for (size_t k = 0; k + 1 < f.path.size(); ++k) {
-            std::string owner = prefix;
-            prefix += f.path[k].label;
-            if (prefix == f.holder->path_text && k > 0 &&
-                f.path[k - 1].note.find(kDefinesResetNote) != std::string::npos) {
-                return f.holder->path_text + " grows by " +
-                       std::to_string(
-                           static_cast<long long>(f.holder->growth_per_iteration + 0.5)) +
-                       " per iteration: call " + owner +
-                       ".reset() once its values are used (at each epoch end, for a metric); "
-                       "its class defines reset() to drop them";
-            }
+        auto k = holderEnd(f);
+        if (k && *k > 0 && f.path[*k - 1].note.find(kDefinesResetNote) != std::string::npos) {
+            return f.holder->path_text + " grows by " + growthText(*f.holder) +
+                   " per iteration: call " + pathText(f.path, *k) +
+                   ".reset() once its values are used (at each epoch end, for a metric); "
+                   "its class defines reset() to drop them";
         }
-        return f.holder->path_text + " grows by " +
-               std::to_string(static_cast<long long>(f.holder->growth_per_iteration + 0.5)) +
+        return f.holder->path_text + " grows by " + growthText(*f.holder) +
                " per iteration: .clear() it, bound it (collections.deque(maxlen=...)) or store "
                "smaller copies";
     }

@@ -31,6 +31,8 @@ class RetentionExplainer {
 
 // "losses[3].grad_fn": the labels joined, in the syntax a user can paste.
 std::string pathText(const std::vector<PathStep>& steps);
+// The text of the first `count` steps: the path of a prefix (a holder, a graph's owner).
+std::string pathText(const std::vector<PathStep>& steps, size_t count);
 
 // How a finding's paths branch: for every path prefix, how many paths go through it and the
 // distinct steps that follow it. A container whose sampled paths go through ever more elements
