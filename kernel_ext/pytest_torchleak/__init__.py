@@ -122,19 +122,15 @@ def _fail_if_leaking(item, report):
 
 
 def _save(item, report):
+    from torchleak._report import save_each
     directory = item.config.stash.get(_REPORT_DIR, None)
     if directory is None:
         return [], []
     # The node id as a file name: `tests/test_x.py::test_y[a-b]` -> `tests_test_x.py__test_y_a-b_`
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", item.nodeid).strip("_")[:180] or "test"
-    paths, failed = [], []
-    for ext in ("json", "html"):
-        path = os.path.join(directory, f"{stem}.torchleak.{ext}")
-        try:
-            paths.append(report.save(path))
-        except OSError as exc:
-            failed.append((path, exc.strerror or str(exc)))
-    return paths, failed
+    saved, failed = save_each(report, [os.path.join(directory, f"{stem}.torchleak.{ext}")
+                                       for ext in ("json", "html")])
+    return saved, [(path, exc.strerror or str(exc)) for path, exc in failed]
 
 
 @pytest.fixture

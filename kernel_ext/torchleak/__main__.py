@@ -168,6 +168,7 @@ def run(argv):
         raise UsageError(f"cannot compile {script}: {exc}") from None
 
     status, failure, interrupted = EXIT_OK, None, False
+    script_exit = 0  # what the script asked to exit with: a forked child ends with it
     saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
     module = _script_module(script)
     sys.argv = [script] + script_args
@@ -208,8 +209,7 @@ def run(argv):
                     terminated.stops_script = True
                     exec(code, module.__dict__)
                 except SystemExit as exc:
-                    if os.getpid() != run_pid:
-                        _exit_forked_child(real_exit, exc.code)
+                    script_exit = exc.code
                     if exc.code not in (None, 0):
                         status = EXIT_SCRIPT_FAILED
                         failure = terminated.note or f"SystemExit: {exc.code}"
@@ -217,15 +217,14 @@ def run(argv):
                             print(exc.code, file=sys.stderr)  # as Python prints sys.exit("msg")
                 except BaseException as exc:  # noqa: BLE001 - the script's failure, reported below
                     traceback.print_exc()
-                    if os.getpid() != run_pid:
-                        _exit_forked_child(real_exit, 1)
+                    script_exit = 1
                     tracker.note_failure(exc)  # an out-of-memory error: the report says why
                     failure = _job.describe_failure(exc)
                     status = EXIT_SCRIPT_FAILED
                 finally:
                     terminated.stops_script = False
                 if os.getpid() != run_pid:
-                    _exit_forked_child(real_exit, 0)  # the child ran off the script's end
+                    _exit_forked_child(real_exit, script_exit)
             # Built while the script's globals are still __main__, so paths start at its names.
             try:
                 tracker.report()
@@ -274,25 +273,16 @@ def _interrupts_held():
 
 
 def _save_each(report, paths):
-    """Write every requested output, even when one fails (a full disk, a removed directory),
-    and say which failed; a report written before is never left truncated (Report.save writes
-    beside it and renames)."""
-    failed = []
-    for path in paths:
-        try:
-            report.save(path)
-        except OSError as exc:
-            failed.append(path)
-            print(f"torchleak: could not write {path}: {exc.strerror or exc}", file=sys.stderr,
-                  flush=True)
-    return failed
+    """Write every requested output, even when one fails, and say on stderr which failed."""
+    from torchleak._report import save_each
+    for path, exc in save_each(report, paths)[1]:
+        print(f"torchleak: could not write {path}: {exc.strerror or exc}", file=sys.stderr,
+              flush=True)
 
 
 def _exit_forked_child(real_exit, code):
-    """End a process the script forked the way Python would, without a report: only the
-    process that started tracking reports."""
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
+    """End a process the script forked the way Python would (its message, if any, is printed
+    already), without a report: only the process that started tracking reports."""
     sys.stdout.flush()
     sys.stderr.flush()
     real_exit(code if isinstance(code, int) else (0 if code is None else 1))
@@ -311,8 +301,6 @@ class _TerminationSignal:
         self.stops_script = False  # while the script runs, SIGTERM raises SystemExit in it
 
     def __enter__(self):
-        import signal
-        import threading
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
             self._previous = signal.signal(signal.SIGTERM, self._on_signal)
@@ -326,7 +314,6 @@ class _TerminationSignal:
 
     def __exit__(self, *exc):
         if self._previous is not None:
-            import signal
             signal.signal(signal.SIGTERM, self._previous)
         return False
 

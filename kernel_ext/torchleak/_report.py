@@ -154,6 +154,19 @@ class Report:
         return _page.render(self._data)
 
 
+def save_each(report, paths):
+    """Save `report` to every path, each on its own: one that fails (a full disk, a removed
+    directory) does not keep the others from being written. Returns (saved paths,
+    [(path, OSError)]) for the caller to say what failed its own way."""
+    saved, failed = [], []
+    for path in paths:
+        try:
+            saved.append(report.save(path))
+        except OSError as exc:
+            failed.append((path, exc))
+    return saved, failed
+
+
 def _write_atomically(path, data):
     """Write beside `path` and rename over it: a full disk or an interrupted write leaves the
     report an earlier run wrote whole, never a truncated one (the rename is atomic on POSIX and

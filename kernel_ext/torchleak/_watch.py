@@ -13,6 +13,7 @@ import time
 import warnings
 
 from ._job import DEFAULT_GATHER_TIMEOUT, rank_path
+from ._report import save_each
 from ._tracking import Tracker
 from .render.format import format_bytes
 
@@ -127,14 +128,9 @@ class Watch:
                               f"{error}", RuntimeWarning)
 
     def _write(self, report):
-        written = []
-        for path in self._paths:
-            path = rank_path(path, self.tracker.rank)
-            try:
-                report.save(path)
-                written.append(path)
-            except OSError as error:
-                warnings.warn(f"torchleak.watch could not write {path}: {error}", RuntimeWarning)
+        written, failed = save_each(report, [rank_path(p, self.tracker.rank) for p in self._paths])
+        for path, error in failed:
+            warnings.warn(f"torchleak.watch could not write {path}: {error}", RuntimeWarning)
         return written
 
     def _save_final(self):

@@ -8,6 +8,7 @@ import warnings
 
 from .._job import rank_path
 from .._out_of_memory import attach
+from .._report import save_each
 from .._tracking import Tracker
 
 REPORT_NAME = "torchleak-report"
@@ -115,15 +116,18 @@ class TrainingRunTracking:
         if not self._save or not output_dir:
             return []
         # Every rank of a multi-GPU run has the same output directory: each its own file.
+        # A report that cannot be written must not end the run: say so and go on.
+        try:
+            os.makedirs(output_dir, exist_ok=True)
+        except OSError as exc:
+            self._log("warning", f"torchleak: could not save the report in {output_dir!r}: {exc}")
+            return []
         rank = self.tracker.rank
-        saved = []
-        for ext in ("json", "html"):  # each one, even when the other fails
-            path = rank_path(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"), rank)
-            try:
-                os.makedirs(output_dir, exist_ok=True)
-                saved.append(report.save(path))
-            except OSError as exc:  # a report that cannot be written must not end the run
-                self._log("warning", f"torchleak: could not save {path}: {exc}")
+        saved, failed = save_each(report, [
+            rank_path(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"), rank)
+            for ext in ("json", "html")])
+        for path, exc in failed:
+            self._log("warning", f"torchleak: could not save {path}: {exc}")
         return saved
 
 
