@@ -68,7 +68,7 @@ def lab(tmp_path_factory):
             proc.kill()
             pytest.fail("JupyterLab did not start:\n" + (root / "server.log").read_text()[-3000:])
         time.sleep(0.5)
-    yield base, token
+    yield base, token, root
     proc.terminate()
     try:
         proc.wait(timeout=20)
@@ -78,7 +78,7 @@ def lab(tmp_path_factory):
 
 
 def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
-    base, token = lab
+    base, token, _ = lab
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
     page.goto(f"{base}/lab/tree/tour.ipynb?token={token}")
@@ -185,6 +185,55 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     reopened.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
                       "{theme: 'JupyterLab Light'})")
     reopened.close()
+
+
+def saved_report_output(report):
+    return nbformat.v4.new_output("display_data", data={
+        "application/vnd.torchleak.report+json": report, "text/plain": "torchleak report"})
+
+
+def test_malformed_and_huge_saved_reports_never_blank_the_notebook(lab, browser):
+    """Saved outputs are untrusted: a curve that is a string, a site that is not an object and a
+    400,000-point curve each draw in their own output, and every cell after them is drawn."""
+    import json
+    base, token, root = lab
+    good = json.loads((ROOT / "tests" / "fixtures" / "leaky_loop.json").read_text(encoding="utf-8"))
+    string_curve = json.loads(json.dumps(good))
+    string_curve["devices"][0]["allocated"] = "1,2,3"
+    bad_site = json.loads(json.dumps(good))
+    bad_site["findings"][0]["site"] = "train.py:3"
+    huge = json.loads(json.dumps(good))
+    huge["devices"][0]["allocated"] = list(range(0, 400_000 * 4096, 4096))
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    for report in (string_curve, bad_site, huge, "not a report", good):
+        cell = nbformat.v4.new_code_cell("pass")
+        cell.outputs = [saved_report_output(report)]
+        nb.cells.append(cell)
+    nb.cells.append(nbformat.v4.new_markdown_cell("# the last cell is drawn"))
+    nbformat.write(nb, root / "malformed.ipynb")
+    page = browser.new_page(viewport={"width": 1280, "height": 4000}, device_scale_factor=1)
+    errors = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{base}/lab/tree/malformed.ipynb?token={token}")
+    views = page.locator(".jp-OutputArea-output [data-testid=torchleak-widget]")
+    try:  # before the fix: "Cell 0/0", an empty notebook
+        page.locator("h1:has-text('the last cell is drawn')").wait_for(timeout=60_000)
+    except Exception:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "malformed.png"))
+        raise
+    assert views.count() == 5
+    problems = [views.nth(i).locator("[data-testid=report-problem]") for i in range(5)]
+    assert "devices[0].allocated is a string, not a list" in problems[0].text_content()
+    assert "findings[0].site is a string, not an object" in problems[1].text_content()
+    assert problems[2].count() == 0 and problems[4].count() == 0
+    assert problems[3].text_content() == "this report is not a JSON object: nothing to draw"
+    assert int(views.nth(2).locator("[data-testid=curve-allocated]").get_attribute("data-points")) <= 400
+    assert views.nth(4).locator("[data-testid=finding-row]").count() >= 1
+    assert page.locator("[data-testid=render-error]").count() == 0
+    assert not [e for e in errors if "torchleak" in e or "Maximum call stack" in e], errors
+    page.close()
 
 
 def test_static_fallback_renders_in_an_nbconvert_html_export(tmp_path, browser):

@@ -205,3 +205,93 @@ def test_a_merged_job_report_shows_its_ranks_and_where_each_leak_is(browser):  #
     assert "leak skew: rank 1 grows" in view.locator("[data-testid=ranks]").text_content()
     assert view.locator("[data-testid=ranks-text]").first.text_content() == "leaks on rank 1 only"
     page.close()
+
+
+CHECK = """async ([source, report]) => {
+    const mod = await import('data:text/javascript;base64,' + source);
+    return mod.checkReport(report).problem;
+}"""
+
+
+def live_report():
+    """A report this build writes now, in this process: a loop that keeps its losses."""
+    import torch
+
+    import torchleak
+    losses = []
+    w = torch.randn(64, 64, requires_grad=True)
+    with torchleak.track(warmup=1) as tracker:
+        for _ in range(6):
+            losses.append((torch.randn(32, 64) @ w).sum())
+            tracker.step()
+    return json.loads(tracker.report().to_json())
+
+
+def test_every_report_torchleak_writes_passes_the_views_check(browser):  # noqa: F811
+    page = browser.new_page()
+    source = base64.b64encode(BUNDLE.encode()).decode()
+    reports = {name: fixture(name) for name in ("empty.json", "hostile.json", "leaky_loop.json")}
+    reports["merged job"] = merged_job_report()
+    reports["live"] = live_report()
+    assert any(f["verdict"] == "leak" for f in reports["live"]["findings"])
+    for name, report in reports.items():
+        assert page.evaluate(CHECK, [source, report]) == "", name
+    page.close()
+
+
+def malformed(change):
+    report = fixture("leaky_loop.json")
+    change(report)
+    return report
+
+
+MALFORMED = {
+    "curve is a string": (lambda r: r["devices"][0].update(allocated="1,2,3"),
+                          "devices[0].allocated is a string, not a list"),
+    "site is not an object": (lambda r: r["findings"][0].update(site="train.py:3"),
+                              "findings[0].site is a string, not an object"),
+    "findings is an object": (lambda r: r.update(findings={"0": {}}),
+                              "findings is an object, not a list"),
+    "numbers are strings": (lambda r: [f.update(total_bytes="<b>9</b>") for f in r["findings"]],
+                            "findings[0].total_bytes is a string, not a number"),
+    "a path step is a number": (lambda r: r["findings"][0]["path"].insert(0, 7),
+                                "findings[0].path[0] is a number, not an object"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_a_malformed_report_draws_what_fits_and_names_what_it_dropped(browser, name):  # noqa: F811
+    change, said = MALFORMED[name]
+    page = mount(browser, malformed(change))
+    view = page.locator("[data-testid=torchleak-widget]")
+    assert view.locator("[data-testid=render-error]").count() == 0
+    problem = view.locator("[data-testid=report-problem]")
+    assert problem.count() == 1 and said in problem.text_content(), problem.all_text_contents()
+    assert view.locator("[data-testid=cause]").count() >= 1  # the rest is drawn
+    assert page.locator("b").count() >= 1 and page.locator("b b").count() == 0  # text, not markup
+    page.close()
+
+
+def test_a_report_that_is_not_an_object_says_so_in_its_output(browser):  # noqa: F811
+    for raw in ("a string", [1, 2], 7):
+        page = mount(browser, raw)
+        problem = page.locator("[data-testid=report-problem]")
+        assert problem.text_content() == "this report is not a JSON object: nothing to draw"
+        page.close()
+
+
+def test_a_400000_point_curve_is_drawn_in_a_few_hundred_points(browser):  # noqa: F811
+    report = fixture("leaky_loop.json")
+    n = 400_000
+    report["devices"][0]["allocated"] = [i * 4096 for i in range(n)]
+    report["devices"][0]["reserved"] = [i * 4096 + 8192 for i in range(n)]
+    report["devices"][0]["peak"] = [i * 4096 + 16384 for i in range(n)]
+    report["iterations"] = n
+    page = mount(browser, report)
+    view = page.locator("[data-testid=torchleak-widget]")
+    assert view.locator("[data-testid=render-error]").count() == 0
+    assert view.locator("[data-testid=report-problem]").count() == 0
+    points = int(view.locator("[data-testid=curve-allocated]").get_attribute("data-points"))
+    assert 0 < points <= 400
+    assert "1.5 GiB" in view.locator("svg.tl-curve").text_content()  # the top of the axis
+    page.close()

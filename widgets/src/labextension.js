@@ -46,10 +46,19 @@
         if (this.disposeView) this.disposeView();
         this.node.replaceChildren();
         // The run's final line ("20 iterations in 12.1 s") rides in the output's metadata.
-        const meta = (model.metadata && model.metadata[this.mimeType]) || {};
-        const state = { report: model.data[this.mimeType] || {}, progress: meta.progress || {} };
-        const saved = { get: (key) => state[key], on() {}, off() {} };
-        this.disposeView = render({ model: saved, el: this.node });
+        // A rejected render makes JupyterLab stop drawing the notebook's later outputs: whatever
+        // goes wrong is said here, in this output only.
+        try {
+          const meta = (model.metadata && model.metadata[this.mimeType]) || {};
+          const state = { report: model.data[this.mimeType], progress: meta.progress };
+          const saved = { get: (key) => state[key], on() {}, off() {} };
+          this.disposeView = render({ model: saved, el: this.node });
+        } catch (error) {
+          const line = document.createElement("div");
+          line.dataset.testid = "render-error";
+          line.textContent = `torchleak could not draw this report: ${(error && error.message) || error}`;
+          this.node.replaceChildren(line);
+        }
         return Promise.resolve();
       }
 

@@ -17,6 +17,87 @@ export function formatBytes(n) {
   return sign + (u === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + units[u];
 }
 
+// A saved report is untrusted input: any notebook can carry any JSON under our MIME type, and
+// a view that throws blanks every output after it in JupyterLab. Each field the view reads is
+// checked against this shape once, before drawing; what does not fit is dropped and named, and
+// the rest is drawn. A string is a primitive, [x] a list of x, {...} an object of those fields.
+const SITE = { text: "string", function: "string", cell: "number", source: "string" };
+const FINDING = {
+  verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
+  total_bytes: "number", path_text: "string", suggestion: "string", ranks_text: "string",
+  holder: { path_text: "string", growth_per_iteration: "number" },
+  path: [{ label: "string", kind: "string", type: "string", note: "string",
+           tensor: { dtype: "string", shape: ["number"], nbytes: "number", site: SITE } }],
+  stack: [{ text: "string", function: "string", source: "string", user: "boolean" }],
+};
+const REPORT = {
+  iterations: "number", iteration_unit: "string", boundary: "string",
+  series_iterations: ["number"], warnings: ["string"],
+  summary: { headline: "string", empty_text: "string" },
+  sampling: { text: "string" },
+  ranks: { world_size: "number", ranks: [{ text: "string" }], skew_text: ["string"] },
+  oom: { text: "string", by_holder: [{ holder: "string", live_bytes: "number" }],
+         by_site: [{ site: "string", live_bytes: "number", count: "number" }] },
+  causes: [{ text: "string", severity: "string", suggestion: "string" }],
+  devices: [{ device: "string", allocated: ["number"], reserved: ["number"], peak: ["number"],
+              leak_bytes_per_iteration: "number", projection_text: "string", verdict: "string",
+              fragmentation_ratio: "number" }],
+  findings: [FINDING],
+};
+
+function kindOf(value) {
+  if (value === null || value === undefined) return "absent";
+  if (Array.isArray(value)) return "a list";
+  if (typeof value === "number") return Number.isFinite(value) ? "a number" : "not a finite number";
+  return typeof value === "object" ? "an object" : `a ${typeof value}`;
+}
+
+// Absent (null or missing) is never a problem: older and redacted reports leave fields out.
+function conform(value, shape, where, problems) {
+  if (value === null || value === undefined) return undefined;
+  const bad = (wanted) => { problems.push(`${where} is ${kindOf(value)}, not ${wanted}`); return undefined; };
+  if (typeof shape === "string") {
+    if (shape === "number") return typeof value === "number" && Number.isFinite(value) ? value : bad("a number");
+    return typeof value === shape ? value : bad(`a ${shape}`);
+  }
+  if (Array.isArray(shape)) {
+    if (!Array.isArray(value)) return bad("a list");
+    const out = [];
+    for (let i = 0; i < value.length; i++) {
+      const item = conform(value[i], shape[0], `${where}[${i}]`, problems);
+      if (item !== undefined) out.push(item);
+    }
+    return out;
+  }
+  if (typeof value !== "object" || Array.isArray(value)) return bad("an object");
+  const out = {};
+  for (const [key, inner] of Object.entries(shape)) {
+    const item = conform(value[key], inner, where ? `${where}.${key}` : key, problems);
+    if (item !== undefined) out[key] = item;
+  }
+  return out;
+}
+
+// The report as the view may read it, and one line naming what was dropped (at most five
+// places, then a count: a 400,000-point curve of strings is one sentence, not a page).
+export function checkReport(raw) {
+  const problems = [];
+  const report = raw === null || raw === undefined ? {} : conform(raw, REPORT, "", problems);
+  if (report === undefined) return { report: {}, problem: "this report is not a JSON object: nothing to draw" };
+  if (!problems.length) return { report, problem: "" };
+  const shown = problems.slice(0, 5).join("; ");
+  const more = problems.length > 5 ? `; and ${problems.length - 5} more` : "";
+  return { report, problem: `this report is malformed, drawn without what does not fit: ${shown}${more}` };
+}
+
+// The largest value of some lists, without spreading them into arguments (a long run's curve
+// would exceed the engine's argument limit).
+function largest(lists, floor) {
+  let top = floor;
+  for (const list of lists) for (const v of list) if (v > top) top = v;
+  return top;
+}
+
 function siteText(site) {
   return (site && site.text) || "<unknown>";
 }
@@ -60,7 +141,7 @@ function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
   const alloc = device.allocated || [];
   const reserved = device.reserved || [];
   const peak = device.peak || [];
-  const top = Math.max(1, ...alloc, ...reserved, ...peak);
+  const top = largest([alloc, reserved, peak], 1);
   const at = Array.isArray(seriesIterations) && seriesIterations.length === alloc.length
     ? seriesIterations : alloc.map((_, i) => i);
   const n = Math.max(1, iterations || 0, at.length ? at[at.length - 1] + 1 : 0);
@@ -130,7 +211,7 @@ function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
 function pathTree(finding) {
   const details = el("details", { class: "tl-path", "data-testid": "path-tree" });
   const summary = el("summary", {}, `held by ${finding.path_text || "?"}` +
-    (finding.holder ? ` — holder ${finding.holder.path_text} (+${Number(finding.holder.growth_per_iteration).toPrecision(2)}/iteration)` : ""));
+    (finding.holder ? ` — holder ${finding.holder.path_text || "?"} (+${Number(finding.holder.growth_per_iteration || 0).toPrecision(2)}/iteration)` : ""));
   details.appendChild(summary);
   for (const step of finding.path || []) {
     const row = el("div", { class: "tl-step", "data-testid": "path-step" });
@@ -270,6 +351,9 @@ function revealCell(number, host) {
 }
 
 // Leaks first when sorting by verdict, not the alphabet's order.
+const PROGRESS = { k: "number", n: "number", elapsed: "number", remaining: "number",
+                   done: "boolean", stopped: "boolean" };
+
 const VERDICT_RANK = { leak: 0, fragmentation: 1, plateau: 2, warmup: 3, transient: 4 };
 
 const COLUMNS = [
@@ -294,15 +378,26 @@ function render({ model, el: host }) {
   const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${f.verdict}\u001f${(f.holder && f.holder.path_text) || ""}`;
 
   const draw = () => {
-    const report = model.get("report") || {};
-    const progress = model.get("progress") || {};
     root.replaceChildren();
+    try {
+      drawReport();
+    } catch (error) {
+      // Whatever slipped past the check stays in this output: JupyterLab goes on drawing the rest.
+      root.replaceChildren(el("div", { class: "tl-warning", "data-testid": "render-error" },
+        `torchleak could not draw this report: ${(error && error.message) || error}`));
+    }
+  };
+
+  const drawReport = () => {
+    const { report, problem } = checkReport(model.get("report"));
+    const progress = conform(model.get("progress"), PROGRESS, "progress", []) || {};
     const findings = report.findings || [];
     const summary = report.summary || {};
     const head = el("div", { class: "tl-head" });
     head.appendChild(el("b", {}, "torchleak"));
     head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} ${report.iteration_unit || "iteration"}(s)`));
     root.appendChild(head);
+    if (problem) root.appendChild(el("div", { class: "tl-warning", "data-testid": "report-problem" }, problem));
     if (progress.n) root.appendChild(progressLine(progress, model, report.iteration_unit || "iteration"));
     if (report.oom) root.appendChild(oomBox(report.oom));
     for (const warning of report.warnings || []) {
@@ -327,7 +422,7 @@ function render({ model, el: host }) {
       let text = `${device.device}: ${formatBytes((device.allocated || [0]).slice(-1)[0])} tracked live`;
       const rate = device.leak_bytes_per_iteration || 0;
       if (device.projection_text) text += ` — ${device.projection_text}`;
-      if (device.verdict === "fragmentation") text += ` — fragmentation (${(device.fragmentation_ratio * 100).toFixed(0)}% reserved but unused)`;
+      if (device.verdict === "fragmentation") text += ` — fragmentation (${((device.fragmentation_ratio || 0) * 100).toFixed(0)}% reserved but unused)`;
       box.appendChild(el("div", {}, text));
       box.appendChild(drawCurve(device, rate, report.iterations || 0, report.boundary === "cell" ? "cell" : "iteration",
                                 report.series_iterations));
@@ -351,20 +446,21 @@ function render({ model, el: host }) {
     for (const f of sorted) {
       const row = el("tr", { class: "tl-row", "data-testid": "finding-row" });
       row.appendChild(el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict));
-      const siteCell = el("td", {}, `${siteText(f.site)} ${f.site.function || ""}`);
-      if (f.site && f.site.cell !== null && f.site.cell !== undefined) {
-        const link = el("a", { href: "#", class: "tl-site-link", "data-testid": "site-link", title: "show the cell" }, siteText(f.site));
+      const site = f.site || {};
+      const siteCell = el("td", {}, `${siteText(site)} ${site.function || ""}`);
+      if (site.cell !== undefined) {
+        const link = el("a", { href: "#", class: "tl-site-link", "data-testid": "site-link", title: "show the cell" }, siteText(site));
         link.addEventListener("click", (event) => {
           event.preventDefault();
           event.stopPropagation();
-          if (!revealCell(f.site.cell, host)) {
-            link.title = `no cell shows In [${f.site.cell}] in this notebook now (re-run since?)`;
+          if (!revealCell(site.cell, host)) {
+            link.title = `no cell shows In [${site.cell}] in this notebook now (re-run since?)`;
             link.classList.add("tl-missing");
           }
         });
-        siteCell.replaceChildren(link, document.createTextNode(` ${f.site.function || ""}`));
+        siteCell.replaceChildren(link, document.createTextNode(` ${site.function || ""}`));
       }
-      if (f.site && f.site.source) siteCell.appendChild(el("code", { class: "tl-source", "data-testid": "site-source" }, f.site.source));
+      if (site.source) siteCell.appendChild(el("code", { class: "tl-source", "data-testid": "site-source" }, site.source));
       if (f.ranks_text) siteCell.appendChild(el("div", { class: "tl-note", "data-testid": "ranks-text" }, f.ranks_text));
       row.appendChild(siteCell);
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
