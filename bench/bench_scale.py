@@ -13,6 +13,9 @@ included, and nothing the scenario allocated before.
                     side by side in the same run.
   rnn N             an unrolled tanh RNN of N steps with its graph alive; report().
   chains N          four autograd chains of N nodes each, kept; report().
+  load N            a saved report of N findings (the fixture leaky_loop.json's, repeated;
+                    about 5 KiB each): Report.load's extra peak memory against the file's size
+                    and against json.loads of the same file, each measured on its own.
   watch N           %leakwatch with N tensors alive: what watch mode adds to a cell that
                     allocates and keeps one tensor, in an in-process IPython shell.
 Each scenario is run `--rounds` times (fresh processes); the table prints the median and the
@@ -125,6 +128,40 @@ def scenario_chains(n):
     return {"seconds": seconds, "mib": mib}
 
 
+def scenario_load(n):
+    import copy
+    import tempfile
+
+    from torchleak import Report
+    fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures",
+                           "leaky_loop.json")
+    with open(fixture, encoding="utf-8") as fh:
+        report = json.load(fh)
+    findings = []
+    while len(findings) < n:
+        for f in report["findings"]:
+            f = copy.deepcopy(f)
+            f["site"]["line"] = len(findings) + 1
+            findings.append(f)
+    report["findings"] = findings[:n]
+    report["causes"] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "large.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2)
+        del report, findings
+        size = os.path.getsize(path) / 2**20
+
+        def plain():
+            with open(path, "rb") as fh:
+                return json.loads(fh.read())
+        data, _, json_mib = _measure_report(plain)
+        del data
+        loaded, seconds, mib = _measure_report(lambda: Report.load(path))
+        assert len(loaded.findings) == n
+    return {"seconds": seconds, "mib": mib, "json_mib": json_mib, "file_mib": size}
+
+
 def scenario_watch(n):
     from IPython.core.displaypub import CapturingDisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
@@ -159,7 +196,7 @@ def _plain(shell, per_cell):
 
 
 SCENARIOS = {"blocks": scenario_blocks, "iterations": scenario_iterations, "rnn": scenario_rnn,
-             "chains": scenario_chains, "watch": scenario_watch}
+             "chains": scenario_chains, "watch": scenario_watch, "load": scenario_load}
 
 
 def run_one(name, n):
@@ -182,7 +219,8 @@ def main():
         return
 
     plan = [("blocks", 250_000), ("blocks", 1_000_000), ("iterations", 10_000),
-            ("iterations", 100_000), ("rnn", 40_000), ("chains", 30_000), ("watch", 100_000)]
+            ("iterations", 100_000), ("rnn", 40_000), ("chains", 30_000), ("watch", 100_000),
+            ("load", 40_000)]
     results = {f"{name} {n}": [] for name, n in plan}
     for _ in range(args.rounds):  # interleaved: machine noise hits every scenario alike
         for name, n in plan:
@@ -201,6 +239,8 @@ def main():
 
     linear = [b / a for a, b in zip(col("blocks 250000", "seconds"), col("blocks 1000000", "seconds"))]
     step_ratio = [r["step_us_late"] / r["step_us_early"] for r in results["iterations 100000"]]
+    load_per_file = [r["mib"] / r["file_mib"] for r in results["load 40000"]]
+    load_per_json = [r["mib"] / max(r["json_mib"], 1.0) for r in results["load 40000"]]
     watch_ratio = [r["ms_many_alive"] / max(r["ms_few_alive"], 1e-3) for r in results["watch 100000"]]
     rows = [
         ("report, 2.5*10^5 live blocks: s / extra MiB", med_min("blocks 250000", "seconds"),
@@ -226,6 +266,12 @@ def main():
          med_max("rnn 40000", "mib")),
         ("report, 4 chains of 30,000 nodes: s / extra MiB", med_min("chains 30000", "seconds"),
          med_max("chains 30000", "mib")),
+        (f"Report.load, {statistics.median(col('load 40000', 'file_mib')):.0f} MiB file: s / extra MiB",
+         med_min("load 40000", "seconds"), med_max("load 40000", "mib")),
+        ("  load's extra memory / file size; / json.loads'",
+         f"{statistics.median(load_per_file):.2f} (max {max(load_per_file):.2f})",
+         f"{statistics.median(load_per_json):.2f} median, {max(load_per_json):.2f} max "
+         "(json.loads alone: 1)"),
         ("watch mode per cell, few / 10^5 tensors alive: ms",
          f"{statistics.median(col('watch 100000', 'ms_few_alive')):.1f} / "
          f"{statistics.median(col('watch 100000', 'ms_many_alive')):.1f}",

@@ -84,8 +84,11 @@ uint64_t parseSize(std::string_view raw) {
     for (const auto& [name, factor] : kUnits) {
         if (unit == name) {
             double bytes = number * factor;
-            if (bytes < 0 || bytes > 1.8e19) {
-                throw InvalidArgument("'" + std::string(raw) + "' is out of range");
+            // 2^63 is exact in a double; anything at or above it would round to a value
+            // llround cannot return (it gave 2^63 for 10^19, a size nobody asked for).
+            if (!(bytes >= 0 && bytes < 9223372036854775808.0)) {
+                throw InvalidArgument("'" + std::string(raw) +
+                                      "' is out of range (sizes go up to 8 EiB)");
             }
             return static_cast<uint64_t>(std::llround(bytes));
         }

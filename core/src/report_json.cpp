@@ -4,6 +4,7 @@
 #include "torchleak/errors.h"
 
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -296,6 +297,166 @@ OutOfMemoryReport outOfMemoryFrom(const json& j, size_t findings) {
     return oom;
 }
 
+json findingJson(const Finding& f, const Report& r) {
+    json fj;
+    fj["verdict"] = toString(f.verdict);
+    fj["site"] = frameJson(f.site, true);
+    fj["stack"] = json::array();
+    for (const Frame& fr : f.stack) {
+        fj["stack"].push_back(frameJson(fr, false));
+    }
+    fj["device"] = f.device;
+    fj["dtype"] = optionalJson(f.dtype);
+    fj["shape"] = optionalJson(f.shape);
+    fj["autograd_node"] = optionalJson(f.autograd_node);
+    if (f.allocated_inside) {
+        fj["allocated_inside"] = frameJson(*f.allocated_inside, false);
+    }
+    fj["count"] = f.count;
+    fj["total_bytes"] = f.total_bytes;
+    fj["bytes_per_iteration"] = f.bytes_per_iteration;
+    fj["series"] = f.series;
+    fj["path"] = json::array();
+    for (const PathStep& p : f.path) {
+        json step = {{"kind", toString(p.kind)}, {"label", p.label}, {"type", p.type}};
+        if (!p.note.empty()) {
+            step["note"] = p.note;
+        }
+        if (p.tensor) {
+            step["tensor"] = {
+                {"dtype", p.tensor->dtype},
+                {"shape", p.tensor->shape},
+                {"device", p.tensor->device},
+                {"nbytes", p.tensor->nbytes},
+                {"site", p.tensor->site ? frameJson(*p.tensor->site, true) : json(nullptr)}};
+        }
+        fj["path"].push_back(std::move(step));
+    }
+    fj["retention"] = toString(f.retention);
+    fj["released_periodically"] = f.released_periodically;
+    if (!f.live_blocks.empty() || f.live_blocks_unlisted > 0) {
+        fj["live_blocks"] = json::array();
+        for (const LiveBlockEntry& b : f.live_blocks) {
+            fj["live_blocks"].push_back({{"address", b.address},
+                                         {"size", b.size},
+                                         {"iteration", b.iteration},
+                                         {"sequence", b.sequence}});
+        }
+        if (f.live_blocks_unlisted > 0) {
+            fj["live_blocks_unlisted"] = {{"count", f.live_blocks_unlisted},
+                                          {"bytes", f.live_bytes_unlisted}};
+        }
+    }
+    fj["path_text"] = f.path_text;
+    fj["holder"] = holderJson(f.holder);
+    fj["suggestion"] = f.suggestion;
+    fj["severity"] = toString(f.severity);
+    fj["trend"] = {{"slope_bytes_per_iteration", f.trend.slope_bytes_per_iteration},
+                   {"r2", f.trend.r2},
+                   {"p_value", f.trend.p_value}};
+    fj["confidence"] = f.confidence;
+    if (!f.ranks.empty()) {
+        fj["ranks"] = f.ranks;
+        fj["ranks_text"] = rankScopeText(f, r);
+    }
+    return fj;
+}
+
+std::string dumped(const json& value, int indent) {
+    // Replace invalid UTF-8 (a file name from a foreign file system) rather than throwing.
+    return value.dump(indent, ' ', false, json::error_handler_t::replace);
+}
+
+// `value` as nlohmann writes it when it sits `level` levels deep: every line after the first
+// indented by level * indent (a newline inside a JSON string is written escaped, so each raw
+// one is a line break of the layout).
+void appendNested(std::string& out, const json& value, int indent, int level) {
+    const std::string text = dumped(value, indent);
+    if (indent < 0) {
+        out += text;
+        return;
+    }
+    const std::string pad(static_cast<size_t>(indent * level), ' ');
+    for (char c : text) {
+        out += c;
+        if (c == '\n') {
+            out += pad;
+        }
+    }
+}
+
+Finding findingFrom(const json& fj) {
+    Finding f;
+    f.verdict = verdictFromString(fj.at("verdict").get<std::string>());
+    f.site = frameFrom(fj.at("site"));
+    for (const json& s : fj.at("stack")) {
+        f.stack.push_back(frameFrom(s));
+    }
+    f.device = fj.at("device").get<std::string>();
+    if (!fj.at("dtype").is_null()) {
+        f.dtype = fj["dtype"].get<std::string>();
+    }
+    if (!fj.at("shape").is_null()) {
+        f.shape = integersAt<int64_t>(fj, "shape");
+    }
+    if (fj.contains("autograd_node") && !fj["autograd_node"].is_null()) {
+        f.autograd_node = fj["autograd_node"].get<std::string>();
+    }
+    if (fj.contains("allocated_inside") && !fj["allocated_inside"].is_null()) {
+        f.allocated_inside = frameFrom(fj["allocated_inside"]);
+    }
+    f.count = integerAt<uint64_t>(fj, "count");
+    f.total_bytes = integerAt<uint64_t>(fj, "total_bytes");
+    f.bytes_per_iteration = integerAt<int64_t>(fj, "bytes_per_iteration");
+    f.series = integersAt<int64_t>(fj, "series");
+    for (const json& p : fj.at("path")) {
+        PathStep step;
+        step.kind = stepKindFromString(p.at("kind").get<std::string>());
+        step.label = p.at("label").get<std::string>();
+        step.type = p.value("type", "");
+        step.note = p.value("note", "");
+        if (p.contains("tensor") && !p["tensor"].is_null()) {
+            const json& t = p["tensor"];
+            TensorInfo info;
+            info.dtype = t.value("dtype", "");
+            info.shape = integersOr<int64_t>(t, "shape");
+            info.device = t.value("device", "");
+            info.nbytes = integerOr<uint64_t>(t, "nbytes", 0);
+            if (t.contains("site") && !t["site"].is_null()) {
+                info.site = frameFrom(t["site"]);
+            }
+            step.tensor = info;
+        }
+        f.path.push_back(std::move(step));
+    }
+    f.retention = retentionFromString(fj.value("retention", "unknown"));
+    f.released_periodically = fj.value("released_periodically", false);
+    if (fj.contains("live_blocks") && !fj["live_blocks"].is_null()) {
+        if (!fj["live_blocks"].is_array()) {
+            throw SchemaError("live_blocks must be a list of blocks");
+        }
+        for (const json& b : fj["live_blocks"]) {
+            f.live_blocks.push_back(
+                {integerAt<uint64_t>(b, "address"), integerAt<uint64_t>(b, "size"),
+                 integerAt<uint32_t>(b, "iteration"), integerAt<uint64_t>(b, "sequence")});
+        }
+    }
+    if (fj.contains("live_blocks_unlisted") && !fj["live_blocks_unlisted"].is_null()) {
+        f.live_blocks_unlisted = integerAt<uint64_t>(fj["live_blocks_unlisted"], "count");
+        f.live_bytes_unlisted = integerAt<uint64_t>(fj["live_blocks_unlisted"], "bytes");
+    }
+    f.path_text = fj.value("path_text", "");
+    f.holder = holderFrom(fj);
+    f.suggestion = fj.value("suggestion", "");
+    f.severity = severityFromString(fj.at("severity").get<std::string>());
+    const json& t = fj.at("trend");
+    f.trend = {realFrom(t.at("slope_bytes_per_iteration"), "slope_bytes_per_iteration"),
+               realFrom(t.at("r2"), "r2"), realFrom(t.at("p_value"), "p_value")};
+    f.confidence = realFrom(fj.at("confidence"), "confidence");
+    f.ranks = integersOr<int>(fj, "ranks");
+    return f;
+}
+
 } // namespace
 
 std::string toJson(const Report& r, int indent) {
@@ -317,71 +478,7 @@ std::string toJson(const Report& r, int indent) {
     for (const DeviceTimeline& d : r.devices) {
         j["devices"].push_back(deviceJson(d, r.iterations, r.boundary));
     }
-    j["findings"] = json::array();
-    for (const Finding& f : r.findings) {
-        json fj;
-        fj["verdict"] = toString(f.verdict);
-        fj["site"] = frameJson(f.site, true);
-        fj["stack"] = json::array();
-        for (const Frame& fr : f.stack) {
-            fj["stack"].push_back(frameJson(fr, false));
-        }
-        fj["device"] = f.device;
-        fj["dtype"] = optionalJson(f.dtype);
-        fj["shape"] = optionalJson(f.shape);
-        fj["autograd_node"] = optionalJson(f.autograd_node);
-        if (f.allocated_inside) {
-            fj["allocated_inside"] = frameJson(*f.allocated_inside, false);
-        }
-        fj["count"] = f.count;
-        fj["total_bytes"] = f.total_bytes;
-        fj["bytes_per_iteration"] = f.bytes_per_iteration;
-        fj["series"] = f.series;
-        fj["path"] = json::array();
-        for (const PathStep& p : f.path) {
-            json step = {{"kind", toString(p.kind)}, {"label", p.label}, {"type", p.type}};
-            if (!p.note.empty()) {
-                step["note"] = p.note;
-            }
-            if (p.tensor) {
-                step["tensor"] = {
-                    {"dtype", p.tensor->dtype},
-                    {"shape", p.tensor->shape},
-                    {"device", p.tensor->device},
-                    {"nbytes", p.tensor->nbytes},
-                    {"site", p.tensor->site ? frameJson(*p.tensor->site, true) : json(nullptr)}};
-            }
-            fj["path"].push_back(std::move(step));
-        }
-        fj["retention"] = toString(f.retention);
-        fj["released_periodically"] = f.released_periodically;
-        if (!f.live_blocks.empty() || f.live_blocks_unlisted > 0) {
-            fj["live_blocks"] = json::array();
-            for (const LiveBlockEntry& b : f.live_blocks) {
-                fj["live_blocks"].push_back({{"address", b.address},
-                                             {"size", b.size},
-                                             {"iteration", b.iteration},
-                                             {"sequence", b.sequence}});
-            }
-            if (f.live_blocks_unlisted > 0) {
-                fj["live_blocks_unlisted"] = {{"count", f.live_blocks_unlisted},
-                                              {"bytes", f.live_bytes_unlisted}};
-            }
-        }
-        fj["path_text"] = f.path_text;
-        fj["holder"] = holderJson(f.holder);
-        fj["suggestion"] = f.suggestion;
-        fj["severity"] = toString(f.severity);
-        fj["trend"] = {{"slope_bytes_per_iteration", f.trend.slope_bytes_per_iteration},
-                       {"r2", f.trend.r2},
-                       {"p_value", f.trend.p_value}};
-        fj["confidence"] = f.confidence;
-        if (!f.ranks.empty()) {
-            fj["ranks"] = f.ranks;
-            fj["ranks_text"] = rankScopeText(f, r);
-        }
-        j["findings"].push_back(std::move(fj));
-    }
+    j["findings"] = nullptr; // written one at a time below
     j["causes"] = json::array();
     for (const Cause& c : r.causes) {
         json cj = {{"verdict", toString(c.verdict)},
@@ -416,20 +513,80 @@ std::string toJson(const Report& r, int indent) {
                     {"empty_text", r.findings.empty() ? json(emptyReportText(r)) : json(nullptr)},
                     {"critical_issues", r.summary.critical_issues},
                     {"recommendations", recs}};
-    // Replace invalid UTF-8 (a file name from a foreign file system) rather than throwing.
-    return j.dump(indent, ' ', false, json::error_handler_t::replace);
+    // Written member by member, the findings one at a time, exactly as j.dump(indent) would:
+    // the findings are nearly all of a report, and a DOM of them beside the text it becomes
+    // doubled what loading a large report took.
+    const bool pretty = indent >= 0;
+    const std::string newline = pretty ? "\n" : "";
+    const std::string pad1(pretty ? static_cast<size_t>(indent) : 0, ' ');
+    const std::string pad2(pretty ? static_cast<size_t>(2 * indent) : 0, ' ');
+    std::string out = "{" + newline;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        if (it != j.begin()) {
+            out += "," + newline;
+        }
+        out += pad1 + dumped(json(it.key()), -1) + (pretty ? ": " : ":");
+        if (it.key() != "findings") {
+            appendNested(out, it.value(), indent, 1);
+        } else if (r.findings.empty()) {
+            out += "[]";
+        } else {
+            out += "[" + newline;
+            for (size_t i = 0; i < r.findings.size(); ++i) {
+                out += (i ? "," + newline : "") + pad2;
+                appendNested(out, findingJson(r.findings[i], r), indent, 2);
+            }
+            out += newline + pad1 + "]";
+        }
+    }
+    return out + newline + "}";
 }
 
-Report reportFromJson(const std::string& text) {
+Report reportFromJson(std::string_view text) {
+    // The findings are read as the parser finishes each one and never kept in the DOM: they
+    // are nearly all of a report, and a DOM of them all cost several times the text's size.
+    std::vector<Finding> findings;
+    std::exception_ptr badFinding; // thrown after the schema check, which speaks first
+    std::string member;            // the top-level member being parsed
+    json::parser_callback_t readFinding = [&](int depth, json::parse_event_t event, json& parsed) {
+        if (event == json::parse_event_t::key && depth == 1) {
+            member = parsed.get<std::string>();
+        } else if (event == json::parse_event_t::object_end && depth == 2 && member == "findings") {
+            if (!badFinding) {
+                try {
+                    findings.push_back(findingFrom(parsed));
+                } catch (const json::exception& e) {
+                    badFinding = std::make_exception_ptr(
+                        SchemaError("malformed torchleak.report/1 document: finding " +
+                                    std::to_string(findings.size()) + ": " + e.what()));
+                } catch (...) {
+                    badFinding = std::current_exception();
+                }
+            }
+            return false;
+        }
+        return true;
+    };
     json j;
     try {
-        j = json::parse(text);
+        j = json::parse(text, readFinding);
     } catch (const json::exception& e) { // a syntax error, or a number out of range (1e400)
         throw SchemaError(std::string("report is not JSON: ") + e.what());
     }
-    if (!j.is_object() || j.value("schema_version", "") != kReportSchema) {
+    // Looked at before value(): a schema_version that is not a string would throw
+    // nlohmann's type_error, which is no SchemaError.
+    const auto version = j.is_object() ? j.find("schema_version") : j.end();
+    if (version == j.end() || !version->is_string() || *version != kReportSchema) {
         throw SchemaError("not a torchleak.report/1 document (schema_version missing or "
                           "different)");
+    }
+    if (badFinding) {
+        std::rethrow_exception(badFinding);
+    }
+    // What the parser left in the findings array is what was not an object.
+    if (!j.contains("findings") || !j["findings"].is_array() || !j["findings"].empty()) {
+        throw SchemaError("malformed torchleak.report/1 document: findings must be a list of "
+                          "objects");
     }
     try {
         Report r;
@@ -451,77 +608,7 @@ Report reportFromJson(const std::string& text) {
         for (const json& d : j.at("devices")) {
             r.devices.push_back(deviceFrom(d));
         }
-        for (const json& fj : j.at("findings")) {
-            Finding f;
-            f.verdict = verdictFromString(fj.at("verdict").get<std::string>());
-            f.site = frameFrom(fj.at("site"));
-            for (const json& s : fj.at("stack")) {
-                f.stack.push_back(frameFrom(s));
-            }
-            f.device = fj.at("device").get<std::string>();
-            if (!fj.at("dtype").is_null()) {
-                f.dtype = fj["dtype"].get<std::string>();
-            }
-            if (!fj.at("shape").is_null()) {
-                f.shape = integersAt<int64_t>(fj, "shape");
-            }
-            if (fj.contains("autograd_node") && !fj["autograd_node"].is_null()) {
-                f.autograd_node = fj["autograd_node"].get<std::string>();
-            }
-            if (fj.contains("allocated_inside") && !fj["allocated_inside"].is_null()) {
-                f.allocated_inside = frameFrom(fj["allocated_inside"]);
-            }
-            f.count = integerAt<uint64_t>(fj, "count");
-            f.total_bytes = integerAt<uint64_t>(fj, "total_bytes");
-            f.bytes_per_iteration = integerAt<int64_t>(fj, "bytes_per_iteration");
-            f.series = integersAt<int64_t>(fj, "series");
-            for (const json& p : fj.at("path")) {
-                PathStep step;
-                step.kind = stepKindFromString(p.at("kind").get<std::string>());
-                step.label = p.at("label").get<std::string>();
-                step.type = p.value("type", "");
-                step.note = p.value("note", "");
-                if (p.contains("tensor") && !p["tensor"].is_null()) {
-                    const json& t = p["tensor"];
-                    TensorInfo info;
-                    info.dtype = t.value("dtype", "");
-                    info.shape = integersOr<int64_t>(t, "shape");
-                    info.device = t.value("device", "");
-                    info.nbytes = integerOr<uint64_t>(t, "nbytes", 0);
-                    if (t.contains("site") && !t["site"].is_null()) {
-                        info.site = frameFrom(t["site"]);
-                    }
-                    step.tensor = info;
-                }
-                f.path.push_back(std::move(step));
-            }
-            f.retention = retentionFromString(fj.value("retention", "unknown"));
-            f.released_periodically = fj.value("released_periodically", false);
-            if (fj.contains("live_blocks") && !fj["live_blocks"].is_null()) {
-                if (!fj["live_blocks"].is_array()) {
-                    throw SchemaError("live_blocks must be a list of blocks");
-                }
-                for (const json& b : fj["live_blocks"]) {
-                    f.live_blocks.push_back(
-                        {integerAt<uint64_t>(b, "address"), integerAt<uint64_t>(b, "size"),
-                         integerAt<uint32_t>(b, "iteration"), integerAt<uint64_t>(b, "sequence")});
-                }
-            }
-            if (fj.contains("live_blocks_unlisted") && !fj["live_blocks_unlisted"].is_null()) {
-                f.live_blocks_unlisted = integerAt<uint64_t>(fj["live_blocks_unlisted"], "count");
-                f.live_bytes_unlisted = integerAt<uint64_t>(fj["live_blocks_unlisted"], "bytes");
-            }
-            f.path_text = fj.value("path_text", "");
-            f.holder = holderFrom(fj);
-            f.suggestion = fj.value("suggestion", "");
-            f.severity = severityFromString(fj.at("severity").get<std::string>());
-            const json& t = fj.at("trend");
-            f.trend = {realFrom(t.at("slope_bytes_per_iteration"), "slope_bytes_per_iteration"),
-                       realFrom(t.at("r2"), "r2"), realFrom(t.at("p_value"), "p_value")};
-            f.confidence = realFrom(fj.at("confidence"), "confidence");
-            f.ranks = integersOr<int>(fj, "ranks");
-            r.findings.push_back(std::move(f));
-        }
+        r.findings = std::move(findings);
         for (const json& cj : j.value("causes", json::array())) {
             Cause c;
             c.verdict = verdictFromString(cj.at("verdict").get<std::string>());

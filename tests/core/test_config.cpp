@@ -19,6 +19,10 @@ TEST_CASE("config: sizes with units, validation, unknown keys") {
     REQUIRE_THROWS_AS(parseSize("1.2.3MiB"), InvalidArgument);
     REQUIRE_THROWS_AS(parseSize("1e19"), InvalidArgument);
     REQUIRE_THROWS_AS(parseSize("99999999999TiB"), InvalidArgument);
+    // Past int64's range: refused, never stored as 2^63.
+    REQUIRE_THROWS_AS(parseSize("10000000000000000000"), InvalidArgument);
+    REQUIRE_THROWS_AS(parseSize("9223372036854775808"), InvalidArgument);
+    REQUIRE(parseSize("9223372036854774784") == 9223372036854774784ull); // 2^63 - 1024
     REQUIRE_THROWS_AS(parseSize("5 parsecs"), InvalidArgument);
     AnalysisConfig cfg;
     cfg.set("min_confidence", "0.9");

@@ -114,6 +114,47 @@ TEST_CASE("JSON round-trips through reportFromJson unchanged") {
     REQUIRE(back.findings[0].suggestion == r.findings[0].suggestion);
 }
 
+TEST_CASE("Findings written one at a time lay out as nlohmann's own dump, at every indent") {
+    Report r = hostileReport();
+    r.findings.push_back(r.findings[0]);
+    r.findings[1].site.line = 43;
+    Report none = hostileReport();
+    none.findings.clear();
+    for (const Report* report : {&r, &none}) {
+        const auto dom = nlohmann::json::parse(toJson(*report));
+        for (int indent : {-1, 0, 1, 2, 4}) {
+            INFO("indent " << indent << ", " << report->findings.size() << " findings");
+            REQUIRE(toJson(*report, indent) == dom.dump(indent));
+        }
+    }
+}
+
+TEST_CASE("A report read back from a view of its text, any indent, is the same report") {
+    const std::string text = toJson(hostileReport(), 2);
+    const std::string_view view(text);
+    REQUIRE(toJson(reportFromJson(view)) == toJson(hostileReport()));
+}
+
+TEST_CASE("Findings that are not objects, or are missing, are schema errors") {
+    const auto good = nlohmann::json::parse(toJson(hostileReport()));
+    for (const nlohmann::json& findings :
+         {nlohmann::json::array({1}), nlohmann::json::object(), nlohmann::json("x"),
+          nlohmann::json::array({good["findings"][0], nullptr})}) {
+        auto doc = good;
+        doc["findings"] = findings;
+        INFO(findings.dump().substr(0, 80));
+        REQUIRE_THROWS_AS(reportFromJson(doc.dump()), SchemaError);
+    }
+    auto missing = good;
+    missing.erase("findings");
+    REQUIRE_THROWS_AS(reportFromJson(missing.dump()), SchemaError);
+    auto noVerdict = good;
+    noVerdict["findings"][0].erase("verdict");
+    REQUIRE_THROWS_WITH(reportFromJson(noVerdict.dump()), Catch::Contains("finding 0"));
+    // A member named findings deeper down (a cause's, the oom's) is no finding.
+    REQUIRE(reportFromJson(good.dump()).findings.size() == 1);
+}
+
 TEST_CASE("Invalid UTF-8 in a file name is replaced, not thrown") {
     Report r = hostileReport();
     r.findings[0].site.file = std::string("bad\xff\xfe.py");
@@ -127,6 +168,11 @@ TEST_CASE("Documents that are not torchleak.report/1 are rejected with SchemaErr
     REQUIRE_THROWS_AS(reportFromJson("{}"), SchemaError);
     REQUIRE_THROWS_AS(reportFromJson(R"({"schema_version": "torchleak.report/2"})"), SchemaError);
     REQUIRE_THROWS_AS(reportFromJson(R"({"schema_version": "torchleak.report/1"})"), SchemaError);
+    // A schema_version of the wrong type is the same refusal, not nlohmann's type_error.
+    for (const char* text : {R"({"schema_version": 1})", R"({"schema_version": null})",
+                             R"({"schema_version": ["torchleak.report/1"]})", R"([1])", "7"}) {
+        REQUIRE_THROWS_AS(reportFromJson(text), SchemaError);
+    }
     std::string text = toJson(hostileReport());
     auto j = nlohmann::json::parse(text);
     j["findings"][0]["verdict"] = "maybe";

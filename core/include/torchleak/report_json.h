@@ -9,6 +9,7 @@
 #include "torchleak/model.h"
 
 #include <string>
+#include <string_view>
 
 namespace torchleak {
 
@@ -17,6 +18,6 @@ inline constexpr const char* kReportSchema = "torchleak.report/1";
 
 std::string toJson(const Report& report, int indent = -1);
 // Parses a torchleak.report/1 document; throws SchemaError on anything else.
-Report reportFromJson(const std::string& text);
+Report reportFromJson(std::string_view text);
 
 } // namespace torchleak

@@ -226,7 +226,9 @@ PYBIND11_MODULE(_core, m) {
 
     m.def(
         "normalize_report",
-        [](const std::string& text, int indent) { return toJson(reportFromJson(text), indent); },
+        // A view: the document is read where Python keeps it (bytes or an ASCII str), not
+        // copied first; large reports are hundreds of MiB.
+        [](std::string_view text, int indent) { return toJson(reportFromJson(text), indent); },
         py::arg("text"), py::arg("indent") = -1,
         "Parse a torchleak.report/1 document with the C++ schema and write it back.");
     m.def(
