@@ -16,6 +16,7 @@ of the environment at start-up, and importing anything under ``torchleak`` impor
 module imports torchleak only when a test asks for it.
 """
 
+import hashlib
 import inspect
 import os
 import re
@@ -126,8 +127,11 @@ def _save(item, report):
     directory = item.config.stash.get(_REPORT_DIR, None)
     if directory is None:
         return [], []
-    # The node id as a file name: `tests/test_x.py::test_y[a-b]` -> `tests_test_x.py__test_y_a-b_`
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", item.nodeid).strip("_")[:180] or "test"
+    # The node id as a file name, readable and one per test: `tests/test_x.py::test_y[a/b]` ->
+    # `tests_test_x.py_test_y_a_b-<8 hex of the node id>`; the hash keeps [a/b], [a_b] and
+    # [a b] (one readable stem) apart.
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", item.nodeid).strip("_")[:160] or "test"
+    stem = f"{readable}-{hashlib.sha1(item.nodeid.encode('utf-8')).hexdigest()[:8]}"
     saved, failed = save_each(report, [os.path.join(directory, f"{stem}.torchleak.{ext}")
                                        for ext in ("json", "html")])
     return saved, [(path, exc.strerror or str(exc)) for path, exc in failed]

@@ -4,8 +4,9 @@ Runs a script under torchleak.track() and prints the report. Iterations end at e
 optimizer.step() and torchleak.step() in the script.
 
 Exit status: 0 no leak (or no --fail-on-leak), 1 leak found with --fail-on-leak, 2 usage error,
-3 the run failed: the script raised or exited non-zero (its traceback is printed and the report
-is still written), or torchleak could not track (e.g. torch.profiler already active).
+3 the run failed: the script raised or exited non-zero, by sys.exit or os._exit (its traceback
+is printed and the report is still written), or torchleak could not track (e.g. torch.profiler
+already active).
 
 --watch keeps watching a long run instead (torchleak.watch): an iteration every --every N
 optimizer steps, blocks under --sample-bytes sampled (default 256 KiB; 0 records all), and when a
@@ -15,6 +16,10 @@ Under torchrun every rank is tracked; rank 0 waits at most --gather-timeout seco
 for the others' reports and writes one merged report to --json/--html. With {rank} in a path,
 each rank also writes its own there, and the merged one goes where {rank} reads "merged". A rank
 whose report rank 0 did not confirm writes its own next to the path (name.rank1.json).
+
+--redact writes the --json/--html reports without tensor shapes and dtypes, source lines,
+absolute paths (made relative to the working directory, or hashed) and string dictionary keys:
+a report to attach to an issue or a CI run. What is printed is the whole report.
 
 python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]
 
@@ -33,7 +38,7 @@ import traceback
 import types
 
 USAGE = ("usage: python -m torchleak run script.py [ARGS...] [--json PATH] [--html PATH] "
-         "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet]\n"
+         "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet] [--redact]\n"
          "           [--watch] [--every N] [--sample-bytes N] [--gather-timeout S] "
          "[-- SCRIPT_ARGS...]\n"
          "       python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]\n"
@@ -61,7 +66,7 @@ def parse_run_args(argv):
     the script untouched."""
     opts = {"json": None, "html": None, "fail_on_leak": False, "warmup": 0, "min_bytes": 0,
             "quiet": False, "watch": False, "every": 1, "sample_bytes": None,
-            "gather_timeout": None}
+            "gather_timeout": None, "redact": False}
     script, script_args = None, []
     i = 0
     while i < len(argv):
@@ -76,7 +81,7 @@ def parse_run_args(argv):
             opts[key] = parse(arg, argv[i + 1])
             i += 2
             continue
-        if arg in ("--fail-on-leak", "--quiet", "--watch"):
+        if arg in ("--fail-on-leak", "--quiet", "--watch", "--redact"):
             opts[arg[2:].replace("-", "_")] = True
         elif script is None:
             if arg.startswith("-"):
@@ -115,7 +120,7 @@ _VALUED = {
     "--json": ("json", lambda name, value: value),
     "--html": ("html", lambda name, value: value),
     "--warmup": ("warmup", _int_option),
-    "--min-bytes": ("min_bytes", lambda name, value: _int_option(name, value, maximum=2**63)),
+    "--min-bytes": ("min_bytes", lambda name, value: _int_option(name, value, maximum=2**63 - 1)),
     "--every": ("every", lambda name, value: _int_option(name, value, minimum=1)),
     "--sample-bytes": ("sample_bytes", lambda name, value: _int_option(name, value, 2**40)),
     "--gather-timeout": ("gather_timeout", _seconds_option),
@@ -123,20 +128,13 @@ _VALUED = {
 
 
 def _output_path(option, path, extensions):
-    """Checked before the script runs (a run of hours must not end in "cannot write"), and made
-    absolute against the directory the command ran in, whatever the script's chdir does."""
-    if not path.lower().endswith(extensions):
-        raise UsageError(f"{option} {path!r}: the file name must end in {' or '.join(extensions)}")
-    path = os.path.abspath(path)
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        raise UsageError(f"{option} {path!r}: no such directory {directory!r}")
-    if os.path.isdir(path):
-        raise UsageError(f"{option} {path!r} is a directory")
-    writable = os.access(path, os.W_OK) if os.path.exists(path) else os.access(directory, os.W_OK)
-    if not writable:
-        raise UsageError(f"{option} {path!r}: not writable")
-    return path
+    """Checked before the script runs, and made absolute against the directory the command ran
+    in, whatever the script's chdir does."""
+    from torchleak._report import writable_path
+    try:
+        return writable_path(path, extensions)
+    except ValueError as exc:
+        raise UsageError(f"{option} {exc}") from None
 
 
 def _script_module(script):
@@ -153,6 +151,7 @@ def run(argv):
     script, script_args, opts = parse_run_args(argv)
     import torchleak
     from torchleak import _job
+    from torchleak._tracebacks import from_code
     # Defaults that live with the API, known once torchleak is imported (parsing does not
     # import torch: a usage error comes back at once).
     if opts["gather_timeout"] is None:
@@ -178,7 +177,7 @@ def run(argv):
         recording = torchleak.watch(every=opts["every"], warmup=opts["warmup"],
                                     min_bytes=opts["min_bytes"], json=opts["json"],
                                     html=opts["html"], gather_timeout=None,
-                                    sample_bytes=opts["sample_bytes"])
+                                    sample_bytes=opts["sample_bytes"], redact=opts["redact"])
         recording.save_at_end = False
         tracker = recording.tracker
     else:
@@ -193,13 +192,17 @@ def run(argv):
         if os.getpid() != run_pid:
             real_exit(code)
         # os._exit skips atexit and finally blocks: the report of the iterations seen is
-        # written here, then the process ends as the script asked.
+        # written here, then the process ends with the status sys.exit(code) would give.
+        status = EXIT_SCRIPT_FAILED if code else EXIT_OK
         try:
             tracker.stop()
-            _finish(tracker, opts, f"the script called os._exit({code})" if code else None,
-                    opts["gather_timeout"])
+            report = _finish(tracker, opts,
+                             f"the script called os._exit({code})" if code else None,
+                             opts["gather_timeout"])
+            if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
+                status = EXIT_LEAK
         finally:
-            real_exit(code)
+            real_exit(status)
 
     os._exit = exit_now
     with _TerminationSignal() as terminated:
@@ -216,7 +219,9 @@ def run(argv):
                         if not isinstance(exc.code, int):
                             print(exc.code, file=sys.stderr)  # as Python prints sys.exit("msg")
                 except BaseException as exc:  # noqa: BLE001 - the script's failure, reported below
-                    traceback.print_exc()
+                    # From the script's own frame on, as `python script.py` would print it.
+                    traceback.print_exception(type(exc), exc,
+                                              from_code(exc.__traceback__, code))
                     script_exit = 1
                     tracker.note_failure(exc)  # an out-of-memory error: the report says why
                     failure = _job.describe_failure(exc)
@@ -272,10 +277,10 @@ def _interrupts_held():
         signal.signal(signal.SIGINT, previous)
 
 
-def _save_each(report, paths):
+def _save_each(report, paths, redact):
     """Write every requested output, even when one fails, and say on stderr which failed."""
     from torchleak._report import save_each
-    for path, exc in save_each(report, paths)[1]:
+    for path, exc in save_each(report, paths, redact=redact)[1]:
         print(f"torchleak: could not write {path}: {exc.strerror or exc}", file=sys.stderr,
               flush=True)
 
@@ -331,7 +336,8 @@ def _finish(tracker, opts, failure, timeout, hurry=None):
         rank = os.environ.get("RANK", "0") if os.environ.get("WORLD_SIZE", "1") != "1" else "0"
         if not opts["quiet"]:
             print(own, flush=True)
-        _save_each(own, [_job.rank_path(opts[key], rank) for key in ("json", "html") if opts[key]])
+        _save_each(own, [_job.rank_path(opts[key], rank) for key in ("json", "html") if opts[key]],
+                   opts["redact"])
         return own
     exchange = tracker.gather(failure=failure, timeout=timeout, hurry=hurry)
     merged = exchange.merged
@@ -341,9 +347,9 @@ def _finish(tracker, opts, failure, timeout, hurry=None):
             continue
         # A rank's own report when asked for by {rank}, or when no merge took it.
         if "{rank}" in path or not exchange.confirmed:
-            _save_each(own, [_job.rank_path(path, job.rank)])
+            _save_each(own, [_job.rank_path(path, job.rank)], opts["redact"])
         if merged is not None:
-            _save_each(merged, [path.replace("{rank}", "merged")])
+            _save_each(merged, [path.replace("{rank}", "merged")], opts["redact"])
     if merged is not None:
         if not opts["quiet"]:
             print(merged, flush=True)
@@ -386,12 +392,12 @@ def parse_diff_args(argv):
 
 def diff(argv):
     (before_path, after_path), opts = parse_diff_args(argv)
+    from torchleak._report import _write_atomically, read_report_file
     texts = []
     for path in (before_path, after_path):
         try:
-            with open(path, encoding="utf-8") as fh:
-                texts.append(fh.read())
-        except (OSError, UnicodeDecodeError) as exc:
+            texts.append(read_report_file(path))
+        except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {path}: {exc}") from None
     import json
 
@@ -404,8 +410,12 @@ def diff(argv):
     data["before"], data["after"] = os.path.abspath(before_path), os.path.abspath(after_path)
     print(data["text"])
     if opts["json"]:
-        with open(opts["json"], "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, ensure_ascii=False)
+        try:
+            _write_atomically(opts["json"], json.dumps(data, indent=2, ensure_ascii=False)
+                              .encode("utf-8"))
+        except OSError as exc:  # as for run: said, and the status still tells the verdict
+            print(f"torchleak: could not write {opts['json']}: {exc.strerror or exc}",
+                  file=sys.stderr)
     return EXIT_LEAK if data["regressed"] else EXIT_OK
 
 

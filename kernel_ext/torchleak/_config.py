@@ -11,9 +11,41 @@ types, are one table in the core (`_core.AnalysisConfig.settings()`).
 
 from . import _core
 
+# The largest values the core takes: iteration counts are C ints, sizes int64 where signed.
+MAX_COUNT = 2**31 - 1
+MAX_BYTES = 2**63 - 1
+
+
+def checked_int(name, value, minimum=0, maximum=MAX_COUNT):
+    """`value` if it is an int in [minimum, maximum]; else a ValueError that shows the value
+    only when it is a number (never a user object's __repr__, which may be anything)."""
+    if type(value) is not int or not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be an int between {minimum:,} and {maximum:,}, "
+                         f"got {brief(value)}")
+    return value
+
+
+def brief(value):
+    """A short, safe description of an argument for an error message."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 80 else f"a string of {len(value):,} characters"
+    return f"a {type(value).__name__}"
+
+
 # What each setting's text reads back as in Python, by the core's setting type.
 _READ_AS = {"size": int, "count": int, "fraction": float}
 _TYPES = {name: kind for name, kind, _ in _core.AnalysisConfig.settings()}
+
+
+def _check_pattern(pattern):
+    if not isinstance(pattern, str) or not pattern.strip():
+        raise ValueError(f"an allow pattern is a non-empty string, got {brief(pattern)}")
 
 
 class Config:
@@ -26,13 +58,19 @@ class Config:
         trial = self._cpp.copy()
         for key, value in settings.items():
             if _TYPES.get(key) == "patterns":
-                patterns = [value] if isinstance(value, str) else list(value)
+                patterns = [value] if isinstance(value, str) else value
+                if not isinstance(patterns, (list, tuple)):
+                    raise ValueError(f"{key} needs a pattern or a list of patterns, "
+                                     f"got {brief(value)}")
                 trial.set(key, "")
                 for pattern in patterns:
-                    trial.set(key, str(pattern))
+                    _check_pattern(pattern)
+                    trial.set(key, pattern)
                 continue
-            if isinstance(value, bool) or value is None:
-                raise ValueError(f"{key} needs a number or a size, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise ValueError(f"{key} needs a number or a size, got {brief(value)}")
+            if isinstance(value, float) and _TYPES.get(key) == "size" and value.is_integer():
+                value = f"{value:.0f}"  # 1e19 is "1e+19" as str(): say it in digits
             trial.set(key, str(value))
         object.__setattr__(self, "_cpp", trial)
         return self
@@ -52,8 +90,8 @@ class Config:
         """Add allow-list globs matched against a finding's site (file:line), function,
         path or holder: its verdict becomes "allowed"."""
         for pattern in patterns:
-            if not isinstance(pattern, str) or not pattern.strip():
-                raise ValueError(f"an allow pattern is a non-empty string, got {pattern!r}")
+            _check_pattern(pattern)
+        for pattern in patterns:
             self._cpp.set("allow", pattern)
         return self
 

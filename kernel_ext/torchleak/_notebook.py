@@ -1,8 +1,8 @@
 """The IPython extension: `%load_ext torchleak`.
 
-    %%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [--json PATH] [--html PATH]
+    %%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [--json PATH] [--html PATH] [--redact]
     %leakwatch [on|off|reset]
-    %leakreport [--json PATH] [--html PATH]
+    %leakreport [--json PATH] [--html PATH] [--redact]
     %leakconfig [KEY=VALUE ...]
 
 Every option error is a UsageError with the usage line; nothing escapes into the kernel loop
@@ -20,14 +20,15 @@ from IPython.display import display
 
 from . import _core, _out_of_memory, _tracking
 from ._config import config
+from ._tracebacks import from_code
 from ._widget import make_widget
 from .render.bundle import report_bundle, report_metadata
 from .render.format import escape, format_bytes
 
 USAGE = {
-    "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [-o NAME] [--json PATH] [--html PATH]",
+    "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [-o NAME] [--json PATH] [--html PATH] [--redact]",
     "leakwatch": "%leakwatch [on|off|reset]    (no argument: what watch mode has seen)",
-    "leakreport": "%leakreport [--json PATH] [--html PATH]",
+    "leakreport": "%leakreport [--json PATH] [--html PATH] [--redact]",
     "leakconfig": "%leakconfig [KEY=VALUE ...]    (no argument: show the settings)",
 }
 _UPDATES_PER_SECOND = 4
@@ -74,7 +75,22 @@ def _size(text):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _save(report, json_path, html_path, magic):
+def _check_outputs(args, magic):
+    """--json and --html checked before the cell runs, not after it."""
+    from ._report import writable_path
+    for option, extensions in (("json", (".json",)), ("html", (".html", ".htm"))):
+        path = getattr(args, option)
+        if path is not None:
+            try:
+                setattr(args, option, writable_path(path, extensions))
+            except ValueError as exc:
+                raise UsageError(f"--{option} {exc}\nusage: {USAGE[magic]}") from None
+
+
+def _save(report, json_path, html_path, magic, redact=False):
+    """The files asked for; with --redact, Report.redacted() (the output shown stays whole)."""
+    if redact and (json_path or html_path):
+        report = report.redacted()
     for path in (json_path, html_path):
         if path is None:
             continue
@@ -82,14 +98,6 @@ def _save(report, json_path, html_path, magic):
             report.save(path)
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot write {path}: {exc}\nusage: {USAGE[magic]}") from None
-
-
-def _from_code(tb, code):
-    """The traceback from the first entry that runs `code` (or all of it, when none does)."""
-    entry = tb
-    while entry is not None and entry.tb_frame.f_code is not code:
-        entry = entry.tb_next
-    return entry if entry is not None else tb
 
 
 class _LiveDisplay:
@@ -156,11 +164,13 @@ class LeakMagics(Magics):
         parser.add_argument("-o", dest="output", default=None)
         parser.add_argument("--json", default=None)
         parser.add_argument("--html", default=None)
+        parser.add_argument("--redact", action="store_true")
         args = parser.parse_args(_split("leakcheck", line))
         if args.output is not None and not (args.output.isidentifier()
                                             and not keyword.iskeyword(args.output)):
             raise UsageError(f"-o needs a Python name, not {args.output!r}\n"
                              f"usage: {USAGE['leakcheck']}")
+        _check_outputs(args, "leakcheck")
         warmup = config.warmup if args.warmup is None else args.warmup
         if warmup >= args.n:
             raise UsageError(f"--warmup must be smaller than -n\nusage: {USAGE['leakcheck']}")
@@ -196,7 +206,7 @@ class LeakMagics(Magics):
             if args.output is not None:
                 # Like %timeit -o: the Report (data only, no tensors) under the user's name.
                 self.shell.user_ns[args.output] = report
-            _save(report, args.json, args.html, "leakcheck")
+            _save(report, args.json, args.html, "leakcheck", args.redact)
         finally:
             if resume_watch:
                 self._start_watch()
@@ -208,7 +218,7 @@ class LeakMagics(Magics):
                 failure.add_note(f"torchleak: %%leakcheck stopped in iteration "
                                  f"{tracker.iterations} of {args.n} of In [{self._current_cell()}]; "
                                  f"the report above covers the iterations before it")
-            raise failure.with_traceback(_from_code(failure.__traceback__, code))
+            raise failure.with_traceback(from_code(failure.__traceback__, code))
         return None
 
     def _in_cell_names(self, exc):
@@ -406,14 +416,16 @@ class LeakMagics(Magics):
         parser = _Parser("leakreport")
         parser.add_argument("--json", default=None)
         parser.add_argument("--html", default=None)
+        parser.add_argument("--redact", action="store_true")
         args = parser.parse_args(_split("leakreport", line))
+        _check_outputs(args, "leakreport")
         if self.watch is not None:
             report = self.watch.report()
         elif self.watch_report is not None:
             report = self.watch_report
         else:
             raise UsageError(f"nothing recorded yet: run %leakwatch on first\nusage: {USAGE['leakreport']}")
-        _save(report, args.json, args.html, "leakreport")
+        _save(report, args.json, args.html, "leakreport", args.redact)
         _LiveDisplay().finish(report.to_dict())
 
     # -- %leakconfig --------------------------------------------------------------------------

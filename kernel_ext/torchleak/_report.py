@@ -7,6 +7,8 @@ its text and HTML come from torchleak.render.
 import json
 import os
 import pickle
+import stat
+import tempfile
 
 from ._core import SCHEMA_VERSION
 from .render import memory_snapshot as _memory_snapshot, page as _page, text as _text
@@ -59,14 +61,18 @@ class Report:
 
     @classmethod
     def from_json(cls, text):
-        """Parse and validate a saved report (the C++ schema checks every field)."""
+        """Parse and validate a saved report (str or UTF-8 bytes; the C++ schema checks every
+        field)."""
         from . import _core
-        return cls(_core.normalize_report(text))
+        normalized = _core.normalize_report(text)
+        del text  # a large report's text is let go before its Python objects are made
+        return cls(normalized)
 
     @classmethod
     def load(cls, path):
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_json(fh.read())
+        """Read a saved report; a path that is no regular file (a FIFO, /dev/zero) is a
+        ValueError, not a wait or a read without end."""
+        return cls.from_json(read_report_file(path))
 
     # -- fields -------------------------------------------------------------------------------
     @property
@@ -118,10 +124,21 @@ class Report:
     def to_json(self, indent=None):
         return json.dumps(self._data, indent=indent, ensure_ascii=False)
 
-    def save(self, path):
+    def redacted(self, project=None):
+        """A copy to share (a CI artefact, an issue): without tensor shapes and dtypes, source
+        lines and notebook cell text, absolute paths (relative to ``project``, default the
+        working directory, or to site-packages; any other hashed) and string dictionary keys
+        (hashed); with the verdicts, rates, sizes, roles and the paths' structure."""
+        from ._redact import redact
+        return Report(redact(self._data, project))
+
+    def save(self, path, redact=False):
         """Write the report as JSON (``.json``), as a self-contained HTML page (``.html``) or
         as a memory snapshot for PyTorch's memory viewer (``.pickle``: the structure of
-        ``torch.cuda.memory._snapshot()``, see :meth:`to_memory_snapshot`)."""
+        ``torch.cuda.memory._snapshot()``, see :meth:`to_memory_snapshot`). With ``redact``,
+        what :meth:`redacted` writes."""
+        if redact:
+            return self.redacted().save(path)
         path = os.fspath(path)
         ext = os.path.splitext(path)[1].lower()
         if ext == ".json":
@@ -154,10 +171,53 @@ class Report:
         return _page.render(self._data)
 
 
-def save_each(report, paths):
+def read_report_file(path):
+    """The bytes of a saved report. Opened without blocking and checked to be a regular file
+    before reading: a FIFO would wait for a writer forever, a device never end."""
+    fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{os.fspath(path)!r} is not a regular file")
+        return fh.read()
+
+
+# What Report.save can write, by the file name's end.
+SAVE_EXTENSIONS = (".json", ".html", ".htm", ".pickle", ".pkl")
+
+
+def writable_path(path, extensions=SAVE_EXTENSIONS):
+    """The absolute path a report will be saved to, checked before the run it reports on: a
+    run of hours must not end in "cannot write". The directory is tried the way the save
+    will use it, by creating and removing a file there (os.access answers yes to root in
+    /proc, a read-only mount or a full disk's quota). ValueError says what is wrong."""
+    from ._config import brief
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"a report path is a str, got {brief(path)}")
+    path = os.path.abspath(os.fspath(path))
+    if not path.lower().endswith(extensions):
+        raise ValueError(f"{path!r}: the file name must end in {' or '.join(extensions)}")
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise ValueError(f"{path!r}: no such directory {directory!r}")
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a directory")
+    try:
+        fd, trial = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".trial",
+                                     dir=directory)
+        os.close(fd)
+        os.unlink(trial)
+    except OSError as exc:
+        raise ValueError(f"{path!r}: cannot write in {directory!r} "
+                         f"({exc.strerror or exc})") from None
+    return path
+
+
+def save_each(report, paths, redact=False):
     """Save `report` to every path, each on its own: one that fails (a full disk, a removed
     directory) does not keep the others from being written. Returns (saved paths,
     [(path, OSError)]) for the caller to say what failed its own way."""
+    if redact:
+        report = report.redacted()
     saved, failed = [], []
     for path in paths:
         try:

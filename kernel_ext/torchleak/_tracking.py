@@ -12,7 +12,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _core, _cuda, _devices, _job, _out_of_memory, _roots, _torch_caches
-from ._config import config as _config
+from ._config import MAX_BYTES, brief, checked_int, config as _config
 from ._report import Report
 
 _profiler_module = sys.modules["torch.autograd.profiler"]
@@ -145,20 +145,19 @@ class Tracker:
                  on_boundary=None):
         if warmup is None:
             warmup = _config.warmup
-        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 0:
-            raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
-        if not isinstance(min_bytes, int) or isinstance(min_bytes, bool) or min_bytes < 0:
-            raise ValueError(f"min_bytes must be an int >= 0, got {min_bytes!r}")
-        if boundary not in _BOUNDARIES:
-            raise ValueError(f"boundary must be one of {', '.join(_BOUNDARIES)}; got {boundary!r}")
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ValueError(f"every must be an int >= 1, got {every!r}")
-        if not isinstance(sample_bytes, int) or isinstance(sample_bytes, bool) or sample_bytes < 0:
-            raise ValueError(f"sample_bytes must be an int >= 0, got {sample_bytes!r}")
+        # Every argument is checked here, before the run: a value the core cannot take must not
+        # fail hours later, when the report is built.
+        checked_int("warmup", warmup)
+        checked_int("min_bytes", min_bytes, maximum=MAX_BYTES)
+        if not isinstance(boundary, str) or boundary not in _BOUNDARIES:
+            raise ValueError(f"boundary must be one of {', '.join(_BOUNDARIES)}; "
+                             f"got {brief(boundary)}")
+        checked_int("every", every, minimum=1)
+        checked_int("sample_bytes", sample_bytes, maximum=MAX_BYTES)
         if gather_timeout is not None and (isinstance(gather_timeout, bool) or not isinstance(
                 gather_timeout, (int, float)) or not 0 <= gather_timeout <= 86400):
             raise ValueError(f"gather_timeout must be seconds between 0 and 86400 or None, "
-                             f"got {gather_timeout!r}")
+                             f"got {brief(gather_timeout)}")
         self.warmup = warmup
         self.min_bytes = min_bytes
         # Optimizer steps per iteration (watch mode's boundary every N steps).
@@ -547,8 +546,8 @@ class Tracker:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         # Checked here: a bad argument reaching the binding would make pybind11 print the
         # repr() of every argument, every root object's user __repr__ included.
-        if warmup is not None and (type(warmup) is not int or warmup < 0):
-            raise ValueError(f"warmup must be an int >= 0, got {type(warmup).__name__}")
+        if warmup is not None:
+            checked_int("warmup", warmup)
         if type(paths) is not bool:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
         given = _roots.given(roots)
@@ -636,12 +635,10 @@ def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=Tru
     """
     if not callable(fn):
         raise TypeError(f"check() needs a callable, got {type(fn).__name__}")
-    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
-        raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
+    checked_int("iterations", iterations, minimum=1)
     if warmup is None:
         warmup = min(_config.warmup, iterations - 1)
-    if not isinstance(warmup, int) or isinstance(warmup, bool) or not 0 <= warmup < iterations:
-        raise ValueError(f"warmup must be an int with 0 <= warmup < iterations, got {warmup!r}")
+    checked_int("warmup", warmup, maximum=iterations - 1)
     tracker = Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
                       boundary="repeat")
     _roots.given(roots)  # a bad mapping fails before the run, not after it

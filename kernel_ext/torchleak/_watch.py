@@ -13,7 +13,8 @@ import time
 import warnings
 
 from ._job import DEFAULT_GATHER_TIMEOUT, rank_path
-from ._report import save_each
+from ._config import brief
+from ._report import save_each, writable_path
 from ._tracking import Tracker
 from .render.format import format_bytes
 
@@ -33,7 +34,7 @@ class Watch:
 
     def __init__(self, *, every=1, on_leak=None, json="torchleak-watch.json", html=None,
                  sample_bytes=DEFAULT_SAMPLE_BYTES, warmup=None, min_bytes=0, budget=0.005,
-                 gather_timeout=DEFAULT_GATHER_TIMEOUT):
+                 gather_timeout=DEFAULT_GATHER_TIMEOUT, redact=False):
         if on_leak is not None and not callable(on_leak):
             raise TypeError(f"on_leak must be callable, got {type(on_leak).__name__}")
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1:
@@ -42,7 +43,12 @@ class Watch:
         for name, path, ends in (("json", json, (".json",)), ("html", html, (".html", ".htm"))):
             if path is not None and (not isinstance(path, str) or not path.lower().endswith(ends)):
                 raise ValueError(f"{name} must be a path ending in {' or '.join(ends)}, "
-                                 f"got {path!r}")
+                                 f"got {brief(path)}")
+            if path is not None:  # now, not at the first leak hours later
+                try:
+                    writable_path(path.replace("{rank}", "0"), ends)
+                except ValueError as exc:
+                    raise ValueError(f"{name} {exc}") from None
         self.tracker = Tracker(warmup=warmup, min_bytes=min_bytes, every=every,
                                sample_bytes=sample_bytes, gather_timeout=gather_timeout,
                                on_boundary=self._after_boundary)
@@ -50,6 +56,7 @@ class Watch:
         # Absolute now: a run that changes directory still writes where it was asked to.
         self._paths = [os.path.abspath(p) for p in (json, html) if p]
         self._budget = float(budget)
+        self._redact = bool(redact)
         self._announced = set()
         self.leaks = []
         self.checks = 0
@@ -128,7 +135,8 @@ class Watch:
                               f"{error}", RuntimeWarning)
 
     def _write(self, report):
-        written, failed = save_each(report, [rank_path(p, self.tracker.rank) for p in self._paths])
+        written, failed = save_each(report, [rank_path(p, self.tracker.rank) for p in self._paths],
+                                    redact=self._redact)
         for path, error in failed:
             warnings.warn(f"torchleak.watch could not write {path}: {error}", RuntimeWarning)
         return written
@@ -151,13 +159,16 @@ def _unit(report, tracker):
 
 def watch(*, every=1, on_leak=None, json="torchleak-watch.json", html=None,
           sample_bytes=DEFAULT_SAMPLE_BYTES, warmup=None, min_bytes=0, budget=0.005,
-          gather_timeout=DEFAULT_GATHER_TIMEOUT):
+          gather_timeout=DEFAULT_GATHER_TIMEOUT, redact=False):
     """Watch a whole training run: an iteration every ``every`` optimizer steps (or at each
     ``torchleak.step()``), blocks under ``sample_bytes`` sampled (0 records every block), and
     a verdict as the run goes, on at most ``budget`` of its time. When a leak is confirmed:
     one log line (logger "torchleak": site, holder, bytes per step), the report written to
     ``json`` / ``html`` (``{rank}`` is the rank in a torch.distributed job), and
     ``on_leak(report)`` called; the run is not stopped. The final report is written at the end.
+    With ``redact`` the files written are ``Report.redacted()`` (shapes, sources, absolute
+    paths and string keys withheld); ``on_leak`` and ``report()`` get the whole report.
     """
     return Watch(every=every, on_leak=on_leak, json=json, html=html, sample_bytes=sample_bytes,
-                 warmup=warmup, min_bytes=min_bytes, budget=budget, gather_timeout=gather_timeout)
+                 warmup=warmup, min_bytes=min_bytes, budget=budget, gather_timeout=gather_timeout,
+                 redact=redact)

@@ -122,9 +122,13 @@ def test_leaky(assert_no_tensor_leak):
     assert "kept[" in out
 
 
+# The file stem of test_inner.py::test_keeps_losses: readable, then 8 hex of its node id.
+KEEPS_LOSSES = "test_inner.py_test_keeps_losses-e08852b5"
+
+
 def test_report_dir_gets_json_and_html_of_each_leaking_test_only(pytester, tmp_path):
     source = LEAKY + '''
-@pytest.mark.parametrize("name", ["a/b", "<x y>"])
+@pytest.mark.parametrize("name", ["a/b", "a_b", "a b", "<x y>"])
 @pytest.mark.no_tensor_leak(iterations=4, warmup=1)
 def test_param(name):
     kept.append(torch.randn(32, 32, requires_grad=True) * 2)
@@ -135,11 +139,11 @@ def test_clean():
 '''
     out_dir = tmp_path / "reports"
     result = run_inline(pytester, source, f"--torchleak-report={out_dir}")
-    result.assert_outcomes(failed=3, passed=1)
+    result.assert_outcomes(failed=5, passed=1)
     names = sorted(p.name for p in out_dir.iterdir())
-    assert len(names) == 6, names
+    assert len(names) == 10, names  # [a/b], [a_b] and [a b] each have their own files
     assert all("/" not in n and "<" not in n for n in names)
-    assert "test_inner.py_test_keeps_losses.torchleak.json" in names
+    assert f"{KEEPS_LOSSES}.torchleak.json" in names
     for name in names:
         if name.endswith(".json"):
             report = torchleak.Report.load(out_dir / name)
@@ -226,10 +230,10 @@ def test_a_report_that_cannot_be_saved_still_fails_with_the_leak(pytester, tmp_p
     out_dir = tmp_path / "reports"
     out_dir.mkdir()
     # The JSON's name is taken by a directory: that save fails, the HTML is still written.
-    (out_dir / "test_inner.py_test_keeps_losses.torchleak.json").mkdir()
+    (out_dir / f"{KEEPS_LOSSES}.torchleak.json").mkdir()
     result = run_inline(pytester, LEAKY, f"--torchleak-report={out_dir}")
     out = result.stdout.str()
     result.assert_outcomes(failed=1)
     assert "tensors leaked across iterations" in out and "OSError" not in out
-    assert "could not save " in out and "test_keeps_losses.torchleak.json" in out
-    assert (out_dir / "test_inner.py_test_keeps_losses.torchleak.html").is_file()
+    assert "could not save " in out and f"{KEEPS_LOSSES}.torchleak.json" in out
+    assert (out_dir / f"{KEEPS_LOSSES}.torchleak.html").is_file()

@@ -124,10 +124,26 @@ def test_os_exit_in_the_script_still_writes_the_report(tmp_path):
     script.write_text(LEAKY + "import os\nos._exit(7)\nprint('not reached')\n")
     out = tmp_path / "r.json"
     proc = run_cli("run", str(script), "--json", str(out))
-    assert proc.returncode == 7
+    assert proc.returncode == 3  # as documented: the run failed, by sys.exit or os._exit
     assert "not reached" not in proc.stdout and "LEAK" in proc.stdout
     report = json.loads(out.read_text())
     assert report["iterations"] == 6 and any(f["verdict"] == "leak" for f in report["findings"])
+    # os._exit(0) is a finished run: its status is the verdict's, as after sys.exit(0).
+    script.write_text(LEAKY + "import os\nos._exit(0)\n")
+    assert run_cli("run", str(script), "--quiet").returncode == 0
+    assert run_cli("run", str(script), "--quiet", "--fail-on-leak").returncode == 1
+
+
+def test_the_scripts_traceback_begins_at_the_script_not_at_torchleak(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text("def f():\n    raise KeyError('no such batch')\nf()\n")
+    proc = run_cli("run", str(script), "--quiet")
+    assert proc.returncode == 3
+    lines = proc.stderr.splitlines()
+    start = lines.index("Traceback (most recent call last):")
+    assert lines[start + 1].startswith(f'  File "{script}", line 3'), proc.stderr
+    assert "torchleak" not in "\n".join(lines[start:start + 4])
+    assert "KeyError: 'no such batch'" in proc.stderr
 
 
 def test_sys_exit_with_a_message_shows_it(tmp_path):
