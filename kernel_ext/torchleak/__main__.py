@@ -96,7 +96,8 @@ def parse_run_args(argv):
         raise UsageError(f"no such script: {script}")
     if not opts["watch"] and (opts["every"] != 1 or opts["sample_bytes"] is not None):
         raise UsageError("--every and --sample-bytes belong to --watch")
-    for key, extensions in (("json", (".json",)), ("html", (".html", ".htm"))):
+    from torchleak._report import OUTPUT_EXTENSIONS
+    for key, extensions in OUTPUT_EXTENSIONS.items():
         if opts[key] is not None:
             # Checked with the rank torchrun gives this process; the merged report's name too.
             for rank in (os.environ.get("RANK", "0"), "merged"):

@@ -77,8 +77,8 @@ def _size(text):
 
 def _check_outputs(args, magic):
     """--json and --html checked before the cell runs, not after it."""
-    from ._report import writable_path
-    for option, extensions in (("json", (".json",)), ("html", (".html", ".htm"))):
+    from ._report import OUTPUT_EXTENSIONS, writable_path
+    for option, extensions in OUTPUT_EXTENSIONS.items():
         path = getattr(args, option)
         if path is not None:
             try:

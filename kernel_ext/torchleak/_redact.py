@@ -42,7 +42,7 @@ class _Redaction:
     def file(self, path):
         if not isinstance(path, str) or not os.path.isabs(path):
             return path
-        for base, keep_base in ((self.project, False), *((d, True) for d in _LIBRARY_DIRS)):
+        for base in (self.project, *_LIBRARY_DIRS):
             if path.startswith(base.rstrip(os.sep) + os.sep):
                 stand_in = os.path.relpath(path, base)
                 break
@@ -60,16 +60,26 @@ class _Redaction:
         """A site or a stack frame: its file made relative or hashed, its source line gone."""
         if isinstance(frame, dict):
             frame.pop("source", None)
-            frame.pop("text", None)  # written again by the core from the redacted file
             if "file" in frame:
                 frame["file"] = self.file(frame["file"])
 
-    def sentence(self, text):
-        if not isinstance(text, str):
-            return text
-        for withheld in sorted(self.replaced, key=len, reverse=True):
-            text = text.replace(withheld, self.replaced[withheld])
-        return _SHAPE_IN_TEXT.sub("<shape>", text)
+    def sentences(self):
+        """The rewrite of a stored sentence, once every withheld string is known: one pass that
+        puts each one's stand-in in its place (the longest first where two overlap) and writes
+        shapes as <shape>."""
+        if not self.replaced:
+            pattern = None
+        else:
+            pattern = re.compile("|".join(
+                re.escape(w) for w in sorted(self.replaced, key=len, reverse=True)))
+
+        def sentence(text):
+            if not isinstance(text, str):
+                return text
+            if pattern is not None:
+                text = pattern.sub(lambda m: self.replaced[m.group()], text)
+            return _SHAPE_IN_TEXT.sub("<shape>", text)
+        return sentence
 
 
 def redact(data, project=None):
@@ -92,32 +102,33 @@ def redact(data, project=None):
                 tensor.pop("shape", None)
                 r.frame(tensor.get("site"))
     # Every stored sentence, after every withheld string is known.
+    sentence = r.sentences()
     for finding in out.get("findings", []):
         for field in ("path_text", "suggestion"):
-            finding[field] = r.sentence(finding.get(field))
+            finding[field] = sentence(finding.get(field))
         for step in finding.get("path", []):
             for field in ("label", "note", "type"):
                 if field in step:
-                    step[field] = r.sentence(step[field])
+                    step[field] = sentence(step[field])
         if isinstance(finding.get("holder"), dict):
-            finding["holder"]["path_text"] = r.sentence(finding["holder"].get("path_text"))
+            finding["holder"]["path_text"] = sentence(finding["holder"].get("path_text"))
     for cause in out.get("causes", []):
         for field in ("keeper", "suggestion"):
-            cause[field] = r.sentence(cause.get(field))
+            cause[field] = sentence(cause.get(field))
         if isinstance(cause.get("holder"), dict):
-            cause["holder"]["path_text"] = r.sentence(cause["holder"].get("path_text"))
-    out["warnings"] = [r.sentence(w) for w in out.get("warnings", [])]
+            cause["holder"]["path_text"] = sentence(cause["holder"].get("path_text"))
+    out["warnings"] = [sentence(w) for w in out.get("warnings", [])]
     summary = out.get("summary", {})
-    summary["critical_issues"] = [r.sentence(c) for c in summary.get("critical_issues", [])]
+    summary["critical_issues"] = [sentence(c) for c in summary.get("critical_issues", [])]
     for rec in summary.get("recommendations", []):
-        rec["text"] = r.sentence(rec.get("text"))
+        rec["text"] = sentence(rec.get("text"))
     oom = out.get("oom")
     if isinstance(oom, dict):
-        oom["message"] = r.sentence(oom.get("message"))
+        oom["message"] = sentence(oom.get("message"))
         for entry in oom.get("by_site", []):
-            entry["site"] = r.sentence(entry.get("site"))
+            entry["site"] = sentence(entry.get("site"))
         for entry in oom.get("by_holder", []):
-            entry["holder"] = r.sentence(entry.get("holder"))
+            entry["holder"] = sentence(entry.get("holder"))
     # The core writes its sentences again from the redacted fields and checks the result.
     from . import _core
     return json.loads(_core.normalize_report(json.dumps(out)))

@@ -181,8 +181,10 @@ def read_report_file(path):
         return fh.read()
 
 
-# What Report.save can write, by the file name's end.
+# What Report.save can write, by the file name's end; and what each of the --json/--html
+# options (CLI, magics, watch()) takes.
 SAVE_EXTENSIONS = (".json", ".html", ".htm", ".pickle", ".pkl")
+OUTPUT_EXTENSIONS = {"json": (".json",), "html": (".html", ".htm")}
 
 
 def writable_path(path, extensions=SAVE_EXTENSIONS):

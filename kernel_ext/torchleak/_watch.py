@@ -14,7 +14,7 @@ import warnings
 
 from ._job import DEFAULT_GATHER_TIMEOUT, rank_path
 from ._config import brief
-from ._report import save_each, writable_path
+from ._report import OUTPUT_EXTENSIONS, save_each, writable_path
 from ._tracking import Tracker
 from .render.format import format_bytes
 
@@ -40,7 +40,7 @@ class Watch:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1:
             raise ValueError(f"budget must be a fraction of the run's time in (0, 1], "
                              f"got {budget!r}")
-        for name, path, ends in (("json", json, (".json",)), ("html", html, (".html", ".htm"))):
+        for (name, ends), path in zip(OUTPUT_EXTENSIONS.items(), (json, html)):
             if path is not None and (not isinstance(path, str) or not path.lower().endswith(ends)):
                 raise ValueError(f"{name} must be a path ending in {' or '.join(ends)}, "
                                  f"got {brief(path)}")
