@@ -346,8 +346,9 @@ def _finish(tracker, opts, failure, timeout, hurry=None):
         path = opts[key]
         if not path:
             continue
-        # A rank's own report when asked for by {rank}, or when no merge took it.
-        if "{rank}" in path or not exchange.confirmed:
+        # A rank's own report when asked for by {rank}, or when the merge did not take all of
+        # it (rank 0 could not read it, or got only a summary of a very large one).
+        if "{rank}" in path or not exchange.complete:
             _save_each(own, [_job.rank_path(path, job.rank)], opts["redact"])
         if merged is not None:
             _save_each(merged, [path.replace("{rank}", "merged")], opts["redact"])
@@ -355,8 +356,12 @@ def _finish(tracker, opts, failure, timeout, hurry=None):
         if not opts["quiet"]:
             print(merged, flush=True)
         return merged
-    where = ("merged at rank 0" if exchange.confirmed
-             else f"not merged ({exchange.note}); this rank's report is kept on its own")
+    if exchange.complete:
+        where = "merged at rank 0"
+    elif exchange.confirmed:
+        where = f"merged at rank 0 in part ({exchange.note}); the whole report is kept on its own"
+    else:
+        where = f"not merged ({exchange.note}); this rank's report is kept on its own"
     print(f"torchleak: rank {job.rank}: {own.summary.get('headline', '')}; {where}",
           flush=True)
     return own

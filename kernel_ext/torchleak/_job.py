@@ -29,11 +29,15 @@ _exchanges = {}
 
 class Job:
     """The rank, world size and store of an initialised torch.distributed job of two or more
-    ranks. The store is kept from the moment it is seen: a script that calls
-    destroy_process_group() before the tracked block ends still has its reports gathered."""
+    ranks, and the run id torchrun gave it. The store is kept from the moment it is seen: a
+    script that calls destroy_process_group() before the tracked block ends still has its
+    reports gathered."""
 
-    def __init__(self, rank, world_size, store):
+    def __init__(self, rank, world_size, store, run_id=None):
         self.rank, self.world_size, self.store = rank, world_size, store
+        # Two jobs that share one store (a shared rendezvous host) must not merge each other's
+        # ranks: every key carries the run id (torchrun sets it; a uuid for a single node).
+        self.run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none") if run_id is None else run_id
 
     @classmethod
     def current(cls):
@@ -52,18 +56,29 @@ class Job:
 
 
 class Exchange:
-    """What one rank got out of the exchange: rank 0's merged report (None elsewhere), and
-    whether rank 0 confirmed the merge (else each rank keeps its own report)."""
+    """What one rank got out of the exchange: rank 0's merged report (None elsewhere); whether
+    rank 0 confirmed that this rank's report is in the merge (``confirmed``) and whether all
+    of it is (``complete``: false when a summary went instead); ``note`` says why not. A rank
+    keeps its own report unless both hold."""
 
-    def __init__(self, merged, confirmed, note=""):
+    def __init__(self, merged, confirmed, note="", complete=None):
         self.merged, self.confirmed, self.note = merged, confirmed, note
+        self.complete = confirmed if complete is None else complete
+
+
+# The TCPStore refuses a value over 8 MiB and drops the connection with it (the rank then reads
+# "store unreachable"): a rank's report travels in parts well under that.
+PART_BYTES = 4 * 1024 * 1024
+# Rank 0 holds every rank's post at once, and so does the store's server: past this size a rank
+# sends a summary (its leaks, largest first) and keeps its whole report in its own file.
+MAX_POST_BYTES = 64 * 1024 * 1024
 
 
 def _keys(job):
     """Each rank's key and rank 0's confirmation key for this rank's next exchange (a restarted
     torchrun job keeps its store: the restart count keeps the attempts apart)."""
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    prefix = f"torchleak/{restart}/{_exchanges.get(job.rank, 0)}/"
+    prefix = f"torchleak/{job.run_id}/{restart}/{_exchanges.get(job.rank, 0)}/"
     return [f"{prefix}rank/{r}" for r in range(job.world_size)], f"{prefix}merged"
 
 
@@ -73,46 +88,140 @@ HURRY_SECONDS = 10.0
 
 
 def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOUT, hurry=None,
-             hurry_seconds=HURRY_SECONDS):
+             hurry_seconds=HURRY_SECONDS, max_post_bytes=None):
     """Post this rank's report; on rank 0, wait up to ``timeout`` seconds for the others' and
-    merge; elsewhere, wait a little longer than that for rank 0 to confirm. ``hurry``: a
-    callable that turns true when the job is being stopped (SIGTERM); a wait under way then
-    ends within ``hurry_seconds``. Never raises for the job's sake: a store that is gone (rank
-    0's process died) leaves each rank with its own report."""
+    merge; elsewhere, wait a little longer than that for rank 0 to say whether this rank's
+    report is in the merge. ``hurry``: a callable that turns true when the job is being stopped
+    (SIGTERM); a wait under way then ends within ``hurry_seconds``. Never raises for the job's
+    sake: a store that is gone (rank 0's process died) leaves each rank with its own report."""
     rank_keys, merged_key = _keys(job)
     _exchanges[job.rank] = _exchanges.get(job.rank, 0) + 1
-    envelope = json.dumps({"status": status, "note": note, "report": report.to_json()})
+    post, sent_note = _post(job, report, status, note,
+                            MAX_POST_BYTES if max_post_bytes is None else max_post_bytes)
     try:
-        job.store.set(rank_keys[job.rank], envelope)
+        _put(job.store, rank_keys[job.rank], post)
     except Exception as exc:  # noqa: BLE001 - the store's own errors: it is unreachable
         return Exchange(None, False, f"the job's store is unreachable: {exc}")
     if job.rank != 0:
         # Rank 0 may use its whole timeout waiting for a rank that will never come, then merge:
         # the others wait a little longer than that before keeping their reports on their own.
         patience = timeout + max(5.0, timeout / 4)
-        confirmed = _wait_for(job.store, [merged_key], time.monotonic() + patience, hurry,
-                              hurry_seconds + 5.0) == [merged_key]
-        return Exchange(None, confirmed,
-                        "" if confirmed else f"rank 0 did not merge within {patience:g} s")
+        if _wait_for(job.store, [merged_key], time.monotonic() + patience, hurry,
+                     hurry_seconds + 5.0) != [merged_key]:
+            return Exchange(None, False, f"rank 0 did not merge within {patience:g} s")
+        return _confirmation(job, merged_key, sent_note)
     arrived = _wait_for(job.store, rank_keys, time.monotonic() + timeout, hurry, hurry_seconds)
     stopped = hurry is not None and hurry()
-    inputs = []
+    inputs, versions = [], {}
     for r, key in enumerate(rank_keys):
         if key not in arrived:
             inputs.append((r, None, "missing", "not posted before the job was stopped (SIGTERM)"
                            if stopped else f"timed out after {timeout:g} s"))
             continue
         try:
-            posted = json.loads(job.store.get(key))
+            posted = json.loads(_take(job.store, key))
+            versions[r] = posted.get("version")
+            if posted.get("world_size", job.world_size) != job.world_size:
+                raise ValueError(f"posted by a job of {posted['world_size']} ranks")
             inputs.append((r, posted["report"], posted["status"], posted["note"]))
         except Exception as exc:  # noqa: BLE001 - a rank's post that cannot be read
             inputs.append((r, None, "missing", f"its report could not be read: {exc}"))
     merged = Report(_core.merge_rank_reports(inputs, job.world_size, _config.snapshot()))
+    # Each rank learns whether its own report is in the merge, and if not, rank 0's reason.
+    said = {str(r["rank"]): {"merged": r["status"] != "missing", "note": r.get("note", "")}
+            for r in merged.to_dict()["ranks"]["ranks"]}
+    for r, version in versions.items():
+        if not said[str(r)]["merged"] and version != _version():
+            said[str(r)]["note"] += f" (that rank runs torchleak {version}, rank 0 {_version()})"
     try:
-        job.store.set(merged_key, str(len(arrived)))
+        job.store.set(merged_key, json.dumps({"ranks": said}))
     except Exception:  # noqa: BLE001 - the others fall back to their own reports
         pass
-    return Exchange(merged, True)
+    mine = said.get("0", {})
+    return Exchange(merged, bool(mine.get("merged")), "" if mine.get("merged") else
+                    mine.get("note", ""), complete=bool(mine.get("merged")) and not sent_note)
+
+
+def _post(job, report, status, note, max_bytes):
+    """The rank's post and, when it is a summary, the note saying so (else ""). The post names
+    the sender's torchleak version, so a report rank 0 cannot read says whose it was."""
+    text = report.to_json()
+    summary_note = ""
+    if len(text) > max_bytes:
+        text, summary_note = _summary(report, len(text), max_bytes)
+    return json.dumps({"status": status, "note": note, "report": text,
+                       "version": _version(), "world_size": job.world_size}), summary_note
+
+
+def _version():
+    return getattr(sys.modules.get("torchleak"), "__version__", "unknown")
+
+
+def _summary(report, size, max_bytes):
+    """The report with only its leaks, largest first, as many as fit in ``max_bytes`` (None
+    when not even its frame fits), and the note that says so: it rides in the report's
+    warnings, so the merged report says which rank sent less than all."""
+    data = report.to_dict()
+    findings = data.get("findings", [])
+    leaks = sorted((f for f in findings if f.get("verdict") == "leak"),
+                   key=lambda f: -(f.get("bytes_per_iteration") or 0))
+    data["findings"] = []
+    note = (f"this rank's report ({size / 2**20:.0f} MiB) is over the "
+            f"{max_bytes / 2**20:g} MiB a rank sends; rank 0 got a summary")
+    budget = max_bytes - len(json.dumps(data)) - len(note) - 200
+    kept = []
+    for finding in leaks:
+        cost = len(json.dumps(finding)) + 2
+        if cost > budget:
+            break
+        kept.append(finding)
+        budget -= cost
+    if budget < 0:
+        return None, note + " of nothing (even its curves do not fit)"
+    note += f" of {len(kept)} of its {len(findings)} findings (its largest leaks)"
+    data["findings"] = kept
+    data["warnings"] = list(data.get("warnings", [])) + [note + "; the whole report is in its "
+                                                            "own file"]
+    return json.dumps(data), note
+
+
+def _put(store, key, value):
+    """``value`` under ``key`` in parts of at most PART_BYTES: the parts first, then the head
+    that counts them, so a reader that sees the head finds every part."""
+    data = value.encode()
+    parts = [data[i:i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
+    for i, part in enumerate(parts):
+        store.set(f"{key}/{i}", part)
+    store.set(key, json.dumps({"parts": len(parts), "bytes": len(data)}))
+
+
+def _take(store, key):
+    """What _put posted under ``key``, its parts removed from the store once read."""
+    head = json.loads(store.get(key))
+    data = b"".join(store.get(f"{key}/{i}") for i in range(head["parts"]))
+    if len(data) != head["bytes"]:
+        raise ValueError(f"{len(data)} of its {head['bytes']} bytes arrived")
+    for i in range(head["parts"]):
+        try:
+            store.delete_key(f"{key}/{i}")
+        except Exception:  # noqa: BLE001 - a store without deletion keeps them; no harm
+            break
+    return data.decode()
+
+
+def _confirmation(job, merged_key, sent_note):
+    """This rank's entry in rank 0's answer: merged (whole, or the summary it sent), or not and
+    why. An answer this version cannot read is not taken for a merge."""
+    try:
+        said = json.loads(job.store.get(merged_key))["ranks"][str(job.rank)]
+        merged = bool(said["merged"])
+        reason = str(said.get("note", ""))
+    except Exception:  # noqa: BLE001 - another torchleak version's answer, or none
+        return Exchange(None, False, "rank 0 did not say whether it merged this rank's report")
+    if not merged:
+        return Exchange(None, False, f"rank 0 could not merge it: {reason}" if reason
+                        else "rank 0 could not merge it")
+    return Exchange(None, True, sent_note, complete=not sent_note)
 
 
 def _wait_for(store, keys, deadline, hurry=None, hurry_seconds=HURRY_SECONDS):

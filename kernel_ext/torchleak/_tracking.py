@@ -234,7 +234,8 @@ class Tracker:
         report. ``failure``: the exception that ended this rank's run, or its description.
         ``hurry``: a callable that turns true when the job is being stopped (torchrun's SIGTERM);
         a wait under way then ends within seconds. Returns the exchange (``.merged``,
-        ``.confirmed``, ``.note``), or None outside a job."""
+        ``.confirmed``: rank 0 merged this rank's report; ``.complete``: all of it, not a
+        summary; ``.note``: why not), or None outside a job."""
         if self._job is None:
             return None
         if self.active:

@@ -2,6 +2,7 @@
 HashStore stands for the job's TCPStore, threads for the ranks (the torchrun tests in
 tests/distributed run the real thing)."""
 import json
+import re
 import threading
 import time
 
@@ -11,6 +12,13 @@ import torch.distributed as dist
 
 import torchleak
 from torchleak import _job
+
+
+@pytest.fixture(autouse=True)
+def fresh_exchanges():
+    """Every test starts at each rank's first exchange: here one process plays every rank, and
+    a test that ran only rank 0 would leave the ranks' counts apart."""
+    _job._exchanges.clear()
 
 
 def rank_report(keep=None):
@@ -111,3 +119,166 @@ def test_no_job_without_a_process_group_or_with_a_single_rank():
         assert _job.Job.current() is None
     finally:
         dist.destroy_process_group()
+
+
+class ForeignReport:
+    """A report from a torchleak whose schema rank 0 does not read."""
+
+    def to_json(self):
+        return json.dumps({"schema_version": "torchleak.report/9", "findings": []})
+
+
+def test_a_rank_whose_report_rank_zero_rejects_is_told_so_and_keeps_its_own():
+    # It used to be told "merged at rank 0" and keep nothing.
+    results = run_ranks(2, dist.HashStore(), {0: (rank_report(), "ok", ""),
+                                              1: (ForeignReport(), "ok", "")})
+    assert results[0].confirmed and results[0].complete
+    assert not results[1].confirmed and not results[1].complete
+    assert results[1].note.startswith("rank 0 could not merge it: its report could not be read")
+    [_, rejected] = results[0].merged.to_dict()["ranks"]["ranks"]
+    assert rejected["status"] == "missing"
+
+
+def test_an_answer_rank_zero_of_another_version_gave_is_not_taken_for_a_merge():
+    store = dist.HashStore()
+    _, merged_key = _job._keys(_job.Job(1, 2, store))
+    store.set(merged_key, "2")  # what rank 0 of the previous version answered: a count
+    result = _job.exchange(_job.Job(1, 2, store), rank_report(), timeout=0.3)
+    assert not result.confirmed
+    assert result.note == "rank 0 did not say whether it merged this rank's report"
+
+
+def large_report(findings=400):
+    """A rank report of a few MiB: one real leak, and many findings that are not leaks."""
+    kept = []
+    report = rank_report(kept)
+    data = report.to_dict()
+    [leak] = [f for f in data["findings"] if f["verdict"] == "leak"]
+    # Distinct sites: the merge keeps one finding per site and verdict.
+    data["findings"] = [dict(leak, verdict="plateau", text="x" * 20000,
+                             site=dict(leak["site"], line=10000 + i)) for i in range(findings)]
+    data["findings"].append(leak)
+    return torchleak.Report(json.dumps(data))
+
+
+@pytest.fixture
+def tcp_store():
+    """A real TCPStore on 127.0.0.1 (its server refuses values over 8 MiB, a HashStore does
+    not), on a free port, every call bounded."""
+    from datetime import timedelta
+    server = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False,
+                           timeout=timedelta(seconds=30))
+    yield lambda: dist.TCPStore("127.0.0.1", server.port, 1, is_master=False,
+                                timeout=timedelta(seconds=30))
+
+
+def test_a_report_over_the_stores_8_mib_arrives_in_parts(tcp_store):
+    # One set() over 8 MiB made the server drop the connection: the merged report showed no
+    # leak, rank 1 read "store unreachable" and rank 0 "timed out".
+    big = large_report(findings=500)
+    assert len(big.to_json()) > 9 * 2**20
+    keys, _ = _job._keys(_job.Job(1, 2, None))  # the keys of the exchange about to be made
+    results = {}
+
+    def one(rank, report):
+        results[rank] = _job.exchange(_job.Job(rank, 2, tcp_store()), report, timeout=20)
+
+    threads = [threading.Thread(target=one, args=(0, rank_report())),
+               threading.Thread(target=one, args=(1, big))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+        assert not t.is_alive()
+    assert results[1].confirmed and results[1].complete, results[1].note
+    merged = results[0].merged.to_dict()
+    assert [r["status"] for r in merged["ranks"]["ranks"]] == ["ok", "ok"]
+    assert len(merged["findings"]) == 501
+    [leak] = [f for f in merged["findings"] if f["verdict"] == "leak"]
+    assert leak["ranks"] == [1]
+    # Rank 0 removed the parts it read: the store does not keep a copy of every report.
+    store = tcp_store()
+    assert store.check([keys[1]]) and not store.check([f"{keys[1]}/0"])
+
+
+def test_a_report_over_the_post_limit_sends_its_leaks_and_the_rank_keeps_the_whole():
+    big = large_report(findings=200)
+    results = {}
+
+    def one(rank, report):
+        results[rank] = _job.exchange(_job.Job(rank, 2, store), report, timeout=5,
+                                      max_post_bytes=2**20)
+
+    store = dist.HashStore()
+    threads = [threading.Thread(target=one, args=(0, rank_report())),
+               threading.Thread(target=one, args=(1, big))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results[1].confirmed and not results[1].complete
+    assert "rank 0 got a summary of 1 of its 201 findings (its largest leaks)" in results[1].note
+    merged = results[0].merged.to_dict()
+    [leak] = merged["findings"]
+    assert leak["verdict"] == "leak" and leak["ranks"] == [1]
+    [warning] = merged["warnings"]
+    assert re.fullmatch(r"rank 1: this rank's report \(\d+ MiB\) is over the 1 MiB a rank "
+                        r"sends; rank 0 got a summary of 1 of its 201 findings \(its largest "
+                        r"leaks\); the whole report is in its own file", warning), warning
+
+
+def test_two_jobs_sharing_a_store_do_not_merge_each_others_ranks():
+    store = dist.HashStore()
+    results = {}
+
+    def one(name, rank, report):
+        results[name, rank] = _job.exchange(_job.Job(rank, 2, store, run_id=name), report,
+                                            timeout=5)
+
+    kept = []
+    posts = [("a", 0, rank_report()), ("a", 1, rank_report(kept)),
+             ("b", 0, rank_report()), ("b", 1, rank_report())]
+    threads = [threading.Thread(target=one, args=post) for post in posts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive()
+    leaking = {name: [f["ranks"] for f in results[name, 0].merged.to_dict()["findings"]
+                      if f["verdict"] == "leak"] for name in "ab"}
+    assert leaking == {"a": [[1]], "b": []}
+
+
+class TrackerOfRank1:
+    """What the CLI's end of run sees on rank 1 of a job whose exchange went as told."""
+
+    def __init__(self, exchange):
+        self.job = _job.Job(1, 2, None)
+        self._exchange = exchange
+        self._own = rank_report([])
+
+    def report(self):
+        return self._own
+
+    def gather(self, **_):
+        return self._exchange
+
+
+@pytest.mark.parametrize("exchange, keeps, says", [
+    (_job.Exchange(None, True), False, "; merged at rank 0\n"),
+    (_job.Exchange(None, True, "this rank's report (90 MiB) is over the 64 MiB a rank sends; "
+                   "rank 0 got a summary of 1 of its 9 findings", complete=False), True,
+     "; merged at rank 0 in part (this rank's report (90 MiB) is over the 64 MiB a rank sends; "
+     "rank 0 got a summary of 1 of its 9 findings); the whole report is kept on its own\n"),
+    (_job.Exchange(None, False, "rank 0 could not merge it: its report could not be read"),
+     True, "; not merged (rank 0 could not merge it: its report could not be read); this "
+           "rank's report is kept on its own\n"),
+])
+def test_the_cli_keeps_a_ranks_own_report_unless_all_of_it_was_merged(
+        tmp_path, capsys, exchange, keeps, says):
+    from torchleak.__main__ import _finish
+    opts = {"json": str(tmp_path / "job.json"), "html": None, "quiet": False, "redact": False}
+    _finish(TrackerOfRank1(exchange), opts, None, 1.0)
+    assert capsys.readouterr().out.endswith(says)
+    assert (tmp_path / "job.rank1.json").exists() == keeps
+    assert not (tmp_path / "job.json").exists()  # rank 0's path: never written by rank 1
