@@ -7,6 +7,9 @@ False alarms: clean training and inference loops, each run from its own seed,
   rnn          an LSTM over 32-step sequences, Adam, the hidden state detached each step
   kv-cache     inference that keeps the keys and values of the last 16 requests (a bounded cache)
   dataloader   an MLP fed by a shuffling DataLoader over a TensorDataset
+  batch-sizes  an MLP on batches of 4-4096 rows, the last batch kept across the boundary as a
+               script's loop variable keeps it (one block alive, 1 KiB-1 MiB: sampled or not;
+               issue #30's watch-mode reproducer)
   - under torchleak.watch() with its defaults (blocks under 256 KiB sampled) but judged at every
     iteration (budget=1.0: the most looks a run can get, so the most chances to cry wolf);
   - under torchleak.check(iteration, state, iterations=20, warmup=2).
@@ -120,8 +123,23 @@ def dataloader(torch):
     return step, 120, False
 
 
+def batch_sizes(torch):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    last = {}
+
+    def step():
+        n = int(torch.randint(4, 4097, ()).item())
+        # The new batch is made while the previous one is still held, as `x = ...` in a loop.
+        last["x"], last["y"] = torch.randn(n, 64), torch.randint(0, 4, (n,))
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(last["x"]), last["y"]).backward()
+        opt.step()
+    return step, 200, False
+
+
 LOOPS = {"transformer": transformer, "cnn": cnn, "rnn": rnn, "kv-cache": kv_cache,
-         "dataloader": dataloader}
+         "dataloader": dataloader, "batch-sizes": batch_sizes}
 
 
 def _clean_runs(name, seeds, mode):

@@ -132,6 +132,38 @@ TEST_CASE("10^4 clean runs judged at every iteration: false alarms within the ru
     REQUIRE(alarmedRuns <= static_cast<int>(config.false_alarm_rate * runs));
 }
 
+TEST_CASE("One block whose size follows the batch, judged at every step, is never a leak") {
+    // Issue #30's watch-mode reproducer: a loop that keeps its last batch (1 KiB - 1 MiB) across
+    // the boundary; below sample_bytes the block is sampled (0 or sample_bytes), above it exact.
+    // The series falls by half often, and the runs between falls looked like growth between
+    // releases: 4 of 1,000 runs were called a leak before the rule asked who was kept.
+    std::mt19937_64 rng(30);
+    std::uniform_int_distribution<int64_t> batch(KiB, 1024 * KiB);
+    std::uniform_int_distribution<uint64_t> draw(0, kSampleBytes - 1);
+    AnalysisConfig config;
+    int alarmedRuns = 0;
+    const int runs = 1000;
+    for (int r = 0; r < runs; ++r) {
+        SiteSeries s;
+        s.noise_variance_per_byte = static_cast<double>(kSampleBytes / 2);
+        bool alarmed = false;
+        for (int i = 0; i < 200 && !alarmed; ++i) {
+            int64_t bytes = batch(rng);
+            if (bytes < static_cast<int64_t>(kSampleBytes)) {
+                bytes = draw(rng) < static_cast<uint64_t>(bytes) ? kSampleBytes : 0;
+            }
+            s.bytes.push_back(bytes);
+            s.born.push_back(bytes); // the batch alive now is the one this iteration made
+            s.oldest.push_back(static_cast<uint32_t>(i));
+            s.surviving.assign(s.bytes.size(), 0);
+            s.surviving.back() = bytes;
+            alarmed = i >= 10 && classify(s, 2, config).verdict == Verdict::Leak;
+        }
+        alarmedRuns += alarmed ? 1 : 0;
+    }
+    REQUIRE(alarmedRuns <= static_cast<int>(config.false_alarm_rate * runs));
+}
+
 TEST_CASE("A bounded cache of sampled blocks, judged at every step, is never a leak") {
     // The inference loop of the benchmark: each request's keys and values (4-32 KiB, so
     // sampled) are kept for the next 16 requests. Neighbouring points share 15 of 16 blocks:
