@@ -174,6 +174,7 @@ class ReportBuilder {
         readLiveBlocks();
         replayBoundaries();
         reconcileWithAllocator();
+        setAsideFreedAfterStop();
         attributeExternalStacks();
         makeFindings();
         d_blocksOf = liveBlocksByFinding();
@@ -352,6 +353,43 @@ class ReportBuilder {
         }
     }
 
+    // Blocks freed after tracking stopped leave the blocks alive now (no path, no example),
+    // and stay in what each iteration left behind: the verdict is about the run.
+    void setAsideFreedAfterStop() {
+        if (d_inputs.freed_after_stop.empty()) {
+            if (d_inputs.freed_after_stop_incomplete) {
+                d_report.warnings.push_back(kFreedAfterStopIncomplete);
+            }
+            return;
+        }
+        size_t kept = 0;
+        uint64_t bytes = 0;
+        for (const LiveBlock& block : d_liveNow) {
+            if (d_inputs.freed_after_stop.count(block.ptr) == 0) {
+                d_liveNow[kept++] = block;
+                continue;
+            }
+            bytes += block.rec.weight;
+            d_freedAfterStop.push_back(block);
+        }
+        d_liveNow.resize(kept);
+        if (!d_freedAfterStop.empty()) {
+            d_report.warnings.push_back(
+                std::to_string(d_freedAfterStop.size()) + " block(s) (" +
+                formatBytes(static_cast<double>(bytes)) +
+                ") alive when tracking stopped were freed before this report was built: the "
+                "verdicts are the run's, but what held them let go, so their findings have no "
+                "retaining path (build the report before releasing them to see it)");
+        }
+        if (d_inputs.freed_after_stop_incomplete) {
+            d_report.warnings.push_back(kFreedAfterStopIncomplete);
+        }
+    }
+
+    static constexpr const char* kFreedAfterStopIncomplete =
+        "more blocks were freed after tracking stopped than torchleak could note: a path that "
+        "reads \"held only from C++\" may be one of them";
+
     // Surviving blocks with an external stack (CUDA) become their own sites: a block alive
     // now was alive at every boundary since the one ending its birth iteration. What they
     // account for is taken out of the stackless group's site they were recorded in.
@@ -410,11 +448,14 @@ class ReportBuilder {
     // and shape of its biggest live block.
     void makeFindings() {
         const bool sampling = d_recorder.sampler().threshold() > 0;
-        for (const LiveBlock& block : d_liveNow) {
-            GroupKey key{block.rec.stack, block.rec.node, block.rec.device};
-            d_survivingByBirth[key][block.rec.iteration] += static_cast<int64_t>(block.rec.weight);
-            if (sampling) {
-                d_sampledBytes[key].add(block.rec.size, block.rec.weight);
+        for (const std::vector<LiveBlock>* blocks : {&d_liveNow, &d_freedAfterStop}) {
+            for (const LiveBlock& block : *blocks) {
+                GroupKey key{block.rec.stack, block.rec.node, block.rec.device};
+                d_survivingByBirth[key][block.rec.iteration] +=
+                    static_cast<int64_t>(block.rec.weight);
+                if (sampling) {
+                    d_sampledBytes[key].add(block.rec.size, block.rec.weight);
+                }
             }
         }
         for (auto& [key, acc] : d_sites) {
@@ -1042,6 +1083,7 @@ class ReportBuilder {
     std::unordered_map<StackToken, std::vector<Frame>> d_decoded;
     std::vector<uint32_t> d_at; // the iteration of each kept boundary
     std::vector<LiveBlock> d_liveNow;
+    std::vector<LiveBlock> d_freedAfterStop;
     std::map<std::string, SiteAccumulator> d_sites; // ordered: findings come out in key order
     std::unordered_map<GroupKey, GroupReplay, GroupKeyHash> d_replay;
     uint32_t d_shadowedIterations = 0;

@@ -439,3 +439,39 @@ TEST_CASE("Blocks the allocator no longer holds are freed, not leaked, whichever
     REQUIRE(std::count_if(uncovered.findings.begin(), uncovered.findings.end(),
                           [](const Finding& f) { return f.verdict == Verdict::Leak; }) == 2);
 }
+
+TEST_CASE("Blocks freed after tracking stopped keep the run's verdict and are never walked") {
+    // A report built after the block ended: the holder let 5 of 8 kept blocks go (the hook no
+    // longer hears frees; the CPU tap's late-free log noted them). Their addresses may hold
+    // other tensors now, so they are not looked for; the growth the run saw stands.
+    AllocationRecorder rec;
+    const std::vector<RawFrame> leaking = {{0x1, 42}};
+    for (uint32_t i = 0; i < 8; ++i) {
+        rec.recordAlloc(0x1000000 + i * 0x100000, MiB, kCpu, leaking, nullptr, 0, 0, false);
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ListExplainer explainer;
+    ReportInputs in;
+    for (uint32_t i = 0; i < 5; ++i) {
+        in.freed_after_stop.insert(0x1000000 + i * 0x100000);
+    }
+    Report r = buildReport(rec, in, sym, desc, &explainer);
+    REQUIRE(r.findings.size() == 1);
+    REQUIRE(r.findings[0].verdict == Verdict::Leak);
+    REQUIRE(r.findings[0].bytes_per_iteration == MiB);
+    REQUIRE(explainer.asked.size() == 3);
+    for (uintptr_t b : explainer.asked) {
+        REQUIRE(in.freed_after_stop.count(b) == 0);
+    }
+    REQUIRE(r.warnings.size() == 1);
+    REQUIRE(r.warnings[0].rfind("5 block(s) (5.0 MiB) alive when tracking stopped were freed", 0) ==
+            0);
+
+    in.freed_after_stop.clear();
+    in.freed_after_stop_incomplete = true;
+    Report unsure = buildReport(rec, in, sym, desc, &explainer);
+    REQUIRE(unsure.warnings.size() == 1);
+    REQUIRE(unsure.warnings[0].rfind("more blocks were freed after tracking stopped", 0) == 0);
+}

@@ -28,21 +28,28 @@ def rank_report(keep=None):
     return torchleak.check(body, iterations=6, warmup=1)
 
 
-def run_ranks(world_size, store, posts, timeout=5.0):
-    """Each rank in `posts` (rank -> (report, status, note)) exchanges in a thread of its own."""
+def in_threads(exchanges, **options):
+    """Each (key, job, report[, its own options]) exchanges in a thread of its own, as the
+    job's ranks would; returns each key's result. Never waits more than 90 s."""
     results = {}
 
-    def one(rank, report, status, note):
-        results[rank] = _job.exchange(_job.Job(rank, world_size, store), report, status=status,
-                                      note=note, timeout=timeout)
+    def one(key, job, report, own=None):
+        results[key] = _job.exchange(job, report, **options, **(own or {}))
 
-    threads = [threading.Thread(target=one, args=(rank, *post)) for rank, post in posts.items()]
+    threads = [threading.Thread(target=one, args=e) for e in exchanges]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=90)
         assert not t.is_alive()
     return results
+
+
+def run_ranks(world_size, store, posts, timeout=5.0):
+    """Each rank in `posts` (rank -> (report, status, note)) exchanges in a thread of its own."""
+    return in_threads([(rank, _job.Job(rank, world_size, store), report,
+                        {"status": status, "note": note})
+                       for rank, (report, status, note) in posts.items()], timeout=timeout)
 
 
 def test_rank_zero_merges_and_the_others_are_told():
@@ -178,18 +185,8 @@ def test_a_report_over_the_stores_8_mib_arrives_in_parts(tcp_store):
     big = large_report(findings=500)
     assert len(big.to_json()) > 9 * 2**20
     keys, _ = _job._keys(_job.Job(1, 2, None))  # the keys of the exchange about to be made
-    results = {}
-
-    def one(rank, report):
-        results[rank] = _job.exchange(_job.Job(rank, 2, tcp_store()), report, timeout=20)
-
-    threads = [threading.Thread(target=one, args=(0, rank_report())),
-               threading.Thread(target=one, args=(1, big))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=90)
-        assert not t.is_alive()
+    results = in_threads([(0, _job.Job(0, 2, tcp_store()), rank_report()),
+                          (1, _job.Job(1, 2, tcp_store()), big)], timeout=20)
     assert results[1].confirmed and results[1].complete, results[1].note
     merged = results[0].merged.to_dict()
     assert [r["status"] for r in merged["ranks"]["ranks"]] == ["ok", "ok"]
@@ -203,19 +200,9 @@ def test_a_report_over_the_stores_8_mib_arrives_in_parts(tcp_store):
 
 def test_a_report_over_the_post_limit_sends_its_leaks_and_the_rank_keeps_the_whole():
     big = large_report(findings=200)
-    results = {}
-
-    def one(rank, report):
-        results[rank] = _job.exchange(_job.Job(rank, 2, store), report, timeout=5,
-                                      max_post_bytes=2**20)
-
     store = dist.HashStore()
-    threads = [threading.Thread(target=one, args=(0, rank_report())),
-               threading.Thread(target=one, args=(1, big))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    results = in_threads([(0, _job.Job(0, 2, store), rank_report()),
+                          (1, _job.Job(1, 2, store), big)], timeout=5, max_post_bytes=2**20)
     assert results[1].confirmed and not results[1].complete
     assert "rank 0 got a summary of 1 of its 201 findings (its largest leaks)" in results[1].note
     merged = results[0].merged.to_dict()
@@ -229,21 +216,12 @@ def test_a_report_over_the_post_limit_sends_its_leaks_and_the_rank_keeps_the_who
 
 def test_two_jobs_sharing_a_store_do_not_merge_each_others_ranks():
     store = dist.HashStore()
-    results = {}
-
-    def one(name, rank, report):
-        results[name, rank] = _job.exchange(_job.Job(rank, 2, store, run_id=name), report,
-                                            timeout=5)
-
     kept = []
-    posts = [("a", 0, rank_report()), ("a", 1, rank_report(kept)),
-             ("b", 0, rank_report()), ("b", 1, rank_report())]
-    threads = [threading.Thread(target=one, args=post) for post in posts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-        assert not t.is_alive()
+    results = in_threads([(("a", 0), _job.Job(0, 2, store, run_id="a"), rank_report()),
+                          (("a", 1), _job.Job(1, 2, store, run_id="a"), rank_report(kept)),
+                          (("b", 0), _job.Job(0, 2, store, run_id="b"), rank_report()),
+                          (("b", 1), _job.Job(1, 2, store, run_id="b"), rank_report())],
+                         timeout=5)
     leaking = {name: [f["ranks"] for f in results[name, 0].merged.to_dict()["findings"]
                       if f["verdict"] == "leak"] for name in "ab"}
     assert leaking == {"a": [[1]], "b": []}

@@ -72,6 +72,12 @@ struct ReportInputs {
     // a free, and without this the block would read as a leak until its address is reused.
     std::vector<int8_t> allocator_view_devices;
     std::unordered_set<uintptr_t> allocator_live_blocks;
+    // Blocks the hook counts alive that were freed after tracking stopped, when the report is
+    // built later: the run's series stand (they were alive when it ended), but no path is
+    // looked for (what held them let go, and the address may hold another tensor now).
+    // Incomplete: more were freed than could be noted.
+    std::unordered_set<uintptr_t> freed_after_stop;
+    bool freed_after_stop_incomplete = false;
     std::string torch_version;
     std::string python_version;
     int warmup = 0;

@@ -254,6 +254,10 @@ bool AllocatorHook::active() const noexcept {
     return !d_removed;
 }
 
+bool AllocatorHook::tapsCpu() const noexcept {
+    return d_impl->d_cpuByTap.load(std::memory_order_relaxed);
+}
+
 bool AllocatorHook::onTop() const noexcept {
     return c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) == d_impl.get();
 }

@@ -38,6 +38,8 @@ class AllocatorHook {
     // Must run on the installing thread.
     Removal remove() noexcept;
     bool active() const noexcept;
+    // Whether CPU events came through the CPU allocator tap (cpu_allocator_tap.h).
+    bool tapsCpu() const noexcept;
     // True while our reporter is the nearest PROFILER_STATE on this thread (not shadowed).
     bool onTop() const noexcept;
     void setCaptureStacks(bool on) noexcept;

@@ -1,5 +1,6 @@
 #include "hook/cpu_allocator_tap.h"
 
+#include <algorithm>
 #include <atomic>
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -11,11 +12,13 @@ namespace torchleak {
 namespace {
 
 // Concurrency: allocate() and trackedDelete() run on any thread, with or without the GIL. They
-// read the sink through an in-flight count: detach() clears the sink, then waits until no
-// thread is between enter() and leave(), so a sink is never used after detach returns. The
+// read the sink (and the late-free log) through an in-flight count: detach() clears the
+// pointer, then waits until no thread is between enter() and leave(), so neither is used after
+// its detach returns. The
 // original allocator and deleter are written once, under g_installMutex, before the tap is
 // published to c10, and never change afterwards (a later attach wraps the same allocator).
 std::atomic<CpuEventSink*> g_sink{nullptr};
+std::atomic<LateFreeLog*> g_late{nullptr};
 std::atomic<int> g_inFlight{0};
 std::mutex g_installMutex;
 c10::Allocator* g_original = nullptr;
@@ -35,11 +38,20 @@ void leave() noexcept {
 }
 
 void trackedDelete(void* ptr) {
-    if (CpuEventSink* sink = enter()) {
+    g_inFlight.fetch_add(1);
+    if (CpuEventSink* sink = g_sink.load()) {
         sink->cpuFreed(ptr);
-        leave();
+    } else if (LateFreeLog* log = g_late.load()) {
+        log->note(ptr);
     }
+    leave();
     g_originalDeleter(ptr);
+}
+
+void waitForInFlight() noexcept {
+    while (g_inFlight.load() != 0) {
+        std::this_thread::yield();
+    }
 }
 
 class TappedCpuAllocator final : public c10::Allocator {
@@ -100,12 +112,46 @@ void detachCpuTap(CpuEventSink* sink) noexcept {
     if (!g_sink.compare_exchange_strong(expected, nullptr)) {
         return;
     }
-    while (g_inFlight.load() != 0) {
-        std::this_thread::yield();
-    }
+    waitForInFlight();
     if (c10::GetCPUAllocator() == &tap()) {
         c10::SetCPUAllocator(g_original, 0);
     }
+}
+
+LateFreeLog::LateFreeLog(size_t capacity)
+    : d_slots(new std::atomic<uintptr_t>[capacity]), d_capacity(capacity) {
+    for (size_t i = 0; i < capacity; ++i) {
+        d_slots[i].store(0, std::memory_order_relaxed);
+    }
+}
+
+void LateFreeLog::note(void* ptr) noexcept {
+    size_t slot = d_next.fetch_add(1);
+    if (slot < d_capacity) {
+        d_slots[slot].store(reinterpret_cast<uintptr_t>(ptr));
+    }
+}
+
+std::vector<uintptr_t> LateFreeLog::freed() const {
+    std::vector<uintptr_t> out;
+    const size_t n = std::min(d_next.load(), d_capacity);
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+        if (uintptr_t p = d_slots[i].load(); p != 0) {
+            out.push_back(p);
+        }
+    }
+    return out;
+}
+
+void attachLateFrees(LateFreeLog* log) noexcept {
+    g_late.store(log);
+}
+
+void detachLateFrees(LateFreeLog* log) noexcept {
+    LateFreeLog* expected = log;
+    g_late.compare_exchange_strong(expected, nullptr);
+    waitForInFlight(); // also when another log replaced it: a note into it may be under way
 }
 
 bool cpuTapInstalled() noexcept {

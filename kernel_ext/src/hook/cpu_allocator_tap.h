@@ -15,7 +15,11 @@
 //
 // This header names no torch type.
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 namespace torchleak {
 
@@ -37,6 +41,33 @@ bool attachCpuTap(CpuEventSink* sink) noexcept;
 // allocator back. Blocks allocated meanwhile keep the tap's deleter, which from then on only
 // forwards to the original one.
 void detachCpuTap(CpuEventSink* sink) noexcept;
+
+// Frees of tapped blocks after the tap was detached. A session's report may be built after the
+// session stopped, and a block freed since then must not be looked for as if still alive: the
+// holder that let it go is gone, so the walk would call it "held only from C++", and its address
+// may hold another tensor by then. Fixed capacity: written from any thread, without a lock or
+// an allocation; frees past the capacity are counted, not kept.
+class LateFreeLog {
+  public:
+    explicit LateFreeLog(size_t capacity);
+    void note(void* ptr) noexcept;
+    // The frees noted so far (one still being written may be missed).
+    std::vector<uintptr_t> freed() const;
+    bool overflowed() const noexcept { return d_next.load() > d_capacity; }
+
+  private:
+    std::unique_ptr<std::atomic<uintptr_t>[]> d_slots;
+    size_t d_capacity;
+    std::atomic<size_t> d_next{0};
+};
+
+// From now on, frees through the tap's deleter that no sink receives are noted in `log`, until
+// detachLateFrees(log) or another log is attached. Attach it before detaching the sink, so no
+// free falls between the two.
+void attachLateFrees(LateFreeLog* log) noexcept;
+
+// Stops noting into `log` and waits for notes in flight: `log` may be destroyed afterwards.
+void detachLateFrees(LateFreeLog* log) noexcept;
 
 // Whether the tap is the process's CPU allocator now (tests: hooks are always restored).
 bool cpuTapInstalled() noexcept;

@@ -5,7 +5,10 @@
 #include "torchleak/errors.h"
 #include "torchleak/report_json.h"
 
+#include <algorithm>
 #include <atomic>
+#include <new>
+#include <optional>
 
 namespace torchleak::python {
 
@@ -21,6 +24,9 @@ TrackingSession::TrackingSession(bool captureStacks, uint64_t sampleBytes)
 
 TrackingSession::~TrackingSession() {
     stop();
+    if (d_lateFrees) {
+        detachLateFrees(d_lateFrees.get());
+    }
     if (!d_codeReleased && Py_IsInitialized()) {
         drainPendingRetains();
         // The recorder may outlive us in a reporter that a torch thread still holds; it keeps
@@ -109,6 +115,17 @@ std::string TrackingSession::stop() {
     if (!d_paused && !d_hook->onTop()) {
         d_recorder->noteShadowed();
     }
+    if (!d_paused && d_hook->tapsCpu()) {
+        // Room for a free of every block alive now (at most a million: 8 MiB).
+        constexpr size_t kMostLateFrees = size_t{1} << 20;
+        try {
+            d_lateFrees = std::make_unique<LateFreeLog>(
+                std::clamp<size_t>(d_recorder->liveBlockCount(), 1, kMostLateFrees));
+            attachLateFrees(d_lateFrees.get());
+        } catch (const std::bad_alloc&) {
+            d_lateFrees.reset(); // the report then reads as before: stopping must not fail
+        }
+    }
     auto removal = d_hook->remove();
     TrackingSession* self = this;
     g_active.compare_exchange_strong(self, nullptr);
@@ -186,7 +203,16 @@ std::string TrackingSession::reportJson(const ReportInputs& inputs,
     LiveTensorIndex tensors = LiveTensorIndex::onFirstUse();
     NoBlockDescriptions none;
     RetainingPathFinder finder(std::move(roots), std::move(owners));
-    Report report = buildReport(*d_recorder, inputs, symbolizer,
+    std::optional<ReportInputs> late;
+    if (d_lateFrees) {
+        std::vector<uintptr_t> freed = d_lateFrees->freed();
+        if (!freed.empty() || d_lateFrees->overflowed()) {
+            late = inputs;
+            late->freed_after_stop.insert(freed.begin(), freed.end());
+            late->freed_after_stop_incomplete = d_lateFrees->overflowed();
+        }
+    }
+    Report report = buildReport(*d_recorder, late ? *late : inputs, symbolizer,
                                 describeTensors ? static_cast<BlockDescriber&>(tensors) : none,
                                 explain ? &finder : nullptr);
     d_lastWalk = finder.stats();

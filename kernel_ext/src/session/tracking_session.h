@@ -5,6 +5,7 @@
 // the second push would shadow the first.
 
 #include "hook/allocator_hook.h"
+#include "hook/cpu_allocator_tap.h"
 #include "inspect/frame_capture.h"
 #include "inspect/heap_walker.h"
 #include "torchleak/recorder.h"
@@ -77,6 +78,8 @@ class TrackingSession {
 
     std::shared_ptr<AllocationRecorder> d_recorder;
     std::shared_ptr<AllocatorHook> d_hook;
+    // CPU blocks freed after stop(): a report built later leaves them out of the walk.
+    std::unique_ptr<LateFreeLog> d_lateFrees;
     bool d_captureStacks;
     bool d_stopped = false;
     bool d_paused = false;
