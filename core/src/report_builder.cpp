@@ -184,7 +184,9 @@ class ReportBuilder {
         }
         finalizeFindings();
         sortFindings();
-        listLiveBlocks();
+        if (!d_inputs.explain_grown_only) {
+            listLiveBlocks();
+        }
         d_report.devices =
             buildDeviceTimelines(d_boundaries, d_inputs.devices, d_report.findings, d_inputs.warmup,
                                  d_inputs.config, d_inputs.privateuse1_backend);

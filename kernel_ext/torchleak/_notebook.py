@@ -353,8 +353,10 @@ class LeakMagics(Magics):
             threshold = max(config.min_bytes, 1)
             if totals["born"] < threshold and totals["freed"] < threshold:
                 return
-            report = (self.watch.report(_grown_paths_only=True) if totals["born"] >= threshold
-                      else None)
+            # The ledger names holders and sums bytes: no dtype or shape, whose heap scan of
+            # every Python object was four fifths of a watched cell's cost (23 of 28 ms).
+            report = (self.watch.report(_grown_paths_only=True, _shapes=False)
+                      if totals["born"] >= threshold else None)
             self._show_ledger(report, cell, totals["freed"], threshold)
         except Exception as exc:  # noqa: BLE001
             print(f"torchleak: watch mode stopped after an internal error: {exc}")

@@ -384,6 +384,9 @@ TEST_CASE("Watch mode's ledger asks for the paths of what grew in the last itera
     REQUIRE(explainer.asked.size() == 3);
     for (const Finding& f : r.findings) {
         REQUIRE(f.path.empty() == (f.site.line == 10));
+        // It sums bytes per holder: no block is listed (nor sorted to be listed).
+        REQUIRE(f.live_blocks.empty());
+        REQUIRE(f.live_blocks_unlisted == 0);
     }
 }
 

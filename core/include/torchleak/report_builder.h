@@ -93,6 +93,8 @@ struct ReportInputs {
     // Watch mode's per-cell ledger: retaining paths only for the findings whose live bytes rose
     // in the last iteration, so the walk's cost follows what the cell added, not every finding
     // of the notebook (10^5 tensors kept by an earlier cell would be walked after every cell).
+    // The ledger only sums bytes per holder: its findings list no live blocks either (with 10^5
+    // alive, sorting and writing them was a third of a watched cell's cost).
     bool explain_grown_only = false;
     // What torch's C++ caches hold now: the evidence for naming one as a keeper.
     TorchCacheState torch_caches;
