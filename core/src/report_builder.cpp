@@ -817,6 +817,11 @@ class ReportBuilder {
         std::unordered_map<GroupKey, size_t, GroupKeyHash> findingOf;
         std::unordered_map<uintptr_t, size_t> externalOf;
         for (size_t i = 0; i < d_findingSites.size(); ++i) {
+            // The ledger looks at what grew in the last iteration only: the blocks of a site
+            // that did not grow are neither walked nor listed, so they are not gathered.
+            if (d_inputs.explain_grown_only && !grewLastIteration(d_report.findings[i])) {
+                continue;
+            }
             for (const GroupKey& k : d_findingSites[i]->groups) {
                 findingOf.emplace(k, i);
             }

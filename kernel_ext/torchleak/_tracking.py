@@ -28,14 +28,17 @@ def active_tracker():
     return _active
 
 
+@functools.lru_cache(maxsize=1)
 def _library_prefixes():
-    """Files whose frames are never a finding's site: torch, the standard library, torchleak."""
+    """Files whose frames are never a finding's site: torch, the standard library, torchleak.
+    Read once: sysconfig and realpath() each time were a watched cell's every-time cost."""
     dirs = [os.path.dirname(torch.__file__), os.path.dirname(__file__)]
     paths = sysconfig.get_paths()
     dirs += [paths.get("stdlib"), paths.get("platstdlib")]
     return _with_realpaths(dirs)
 
 
+@functools.lru_cache(maxsize=1)
 def _package_prefixes():
     """Where installed packages live (site-packages, dist-packages, the user site). The frame
     rule does not count them as the standard library even inside its directory; roots skip
@@ -50,6 +53,8 @@ def _package_prefixes():
 
 
 def _with_realpaths(dirs):
+    """The directories and their real paths, as prefixes ending in a separator (a tuple: the
+    cached answers are shared)."""
     out = []
     for d in dirs:
         if not d:
@@ -58,7 +63,7 @@ def _with_realpaths(dirs):
             prefix = variant.rstrip(os.sep) + os.sep
             if prefix not in out:
                 out.append(prefix)
-    return out
+    return tuple(out)
 
 
 def _cell_files(shell=None):

@@ -48,7 +48,7 @@ def somepkg(tmp_path, monkeypatch):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
     prefixes = _tracking._package_prefixes()
-    monkeypatch.setattr(_tracking, "_package_prefixes", lambda: prefixes + [str(site) + "/"])
+    monkeypatch.setattr(_tracking, "_package_prefixes", lambda: prefixes + (str(site) + "/",))
     monkeypatch.syspath_prepend(str(site))
     yield site
     for name in [m for m in sys.modules if m == "somepkg" or m.startswith("somepkg.")]:
