@@ -53,6 +53,80 @@ std::string siteText(const Frame& f) {
     return f.file + ":" + std::to_string(f.line);
 }
 
+namespace {
+// Where each step of a path's text begins (after the root): a '.' or '[' outside brackets and
+// quotes, so that a key such as ["a.b"] stays one step.
+std::vector<size_t> stepStarts(const std::string& path) {
+    std::vector<size_t> starts;
+    int depth = 0;
+    char quote = 0;
+    for (size_t i = 0; i < path.size(); ++i) {
+        const char c = path[i];
+        if (quote != 0) {
+            if (c == '\\') {
+                ++i;
+            } else if (c == quote) {
+                quote = 0;
+            }
+            continue;
+        }
+        if (depth > 0 && (c == '\'' || c == '"')) {
+            quote = c;
+        } else if (c == '[') {
+            if (depth == 0 && i > 0) {
+                starts.push_back(i);
+            }
+            ++depth;
+        } else if (c == ']') {
+            depth = depth > 0 ? depth - 1 : 0;
+        } else if (c == '.' && depth == 0 && i > 0) {
+            starts.push_back(i);
+        }
+    }
+    return starts;
+}
+
+// The first `most` bytes of `text`, not cut inside a UTF-8 character.
+std::string utf8Prefix(const std::string& text, size_t most) {
+    size_t n = std::min(most, text.size());
+    while (n > 0 && n < text.size() && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) {
+        --n;
+    }
+    return text.substr(0, n);
+}
+} // namespace
+
+std::string shortPath(const std::string& path, size_t most) {
+    if (path.size() <= most) {
+        return path;
+    }
+    static const std::string kEllipsis = "\u2026";
+    const std::vector<size_t> starts = stepStarts(path);
+    // The root, itself cut when it takes more than a third.
+    std::string head = starts.empty() ? path : path.substr(0, starts.front());
+    if (head.size() > most / 3) {
+        head = utf8Prefix(head, most / 3);
+    }
+    // The longest tail of whole steps that fits; at least the last step, cut from its end.
+    const size_t room = most > head.size() + 1 ? most - head.size() - 1 : 1;
+    std::string tail;
+    for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
+        if (path.size() - *it > room) {
+            break;
+        }
+        tail = path.substr(*it);
+    }
+    if (tail.empty()) {
+        const size_t from = starts.empty() ? path.size() : starts.back();
+        tail = path.substr(from);
+        if (tail.size() > room) {
+            tail =
+                utf8Prefix(tail, room > kEllipsis.size() ? room - kEllipsis.size() : 1) + kEllipsis;
+        }
+    }
+    return head + kEllipsis + tail;
+}
+
 std::string groupThousands(int64_t value) {
     std::string digits =
         std::to_string(value < 0 ? -static_cast<uint64_t>(value) : static_cast<uint64_t>(value));
@@ -108,6 +182,9 @@ namespace {
 // What the cause's keeper does, from the path of its biggest site.
 std::string mechanism(const Cause& c, const Finding& f) {
     const std::string root = f.path.empty() ? "" : f.path.front().label;
+    // A holder's path in a sentence is its short form (a 26-level chain made a 2,581-character
+    // cause); the whole path is the finding's own.
+    const std::string keeper = c.holder ? shortPath(c.keeper) : c.keeper;
     if (f.retention == Retention::Cycle) {
         std::string entry = c.keeper; // "<cycle: Attention>"
         if (entry.rfind("<cycle: ", 0) == 0 && entry.back() == '>') {
@@ -118,14 +195,14 @@ std::string mechanism(const Cause& c, const Finding& f) {
     if (f.retention == Retention::CppOnly) {
         switch (torchOwnerOf(f)) {
         case TorchOwner::HookOnGraph:
-            return "the hook " + c.keeper +
+            return "the hook " + keeper +
                    " keeps tensors whose autograd graph keeps it: a cycle through C++";
         case TorchOwner::AutocastCache:
         case TorchOwner::CompileCaches:
         case TorchOwner::TorchScriptUnit:
-            return c.keeper + " keeps it in C++";
+            return keeper + " keeps it in C++";
         default:
-            return c.keeper + " is held only from C++";
+            return keeper + " is held only from C++";
         }
     }
     if (isOutputCacheRoot(root)) {
@@ -135,23 +212,23 @@ std::string mechanism(const Cause& c, const Finding& f) {
         return "the last exception keeps the failed frame's locals";
     }
     if (stepStarting(f.path, ".__traceback__")) {
-        return c.keeper + " keeps exceptions with their tracebacks' frames";
+        return keeper + " keeps exceptions with their tracebacks' frames";
     }
     if (stepStarting(f.path, ".gi_frame") || stepStarting(f.path, ".cr_frame") ||
         stepStarting(f.path, ".ag_frame")) {
-        return c.keeper + " keeps suspended generators with their frames";
+        return keeper + " keeps suspended generators with their frames";
     }
     if (keepsAutogradGraph(f.path)) {
-        return c.keeper + (c.holder ? " keeps every iteration's autograd graph"
-                                    : " keeps the autograd graph of every iteration");
+        return keeper + (c.holder ? " keeps every iteration's autograd graph"
+                                  : " keeps the autograd graph of every iteration");
     }
     if (c.holder) {
-        return c.keeper + " grows every iteration";
+        return keeper + " grows every iteration";
     }
     if (f.path.empty()) {
-        return "tensors allocated at " + c.keeper + " stay alive";
+        return "tensors allocated at " + keeper + " stay alive";
     }
-    return c.keeper + " keeps tensors alive";
+    return keeper + " keeps tensors alive";
 }
 } // namespace
 
@@ -207,7 +284,7 @@ std::string outOfMemoryText(const OutOfMemoryReport& oom, const Report& report) 
              << formatBytes(static_cast<double>(f.bytes_per_iteration)) << " per " << noun << " ("
              << toString(f.verdict);
         if (f.holder && !f.holder->path_text.empty()) {
-            text << ", held by " << f.holder->path_text;
+            text << ", held by " << shortPath(f.holder->path_text);
         }
         text << ").";
         if (oom.findings.size() > 1) {

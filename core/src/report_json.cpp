@@ -126,6 +126,7 @@ json holderJson(const std::optional<Holder>& h) {
         return nullptr;
     }
     return {{"path_text", h->path_text},
+            {"path_short", shortPath(h->path_text)},
             {"type", h->type},
             {"growth_per_iteration", h->growth_per_iteration}};
 }
@@ -348,6 +349,7 @@ json findingJson(const Finding& f, const Report& r) {
         }
     }
     fj["path_text"] = f.path_text;
+    fj["path_short"] = shortPath(f.path_text);
     fj["holder"] = holderJson(f.holder);
     fj["suggestion"] = f.suggestion;
     fj["severity"] = toString(f.severity);

@@ -1,5 +1,6 @@
 #include "torchleak/suggestion.h"
 
+#include "torchleak/display_text.h"
 #include "torchleak/retention.h"
 
 #include <algorithm>
@@ -16,7 +17,7 @@ bool hasKind(const Finding& f, StepKind kind) {
 
 // "in failed_batches" when a holder is known: where the fix goes.
 std::string inHolder(const Finding& f) {
-    return f.holder ? " in " + f.holder->path_text : "";
+    return f.holder ? " in " + shortPath(f.holder->path_text) : "";
 }
 
 // Retention through Python's own machinery (exceptions, suspended generators, default
@@ -182,7 +183,7 @@ std::string growthText(const Holder& h) {
 // A holder keeps tensors with their autograd graphs: the fix is worded for what it keeps (a
 // scalar loss, a batch of logits, the graph's nodes themselves).
 std::string keptWithGraphFix(const Finding& f) {
-    const std::string& holder = f.holder->path_text;
+    const std::string holder = shortPath(f.holder->path_text);
     const PathStep* entry = entryOf(f);
     bool afterBackward =
         !f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos;
@@ -226,7 +227,7 @@ std::optional<std::string> suggestForModuleRegistry(const Finding& f) {
         return std::nullopt;
     }
     const std::string& registry = f.path[*k + 1].registry;
-    const std::string& holder = f.holder->path_text;
+    const std::string holder = shortPath(f.holder->path_text);
     const std::string type = f.path[*k].type.substr(f.path[*k].type.rfind('.') + 1);
     const char* entry = registry == "_modules"      ? "submodule"
                         : registry == "_parameters" ? "parameter"
@@ -381,12 +382,12 @@ std::string suggestFix(const Finding& f) {
         // The object that owns the holder, when its class has its own way to drop the state.
         auto k = holderEnd(f);
         if (k && *k > 0 && f.path[*k - 1].note.find(kDefinesResetNote) != std::string::npos) {
-            return f.holder->path_text + " grows by " + growthText(*f.holder) +
-                   " per iteration: call " + pathText(f.path, *k) +
+            return shortPath(f.holder->path_text) + " grows by " + growthText(*f.holder) +
+                   " per iteration: call " + shortPath(pathText(f.path, *k)) +
                    ".reset() once its values are used (at each epoch end, for a metric); "
                    "its class defines reset() to drop them";
         }
-        return f.holder->path_text + " grows by " + growthText(*f.holder) +
+        return shortPath(f.holder->path_text) + " grows by " + growthText(*f.holder) +
                " per iteration: .clear() it, bound it (collections.deque(maxlen=...)) or store "
                "smaller copies";
     }

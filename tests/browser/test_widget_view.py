@@ -295,3 +295,61 @@ def test_a_400000_point_curve_is_drawn_in_a_few_hundred_points(browser):  # noqa
     assert 0 < points <= 400
     assert "1.5 GiB" in view.locator("svg.tl-curve").text_content()  # the top of the axis
     page.close()
+
+
+class Level:
+    """One level of a deep attribute chain."""
+
+
+def deep_chain_report(levels=26):
+    """Issue #31's long path: a list 26 attributes below the only name that reaches it."""
+    import torch
+
+    import torchleak
+    root = cur = Level()
+    for i in range(levels):
+        setattr(cur, f"child_level_{i}", Level())
+        cur = getattr(cur, f"child_level_{i}")
+    cur.items = []
+    del cur
+
+    def step():
+        node = root
+        for i in range(levels):
+            node = getattr(node, f"child_level_{i}")
+        node.items.append(torch.ones(64, 1024))
+    report = torchleak.check(step, iterations=6, roots={"root": root})
+    return json.loads(report.to_json())
+
+
+def test_a_long_path_is_shortened_wraps_and_keeps_the_table_inside_500_px(browser):  # noqa: F811
+    # Before: the report was 9,385 px wide in a 968 px output, the holder 8,000 px to the right,
+    # and the fix repeated the whole path.
+    report = deep_chain_report()
+    [leak] = [f for f in report["findings"] if f["verdict"] == "leak"]
+    whole = leak["holder"]["path_text"]
+    assert len(whole) > 300 and whole.startswith("root.child_level_0")
+    assert len(leak["suggestion"]) < 200 and whole not in leak["suggestion"]
+    page = mount(browser, report, width=500)
+    view = page.locator("[data-testid=torchleak-widget]")
+    assert view.evaluate("el => el.scrollWidth") <= 500
+    name = view.locator("[data-testid=finding-row] [data-testid=path-name]").first
+    assert name.text_content() == leak["holder"]["path_short"]
+    assert len(name.text_content()) <= 60 and "\u2026" in name.text_content()
+    assert name.get_attribute("title") == whole  # the whole path one hover away
+    view.locator("[data-testid=finding-row]").first.click()
+    steps = view.locator("[data-testid=path-step]")
+    assert steps.count() == len(leak["path"])  # and every step one click away
+    assert view.evaluate("el => el.scrollWidth") <= 500
+    page.close()
+
+
+@pytest.mark.parametrize("name", ["leaky_loop.json", "hostile.json"])
+def test_an_ordinary_report_fits_a_500_px_split_pane(browser, name):  # noqa: F811
+    page = mount(browser, fixture(name), width=500)
+    view = page.locator("[data-testid=torchleak-widget]")
+    rows = view.locator("[data-testid=finding-row]")
+    for i in range(rows.count()):
+        rows.nth(i).click()  # open every path and stack: they must wrap too
+    assert view.evaluate("el => el.scrollWidth") <= 500
+    page.close()

@@ -94,3 +94,28 @@ TEST_CASE("headline counts; the empty sentence only for an empty run") {
     REQUIRE(headline(r) == "1 leak(s), 2 other finding(s)");
     REQUIRE(emptyReportText(r).empty());
 }
+
+TEST_CASE("A long retaining path is elided in its middle, at step boundaries") {
+    std::string chain = "root";
+    for (int i = 0; i < 26; ++i) {
+        chain += ".child_level_" + std::to_string(i);
+    }
+    chain += ".items";
+    const std::string s = shortPath(chain);
+    REQUIRE(s.size() <= kShortPathChars);
+    REQUIRE(s.rfind("root\u2026.child_level_", 0) == 0);
+    REQUIRE(s.size() >= 40); // as many whole last steps as fit
+    REQUIRE(s.substr(s.size() - 20) == "child_level_25.items");
+
+    REQUIRE(shortPath("losses") == "losses");
+    REQUIRE(shortPath("model.cache[3]") == "model.cache[3]");
+    // A key with dots and brackets inside quotes stays one step.
+    const std::string keyed = "stores" + std::string(60, 'x') + "[\"a.b[c]\"][0]";
+    REQUIRE(shortPath(keyed, 30) == "stores" + std::string(4, 'x') + "\u2026[\"a.b[c]\"][0]");
+    // One huge step: cut, never longer than asked, never inside a UTF-8 character.
+    const std::string huge = "r." + std::string(200, 'y') + "\u00e9\u00e9";
+    const std::string cut = shortPath(huge, 40);
+    REQUIRE(cut.size() <= 40 + 2 * std::string("\u2026").size());
+    REQUIRE(cut.rfind("r\u2026.yyy", 0) == 0);
+    REQUIRE(cut.substr(cut.size() - 3) == "\u2026");
+}

@@ -218,3 +218,22 @@ def test_the_text_report_of_a_merged_job_lists_every_rank():
     assert job[3].endswith("; the run failed: RuntimeError: boom")
     assert job[4].startswith("    leak skew: rank 1 grows ")
     assert "  leaks on rank 1 only" in text.splitlines()
+
+
+def test_a_long_path_is_shown_short_with_the_whole_one_a_hover_away():
+    # Issue #31: a 26-level chain made the holder 8,000 px wide and the sentences 2,581
+    # characters; every view shows the core's short form, the whole path in the tooltip.
+    report = fixture("leaky_loop.json")
+    whole = "root" + "".join(f".child_level_{i}" for i in range(26)) + ".items"
+    leak = next(f for f in report["findings"] if f.get("holder"))
+    leak["holder"]["path_text"] = leak["path_text"] = whole
+    data = json.loads(_core.normalize_report(json.dumps(report)))
+    leak = next(f for f in data["findings"] if f.get("holder"))
+    short = leak["holder"]["path_short"]
+    assert short == leak["path_short"] and len(short) <= 60 and short.startswith("root\u2026")
+    for view in ("page", "notebook"):
+        out = RENDERERS[view](data)
+        assert f'title="{whole}">{short}</code>' in out, view
+        assert f">{whole}<" not in out, view
+    text = RENDERERS["text"](data)
+    assert f"holder: {short} (" in text and f"why alive (reachable): {short}" in text

@@ -24,8 +24,9 @@ export function formatBytes(n) {
 const SITE = { text: "string", function: "string", cell: "number", source: "string" };
 const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
-  total_bytes: "number", path_text: "string", suggestion: "string", ranks_text: "string",
-  holder: { path_text: "string", growth_per_iteration: "number" },
+  total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
+  ranks_text: "string",
+  holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
            tensor: { dtype: "string", shape: ["number"], nbytes: "number", site: SITE } }],
   stack: [{ text: "string", function: "string", source: "string", user: "boolean" }],
@@ -208,10 +209,25 @@ function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
   return svg;
 }
 
+// A path as the core shortened it (middle steps elided), the whole path in its tooltip; a
+// report written before `path_short` shows the whole path, wrapped.
+function pathName(owner) {
+  const whole = (owner && owner.path_text) || "";
+  const short = (owner && owner.path_short) || whole;
+  const name = el("code", { class: "tl-path-name", "data-testid": "path-name" }, short || "?");
+  if (whole && whole !== short) name.title = whole;
+  return name;
+}
+
 function pathTree(finding) {
   const details = el("details", { class: "tl-path", "data-testid": "path-tree" });
-  const summary = el("summary", {}, `held by ${finding.path_text || "?"}` +
-    (finding.holder ? ` — holder ${finding.holder.path_text || "?"} (+${Number(finding.holder.growth_per_iteration || 0).toPrecision(2)}/iteration)` : ""));
+  const summary = el("summary", {}, "held by ");
+  summary.appendChild(pathName(finding));
+  if (finding.holder) {
+    summary.appendChild(document.createTextNode(" — holder "));
+    summary.appendChild(pathName(finding.holder));
+    summary.appendChild(document.createTextNode(` (+${Number(finding.holder.growth_per_iteration || 0).toPrecision(2)}/iteration)`));
+  }
   details.appendChild(summary);
   for (const step of finding.path || []) {
     const row = el("div", { class: "tl-step", "data-testid": "path-step" });
@@ -465,7 +481,9 @@ function render({ model, el: host }) {
       row.appendChild(siteCell);
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.total_bytes)));
-      row.appendChild(el("td", {}, f.holder ? f.holder.path_text : f.path_text || ""));
+      const holderCell = el("td", { class: "tl-holder" });
+      if (f.holder || f.path_text) holderCell.appendChild(pathName(f.holder || f));
+      row.appendChild(holderCell);
       table.appendChild(row);
       if ((f.path || []).length || (f.stack || []).length) {
         const detailRow = el("tr");

@@ -22,6 +22,13 @@ std::string formatBytes(double bytes);
 // Python frame, "file.py:42" otherwise.
 std::string siteText(const Frame& f);
 
+// A retaining path's text short enough for a sentence or a table cell: at most `most`
+// characters (kShortPathChars), its middle steps elided at step boundaries,
+// "root.child_level_0…child_level_25.items", the root and the last steps kept. Views show it
+// with the whole path one hover or click away; the JSON keeps both (`path_short`).
+inline constexpr size_t kShortPathChars = 60;
+std::string shortPath(const std::string& path, size_t most = kShortPathChars);
+
 // "12,345": thousands separated as users read counts of iterations.
 std::string groupThousands(int64_t value);
 

@@ -23,6 +23,23 @@ def site_text(frame):
     return frame.get("text") or "<unknown>"
 
 
+def short_path(owner):
+    """A finding's or holder's path as sentences and cells show it: the core's `path_short`
+    (middle steps elided), or the whole path in a report written before it had one."""
+    if not owner:
+        return ""
+    return owner.get("path_short") or owner.get("path_text") or ""
+
+
+def path_code(owner):
+    """The short path as HTML code, the whole path in its tooltip when they differ; long names
+    wrap instead of widening the output."""
+    whole = (owner or {}).get("path_text") or ""
+    short = short_path(owner)
+    title = f' title="{escape(whole)}"' if whole and whole != short else ""
+    return f'<code style="overflow-wrap:anywhere"{title}>{escape(short)}</code>'
+
+
 def iteration_unit(data):
     """What every rate in the report is per: the core's word ("iteration", "cell run")."""
     return data.get("iteration_unit") or "iteration"

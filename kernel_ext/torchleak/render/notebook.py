@@ -5,7 +5,7 @@ retaining paths as nested ``<details>``), so saved and exported notebooks keep i
 import base64
 
 from .format import (allocated_inside_text, empty_text, escape as _e, format_bytes, iteration_unit,
-                     job_lines, oom_parts, progress_text, site_text, step_what)
+                     job_lines, oom_parts, path_code, progress_text, site_text, step_what)
 
 _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
                     "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
@@ -65,9 +65,9 @@ def _path_details(finding):
                     f'<b>{_e(step.get("label"))}</b> <span style="color:var(--jp-ui-font-color2,#888)">{_e(step.get("kind"))}</span> '
                     f'{_e(step_what(step))}{note}</div>')
     holder = finding.get("holder")
-    holder_text = (f' &middot; holder <code>{_e(holder["path_text"])}</code> '
+    holder_text = (f' &middot; holder {path_code(holder)} '
                    f'(+{holder["growth_per_iteration"]:.2g}/iteration)' if holder else "")
-    return (f'<details data-testid="path-tree"><summary>held by <code>{_e(finding.get("path_text"))}</code>'
+    return (f'<details data-testid="path-tree"><summary>held by {path_code(finding)}'
             f'{holder_text}</summary>{"".join(rows)}</details>')
 
 

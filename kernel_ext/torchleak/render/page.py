@@ -2,7 +2,7 @@
 every string escaped."""
 
 from .format import (allocated_inside_text, empty_text, escape as _e, finding_tensor,
-                     format_bytes, oom_parts, site_text, step_what)
+                     format_bytes, oom_parts, path_code, site_text, step_what)
 
 
 def _sparkline(values, width=220, height=40, color="#c0392b"):
@@ -65,11 +65,11 @@ def _finding_row(f):
             f"{_e(step_what(step))}"
             f"{' &mdash; ' + _e(step['note']) if step.get('note') else ''}</li>"
             for step in f["path"])
-        details.append(f"<div>held by <code>{_e(f['path_text'])}</code> "
+        details.append(f"<div>held by {path_code(f)} "
                        f"({_e(f.get('retention', 'unknown'))})</div>"
                        f"<details><summary>retaining path</summary><ol>{steps}</ol></details>")
     if f.get("holder"):
-        details.append(f"<div>holder <code>{_e(f['holder']['path_text'])}</code></div>")
+        details.append(f"<div>holder {path_code(f['holder'])}</div>")
     if f.get("suggestion"):
         details.append(f"<div>fix: {_e(f['suggestion'])}</div>")
     if stack_items:

@@ -1,6 +1,6 @@
 """The ``text/plain`` lines of a notebook output: consoles, CI logs, terminals."""
 
-from .format import format_bytes, iteration_unit, progress_text, site_text
+from .format import format_bytes, iteration_unit, progress_text, short_path, site_text
 
 
 def render(data, *, progress=None, limit=4):
@@ -15,8 +15,8 @@ def render(data, *, progress=None, limit=4):
     for cause in data.get("causes") or []:
         lines.append(f"  LEAK {cause['text']}")
     for f in findings[:limit]:
-        held = f" held by {f['path_text']}" if f.get("path_text") else ""
-        holder = f" (holder {f['holder']['path_text']})" if f.get("holder") else ""
+        held = f" held by {short_path(f)}" if f.get("path_text") else ""
+        holder = f" (holder {short_path(f['holder'])})" if f.get("holder") else ""
         ranks = f" ({f['ranks_text']})" if f.get("ranks_text") else ""
         lines.append(f"  {f['verdict']}: {format_bytes(f['bytes_per_iteration'])}/{unit} at "
                      f"{site_text(f['site'])}{held}{holder}{ranks}")

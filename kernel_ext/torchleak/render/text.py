@@ -3,8 +3,8 @@
 import os
 
 from .format import (allocated_inside_text, empty_text, finding_tensor, format_bytes,
-                     iteration_unit, job_lines, leaks_and_others, oom_parts, site_text,
-                     step_what)
+                     iteration_unit, job_lines, leaks_and_others, oom_parts, short_path,
+                     site_text, step_what)
 
 _STACK_LINES = 6
 
@@ -111,11 +111,11 @@ def _site_details(f, unit, span=None):
                    f"{span or len(series)} {unit}s (r2 {trend.get('r2', 0):.2f}, "
                    f"p {trend.get('p_value', 1):.2g}, confidence {f.get('confidence', 0):.2f})")
     if f.get("path"):
-        out.append(f"  why alive ({f.get('retention', 'unknown')}): {f.get('path_text')}")
+        out.append(f"  why alive ({f.get('retention', 'unknown')}): {short_path(f)}")
         out.extend(_path_lines(f["path"]))
     if f.get("holder"):
         h = f["holder"]
-        out.append(f"  holder: {h['path_text']} ({h['type']}, "
+        out.append(f"  holder: {short_path(h)} ({h['type']}, "
                    f"+{h['growth_per_iteration']:.2g} per {unit})")
     out.extend(_stack_lines([fr for fr in f.get("stack", []) if not _is_tool_frame(fr)]))
     if f.get("suggestion"):
@@ -172,7 +172,7 @@ def render(data):
         out.append("")
         out.append("Not leaks:")
         for f in others:
-            held = f"  held by {f['path_text']}" if f.get("path_text") else ""
+            held = f"  held by {short_path(f)}" if f.get("path_text") else ""
             where = f"  ({f['ranks_text']})" if f.get("ranks_text") else ""
             out.append(f"  {f['verdict']:<10s} {format_bytes(f['total_bytes']):>10s} at "
                        f"{site_text(f['site'])} in {f['site'].get('function')}{held}{where}")

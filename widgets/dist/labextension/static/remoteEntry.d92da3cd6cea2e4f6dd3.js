@@ -38,8 +38,9 @@ function formatBytes(n) {
 const SITE = { text: "string", function: "string", cell: "number", source: "string" };
 const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
-  total_bytes: "number", path_text: "string", suggestion: "string", ranks_text: "string",
-  holder: { path_text: "string", growth_per_iteration: "number" },
+  total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
+  ranks_text: "string",
+  holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
            tensor: { dtype: "string", shape: ["number"], nbytes: "number", site: SITE } }],
   stack: [{ text: "string", function: "string", source: "string", user: "boolean" }],
@@ -222,10 +223,25 @@ function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
   return svg;
 }
 
+// A path as the core shortened it (middle steps elided), the whole path in its tooltip; a
+// report written before `path_short` shows the whole path, wrapped.
+function pathName(owner) {
+  const whole = (owner && owner.path_text) || "";
+  const short = (owner && owner.path_short) || whole;
+  const name = el("code", { class: "tl-path-name", "data-testid": "path-name" }, short || "?");
+  if (whole && whole !== short) name.title = whole;
+  return name;
+}
+
 function pathTree(finding) {
   const details = el("details", { class: "tl-path", "data-testid": "path-tree" });
-  const summary = el("summary", {}, `held by ${finding.path_text || "?"}` +
-    (finding.holder ? ` — holder ${finding.holder.path_text || "?"} (+${Number(finding.holder.growth_per_iteration || 0).toPrecision(2)}/iteration)` : ""));
+  const summary = el("summary", {}, "held by ");
+  summary.appendChild(pathName(finding));
+  if (finding.holder) {
+    summary.appendChild(document.createTextNode(" — holder "));
+    summary.appendChild(pathName(finding.holder));
+    summary.appendChild(document.createTextNode(` (+${Number(finding.holder.growth_per_iteration || 0).toPrecision(2)}/iteration)`));
+  }
   details.appendChild(summary);
   for (const step of finding.path || []) {
     const row = el("div", { class: "tl-step", "data-testid": "path-step" });
@@ -381,7 +397,7 @@ const COLUMNS = [
 function render({ model, el: host }) {
   const root = el("div", { class: "tl-root", "data-testid": "torchleak-widget" });
   const style = document.createElement("style");
-  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; }\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
+  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; overflow-wrap: anywhere; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; overflow-wrap: anywhere; }\n.tl-path-name { overflow-wrap: anywhere; }\n.tl-table td.tl-holder { max-width: 40ch; overflow-wrap: anywhere; }\n\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
   host.appendChild(style);
   host.appendChild(root);
   // null: the report's own order (leaks first, biggest first). Rows the user opened stay open
@@ -479,7 +495,9 @@ function render({ model, el: host }) {
       row.appendChild(siteCell);
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.total_bytes)));
-      row.appendChild(el("td", {}, f.holder ? f.holder.path_text : f.path_text || ""));
+      const holderCell = el("td", { class: "tl-holder" });
+      if (f.holder || f.path_text) holderCell.appendChild(pathName(f.holder || f));
+      row.appendChild(holderCell);
       table.appendChild(row);
       if ((f.path || []).length || (f.stack || []).length) {
         const detailRow = el("tr");
