@@ -86,14 +86,6 @@ std::vector<size_t> stepStarts(const std::string& path) {
     return starts;
 }
 
-// The first `most` bytes of `text`, not cut inside a UTF-8 character.
-std::string utf8Prefix(const std::string& text, size_t most) {
-    size_t n = std::min(most, text.size());
-    while (n > 0 && n < text.size() && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) {
-        --n;
-    }
-    return text.substr(0, n);
-}
 } // namespace
 
 std::string shortPath(const std::string& path, size_t most) {
@@ -102,29 +94,23 @@ std::string shortPath(const std::string& path, size_t most) {
     }
     static const std::string kEllipsis = "\u2026";
     const std::vector<size_t> starts = stepStarts(path);
-    // The root, itself cut when it takes more than a third.
-    std::string head = starts.empty() ? path : path.substr(0, starts.front());
-    if (head.size() > most / 3) {
-        head = utf8Prefix(head, most / 3);
+    if (starts.empty()) {
+        return path; // one step: never cut inside a name (a redacted report replaces whole ones)
     }
-    // The longest tail of whole steps that fits; at least the last step, cut from its end.
-    const size_t room = most > head.size() + 1 ? most - head.size() - 1 : 1;
-    std::string tail;
-    for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
-        if (path.size() - *it > room) {
-            break;
-        }
-        tail = path.substr(*it);
+    // The root, then the longest tail of whole steps that fits. A step is never cut: a withheld
+    // string key must appear whole or not at all, so that redaction finds every occurrence.
+    const std::string head = path.substr(0, starts.front());
+    const size_t room = most > head.size() + kEllipsis.size() ? most - head.size() - 1 : 0;
+    size_t from = path.size();
+    for (auto it = starts.rbegin(); it != starts.rend() && path.size() - *it <= room; ++it) {
+        from = *it;
     }
-    if (tail.empty()) {
-        const size_t from = starts.empty() ? path.size() : starts.back();
-        tail = path.substr(from);
-        if (tail.size() > room) {
-            tail =
-                utf8Prefix(tail, room > kEllipsis.size() ? room - kEllipsis.size() : 1) + kEllipsis;
-        }
+    if (from == path.size()) {
+        // Not even the last step fits: its kind stays ("[…]" for a key, ".…" for a name).
+        return head + (starts.size() > 1 ? kEllipsis : "") + path[starts.back()] + kEllipsis +
+               (path[starts.back()] == '[' ? "]" : "");
     }
-    return head + kEllipsis + tail;
+    return head + (from == starts.front() ? "" : kEllipsis) + path.substr(from);
 }
 
 std::string groupThousands(int64_t value) {

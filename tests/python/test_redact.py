@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import torchleak
 from ipython_shell import run
@@ -137,3 +138,17 @@ def test_the_magics_write_redacted_reports_with_redact(shell, tmp_path):
         assert secret not in text, secret
     report = torchleak.Report.load(tmp_path / "c.json")
     assert report.leaks and report.leaks[0].site_text.startswith("In [")
+
+
+def test_a_key_too_long_for_a_short_path_leaks_no_part_of_itself():
+    # A sentence shows the short form of a path; had it cut a long key, the redaction (which
+    # replaces whole strings) would have left the key's first 50 characters in the fix.
+    secret = "customer-" + "s3cr3t" * 20
+    store = {secret: []}
+
+    def step():
+        store[secret].append(torch.ones(64, 1024))
+    report = torchleak.check(step, iterations=6)
+    assert report.leaks[0].suggestion.startswith("store[\u2026] grows by 1 per iteration")
+    shared = report.redacted().to_json()
+    assert not any(secret[i:i + 8] in shared for i in range(len(secret) - 8))
