@@ -100,11 +100,31 @@ def _save(report, json_path, html_path, magic, redact=False):
             raise UsageError(f"cannot write {path}: {exc}\nusage: {USAGE[magic]}") from None
 
 
+def _live_data(data):
+    """What a live update sends: the report without its findings' live-block lists (up to 4,096
+    blocks each, for the memory viewer; 50 findings made a 30-iteration run send 4.1 MiB). The
+    final report keeps them."""
+    findings = data.get("findings")
+    if not isinstance(findings, list) or not any("live_blocks" in f for f in findings):
+        return data
+    out = dict(data)
+    out["findings"] = [{k: v for k, v in f.items() if k != "live_blocks"} for f in findings]
+    return out
+
+
 class _LiveDisplay:
-    """One display per report: a widget (if available) updated while the cell runs, throttled,
-    then the final bundle without it. A saved notebook keeps no widget state by default, so the
-    finished report must not need one: it is carried as torchleak's own MIME type (rendered by
-    the lab extension) with text/html beside it."""
+    """One display per report: a widget (if available) updated in place while the cell runs,
+    throttled, then the final bundle without it. A saved notebook keeps no widget state by
+    default, so the finished report must not need one: it is carried as torchleak's own MIME
+    type (rendered by the lab extension) with text/html beside it.
+
+    An update only changes the widget's traits: the view redraws in place (rows the user
+    opened stay open, the Stop button stays under the pointer) and the report crosses the wire
+    once. Replacing the display at each update made JupyterLab build a new view each time (16
+    for one 30-iteration run, each drawn from traits it had not yet been sent). The display
+    itself is replaced once, by finish(); a front end that draws no widget shows the first
+    state until then. (Whether a view exists cannot be asked mid-run: the front end's answer
+    waits behind the running cell.)"""
 
     def __init__(self):
         self.widget = None
@@ -112,9 +132,10 @@ class _LiveDisplay:
         self.last = 0.0
 
     def show(self, data, progress=None):
-        self.widget = make_widget(data, progress)
-        self.handle = display(report_bundle(data, widget=self.widget, progress=progress),
-                              raw=True, display_id=True)
+        live = _live_data(data)
+        self.widget = make_widget(live, progress)
+        self.handle = display(report_bundle(live, widget=self.widget, progress=progress),
+                              metadata=report_metadata(progress), raw=True, display_id=True)
 
     def due(self):
         """Whether a live update is due (a few per second); building one costs a report."""
@@ -123,10 +144,8 @@ class _LiveDisplay:
     def update(self, data, progress=None):
         self.last = time.monotonic()
         if self.widget is not None:
-            self.widget.report = data
+            self.widget.report = _live_data(data)
             self.widget.progress = progress or {}
-        if self.handle is not None:
-            self.handle.update(report_bundle(data, widget=self.widget, progress=progress), raw=True)
 
     def finish(self, data, progress=None):
         """The final report, in place of the live one; the widget's model is closed.

@@ -264,3 +264,75 @@ def test_static_fallback_renders_in_an_nbconvert_html_export(tmp_path, browser):
     assert "losses[" in details.text_content()
     first.screenshot(path=str(ARTIFACTS / "static.png"))
     page.close()
+
+
+def test_a_live_leakcheck_updates_its_view_in_place(lab, browser):
+    """Issue #31: one 30-iteration %%leakcheck built 32 view roots (the display was replaced at
+    every update), a stack row opened mid-run closed again, and each update sent the report
+    twice, live blocks and all. Now: one live view updated in place, then the final report."""
+    base, token, root = lab
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext torchleak\nimport time, torch\n"
+                                  "stores = {f's{i}': [] for i in range(50)}"),
+        nbformat.v4.new_code_cell("%%leakcheck -n 30\nfor kept in stores.values():\n"
+                                  "    kept.append(torch.ones(2560))\ntime.sleep(0.2)"),
+    ]
+    nbformat.write(nb, root / "live.ipynb")
+    page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
+    received = []
+    page.on("websocket", lambda ws: ws.on(
+        "framereceived", lambda frame: received.append(len(frame) if frame else 0)))
+    # A workspace of its own: the module's other tests left notebooks open in the default one.
+    page.goto(f"{base}/lab/workspaces/live/tree/live.ipynb?token={token}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
+                           "window.jupyterapp.shell.currentWidget.sessionContext.session && "
+                           "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
+                           timeout=120_000)
+    # Count every report view the page builds from now on.
+    page.evaluate("""() => {
+        window.tlRoots = 0;
+        new MutationObserver((records) => {
+            for (const r of records) for (const n of r.addedNodes) {
+                if (n.nodeType !== 1) continue;
+                if (n.matches('[data-testid=torchleak-widget]')) window.tlRoots += 1;
+                window.tlRoots += n.querySelectorAll('[data-testid=torchleak-widget]').length;
+            }
+        }).observe(document.body, {childList: true, subtree: true});
+    }""")
+    received.clear()
+    # Not awaited: the command's promise ends with the run, and the test watches it run.
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    # Open a finding's stack mid-run: it must stay open through the updates that follow.
+    # (k of this view's live progress line; 30 once the run line replaced it. The workspace
+    # may show the tour's finished reports in another tab: only this panel counts.)
+    panel = page.locator(".jp-NotebookPanel", has=page.locator("text=stores = {f's{i}'"))
+    view = panel.locator(".jp-OutputArea-output [data-testid=torchleak-widget]").first
+    view.wait_for(timeout=60_000)
+    progress = ("(view) => { const p = view.querySelector('[data-testid=progress]'); "
+                "if (!p) return -1; if (p.querySelector('[data-testid=run-line]')) return 30; "
+                "const m = /(\\d+)\\/30/.exec(p.textContent); return m ? +m[1] : -1; }")
+    handle = view.element_handle()
+    page.wait_for_function(f"(v) => ({progress})(v) >= 1", arg=handle, timeout=60_000)
+    opened_at = view.evaluate(progress)
+    assert opened_at < 25, "the run ended before the test could open a row"
+    view.locator("[data-testid=finding-row]").first.click()
+    view.locator("[data-testid=stack] summary").first.click()
+    page.wait_for_function(f"(v) => ({progress})(v) >= {opened_at + 3}", arg=handle,
+                           timeout=60_000)
+    if view.evaluate(progress) < 30:  # still running, three updates later, in the same view
+        assert view.evaluate("el => el.isConnected")
+        assert view.locator("[data-testid=stack]").first.evaluate("el => el.open")
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+        }""", timeout=120_000)
+    roots = page.evaluate("() => window.tlRoots")
+    payload = sum(received)
+    assert roots <= 2, roots  # the live view, then the final report in its place
+    assert payload < 2 * 2**20, payload
+    final = panel.locator(".jp-OutputArea-output [data-testid=torchleak-widget]").last
+    assert final.locator("[data-testid=run-line]").text_content().startswith("30 iterations in ")
+    page.close()

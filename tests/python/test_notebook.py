@@ -313,3 +313,37 @@ def test_a_report_holds_no_notebook_tensor_once_built_even_without_a_collection(
         assert result.success, result.output
     finally:
         run(shell, "gc.enable()")
+
+
+def test_a_live_view_updates_in_place_and_sends_no_live_blocks(shell):
+    # Issue #31: every update replaced the display (a new view each time: 32 roots for one
+    # 30-iteration run, rows the user opened closed, Stop replaced under the pointer) and sent
+    # the report twice, live blocks and all.
+    import torch
+
+    import torchleak
+    from torchleak import _notebook
+    kept = []
+    report = torchleak.check(lambda: kept.append(torch.ones(64, 1024)), iterations=4).to_dict()
+    assert any(f.get("live_blocks") for f in report["findings"])
+    before = len(shell.display_pub.outputs)
+    live = _notebook._LiveDisplay()
+    live.show(report, {"k": 0, "n": 30})
+    assert len(shell.display_pub.outputs) == before + 1
+    shown = shell.display_pub.outputs[-1]["data"]
+    assert all("live_blocks" not in f for f in shown[REPORT]["findings"])
+    if live.widget is None:
+        pytest.skip("anywidget is not installed")
+    assert all("live_blocks" not in f for f in live.widget.report["findings"])
+    # Updates change the widget's traits only: no display is replaced until the end.
+    for k in range(1, 30):
+        live.update(report, {"k": k, "n": 30})
+    assert len(shell.display_pub.outputs) == before + 1
+    assert live.widget.progress == {"k": 29, "n": 30}
+    assert all("live_blocks" not in f for f in live.widget.report["findings"])
+    # The end replaces the display once, with the whole report.
+    live.finish(report, {"k": 30, "n": 30, "done": True})
+    assert len(shell.display_pub.outputs) == before + 2
+    final = shell.display_pub.outputs[-1]
+    assert final["update"] is True and WIDGET not in final["data"]
+    assert any(f.get("live_blocks") for f in final["data"][REPORT]["findings"])

@@ -392,7 +392,8 @@ function render({ model, el: host }) {
   let sortBy = null, descending = true;
   const opened = new Set();
   // The holder is part of a finding's identity: one site's outputs kept in two lists are two rows.
-  const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${f.verdict}\u001f${(f.holder && f.holder.path_text) || ""}`;
+  // The verdict is not: it changes as a live run gathers evidence, and an opened row stays open.
+  const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${(f.holder && f.holder.path_text) || ""}`;
 
   const draw = () => {
     root.replaceChildren();

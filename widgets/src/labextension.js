@@ -40,19 +40,40 @@
         this.mimeType = options.mimeType;
         this.addClass("torchleak-report");
         this.disposeView = null;
+        this.live = null; // the drawn view's state and change listeners, for its redraws
       }
 
+      // JupyterLab hands the same renderer each update of its output (a live run's
+      // update_display_data): the view then redraws in place from the new state, so rows the
+      // user opened stay open, instead of a new view being built for every update.
       renderModel(model) {
+        const meta = (model.metadata && model.metadata[this.mimeType]) || {};
+        const next = { report: model.data[this.mimeType], progress: meta.progress };
+        if (this.live) {
+          Object.assign(this.live.state, next);
+          try {
+            for (const f of this.live.listeners) f();
+            return Promise.resolve();
+          } catch (error) {
+            // A redraw that throws: start over below, and say so if that throws too.
+          }
+        }
         if (this.disposeView) this.disposeView();
+        this.disposeView = null;
+        this.live = null;
         this.node.replaceChildren();
         // The run's final line ("20 iterations in 12.1 s") rides in the output's metadata.
         // A rejected render makes JupyterLab stop drawing the notebook's later outputs: whatever
         // goes wrong is said here, in this output only.
         try {
-          const meta = (model.metadata && model.metadata[this.mimeType]) || {};
-          const state = { report: model.data[this.mimeType], progress: meta.progress };
-          const saved = { get: (key) => state[key], on() {}, off() {} };
+          const live = { state: next, listeners: [] };
+          const saved = {
+            get: (key) => live.state[key],
+            on: (event, f) => { if (event === "change:report") live.listeners.push(f); },
+            off: () => { live.listeners = []; },
+          };
           this.disposeView = render({ model: saved, el: this.node });
+          this.live = live;
         } catch (error) {
           const line = document.createElement("div");
           line.dataset.testid = "render-error";
@@ -65,6 +86,7 @@
       dispose() {
         if (this.disposeView) this.disposeView();
         this.disposeView = null;
+        this.live = null;
         super.dispose();
       }
     }

@@ -405,7 +405,8 @@ function render({ model, el: host }) {
   let sortBy = null, descending = true;
   const opened = new Set();
   // The holder is part of a finding's identity: one site's outputs kept in two lists are two rows.
-  const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${f.verdict}\u001f${(f.holder && f.holder.path_text) || ""}`;
+  // The verdict is not: it changes as a live run gathers evidence, and an opened row stays open.
+  const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${(f.holder && f.holder.path_text) || ""}`;
 
   const draw = () => {
     root.replaceChildren();
@@ -561,19 +562,40 @@ function render({ model, el: host }) {
         this.mimeType = options.mimeType;
         this.addClass("torchleak-report");
         this.disposeView = null;
+        this.live = null; // the drawn view's state and change listeners, for its redraws
       }
 
+      // JupyterLab hands the same renderer each update of its output (a live run's
+      // update_display_data): the view then redraws in place from the new state, so rows the
+      // user opened stay open, instead of a new view being built for every update.
       renderModel(model) {
+        const meta = (model.metadata && model.metadata[this.mimeType]) || {};
+        const next = { report: model.data[this.mimeType], progress: meta.progress };
+        if (this.live) {
+          Object.assign(this.live.state, next);
+          try {
+            for (const f of this.live.listeners) f();
+            return Promise.resolve();
+          } catch (error) {
+            // A redraw that throws: start over below, and say so if that throws too.
+          }
+        }
         if (this.disposeView) this.disposeView();
+        this.disposeView = null;
+        this.live = null;
         this.node.replaceChildren();
         // The run's final line ("20 iterations in 12.1 s") rides in the output's metadata.
         // A rejected render makes JupyterLab stop drawing the notebook's later outputs: whatever
         // goes wrong is said here, in this output only.
         try {
-          const meta = (model.metadata && model.metadata[this.mimeType]) || {};
-          const state = { report: model.data[this.mimeType], progress: meta.progress };
-          const saved = { get: (key) => state[key], on() {}, off() {} };
+          const live = { state: next, listeners: [] };
+          const saved = {
+            get: (key) => live.state[key],
+            on: (event, f) => { if (event === "change:report") live.listeners.push(f); },
+            off: () => { live.listeners = []; },
+          };
           this.disposeView = render({ model: saved, el: this.node });
+          this.live = live;
         } catch (error) {
           const line = document.createElement("div");
           line.dataset.testid = "render-error";
@@ -586,6 +608,7 @@ function render({ model, el: host }) {
       dispose() {
         if (this.disposeView) this.disposeView();
         this.disposeView = null;
+        this.live = null;
         super.dispose();
       }
     }
