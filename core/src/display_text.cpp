@@ -93,24 +93,35 @@ std::string shortPath(const std::string& path, size_t most) {
         return path;
     }
     static const std::string kEllipsis = "\u2026";
-    const std::vector<size_t> starts = stepStarts(path);
-    if (starts.empty()) {
-        return path; // one step: never cut inside a name (a redacted report replaces whole ones)
+    // Step i spans [bounds[i], bounds[i + 1]); step 0 is the root.
+    std::vector<size_t> bounds = stepStarts(path);
+    bounds.insert(bounds.begin(), 0);
+    bounds.push_back(path.size());
+    const size_t steps = bounds.size() - 1;
+    // The head: the root and the steps after it that fit in a third (`test_inner.kept`, where a
+    // module's name is the root, keeps the name the user wrote).
+    size_t head = 1;
+    while (head < steps && bounds[head + 1] <= most / 3) {
+        ++head;
     }
-    // The root, then the longest tail of whole steps that fits. A step is never cut: a withheld
+    // The tail: the last whole steps that fit in what is left. No step is ever cut: a withheld
     // string key must appear whole or not at all, so that redaction finds every occurrence.
-    const std::string head = path.substr(0, starts.front());
-    const size_t room = most > head.size() + kEllipsis.size() ? most - head.size() - 1 : 0;
-    size_t from = path.size();
-    for (auto it = starts.rbegin(); it != starts.rend() && path.size() - *it <= room; ++it) {
-        from = *it;
+    const size_t room = most > bounds[head] + 1 ? most - bounds[head] - 1 : 0;
+    size_t tail = steps;
+    while (tail > head && path.size() - bounds[tail - 1] <= room) {
+        --tail;
     }
-    if (from == path.size()) {
+    const std::string front = path.substr(0, bounds[head]);
+    if (tail == head) {
+        return path;
+    }
+    if (tail == steps) {
         // Not even the last step fits: its kind stays ("[…]" for a key, ".…" for a name).
-        return head + (starts.size() > 1 ? kEllipsis : "") + path[starts.back()] + kEllipsis +
-               (path[starts.back()] == '[' ? "]" : "");
+        const char last = path[bounds[steps - 1]];
+        return front + (steps - 1 > head ? kEllipsis : "") + last + kEllipsis +
+               (last == '[' ? "]" : "");
     }
-    return head + (from == starts.front() ? "" : kEllipsis) + path.substr(from);
+    return front + kEllipsis + path.substr(bounds[tail]);
 }
 
 std::string groupThousands(int64_t value) {

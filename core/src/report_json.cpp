@@ -352,6 +352,9 @@ json findingJson(const Finding& f, const Report& r) {
     fj["path_short"] = shortPath(f.path_text);
     fj["holder"] = holderJson(f.holder);
     fj["suggestion"] = f.suggestion;
+    if (!f.fix_code.empty()) {
+        fj["fix_code"] = f.fix_code;
+    }
     fj["severity"] = toString(f.severity);
     fj["trend"] = {{"slope_bytes_per_iteration", f.trend.slope_bytes_per_iteration},
                    {"r2", f.trend.r2},
@@ -450,6 +453,7 @@ Finding findingFrom(const json& fj) {
     f.path_text = fj.value("path_text", "");
     f.holder = holderFrom(fj);
     f.suggestion = fj.value("suggestion", "");
+    f.fix_code = fj.value("fix_code", "");
     f.severity = severityFromString(fj.at("severity").get<std::string>());
     const json& t = fj.at("trend");
     f.trend = {realFrom(t.at("slope_bytes_per_iteration"), "slope_bytes_per_iteration"),
@@ -665,6 +669,14 @@ Report reportFromJson(std::string_view text) {
         return r;
     } catch (const json::exception& e) {
         throw SchemaError(std::string("malformed torchleak.report/1 document: ") + e.what());
+    }
+}
+
+Finding findingFromJson(std::string_view text) {
+    try {
+        return findingFrom(json::parse(text));
+    } catch (const json::exception& e) {
+        throw SchemaError(std::string("not a torchleak.report/1 finding: ") + e.what());
     }
 }
 

@@ -4,6 +4,7 @@
 #include "torchleak/retention.h"
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 #include <string_view>
 
@@ -403,6 +404,95 @@ std::string suggestFix(const Finding& f) {
     return "tensors allocated here survive every iteration: something keeps a reference "
            "(a list or dict that grows, a tensor kept with its autograd graph); keep "
            ".detach() or .item() copies, or clear the container";
+}
+
+namespace {
+std::string_view trimmed(std::string_view text) {
+    const auto first = text.find_first_not_of(" \t");
+    const auto last = text.find_last_not_of(" \t\r\n");
+    return first == std::string_view::npos ? std::string_view()
+                                           : text.substr(first, last - first + 1);
+}
+
+// A primary expression (`loss`, `out.loss`, `torch.tanh(x)`, `(a @ b).sum()`): a method call
+// appended to it binds to the whole, so it needs no parentheses.
+bool isPrimary(std::string_view expr) {
+    if (expr.empty() || !(std::isalpha(static_cast<unsigned char>(expr.front())) ||
+                          expr.front() == '_' || expr.front() == '(')) {
+        return false;
+    }
+    int depth = 0;
+    for (char c : expr) {
+        if (c == '(' || c == '[' || c == '{') {
+            ++depth;
+        } else if (c == ')' || c == ']' || c == '}') {
+            --depth;
+        } else if (depth == 0 &&
+                   !(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) {
+            return false; // an operator, a space, a keyword's space: not one primary
+        }
+    }
+    return expr.back() != '.';
+}
+
+// The argument of `holder.append(ARG)` when the whole line is that one call.
+std::optional<std::string_view> appendedTo(std::string_view line, const std::string& holder) {
+    const std::string prefix = holder + ".append(";
+    if (line.substr(0, prefix.size()) != prefix || line.back() != ')') {
+        return std::nullopt;
+    }
+    std::string_view arg = trimmed(line.substr(prefix.size(), line.size() - prefix.size() - 1));
+    // One argument, its brackets balanced: nothing the rewrite could change the meaning of.
+    int depth = 0;
+    for (char c : arg) {
+        depth += (c == '(' || c == '[' || c == '{')   ? 1
+                 : (c == ')' || c == ']' || c == '}') ? -1
+                                                      : 0;
+        if (depth < 0 || (depth == 0 && c == ',') || c == '#' || c == '"' || c == '\'') {
+            return std::nullopt;
+        }
+    }
+    return depth == 0 && !arg.empty() ? std::optional<std::string_view>(arg) : std::nullopt;
+}
+} // namespace
+
+std::string suggestFixCode(const Finding& f) {
+    if (f.verdict != Verdict::Leak || !f.holder || f.retention != Retention::Reachable) {
+        return "";
+    }
+    const std::string& holder = f.holder->path_text;
+    // The holder keeps graphs: through grad_fn steps, or as tensors that carry their own.
+    const bool graph =
+        keepsAutogradGraph(f.path) ||
+        (!f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos);
+    if (graph) {
+        const std::string_view line = f.site.source ? trimmed(*f.site.source) : "";
+        const auto arg = appendedTo(line, holder);
+        const PathStep* entry = entryOf(f);
+        if (!arg || entry == nullptr || !entry->tensor) {
+            return "";
+        }
+        int64_t numel = 1;
+        for (int64_t d : entry->tensor->shape) {
+            numel *= d;
+        }
+        // Appended piece by piece: GCC 12 warns falsely on "(" + std::string(...) (-Wrestrict).
+        std::string code = holder + ".append(";
+        const bool bare = isPrimary(*arg);
+        code += bare ? "" : "(";
+        code += *arg;
+        code += bare ? "" : ")";
+        code += numel == 1 ? ".item())" : ".detach())";
+        return code;
+    }
+    const PathStep* entry = entryOf(f);
+    const auto k = holderEnd(f);
+    if (entry != nullptr && k &&
+        (f.path[*k].type == "list" || f.path[*k].type == "dict" ||
+         f.path[*k].type == "collections.deque" || f.path[*k].type == "set")) {
+        return holder + ".clear()";
+    }
+    return "";
 }
 
 } // namespace torchleak

@@ -104,6 +104,7 @@ def redact(data, project=None):
     # Every stored sentence, after every withheld string is known.
     sentence = r.sentences()
     for finding in out.get("findings", []):
+        finding.pop("fix_code", None)  # the site's own source line, rewritten
         for field in ("path_text", "suggestion"):
             finding[field] = sentence(finding.get(field))
         for step in finding.get("path", []):

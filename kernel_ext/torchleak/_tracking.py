@@ -83,7 +83,9 @@ def _cell_files(shell=None):
 
 def _add_source_lines(data):
     """Each site gets its source line (`source`, an added field): notebook cells are in
-    linecache under the name IPython compiled them with, files are read from disk."""
+    linecache under the name IPython compiled them with, files are read from disk. A leak whose
+    fix the core can write as code from that line gets it (`fix_code`, an added field)."""
+    import json
     import linecache
     for finding in data.get("findings", []):
         site = finding.get("site") or {}
@@ -93,6 +95,10 @@ def _add_source_lines(data):
             line = ""
         if line.strip():
             site["source"] = line.strip()
+        if finding.get("verdict") == "leak" and finding.get("holder"):
+            code = _core.fix_code(json.dumps(finding))
+            if code:
+                finding["fix_code"] = code
 
 
 def _frame_capture_warning():

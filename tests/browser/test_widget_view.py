@@ -17,7 +17,8 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 # Two notebooks side by side, each with a cell whose prompt is [2]; the view is in the first.
 PAGE = """<!DOCTYPE html><html><body>
-<div class="jp-Notebook" id="mine"><div class="jp-Cell" id="my-cell"><div class="jp-InputPrompt">[2]:</div></div>
+<div class="jp-Notebook" id="mine"><div class="jp-Cell" id="my-cell"><div class="jp-InputPrompt">[2]:</div>
+  <div class="cm-line" id="line-1">x = 1</div><div class="cm-line" id="line-2">kept.append(x)</div></div>
   <div class="jp-OutputArea"><div id="host" style="width: %dpx"></div></div></div>
 <div class="jp-Notebook" id="theirs"><div class="jp-Cell" id="their-cell"><div class="jp-InputPrompt">[7]:</div></div></div>
 </body></html>"""
@@ -128,10 +129,34 @@ def test_a_site_link_looks_only_in_its_own_notebook(browser):  # noqa: F811
     link.click()
     assert page.locator("[data-torchleak-highlight]").count() == 0
     assert "no cell shows In [7]" in link.get_attribute("title")
-    leak["site"]["cell"] = 2
+    # Said where the user looks, not only in a tooltip.
+    assert "no cell shows In [7]" in page.locator("[data-testid=cell-gone]").first.text_content()
+    leak["site"]["cell"], leak["site"]["line"] = 2, 2
     page.evaluate("r => window.tlModel.set('report', r)", report)
+    page.evaluate("() => { window.tlSelected = 0; document.querySelector('#my-cell .jp-InputPrompt')"
+                  ".addEventListener('mousedown', () => { window.tlSelected += 1; }); }")
     page.locator("[data-testid=site-link]").first.click()
     assert page.locator("#my-cell[data-torchleak-highlight=true]").count() == 1
+    assert page.evaluate("() => window.tlSelected") == 1  # selected as a click on its prompt
+    assert page.locator("#line-2[data-torchleak-line=true]").count() == 1  # its line marked
+    assert page.locator("#line-1[data-torchleak-line]").count() == 0
+    page.close()
+
+
+def test_sorting_and_opening_rows_work_from_the_keyboard(browser):  # noqa: F811
+    page = mount(browser, fixture("hostile.json"))
+    view = page.locator("[data-testid=torchleak-widget]")
+    view.locator("[data-testid=sort-0]").focus()
+    page.keyboard.press("Enter")
+    header = view.locator("[data-testid=sort-0]")
+    assert header.get_attribute("aria-sort") == "descending"
+    assert header.evaluate("el => el === document.activeElement")  # focus kept across the redraw
+    assert view.locator("[data-testid=finding-row]").first.locator("td").first.text_content() == "leak"
+    row = view.locator("[data-testid=finding-row]").first
+    row.focus()
+    page.keyboard.press(" ")
+    assert row.get_attribute("aria-expanded") == "true"
+    assert view.locator("[data-testid=path-tree]").first.evaluate("el => el.open")
     page.close()
 
 
@@ -154,15 +179,26 @@ def test_a_row_shows_its_source_line_and_its_stack_on_demand(browser):  # noqa: 
     page.close()
 
 
-def test_each_fix_has_a_copy_button(browser):  # noqa: F811
-    report = fixture("leaky_loop.json")
+def test_a_fix_copies_its_code_and_prose_is_never_copied(browser):  # noqa: F811
+    # Issue #31: the button copied the prose sentence; pasted, it was a SyntaxError.
+    report = live_report()
+    [leak] = [f for f in report["findings"] if f["verdict"] == "leak"]
+    code = leak["fix_code"]
+    assert code == "losses.append((torch.randn(32, 64) @ w).sum().item())"
+    compile(code, "<fix>", "exec")  # it runs as written
     page = mount(browser, report)
     cause_fix = page.locator("[data-testid=cause] [data-testid=copy-fix]").first
+    assert page.locator("[data-testid=cause] [data-testid=fix-code]").first.text_content() == code
     cause_fix.click()
-    # No secure context on a set_content page: the fix is selected for Ctrl+C instead.
-    selected = page.evaluate("() => window.getSelection().toString()")
-    assert selected == report["causes"][0]["suggestion"]
+    # No secure context on a set_content page: the code is selected for Ctrl+C instead.
+    assert page.evaluate("() => window.getSelection().toString()") == code
     assert cause_fix.text_content() in ("copied", "selected: press Ctrl+C")
+    page.close()
+    # A fix the core cannot write as code has no copy button: only its sentence.
+    old = fixture("leaky_loop.json")
+    page = mount(browser, old)
+    assert page.locator("[data-testid=copy-fix]").count() == 0
+    assert old["causes"][0]["suggestion"] in page.locator("[data-testid=cause]").first.text_content()
     page.close()
 
 
@@ -335,7 +371,7 @@ def test_a_long_path_is_shortened_wraps_and_keeps_the_table_inside_500_px(browse
     assert view.evaluate("el => el.scrollWidth") <= 500
     name = view.locator("[data-testid=finding-row] [data-testid=path-name]").first
     assert name.text_content() == leak["holder"]["path_short"]
-    assert len(name.text_content()) <= 60 and "\u2026" in name.text_content()
+    assert len(name.text_content()) <= 80 and "\u2026" in name.text_content()
     assert name.get_attribute("title") == whole  # the whole path one hover away
     view.locator("[data-testid=finding-row]").first.click()
     steps = view.locator("[data-testid=path-step]")

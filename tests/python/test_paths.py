@@ -34,7 +34,8 @@ def test_loss_list_keeps_activations_through_the_graph():
     assert leak.retention == "reachable"
     assert leak.path_text.startswith("losses[4].grad_fn")
     assert {"grad_fn", "saved"} <= set(kinds(leak))
-    assert leak.holder == {"path_text": "losses", "type": "list", "growth_per_iteration": 1.0}
+    assert leak.holder == {"path_text": "losses", "path_short": "losses", "type": "list",
+                           "growth_per_iteration": 1.0}
     assert "loss.detach() or loss.item()" in leak.suggestion
     last = leak.path[-1]
     assert last["tensor"]["shape"] == [256, 512] and last["tensor"]["dtype"] == "float32"
@@ -475,3 +476,21 @@ def test_sparse_tensors_numpy_arrays_and_raw_storages_are_explained(form, expect
     paths = sorted(leak.path_text for leak in report.leaks)
     assert paths and all(re.fullmatch(expected, p) for p in paths), paths
     assert all(leak.retention == "reachable" for leak in report.leaks), paths
+
+
+def test_the_fix_of_a_loss_kept_with_its_graph_is_a_line_of_code():
+    w = torch.randn(64, 64, requires_grad=True)
+    losses, acts = [], []
+
+    def step():
+        losses.append((torch.randn(32, 64) @ w).sum())
+        acts.append(torch.tanh(torch.randn(32, 64) @ w))
+    report = torchleak.check(step, iterations=6)
+    codes = {f.get("fix_code") for f in report.leaks}
+    assert codes == {"losses.append((torch.randn(32, 64) @ w).sum().item())",
+                     "acts.append(torch.tanh(torch.randn(32, 64) @ w).detach())"}
+    for code in codes:
+        compile(code, "<fix>", "exec")  # runs as written
+    text = str(report)
+    assert "       losses.append((torch.randn(32, 64) @ w).sum().item())" in text
+    assert all("fix_code" not in f for f in report.redacted().to_dict()["findings"])

@@ -230,7 +230,7 @@ def test_a_long_path_is_shown_short_with_the_whole_one_a_hover_away():
     data = json.loads(_core.normalize_report(json.dumps(report)))
     leak = next(f for f in data["findings"] if f.get("holder"))
     short = leak["holder"]["path_short"]
-    assert short == leak["path_short"] and len(short) <= 60 and short.startswith("root\u2026")
+    assert short == leak["path_short"] and len(short) <= 80 and short.startswith("root.child_level_0\u2026")
     for view in ("page", "notebook"):
         out = RENDERERS[view](data)
         assert f'title="{whole}">{short}</code>' in out, view

@@ -21,10 +21,11 @@ export function formatBytes(n) {
 // a view that throws blanks every output after it in JupyterLab. Each field the view reads is
 // checked against this shape once, before drawing; what does not fit is dropped and named, and
 // the rest is drawn. A string is a primitive, [x] a list of x, {...} an object of those fields.
-const SITE = { text: "string", function: "string", cell: "number", source: "string" };
+const SITE = { text: "string", function: "string", cell: "number", line: "number", source: "string" };
 const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
   total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
+  fix_code: "string",
   ranks_text: "string",
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
@@ -39,7 +40,7 @@ const REPORT = {
   ranks: { world_size: "number", ranks: [{ text: "string" }], skew_text: ["string"] },
   oom: { text: "string", by_holder: [{ holder: "string", live_bytes: "number" }],
          by_site: [{ site: "string", live_bytes: "number", count: "number" }] },
-  causes: [{ text: "string", severity: "string", suggestion: "string" }],
+  causes: [{ text: "string", severity: "string", suggestion: "string", findings: ["number"] }],
   devices: [{ device: "string", allocated: ["number"], reserved: ["number"], peak: ["number"],
               leak_bytes_per_iteration: "number", projection_text: "string", verdict: "string",
               fragmentation_ratio: "number" }],
@@ -239,33 +240,38 @@ function pathTree(finding) {
     if (step.note) row.appendChild(el("span", { class: "tl-note" }, ` (${step.note})`));
     details.appendChild(row);
   }
-  if (finding.suggestion) details.appendChild(fixLine(finding.suggestion, "tl-step"));
+  if (finding.suggestion) details.appendChild(fixLine(finding.suggestion, "tl-step", finding.fix_code));
   return details;
 }
 
-// "fix: ..." with a button that copies the fix (the clipboard API needs a secure context;
-// elsewhere the text is selected for the user to copy).
-function fixLine(text, cls) {
+// "fix: ..." and, where the core could write it, the fix as code with a button that copies
+// that code (pasting prose was a SyntaxError). The clipboard API needs a secure context;
+// elsewhere the code is selected for the user to copy.
+function fixLine(text, cls, code) {
   const line = el("div", { class: cls });
-  const fix = el("span", { class: "tl-fix" }, text);
-  const button = el("button", { class: "tl-copy", "data-testid": "copy-fix", type: "button", title: "copy the fix" }, "copy");
+  line.appendChild(document.createTextNode("fix: "));
+  line.appendChild(el("span", { class: "tl-fix" }, text));
+  if (!code) return line;
+  const snippet = el("code", { class: "tl-fix-code", "data-testid": "fix-code" }, code);
+  const button = el("button", { class: "tl-copy", "data-testid": "copy-fix", type: "button", title: "copy this line of code" }, "copy");
   button.addEventListener("click", (event) => {
     event.stopPropagation();
     const done = () => { button.textContent = "copied"; setTimeout(() => { button.textContent = "copy"; }, 1500); };
     const select = () => {
       const range = document.createRange();
-      range.selectNodeContents(fix);
+      range.selectNodeContents(snippet);
       const selection = window.getSelection();
       selection.removeAllRanges();
       selection.addRange(range);
       button.textContent = "selected: press Ctrl+C";
     };
-    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(done, select);
+    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(code).then(done, select);
     else select();
   });
-  line.appendChild(document.createTextNode("fix: "));
-  line.appendChild(fix);
-  line.appendChild(button);
+  const codeLine = el("div", { class: "tl-fix-line" });
+  codeLine.appendChild(snippet);
+  codeLine.appendChild(button);
+  line.appendChild(codeLine);
   return line;
 }
 
@@ -350,16 +356,39 @@ function progressLine(progress, model, unit) {
 // Scroll to the notebook cell a site points at (`In [n]`), found by its input prompt. Plain
 // DOM, so it works in JupyterLab and Notebook 7 when the cell is rendered; elsewhere a no-op.
 // Only in the notebook the view is in (two notebooks side by side have their own In [n]).
-function revealCell(number, host) {
+// Enter and Space act like a click on an element that is not a button.
+function onActivate(node, action) {
+  node.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      action();
+    }
+  });
+}
+
+function revealCell(number, host, line) {
   const notebook = host.closest(".jp-Notebook, #notebook-container") || host.ownerDocument;
   const prompts = notebook.querySelectorAll(".jp-InputPrompt, .input_prompt");
   for (const prompt of prompts) {
     if (prompt.textContent.replace(/\s/g, "").startsWith(`[${number}]`)) {
       const cell = prompt.closest(".jp-Cell, .cell") || prompt;
+      // Selected as a click on its prompt selects it (JupyterLab and Notebook 7 listen there).
+      prompt.dispatchEvent(new MouseEvent("mousedown", { bubbles: true, cancelable: true }));
       cell.scrollIntoView({ block: "center" });
       cell.dataset.torchleakHighlight = "true";
       cell.style.outline = "2px solid var(--jp-brand-color1, #1976d2)";
-      setTimeout(() => { cell.style.outline = ""; delete cell.dataset.torchleakHighlight; }, 2500);
+      // The site's line, marked in the cell's editor (line 1 is the cell's first line).
+      const lines = cell.querySelectorAll(".cm-line, .CodeMirror-line");
+      const marked = line > 0 ? lines[line - 1] : null;
+      if (marked) {
+        marked.dataset.torchleakLine = "true";
+        marked.style.background = "var(--jp-warn-color3, #fff4e5)";
+      }
+      setTimeout(() => {
+        cell.style.outline = "";
+        delete cell.dataset.torchleakHighlight;
+        if (marked) { marked.style.background = ""; delete marked.dataset.torchleakLine; }
+      }, 2500);
       return true;
     }
   }
@@ -389,6 +418,7 @@ function render({ model, el: host }) {
   // null: the report's own order (leaks first, biggest first). Rows the user opened stay open
   // across redraws (a live update, a sort).
   let sortBy = null, descending = true;
+  let focusAfterDraw = null; // a sort header keeps the keyboard focus across the redraw
   const opened = new Set();
   // The holder is part of a finding's identity: one site's outputs kept in two lists are two rows.
   // The verdict is not: it changes as a live run gathers evidence, and an opened row stays open.
@@ -431,7 +461,10 @@ function render({ model, el: host }) {
       const line = el("div", { class: "tl-cause", "data-testid": "cause" });
       line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
       line.appendChild(document.createTextNode(`${cause.text} [${cause.severity}]`));
-      if (cause.suggestion) line.appendChild(fixLine(cause.suggestion, "tl-note"));
+      // The code of the fix is its biggest finding's, when that finding's fix is the cause's.
+      const lead = (report.findings || [])[(cause.findings || [])[0]];
+      const code = lead && lead.suggestion === cause.suggestion ? lead.fix_code : "";
+      if (cause.suggestion) line.appendChild(fixLine(cause.suggestion, "tl-note", code));
       root.appendChild(line);
     }
     for (const device of report.devices || []) {
@@ -448,8 +481,12 @@ function render({ model, el: host }) {
     const table = el("table", { class: "tl-table", "data-testid": "findings" });
     const header = el("tr");
     COLUMNS.forEach(([name], i) => {
-      const th = el("th", { "data-testid": `sort-${i}`, title: "sort" }, name + (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
-      th.addEventListener("click", () => { descending = sortBy === i ? !descending : true; sortBy = i; draw(); });
+      const th = el("th", { "data-testid": `sort-${i}`, title: "sort", tabindex: "0", role: "button",
+                            "aria-sort": i === sortBy ? (descending ? "descending" : "ascending") : "none" },
+                    name + (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
+      const sort = () => { descending = sortBy === i ? !descending : true; sortBy = i; focusAfterDraw = `sort-${i}`; draw(); };
+      th.addEventListener("click", sort);
+      onActivate(th, sort);
       header.appendChild(th);
     });
     table.appendChild(header);
@@ -470,9 +507,13 @@ function render({ model, el: host }) {
         link.addEventListener("click", (event) => {
           event.preventDefault();
           event.stopPropagation();
-          if (!revealCell(site.cell, host)) {
-            link.title = `no cell shows In [${site.cell}] in this notebook now (re-run since?)`;
+          if (!revealCell(site.cell, host, site.line)) {
+            const gone = `no cell shows In [${site.cell}] in this notebook now (re-run since?)`;
+            link.title = gone;
             link.classList.add("tl-missing");
+            if (!siteCell.querySelector("[data-testid=cell-gone]")) {
+              siteCell.insertBefore(el("div", { class: "tl-note", "data-testid": "cell-gone" }, gone), link.nextSibling);
+            }
           }
         });
         siteCell.replaceChildren(link, document.createTextNode(` ${site.function || ""}`));
@@ -502,11 +543,24 @@ function render({ model, el: host }) {
         if ((f.stack || []).length) keep(stackTree(f), `${k}\u001fstack`);
         detailRow.appendChild(cell);
         table.appendChild(detailRow);
-        if (tree) row.addEventListener("click", () => { tree.open = !tree.open; if (tree.open) tree.scrollIntoView({ block: "nearest" }); });
+        if (tree) {
+          // From the keyboard too: Tab to the row, Enter or Space opens its path.
+          row.tabIndex = 0;
+          row.setAttribute("aria-expanded", String(tree.open));
+          tree.addEventListener("toggle", () => row.setAttribute("aria-expanded", String(tree.open)));
+          const toggle = () => { tree.open = !tree.open; if (tree.open) tree.scrollIntoView({ block: "nearest" }); };
+          row.addEventListener("click", toggle);
+          onActivate(row, toggle);
+        }
       }
     }
     root.appendChild(table);
     if (summary.empty_text) root.appendChild(el("div", {}, summary.empty_text));
+    if (focusAfterDraw) {
+      const again = root.querySelector(`[data-testid="${focusAfterDraw}"]`);
+      focusAfterDraw = null;
+      if (again) again.focus();
+    }
   };
 
   draw();

@@ -22,12 +22,13 @@ std::string formatBytes(double bytes);
 // Python frame, "file.py:42" otherwise.
 std::string siteText(const Frame& f);
 
-// A retaining path's text short enough for a sentence or a table cell: the root and as many
-// of the last steps as fit in `most` characters (kShortPathChars), the middle elided at step
-// boundaries: "root….child_level_24.child_level_25.items". No step is ever cut (a key too long
-// for the room reads "[…]"), so a redacted string key is in it whole or not at all. Views show
-// it with the whole path one hover or click away; the JSON keeps both (`path_short`).
-inline constexpr size_t kShortPathChars = 60;
+// A retaining path's text short enough for a sentence or a table cell: the root with the steps
+// that fit in a third of `most` characters (kShortPathChars), then as many of the last steps as
+// fit, the middle elided at step boundaries: "root.child_level_0….child_level_25.items". No step
+// is ever cut (a key too long for the room reads "[…]"), so a redacted string key is in it whole
+// or not at all. Views show it with the whole path one hover or click away; the JSON keeps both
+// (`path_short`).
+inline constexpr size_t kShortPathChars = 80;
 std::string shortPath(const std::string& path, size_t most = kShortPathChars);
 
 // "12,345": thousands separated as users read counts of iterations.

@@ -159,6 +159,9 @@ struct Finding {
     std::string path_text;
     std::optional<Holder> holder;
     std::string suggestion;
+    // The fix as a line of code the user can paste, where one can be written with certainty
+    // (suggestion.h's suggestFixCode); empty otherwise. Never prose: copying it must run.
+    std::string fix_code;
     Retention retention = Retention::Unknown;
     bool released_periodically = false; // grows, then freed at a coarser boundary (saw-tooth)
     // Alive when the report was built (the blocks of an iteration no boundary ended included),

@@ -11,4 +11,10 @@ namespace torchleak {
 // Empty for a finding that is not a leak.
 std::string suggestFix(const Finding& finding);
 
+// The fix as one line of Python, for the forms where it is certain: the site's own line
+// `holder.append(x)` rewritten to keep `x.item()` (a one-element tensor) or `x.detach()` when the
+// holder keeps autograd graphs; `holder.clear()` for a container that grows. Empty otherwise
+// (and for what is not a leak): a view's copy button then offers nothing rather than prose.
+std::string suggestFixCode(const Finding& finding);
+
 } // namespace torchleak

@@ -15,6 +15,7 @@
 #include "torchleak/report_diff.h"
 #include "torchleak/report_json.h"
 #include "torchleak/retention.h"
+#include "torchleak/suggestion.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -231,6 +232,12 @@ PYBIND11_MODULE(_core, m) {
         [](std::string_view text, int indent) { return toJson(reportFromJson(text), indent); },
         py::arg("text"), py::arg("indent") = -1,
         "Parse a torchleak.report/1 document with the C++ schema and write it back.");
+    m.def(
+        "fix_code",
+        [](std::string_view finding) { return suggestFixCode(findingFromJson(finding)); },
+        py::arg("finding"),
+        "The fix of one finding (JSON, its site's source line filled in) as a line of Python, "
+        "or '' where none is certain.");
     m.def(
         "diff_reports",
         [](const std::string& before, const std::string& after, double tolerance) {

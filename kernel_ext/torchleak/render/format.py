@@ -40,6 +40,18 @@ def path_code(owner):
     return f'<code style="overflow-wrap:anywhere"{title}>{escape(short)}</code>'
 
 
+def fix_html(finding):
+    """The finding's fix sentence, and the core's code for it on a line of its own when there is
+    one (the line to paste; the sentence is not code)."""
+    if not finding.get("suggestion"):
+        return ""
+    out = f"<div>fix: {escape(finding['suggestion'])}</div>"
+    if finding.get("fix_code"):
+        out += (f'<div data-testid="fix-code"><code style="overflow-wrap:anywhere">'
+                f"{escape(finding['fix_code'])}</code></div>")
+    return out
+
+
 def iteration_unit(data):
     """What every rate in the report is per: the core's word ("iteration", "cell run")."""
     return data.get("iteration_unit") or "iteration"

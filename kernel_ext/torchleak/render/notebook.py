@@ -5,7 +5,8 @@ retaining paths as nested ``<details>``), so saved and exported notebooks keep i
 import base64
 
 from .format import (allocated_inside_text, empty_text, escape as _e, format_bytes, iteration_unit,
-                     job_lines, oom_parts, path_code, progress_text, site_text, step_what)
+                     fix_html, job_lines, oom_parts, path_code, progress_text, site_text,
+                     step_what)
 
 _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
                     "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
@@ -89,7 +90,7 @@ def _finding_row(f):
     source_html = f'<br><code style="color:var(--jp-ui-font-color2,#555)">{_e(source)}</code>' if source else ""
     if allocated_inside_text(f):
         source_html += f'<br><span style="color:var(--jp-ui-font-color2,#888)">{_e(allocated_inside_text(f))}</span>'
-    fix = f"<div>fix: {_e(f['suggestion'])}</div>" if f.get("suggestion") else ""
+    fix = fix_html(f)
     if f.get("ranks_text"):
         source_html += f'<br><b>{_e(f["ranks_text"])}</b>'
     return (f'<tr data-testid="finding-row"><td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'

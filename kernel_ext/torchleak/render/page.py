@@ -2,7 +2,7 @@
 every string escaped."""
 
 from .format import (allocated_inside_text, empty_text, escape as _e, finding_tensor,
-                     format_bytes, oom_parts, path_code, site_text, step_what)
+                     fix_html, format_bytes, oom_parts, path_code, site_text, step_what)
 
 
 def _sparkline(values, width=220, height=40, color="#c0392b"):
@@ -71,7 +71,7 @@ def _finding_row(f):
     if f.get("holder"):
         details.append(f"<div>holder {path_code(f['holder'])}</div>")
     if f.get("suggestion"):
-        details.append(f"<div>fix: {_e(f['suggestion'])}</div>")
+        details.append(fix_html(f))
     if stack_items:
         details.append(f"<details><summary>stack</summary><ol>{stack_items}</ol></details>")
     return (f"<tr><td class=\"{verdict_cls}\">{_e(f['verdict'])}</td>"

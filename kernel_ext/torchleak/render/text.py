@@ -120,6 +120,8 @@ def _site_details(f, unit, span=None):
     out.extend(_stack_lines([fr for fr in f.get("stack", []) if not _is_tool_frame(fr)]))
     if f.get("suggestion"):
         out.append(f"  fix: {f['suggestion']}")
+    if f.get("fix_code"):
+        out.append(f"       {f['fix_code']}")
     return out
 
 

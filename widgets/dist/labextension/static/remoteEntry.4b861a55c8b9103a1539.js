@@ -35,10 +35,11 @@ function formatBytes(n) {
 // a view that throws blanks every output after it in JupyterLab. Each field the view reads is
 // checked against this shape once, before drawing; what does not fit is dropped and named, and
 // the rest is drawn. A string is a primitive, [x] a list of x, {...} an object of those fields.
-const SITE = { text: "string", function: "string", cell: "number", source: "string" };
+const SITE = { text: "string", function: "string", cell: "number", line: "number", source: "string" };
 const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
   total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
+  fix_code: "string",
   ranks_text: "string",
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
@@ -53,7 +54,7 @@ const REPORT = {
   ranks: { world_size: "number", ranks: [{ text: "string" }], skew_text: ["string"] },
   oom: { text: "string", by_holder: [{ holder: "string", live_bytes: "number" }],
          by_site: [{ site: "string", live_bytes: "number", count: "number" }] },
-  causes: [{ text: "string", severity: "string", suggestion: "string" }],
+  causes: [{ text: "string", severity: "string", suggestion: "string", findings: ["number"] }],
   devices: [{ device: "string", allocated: ["number"], reserved: ["number"], peak: ["number"],
               leak_bytes_per_iteration: "number", projection_text: "string", verdict: "string",
               fragmentation_ratio: "number" }],
@@ -253,33 +254,38 @@ function pathTree(finding) {
     if (step.note) row.appendChild(el("span", { class: "tl-note" }, ` (${step.note})`));
     details.appendChild(row);
   }
-  if (finding.suggestion) details.appendChild(fixLine(finding.suggestion, "tl-step"));
+  if (finding.suggestion) details.appendChild(fixLine(finding.suggestion, "tl-step", finding.fix_code));
   return details;
 }
 
-// "fix: ..." with a button that copies the fix (the clipboard API needs a secure context;
-// elsewhere the text is selected for the user to copy).
-function fixLine(text, cls) {
+// "fix: ..." and, where the core could write it, the fix as code with a button that copies
+// that code (pasting prose was a SyntaxError). The clipboard API needs a secure context;
+// elsewhere the code is selected for the user to copy.
+function fixLine(text, cls, code) {
   const line = el("div", { class: cls });
-  const fix = el("span", { class: "tl-fix" }, text);
-  const button = el("button", { class: "tl-copy", "data-testid": "copy-fix", type: "button", title: "copy the fix" }, "copy");
+  line.appendChild(document.createTextNode("fix: "));
+  line.appendChild(el("span", { class: "tl-fix" }, text));
+  if (!code) return line;
+  const snippet = el("code", { class: "tl-fix-code", "data-testid": "fix-code" }, code);
+  const button = el("button", { class: "tl-copy", "data-testid": "copy-fix", type: "button", title: "copy this line of code" }, "copy");
   button.addEventListener("click", (event) => {
     event.stopPropagation();
     const done = () => { button.textContent = "copied"; setTimeout(() => { button.textContent = "copy"; }, 1500); };
     const select = () => {
       const range = document.createRange();
-      range.selectNodeContents(fix);
+      range.selectNodeContents(snippet);
       const selection = window.getSelection();
       selection.removeAllRanges();
       selection.addRange(range);
       button.textContent = "selected: press Ctrl+C";
     };
-    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(done, select);
+    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(code).then(done, select);
     else select();
   });
-  line.appendChild(document.createTextNode("fix: "));
-  line.appendChild(fix);
-  line.appendChild(button);
+  const codeLine = el("div", { class: "tl-fix-line" });
+  codeLine.appendChild(snippet);
+  codeLine.appendChild(button);
+  line.appendChild(codeLine);
   return line;
 }
 
@@ -364,16 +370,39 @@ function progressLine(progress, model, unit) {
 // Scroll to the notebook cell a site points at (`In [n]`), found by its input prompt. Plain
 // DOM, so it works in JupyterLab and Notebook 7 when the cell is rendered; elsewhere a no-op.
 // Only in the notebook the view is in (two notebooks side by side have their own In [n]).
-function revealCell(number, host) {
+// Enter and Space act like a click on an element that is not a button.
+function onActivate(node, action) {
+  node.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      action();
+    }
+  });
+}
+
+function revealCell(number, host, line) {
   const notebook = host.closest(".jp-Notebook, #notebook-container") || host.ownerDocument;
   const prompts = notebook.querySelectorAll(".jp-InputPrompt, .input_prompt");
   for (const prompt of prompts) {
     if (prompt.textContent.replace(/\s/g, "").startsWith(`[${number}]`)) {
       const cell = prompt.closest(".jp-Cell, .cell") || prompt;
+      // Selected as a click on its prompt selects it (JupyterLab and Notebook 7 listen there).
+      prompt.dispatchEvent(new MouseEvent("mousedown", { bubbles: true, cancelable: true }));
       cell.scrollIntoView({ block: "center" });
       cell.dataset.torchleakHighlight = "true";
       cell.style.outline = "2px solid var(--jp-brand-color1, #1976d2)";
-      setTimeout(() => { cell.style.outline = ""; delete cell.dataset.torchleakHighlight; }, 2500);
+      // The site's line, marked in the cell's editor (line 1 is the cell's first line).
+      const lines = cell.querySelectorAll(".cm-line, .CodeMirror-line");
+      const marked = line > 0 ? lines[line - 1] : null;
+      if (marked) {
+        marked.dataset.torchleakLine = "true";
+        marked.style.background = "var(--jp-warn-color3, #fff4e5)";
+      }
+      setTimeout(() => {
+        cell.style.outline = "";
+        delete cell.dataset.torchleakHighlight;
+        if (marked) { marked.style.background = ""; delete marked.dataset.torchleakLine; }
+      }, 2500);
       return true;
     }
   }
@@ -397,12 +426,13 @@ const COLUMNS = [
 function render({ model, el: host }) {
   const root = el("div", { class: "tl-root", "data-testid": "torchleak-widget" });
   const style = document.createElement("style");
-  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; overflow-wrap: anywhere; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; overflow-wrap: anywhere; }\n.tl-path-name { overflow-wrap: anywhere; }\n.tl-table td.tl-holder { max-width: 40ch; overflow-wrap: anywhere; }\n\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
+  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-root a.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-root a.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table th:focus-visible, .tl-table tr.tl-row:focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2); outline-offset: -2px; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; overflow-wrap: anywhere; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; overflow-wrap: anywhere; }\n.tl-path-name { overflow-wrap: anywhere; }\n.tl-fix-line { margin: 2px 0 2px 12px; }\n.tl-fix-code { font-family: var(--jp-code-font-family, monospace); background: var(--jp-layout-color2, #f4f4f4); padding: 0 4px; overflow-wrap: anywhere; }\n.tl-table td.tl-holder { max-width: 40ch; overflow-wrap: anywhere; }\n\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
   host.appendChild(style);
   host.appendChild(root);
   // null: the report's own order (leaks first, biggest first). Rows the user opened stay open
   // across redraws (a live update, a sort).
   let sortBy = null, descending = true;
+  let focusAfterDraw = null; // a sort header keeps the keyboard focus across the redraw
   const opened = new Set();
   // The holder is part of a finding's identity: one site's outputs kept in two lists are two rows.
   // The verdict is not: it changes as a live run gathers evidence, and an opened row stays open.
@@ -445,7 +475,10 @@ function render({ model, el: host }) {
       const line = el("div", { class: "tl-cause", "data-testid": "cause" });
       line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
       line.appendChild(document.createTextNode(`${cause.text} [${cause.severity}]`));
-      if (cause.suggestion) line.appendChild(fixLine(cause.suggestion, "tl-note"));
+      // The code of the fix is its biggest finding's, when that finding's fix is the cause's.
+      const lead = (report.findings || [])[(cause.findings || [])[0]];
+      const code = lead && lead.suggestion === cause.suggestion ? lead.fix_code : "";
+      if (cause.suggestion) line.appendChild(fixLine(cause.suggestion, "tl-note", code));
       root.appendChild(line);
     }
     for (const device of report.devices || []) {
@@ -462,8 +495,12 @@ function render({ model, el: host }) {
     const table = el("table", { class: "tl-table", "data-testid": "findings" });
     const header = el("tr");
     COLUMNS.forEach(([name], i) => {
-      const th = el("th", { "data-testid": `sort-${i}`, title: "sort" }, name + (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
-      th.addEventListener("click", () => { descending = sortBy === i ? !descending : true; sortBy = i; draw(); });
+      const th = el("th", { "data-testid": `sort-${i}`, title: "sort", tabindex: "0", role: "button",
+                            "aria-sort": i === sortBy ? (descending ? "descending" : "ascending") : "none" },
+                    name + (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
+      const sort = () => { descending = sortBy === i ? !descending : true; sortBy = i; focusAfterDraw = `sort-${i}`; draw(); };
+      th.addEventListener("click", sort);
+      onActivate(th, sort);
       header.appendChild(th);
     });
     table.appendChild(header);
@@ -484,9 +521,13 @@ function render({ model, el: host }) {
         link.addEventListener("click", (event) => {
           event.preventDefault();
           event.stopPropagation();
-          if (!revealCell(site.cell, host)) {
-            link.title = `no cell shows In [${site.cell}] in this notebook now (re-run since?)`;
+          if (!revealCell(site.cell, host, site.line)) {
+            const gone = `no cell shows In [${site.cell}] in this notebook now (re-run since?)`;
+            link.title = gone;
             link.classList.add("tl-missing");
+            if (!siteCell.querySelector("[data-testid=cell-gone]")) {
+              siteCell.insertBefore(el("div", { class: "tl-note", "data-testid": "cell-gone" }, gone), link.nextSibling);
+            }
           }
         });
         siteCell.replaceChildren(link, document.createTextNode(` ${site.function || ""}`));
@@ -516,11 +557,24 @@ function render({ model, el: host }) {
         if ((f.stack || []).length) keep(stackTree(f), `${k}\u001fstack`);
         detailRow.appendChild(cell);
         table.appendChild(detailRow);
-        if (tree) row.addEventListener("click", () => { tree.open = !tree.open; if (tree.open) tree.scrollIntoView({ block: "nearest" }); });
+        if (tree) {
+          // From the keyboard too: Tab to the row, Enter or Space opens its path.
+          row.tabIndex = 0;
+          row.setAttribute("aria-expanded", String(tree.open));
+          tree.addEventListener("toggle", () => row.setAttribute("aria-expanded", String(tree.open)));
+          const toggle = () => { tree.open = !tree.open; if (tree.open) tree.scrollIntoView({ block: "nearest" }); };
+          row.addEventListener("click", toggle);
+          onActivate(row, toggle);
+        }
       }
     }
     root.appendChild(table);
     if (summary.empty_text) root.appendChild(el("div", {}, summary.empty_text));
+    if (focusAfterDraw) {
+      const again = root.querySelector(`[data-testid="${focusAfterDraw}"]`);
+      focusAfterDraw = null;
+      if (again) again.focus();
+    }
   };
 
   draw();

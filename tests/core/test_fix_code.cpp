@@ -1,0 +1,81 @@
+// The fix as code (suggestFixCode): written only where it is certain, and always a line of
+// Python that runs as written; everything else gets no code (a view then copies nothing).
+#include "torchleak/suggestion.h"
+
+#include <catch2/catch.hpp>
+
+using namespace torchleak;
+
+namespace {
+
+PathStep step(StepKind kind, std::string label, std::string type, std::string note = "") {
+    PathStep s;
+    s.kind = kind;
+    s.label = std::move(label);
+    s.type = std::move(type);
+    s.note = std::move(note);
+    return s;
+}
+
+// `holder[3]`, a tensor of `shape` that keeps its graph (or not), allocated at `source`.
+Finding kept(const std::string& holder,
+             const std::string& source,
+             std::vector<int64_t> shape,
+             bool graph,
+             const std::string& holderType = "list") {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.retention = Retention::Reachable;
+    f.site.source = source;
+    f.holder = Holder{holder, holderType, 1.0};
+    PathStep entry = step(StepKind::Index, "[3]", "Tensor", graph ? kKeepsGraphNote : "");
+    entry.tensor = TensorInfo{};
+    entry.tensor->dtype = "float32";
+    entry.tensor->shape = std::move(shape);
+    f.path = {step(StepKind::Root, holder, holderType), entry};
+    return f;
+}
+
+} // namespace
+
+TEST_CASE("A loss appended with its graph: the site's own line keeps .item() or .detach()") {
+    REQUIRE(suggestFixCode(kept("losses", "losses.append(loss)", {}, true)) ==
+            "losses.append(loss.item())");
+    REQUIRE(suggestFixCode(kept("losses", "  losses.append((x @ w).sum())  ", {}, true)) ==
+            "losses.append((x @ w).sum().item())");
+    REQUIRE(suggestFixCode(kept("acts", "acts.append(torch.tanh(x @ w))", {32, 64}, true)) ==
+            "acts.append(torch.tanh(x @ w).detach())");
+    // Not one primary expression: parenthesised, so .detach() applies to the whole.
+    REQUIRE(suggestFixCode(kept("outs", "outs.append(out * 2)", {32, 64}, true)) ==
+            "outs.append((out * 2).detach())");
+    REQUIRE(suggestFixCode(kept("self.hist", "self.hist.append(out.mean(0))", {64}, true)) ==
+            "self.hist.append(out.mean(0).detach())");
+}
+
+TEST_CASE("No code where the rewrite could be wrong") {
+    // Another line than the append, a second argument, a comment, a string, another holder.
+    REQUIRE(suggestFixCode(kept("losses", "loss = model(x).sum()", {}, true)).empty());
+    REQUIRE(suggestFixCode(kept("losses", "losses.append(a, b)", {}, true)).empty());
+    REQUIRE(suggestFixCode(kept("losses", "losses.append(loss)  # keep", {}, true)).empty());
+    REQUIRE(suggestFixCode(kept("losses", "losses.append(d[\"k\"])", {}, true)).empty());
+    REQUIRE(suggestFixCode(kept("losses", "other.append(loss)", {}, true)).empty());
+    REQUIRE(suggestFixCode(kept("losses", "losses.append(f(x)) or g()", {}, true)).empty());
+    Finding noSource = kept("losses", "", {}, true);
+    noSource.site.source.reset();
+    REQUIRE(suggestFixCode(noSource).empty());
+    // Not a leak, or not reachable from a name: nothing to paste.
+    Finding plateau = kept("losses", "losses.append(loss)", {}, true);
+    plateau.verdict = Verdict::Plateau;
+    REQUIRE(suggestFixCode(plateau).empty());
+    Finding cycle = kept("losses", "losses.append(loss)", {}, true);
+    cycle.retention = Retention::Cycle;
+    REQUIRE(suggestFixCode(cycle).empty());
+}
+
+TEST_CASE("A container that grows without graphs is cleared; other holders get no code") {
+    REQUIRE(suggestFixCode(kept("cache['a']", "x = f()", {64}, false)) == "cache['a'].clear()");
+    REQUIRE(suggestFixCode(kept("seen", "x = f()", {64}, false, "collections.deque")) ==
+            "seen.clear()");
+    REQUIRE(suggestFixCode(kept("model.buf", "x = f()", {64}, false, "Tensor")).empty());
+    REQUIRE(suggestFixCode(kept("obj", "x = f()", {64}, false, "mypkg.Store")).empty());
+}
