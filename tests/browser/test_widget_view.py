@@ -155,8 +155,11 @@ def test_sorting_and_opening_rows_work_from_the_keyboard(browser):  # noqa: F811
     row = view.locator("[data-testid=finding-row]").first
     row.focus()
     page.keyboard.press(" ")
-    assert row.get_attribute("aria-expanded") == "true"
     assert view.locator("[data-testid=path-tree]").first.evaluate("el => el.open")
+    assert row.get_attribute("aria-expanded") == "true"
+    page.keyboard.press("Enter")  # and closed again
+    page.wait_for_function("el => !el.open", arg=view.locator("[data-testid=path-tree]").first.element_handle())
+    assert row.get_attribute("aria-expanded") == "false"
     page.close()
 
 

@@ -549,7 +549,12 @@ function render({ model, el: host }) {
           row.tabIndex = 0;
           row.setAttribute("aria-expanded", String(tree.open));
           tree.addEventListener("toggle", () => row.setAttribute("aria-expanded", String(tree.open)));
-          const toggle = () => { tree.open = !tree.open; if (tree.open) tree.scrollIntoView({ block: "nearest" }); };
+          // aria-expanded is set here too: the details' toggle event comes later, asynchronously.
+          const toggle = () => {
+            tree.open = !tree.open;
+            row.setAttribute("aria-expanded", String(tree.open));
+            if (tree.open) tree.scrollIntoView({ block: "nearest" });
+          };
           row.addEventListener("click", toggle);
           onActivate(row, toggle);
         }
