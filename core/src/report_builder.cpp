@@ -358,24 +358,24 @@ class ReportBuilder {
     // Blocks freed after tracking stopped leave the blocks alive now (no path, no example),
     // and stay in what each iteration left behind: the verdict is about the run.
     void setAsideFreedAfterStop() {
-        if (d_inputs.freed_after_stop.empty()) {
-            if (d_inputs.freed_after_stop_incomplete) {
-                d_report.warnings.push_back(kFreedAfterStopIncomplete);
+        const auto& freed = d_inputs.freed_after_stop;
+        if (!freed.empty()) {
+            // Compacted in place (no second copy of 10^6 live blocks), in order.
+            size_t kept = 0;
+            for (const LiveBlock& block : d_liveNow) {
+                if (freed.count(block.ptr) == 0) {
+                    d_liveNow[kept++] = block;
+                } else {
+                    d_freedAfterStop.push_back(block);
+                }
             }
-            return;
+            d_liveNow.resize(kept);
         }
-        size_t kept = 0;
-        uint64_t bytes = 0;
-        for (const LiveBlock& block : d_liveNow) {
-            if (d_inputs.freed_after_stop.count(block.ptr) == 0) {
-                d_liveNow[kept++] = block;
-                continue;
-            }
-            bytes += block.rec.weight;
-            d_freedAfterStop.push_back(block);
-        }
-        d_liveNow.resize(kept);
         if (!d_freedAfterStop.empty()) {
+            uint64_t bytes = 0;
+            for (const LiveBlock& block : d_freedAfterStop) {
+                bytes += block.rec.weight;
+            }
             d_report.warnings.push_back(
                 std::to_string(d_freedAfterStop.size()) + " block(s) (" +
                 formatBytes(static_cast<double>(bytes)) +
@@ -622,10 +622,8 @@ class ReportBuilder {
         std::vector<double> scale(d_blocksOf.size(), 1.0);
         std::vector<uintptr_t> allBlocks;
         for (size_t i = 0; i < d_blocksOf.size(); ++i) {
+            // (The ledger's sites that did not grow have no blocks: liveBlocksByFinding.)
             std::vector<Candidate>& blocks = d_blocksOf[i];
-            if (d_inputs.explain_grown_only && !grewLastIteration(d_report.findings[i])) {
-                continue;
-            }
             std::sort(blocks.begin(), blocks.end(), std::greater<>());
             sampled[i] = samplePathBlocks(blocks);
             if (!sampled[i].empty()) {
