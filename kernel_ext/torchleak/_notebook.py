@@ -120,7 +120,7 @@ class _LiveDisplay:
 
     An update only changes the widget's traits: the view redraws in place (rows the user
     opened stay open, the Stop button stays under the pointer) and the report crosses the wire
-    once. Replacing the display at each update made JupyterLab build a new view each time (16
+    once. Replacing the display at each update made JupyterLab build a new view each time (17
     for one 30-iteration run, each drawn from traits it had not yet been sent). The display
     itself is replaced once, by finish(); a front end that draws no widget shows the first
     state until then. (Whether a view exists cannot be asked mid-run: the front end's answer

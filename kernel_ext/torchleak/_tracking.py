@@ -96,7 +96,9 @@ def _add_source_lines(data):
         if line.strip():
             site["source"] = line.strip()
         if finding.get("verdict") == "leak" and finding.get("holder"):
-            code = _core.fix_code(json.dumps(finding))
+            # Without its live-block list (up to 4,096 entries the rule never reads).
+            code = _core.fix_code(json.dumps(
+                {k: v for k, v in finding.items() if k != "live_blocks"}))
             if code:
                 finding["fix_code"] = code
 
