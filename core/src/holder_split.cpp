@@ -124,6 +124,24 @@ void foldNewestIntoGrowing(const std::vector<HeldBlock>& blocks,
 
 } // namespace
 
+double nearestHolderErrorRate(std::vector<std::pair<uint64_t, std::string>> sampled) {
+    if (sampled.size() < 2) {
+        return 0.0;
+    }
+    std::sort(sampled.begin(), sampled.end());
+    size_t wrong = 0;
+    for (size_t k = 0; k < sampled.size(); ++k) {
+        // The nearer neighbour, the earlier one on a tie (as splitByHolder takes it).
+        size_t nearest = k == 0 ? 1 : k - 1;
+        if (k > 0 && k + 1 < sampled.size() &&
+            sampled[k + 1].first - sampled[k].first < sampled[k].first - sampled[k - 1].first) {
+            nearest = k + 1;
+        }
+        wrong += sampled[nearest].second != sampled[k].second ? 1 : 0;
+    }
+    return static_cast<double>(wrong) / static_cast<double>(sampled.size());
+}
+
 std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
                                       const std::unordered_map<uintptr_t, BlockHolder>& holders,
                                       const SiteSeries& site,

@@ -92,6 +92,10 @@ struct LiveBlock {
 // sample of where the others hang, not a million paths.
 constexpr size_t kPathSamplesPerFinding = 256;
 constexpr size_t kPathHeadSamples = 32;
+// The second walk's budget for the report (blocksToWalkAgain), and the share of a sample the
+// nearest-neighbour rule may get wrong before it is not trusted.
+constexpr size_t kSecondWalkBlocks = 65536;
+constexpr double kNearestHolderErrorAllowed = 0.1;
 
 std::string siteKey(const Frame& f, const std::string& device, const std::string& node) {
     std::ostringstream out;
@@ -638,6 +642,12 @@ class ReportBuilder {
         for (auto& [ptr, path] : paths) {
             path.steps = normalizePath(std::move(path.steps));
         }
+        if (auto more = blocksToWalkAgain(sampled, scale, paths); !more.empty()) {
+            for (auto& [ptr, path] : explainer.explain(more)) {
+                path.steps = normalizePath(std::move(path.steps));
+                paths.emplace(ptr, std::move(path));
+            }
+        }
         nameCppOwners(sampled, paths);
         std::vector<Finding> findings;
         std::vector<std::vector<Candidate>> blocksOf;
@@ -694,26 +704,23 @@ class ReportBuilder {
         std::vector<Candidate> blocks;
     };
 
-    // One finding per holder (holder_split.h): the site's live blocks split by who keeps
-    // them, each part with its own curve, verdict, path and fix. Empty when the site has one
-    // holder.
-    std::vector<FindingPart> splitFinding(const Finding& whole,
-                                          const SiteAccumulator* acc,
-                                          const std::vector<Candidate>& blocks,
-                                          const std::vector<Candidate>& sample,
-                                          double sampleScale,
-                                          const std::unordered_map<uintptr_t, BlockPath>& paths) {
+    // Who keeps each sampled block whose path was found (none for fewer than two paths).
+    std::unordered_map<uintptr_t, BlockHolder>
+    blockHolders(const Finding& whole,
+                 const std::vector<Candidate>& sample,
+                 double sampleScale,
+                 const std::unordered_map<uintptr_t, BlockPath>& paths) const {
         std::vector<const std::vector<PathStep>*> all;
         for (const Candidate& c : sample) {
             if (auto it = paths.find(std::get<3>(c)); it != paths.end()) {
                 all.push_back(&it->second.steps);
             }
         }
-        if (all.size() < 2 || acc == nullptr) {
-            return {};
+        std::unordered_map<uintptr_t, BlockHolder> holders;
+        if (all.size() < 2) {
+            return holders;
         }
         const PathFanout fanout(all);
-        std::unordered_map<uintptr_t, BlockHolder> holders;
         for (const Candidate& c : sample) {
             auto it = paths.find(std::get<3>(c));
             if (it == paths.end()) {
@@ -725,6 +732,73 @@ class ReportBuilder {
             }
             holders[std::get<3>(c)] =
                 BlockHolder{holderName(it->second, holder), holder.has_value()};
+        }
+        return holders;
+    }
+
+    // A finding's blocks outside its path sample go with the nearest sampled block in
+    // allocation order (splitByHolder). Where that rule is wrong for more than a tenth of the
+    // sample itself (holders that take turns: one line appending to fifty lists in turn, each
+    // list's curve then a scramble judged a plateau), the rest of its blocks are walked too, up
+    // to kSecondWalkBlocks for the report. Returns the blocks to walk; `sampled` and `scale`
+    // take them in.
+    std::vector<uintptr_t>
+    blocksToWalkAgain(std::vector<std::vector<Candidate>>& sampled,
+                      std::vector<double>& scale,
+                      const std::unordered_map<uintptr_t, BlockPath>& paths) {
+        std::vector<uintptr_t> more;
+        for (size_t i = 0; i < sampled.size() && more.size() < kSecondWalkBlocks; ++i) {
+            const std::vector<Candidate>& blocks = d_blocksOf[i];
+            if (sampled[i].size() >= blocks.size()) {
+                continue;
+            }
+            const auto holders = blockHolders(d_report.findings[i], sampled[i], scale[i], paths);
+            std::vector<std::pair<uint64_t, std::string>> named;
+            for (const Candidate& c : sampled[i]) {
+                if (auto it = holders.find(std::get<3>(c)); it != holders.end()) {
+                    named.emplace_back(std::get<2>(c), it->second.name);
+                }
+            }
+            if (nearestHolderErrorRate(std::move(named)) <= kNearestHolderErrorAllowed) {
+                continue;
+            }
+            std::unordered_set<uintptr_t> have;
+            for (const Candidate& c : sampled[i]) {
+                have.insert(std::get<3>(c));
+            }
+            std::vector<Candidate> rest;
+            for (const Candidate& c : blocks) {
+                if (!have.count(std::get<3>(c))) {
+                    rest.push_back(c);
+                }
+            }
+            // Spread over the rest when the budget cannot take all of it.
+            const size_t take = std::min(rest.size(), kSecondWalkBlocks - more.size());
+            for (size_t k = 0; k < take; ++k) {
+                const Candidate& c = rest[k * rest.size() / take];
+                sampled[i].push_back(c);
+                more.push_back(std::get<3>(c));
+            }
+            scale[i] = static_cast<double>(blocks.size()) / static_cast<double>(sampled[i].size());
+        }
+        return more;
+    }
+
+    // One finding per holder (holder_split.h): the site's live blocks split by who keeps
+    // them, each part with its own curve, verdict, path and fix. Empty when the site has one
+    // holder.
+    std::vector<FindingPart> splitFinding(const Finding& whole,
+                                          const SiteAccumulator* acc,
+                                          const std::vector<Candidate>& blocks,
+                                          const std::vector<Candidate>& sample,
+                                          double sampleScale,
+                                          const std::unordered_map<uintptr_t, BlockPath>& paths) {
+        if (acc == nullptr) {
+            return {};
+        }
+        const auto holders = blockHolders(whole, sample, sampleScale, paths);
+        if (holders.size() < 2) {
+            return {};
         }
         std::vector<HeldBlock> held;
         held.reserve(blocks.size());

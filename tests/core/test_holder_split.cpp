@@ -146,3 +146,18 @@ TEST_CASE("Adversarial holder names split like any other") {
     REQUIRE(parts.size() == 2);
     REQUIRE(partNamed(parts, "d['<script>\"x\"</script>']").series.bytes.back() == 600);
 }
+
+TEST_CASE("The nearest-neighbour rule's error is measured on the sample itself") {
+    std::vector<std::pair<uint64_t, std::string>> runs, turns;
+    for (uint64_t k = 0; k < 100; ++k) {
+        runs.emplace_back(k, k < 50 ? "train_outs" : "val_outs"); // one list, then the other
+        turns.emplace_back(k, "l" + std::to_string(k % 5));       // five lists in turn
+    }
+    REQUIRE(nearestHolderErrorRate(runs) <= 0.02);
+    REQUIRE(nearestHolderErrorRate(turns) == 1.0);
+    REQUIRE(nearestHolderErrorRate({}) == 0.0);
+    REQUIRE(nearestHolderErrorRate({{7, "a"}}) == 0.0);
+    // Unordered input is sorted by allocation order first.
+    std::vector<std::pair<uint64_t, std::string>> shuffled(runs.rbegin(), runs.rend());
+    REQUIRE(nearestHolderErrorRate(shuffled) == nearestHolderErrorRate(runs));
+}

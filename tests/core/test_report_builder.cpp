@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <set>
 
 using namespace torchleak;
 
@@ -304,6 +305,70 @@ TEST_CASE("Paths are found for a sample of a big finding, and the holder still g
     REQUIRE(r.findings[0].holder);
     REQUIRE(r.findings[0].holder->path_text == "keep");
     REQUIRE(r.findings[0].holder->growth_per_iteration == Approx(2500.0));
+}
+
+namespace {
+// Fifty lists filled in turn from one line: block k of iteration i is `obj.l{k}[i]`.
+class TurnTakingExplainer final : public RetentionExplainer {
+  public:
+    static constexpr uintptr_t kBase = 0x2000000;
+    static constexpr uint32_t kLists = 50;
+    std::unordered_map<uintptr_t, BlockPath>
+    explain(const std::vector<uintptr_t>& blocks) override {
+        std::unordered_map<uintptr_t, BlockPath> out;
+        for (uintptr_t b : blocks) {
+            const uintptr_t n = (b - kBase) / 0x100;
+            PathStep root;
+            root.label = "obj";
+            root.type = "Obj";
+            PathStep list;
+            list.kind = StepKind::Attr;
+            list.label = ".l" + std::to_string(n % kLists);
+            list.type = "list";
+            PathStep item;
+            item.kind = StepKind::Index;
+            item.label = "[" + std::to_string(n / kLists) + "]";
+            item.type = "Tensor";
+            out[b] = BlockPath{Retention::Reachable, {root, list, item}};
+        }
+        walks.push_back(blocks.size());
+        return out;
+    }
+    std::vector<size_t> walks;
+};
+} // namespace
+
+TEST_CASE("Holders that take turns get every block's own path: fifty lists, fifty leaks") {
+    // Before: 256 of the 400 blocks were walked and the rest went with their neighbour in
+    // allocation order, a list of the other 49; each list's curve was a scramble and all 50
+    // were judged plateaus.
+    AllocationRecorder rec;
+    std::vector<RawFrame> leaking = {{0x1, 42}};
+    for (uint32_t i = 0; i < 8; ++i) {
+        for (uint32_t k = 0; k < TurnTakingExplainer::kLists; ++k) {
+            rec.recordAlloc(TurnTakingExplainer::kBase +
+                                (i * TurnTakingExplainer::kLists + k) * 0x100,
+                            10240, kCpu, leaking, nullptr, 0, 0, false);
+        }
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    TurnTakingExplainer explainer;
+    ReportInputs in;
+    Report r = buildReport(rec, in, sym, desc, &explainer);
+    REQUIRE(explainer.walks == std::vector<size_t>{256, 144});
+    REQUIRE(r.findings.size() == TurnTakingExplainer::kLists);
+    std::set<std::string> holders;
+    for (const Finding& f : r.findings) {
+        CHECK(f.verdict == Verdict::Leak);
+        CHECK(f.bytes_per_iteration == 10240);
+        CHECK(f.count == 8);
+        REQUIRE(f.holder);
+        holders.insert(f.holder->path_text);
+    }
+    REQUIRE(holders.size() == TurnTakingExplainer::kLists);
+    REQUIRE(holders.count("obj.l7") == 1);
 }
 
 TEST_CASE("Live blocks are listed oldest first, an even spread past the cap, the rest counted") {

@@ -513,7 +513,8 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
     }
     // Grows as needed: a report over a small heap (watch mode's cell) should not clear 16 MiB.
     PointerSet visited(1 << 16, kVisitedLoadQuarters);
-    d_stats = WalkStats{};
+    // The stats add up over every explain() of this finder: a report may walk twice (its
+    // builder's second walk for holders that take turns) and its walk line counts both.
 
     std::unordered_set<uintptr_t> unreached = walkFromNamedRoots(targets, visited, result);
     if (!unreached.empty()) {
@@ -531,9 +532,9 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
         }
         markHeldOnlyFromCpp(unreached, result);
     }
-    d_stats.reached = result.size() - unreached.size();
-    d_stats.unreached = unreached.size();
-    d_stats.seconds =
+    d_stats.reached += result.size() - unreached.size();
+    d_stats.unreached += unreached.size();
+    d_stats.seconds +=
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     return result;
 }
