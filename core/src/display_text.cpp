@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <set>
 #include <sstream>
 
 namespace torchleak {
@@ -243,6 +245,77 @@ std::string causeText(const Cause& c, const Report& report) {
         return text + ", across " + std::to_string(c.findings.size()) + " allocation sites";
     }
     return text + ", at " + siteText(biggest.site);
+}
+
+namespace {
+// "lists" for fifty lists; "holders" when their kinds differ or are a class's.
+std::string pluralKind(const CauseGroup& g, const Report& report) {
+    std::string type;
+    for (int i : g.causes) {
+        const Cause& c = report.causes[static_cast<size_t>(i)];
+        const std::string t = c.holder ? c.holder->type : "";
+        if (i != g.causes.front() && t != type) {
+            return "holders";
+        }
+        type = t;
+    }
+    for (const char* builtin :
+         {"list", "dict", "set", "deque", "tuple", "OrderedDict", "defaultdict", "Tensor"}) {
+        if (type == builtin) {
+            return type + "s";
+        }
+    }
+    return "holders";
+}
+} // namespace
+
+std::string causeGroupText(const CauseGroup& g, const Report& report) {
+    if (g.causes.empty()) {
+        return "";
+    }
+    const Cause& first = report.causes[static_cast<size_t>(g.causes.front())];
+    if (g.causes.size() == 1) {
+        return causeText(first, report);
+    }
+    const std::string noun = iterationNoun(report.boundary);
+    const bool grows = g.bytes_per_iteration > 0;
+    std::string text =
+        grows ? formatBytes(static_cast<double>(g.bytes_per_iteration)) + " per " + noun + ": "
+              : formatBytes(static_cast<double>(g.total_bytes)) + " held: ";
+    text += std::to_string(g.causes.size()) + " " + pluralKind(g, report);
+    if (!g.container.empty()) {
+        text += " in " + shortPath(g.container);
+    }
+    text += grows ? " grow every " + noun : " keep tensors alive";
+    constexpr size_t kNamed = 3;
+    text += " (";
+    for (size_t k = 0; k < std::min(kNamed, g.causes.size()); ++k) {
+        text += k ? ", " : "";
+        text += shortPath(report.causes[static_cast<size_t>(g.causes[k])].keeper);
+    }
+    if (g.causes.size() > kNamed) {
+        text += " and " + std::to_string(g.causes.size() - kNamed) + " more";
+    }
+    text += ")";
+    int64_t least = std::numeric_limits<int64_t>::max(), most = 0;
+    std::set<std::string> sites;
+    for (int i : g.causes) {
+        const Cause& c = report.causes[static_cast<size_t>(i)];
+        const int64_t each = grows ? c.bytes_per_iteration : static_cast<int64_t>(c.total_bytes);
+        least = std::min(least, each);
+        most = std::max(most, each);
+        for (int f : c.findings) {
+            sites.insert(siteText(report.findings[static_cast<size_t>(f)].site));
+        }
+    }
+    const std::string from = formatBytes(static_cast<double>(least));
+    const std::string to = formatBytes(static_cast<double>(most));
+    text += ", " + from + (to != from ? " to " + to : "");
+    text += " each";
+    if (sites.size() > 1) {
+        return text + ", across " + std::to_string(sites.size()) + " allocation sites";
+    }
+    return text + ", at " + *sites.begin();
 }
 
 std::string emptyReportText(const Report& report) {

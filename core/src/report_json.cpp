@@ -499,6 +499,18 @@ std::string toJson(const Report& r, int indent) {
         cj["holder"] = holderJson(c.holder);
         j["causes"].push_back(std::move(cj));
     }
+    // Derived from the causes whenever a report is written, so a report read back (or from an
+    // older version) gets them too.
+    j["cause_groups"] = json::array();
+    for (const CauseGroup& g : groupRelatedCauses(r)) {
+        j["cause_groups"].push_back(
+            {{"container", g.container.empty() ? json(nullptr) : json(g.container)},
+             {"causes", g.causes},
+             {"bytes_per_iteration", g.bytes_per_iteration},
+             {"total_bytes", g.total_bytes},
+             {"severity", toString(g.severity)},
+             {"text", causeGroupText(g, r)}});
+    }
     if (r.oom) {
         j["oom"] = outOfMemoryJson(*r.oom, r);
     }

@@ -60,21 +60,28 @@ Severity severityOfCause(const Cause& c, const Report& report, const AnalysisCon
 Summary summarize(const Report& report) {
     Summary s;
     int penalty = 0;
-    // One entry per cause: dozens of small sites of one leak weigh as one leak.
-    for (const Cause& c : report.causes) {
-        switch (c.severity) {
+    // One entry per group of causes (causes.h): dozens of small sites of one leak, or fifty
+    // lists in one object filled from one line, weigh as one leak.
+    for (const CauseGroup& g : groupRelatedCauses(report)) {
+        const Cause& first = report.causes[static_cast<size_t>(g.causes.front())];
+        std::vector<int> findings;
+        for (int i : g.causes) {
+            const auto& mine = report.causes[static_cast<size_t>(i)].findings;
+            findings.insert(findings.end(), mine.begin(), mine.end());
+        }
+        switch (g.severity) {
         case Severity::Critical:
             penalty += 50;
-            s.critical_issues.push_back(causeText(c, report));
-            s.recommendations.push_back({"high", c.suggestion, c.findings});
+            s.critical_issues.push_back(causeGroupText(g, report));
+            s.recommendations.push_back({"high", first.suggestion, std::move(findings)});
             break;
         case Severity::Warning:
             penalty += 30;
-            s.recommendations.push_back({"high", c.suggestion, c.findings});
+            s.recommendations.push_back({"high", first.suggestion, std::move(findings)});
             break;
         case Severity::Info:
             penalty += 15;
-            s.recommendations.push_back({"medium", c.suggestion, c.findings});
+            s.recommendations.push_back({"medium", first.suggestion, std::move(findings)});
             break;
         }
     }

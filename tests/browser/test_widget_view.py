@@ -392,3 +392,102 @@ def test_an_ordinary_report_fits_a_500_px_split_pane(browser, name):  # noqa: F8
         rows.nth(i).click()  # open every path and stack: they must wrap too
     assert view.evaluate("el => el.scrollWidth") <= 500
     page.close()
+
+
+def fifty_lists_report():
+    """A report this build writes now: one line appends to fifty lists side by side in one
+    object, each list its own leak (issue #31: 50 LEAK lines and a 6,800 px report)."""
+    import torch
+
+    import torchleak
+
+    class Buffers:
+        pass
+
+    buffers = Buffers()
+    for i in range(50):
+        setattr(buffers, f"l{i}", [])
+
+    def step():
+        for i in range(50):
+            getattr(buffers, f"l{i}").append(torch.ones(2560))
+
+    return json.loads(torchleak.check(step, iterations=8, roots={"buffers": buffers}).to_json())
+
+
+def test_fifty_leaks_in_one_object_are_one_line_and_the_view_stays_short(browser):  # noqa: F811
+    report = fifty_lists_report()
+    assert len(report["causes"]) == 50
+    [group] = report["cause_groups"]
+    assert group["container"] == "buffers" and len(group["causes"]) == 50
+    page = mount(browser, report)
+    view = page.locator("[data-testid=torchleak-widget]")
+    assert view.locator("> [data-testid=cause]").count() == 0
+    line = view.locator("[data-testid=cause-group]")
+    assert line.count() == 1
+    assert "50 lists in buffers grow every iteration" in line.text_content()
+    members = line.locator("[data-testid=group-cause]")
+    assert not members.first.is_visible()  # behind "the 50 leaks"
+    line.locator("summary").click()
+    assert members.count() == 50 and members.first.is_visible()
+    # 25 rows, then the rest one click away; the table scrolls inside a box of capped height.
+    rows = view.locator("[data-testid=finding-row]")
+    assert rows.count() == 25
+    more = view.locator("[data-testid=show-more-findings]")
+    assert more.text_content() == "show 25 more findings"
+    more.click()
+    assert rows.count() == 50
+    assert page.evaluate("() => document.activeElement.dataset.testid") == "show-more-findings"
+    # A live update keeps what the user opened.
+    page.evaluate("() => window.tlModel.set('report', JSON.parse(JSON.stringify(window.tlModel.get('report'))))")
+    assert rows.count() == 50 and line.locator("details").evaluate("el => el.open")
+    height = view.evaluate("el => el.getBoundingClientRect().height")
+    assert height < 1500, height  # everything open: was 6,800 px with 50 LEAK lines
+    page.close()
+
+
+def test_leaks_past_the_first_three_are_behind_show_more(browser):  # noqa: F811
+    report = fifty_lists_report()
+    del report["cause_groups"]  # a report from before groups: every cause alone
+    page = mount(browser, report)
+    view = page.locator("[data-testid=torchleak-widget]")
+    assert view.locator("[data-testid=cause]").count() == 3
+    more = view.locator("[data-testid=show-more-causes]")
+    assert more.text_content() == "show 47 more leaks"
+    more.click()
+    assert view.locator("[data-testid=cause]").count() == 50
+    box = view.locator("[data-testid=more-causes]")
+    assert box.evaluate("el => el.scrollHeight > el.clientHeight")  # its height is capped
+    view.locator("[data-testid=show-more-causes]").click()
+    assert view.locator("[data-testid=cause]").count() == 3
+    page.close()
+
+
+def test_the_legend_is_above_the_lines_and_a_watch_trend_runs_along_the_data(browser):  # noqa: F811
+    # Watch mode: a point per run of any cell; the leak's rate is per run of the leaking cell
+    # (every third run here). At that rate the trend line ended far below the data's start.
+    report = fixture("leaky_loop.json")
+    runs = 25
+    report.update(boundary="cell", iteration_unit="cell run", iterations=runs)
+    allocated = [(1 + k // 3) * 262144 + 40 for k in range(runs)]
+    report["devices"] = [{"device": "cpu", "allocated": allocated, "reserved": allocated,
+                          "peak": [v + 4096 for v in allocated],
+                          "leak_bytes_per_iteration": 262144, "verdict": "leak"}]
+    page = mount(browser, report)
+    svg = page.locator("[data-testid=growth-curve] svg")
+    boxes = svg.evaluate("""svg => {
+        const box = (el) => el.getBBox();
+        const legend = [...svg.querySelectorAll('[data-testid=curve-legend]')].map(box);
+        const lines = [...svg.querySelectorAll('polyline')].map(box);
+        const trend = svg.querySelector('[data-testid=curve-trend]');
+        return {legendBottom: Math.max(...legend.map(b => b.y + b.height)),
+                linesTop: Math.min(...lines.map(b => b.y)), legends: legend.length,
+                trendStart: +trend.getAttribute('y1'), trendEnd: +trend.getAttribute('y2'),
+                dataStart: +svg.querySelector('polyline.alloc').getAttribute('points')
+                               .split(' ')[0].split(',')[1]};
+    }""")
+    assert boxes["legends"] == 3  # allocated, peak, leak trend
+    assert boxes["legendBottom"] <= boxes["linesTop"], boxes
+    # The line starts within a few pixels of the data's first point (was 10+ px below it).
+    assert abs(boxes["trendStart"] - boxes["dataStart"]) < 8, boxes
+    page.close()

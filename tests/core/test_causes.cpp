@@ -7,6 +7,7 @@
 #include "torchleak/scoring.h"
 #include "torchleak/suggestion.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -238,4 +239,93 @@ TEST_CASE("causes round-trip through the JSON; a bad finding index is a schema e
     REQUIRE(toJson(back) == text);
     j["causes"][0]["findings"] = {7};
     REQUIRE_THROWS_AS(reportFromJson(j.dump()), SchemaError);
+}
+
+namespace {
+// Fifty lists side by side in `obj` (obj.l0 ... obj.l49), each its own leak, a 10 KiB tensor
+// per iteration from one line.
+Report fiftyLists(const std::string& container) {
+    std::vector<Finding> findings;
+    for (int k = 0; k < 50; ++k) {
+        std::string name = ".l" + std::to_string(k);
+        std::vector<PathStep> path = {step(StepKind::Root, container), step(StepKind::Attr, name),
+                                      step(StepKind::Index, "[7]")};
+        findings.push_back(leakAt(3, 10 * 1024 + k, path, Holder{container + name, "list", 1.0}));
+    }
+    return reportWith(std::move(findings));
+}
+} // namespace
+
+TEST_CASE("fifty lists in one object are one group of fifty causes, named once") {
+    Report r = fiftyLists("obj");
+    Holder big{"losses", "list", 1.0};
+    r.findings.push_back(leakAt(9, MiB, graphPath("losses"), big));
+    r.causes = groupCauses(r, AnalysisConfig{});
+    REQUIRE(r.causes.size() == 51);
+    auto groups = groupRelatedCauses(r);
+    REQUIRE(groups.size() == 2);
+    REQUIRE(groups[0].causes == std::vector<int>{0}); // losses alone, 1 MiB, is bigger
+    REQUIRE(groups[0].container.empty());
+    REQUIRE(causeGroupText(groups[0], r) == causeText(r.causes[0], r));
+    const CauseGroup& lists = groups[1];
+    REQUIRE(lists.container == "obj");
+    REQUIRE(lists.causes.size() == 50);
+    REQUIRE(lists.causes.front() == 1); // the biggest list first, as the causes are ordered
+    REQUIRE(lists.bytes_per_iteration == 50 * 10 * 1024 + 49 * 50 / 2);
+    REQUIRE(causeGroupText(lists, r) ==
+            "501.2 KiB per iteration: 50 lists in obj grow every iteration (obj.l49, obj.l48, "
+            "obj.l47 and 47 more), 10.0 KiB each, at train.py:3");
+    // Every cause is in exactly one group.
+    std::vector<int> seen;
+    for (const CauseGroup& g : groups) {
+        seen.insert(seen.end(), g.causes.begin(), g.causes.end());
+    }
+    std::sort(seen.begin(), seen.end());
+    REQUIRE(seen.size() == r.causes.size());
+    REQUIRE(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+    // The score weighs the fifty as one leak: two recommendations, not 51.
+    Summary s = summarize(r);
+    REQUIRE(s.recommendations.size() == 2);
+    REQUIRE(s.recommendations[1].findings.size() == 50);
+}
+
+TEST_CASE("three side by side stay three causes; names without a container group by site") {
+    Report r = fiftyLists("obj");
+    r.findings.resize(3);
+    r.causes = groupCauses(r, AnalysisConfig{});
+    REQUIRE(groupRelatedCauses(r).size() == 3); // train_outs and val_outs are two leaks
+    // Fifty globals g0 ... g49 filled from one line: one group by that site, no container.
+    std::vector<Finding> globals;
+    for (int k = 0; k < 50; ++k) {
+        std::string name = "g" + std::to_string(k);
+        globals.push_back(leakAt(3, 10 * 1024,
+                                 {step(StepKind::Root, name), step(StepKind::Index, "[2]")},
+                                 Holder{name, "list", 1.0}));
+    }
+    Report g = reportWith(std::move(globals));
+    g.causes = groupCauses(g, AnalysisConfig{});
+    auto groups = groupRelatedCauses(g);
+    REQUIRE(groups.size() == 1);
+    REQUIRE(groups[0].container.empty());
+    REQUIRE(causeGroupText(groups[0], g).find("50 lists grow every iteration (g") !=
+            std::string::npos);
+    REQUIRE(causeGroupText(groups[0], g).find(", 10.0 KiB each, at train.py:3") !=
+            std::string::npos);
+}
+
+TEST_CASE("cause groups are written into the JSON, with HTML and quotes in names kept as text") {
+    Report r = fiftyLists("<b>\"o\"</b>");
+    r.causes = groupCauses(r, AnalysisConfig{});
+    auto j = nlohmann::json::parse(toJson(r));
+    REQUIRE(j["cause_groups"].size() == 1);
+    REQUIRE(j["cause_groups"][0]["container"] == "<b>\"o\"</b>");
+    REQUIRE(j["cause_groups"][0]["causes"].size() == 50);
+    REQUIRE(j["cause_groups"][0]["severity"] == toString(r.causes[0].severity));
+    REQUIRE(j["cause_groups"][0]["text"].get<std::string>().find("50 lists in <b>\"o\"</b> grow") !=
+            std::string::npos);
+    // Read back and written again: the same groups.
+    REQUIRE(nlohmann::json::parse(toJson(reportFromJson(j.dump())))["cause_groups"] ==
+            j["cause_groups"]);
+    Report empty = reportWith({});
+    REQUIRE(nlohmann::json::parse(toJson(empty))["cause_groups"].empty());
 }

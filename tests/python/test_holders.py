@@ -192,3 +192,36 @@ def test_the_list_that_keeps_every_run_is_the_holder_not_the_name_of_the_last(sh
     (leak,) = [f for f in report["findings"] if f["verdict"] == "leak"]
     assert leak["holder"]["path_text"] == "all_logits"
     assert leak["bytes_per_iteration"] == 1000 * KiB
+
+
+class Buffers:
+    pass
+
+
+def fifty_lists_report():
+    """One line appends to fifty lists side by side in one object, in turn: 400 blocks, more
+    than the 256 a finding's path sample takes."""
+    buffers = Buffers()
+    for i in range(50):
+        setattr(buffers, f"l{i}", [])
+
+    def step():
+        for i in range(50):
+            getattr(buffers, f"l{i}").append(torch.ones(2560))
+
+    return torchleak.check(step, iterations=8, roots={"buffers": buffers}).to_dict()
+
+
+def test_fifty_lists_filled_in_turn_are_fifty_leaks_one_group_and_one_score_entry():
+    # Before: the blocks outside the path sample went with their neighbour in allocation
+    # order, a block of another list; every list's curve was a scramble: 50 plateaus, no leak.
+    data = fifty_lists_report()
+    leaks = [f for f in data["findings"] if f["verdict"] == "leak"]
+    assert len(leaks) == 50
+    assert {f["holder"]["path_text"] for f in leaks} == {f"buffers.l{i}" for i in range(50)}
+    assert all(f["bytes_per_iteration"] == 10 * KiB and f["count"] == 8 for f in leaks)
+    [group] = data["cause_groups"]
+    assert group["container"] == "buffers" and sorted(group["causes"]) == list(range(50))
+    assert group["text"].startswith("500.0 KiB per iteration: 50 lists in buffers grow every "
+                                     "iteration (buffers.l")
+    assert len(data["summary"]["recommendations"]) == 1  # one leak for the score, not fifty

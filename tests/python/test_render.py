@@ -237,3 +237,32 @@ def test_a_long_path_is_shown_short_with_the_whole_one_a_hover_away():
         assert f">{whole}<" not in out, view
     text = RENDERERS["text"](data)
     assert f"holder: {short} (" in text and f"why alive (reachable): {short}" in text
+
+
+def test_fifty_related_leaks_are_one_line_in_every_view():
+    from test_holders import fifty_lists_report
+    data = fifty_lists_report()
+    [group] = data["cause_groups"]
+    text = RENDERERS["text"](data)
+    assert text.count(group["text"]) == 1
+    assert text.count("LEAK  ") == 1 and "... and 40 more" in text
+    plain = RENDERERS["plain"](data)
+    assert plain.count("LEAK ") == 1 and group["text"] in plain
+    html = RENDERERS["notebook"](data)
+    assert html.count('data-testid="cause-group"') == 1
+    assert html.count('data-testid="group-cause"') == 50
+    assert 'data-testid="cause"' not in html
+    page = RENDERERS["page"](data)
+    assert page.count("the 50 leaks") == 1
+
+
+def test_past_three_leaks_the_rest_are_behind_show_more_in_the_static_view():
+    from test_holders import fifty_lists_report
+    data = fifty_lists_report()
+    del data["cause_groups"]  # a report from before groups: each cause alone
+    html = RENDERERS["notebook"](data)
+    shown, _, rest = html.partition('data-testid="more-causes"')
+    assert shown.count('data-testid="cause"') == 3 and rest.count('data-testid="cause"') == 47
+    assert "show 47 more leak(s)" in html
+    plain = RENDERERS["plain"](data)
+    assert plain.count("LEAK ") == 3 and "... 47 more leak(s)" in plain

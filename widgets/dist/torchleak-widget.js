@@ -42,6 +42,7 @@ const REPORT = {
   oom: { text: "string", by_holder: [{ holder: "string", live_bytes: "number" }],
          by_site: [{ site: "string", live_bytes: "number", count: "number" }] },
   causes: [{ text: "string", severity: "string", suggestion: "string", findings: ["number"] }],
+  cause_groups: [{ text: "string", severity: "string", container: "string", causes: ["number"] }],
   devices: [{ device: "string", allocated: ["number"], reserved: ["number"], peak: ["number"],
               leak_bytes_per_iteration: "number", projection_text: "string", verdict: "string",
               fragmentation_ratio: "number" }],
@@ -135,27 +136,50 @@ function downsample(values, buckets) {
   return out;
 }
 
+// The least-squares slope of values over their iterations.
+function fittedSlope(at, values) {
+  const m = values.length;
+  let sx = 0, sy = 0;
+  for (let i = 0; i < m; i++) { sx += at[i]; sy += values[i]; }
+  const mx = sx / m, my = sy / m;
+  let sxy = 0, sxx = 0;
+  for (let i = 0; i < m; i++) { sxy += (at[i] - mx) * (values[i] - my); sxx += (at[i] - mx) ** 2; }
+  return sxx > 0 ? sxy / sxx : 0;
+}
+
 // Scales with its container (a split view, a narrow output): the viewBox is fixed and the
 // element takes the width it is given.
 // A long run's history is a thinned grid: `seriesIterations` gives each point's iteration
 // (absent when every boundary was kept, point i being iteration i).
 function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
-  const width = 460, height = 150, pad = 54;
   const alloc = device.allocated || [];
   const reserved = device.reserved || [];
   const peak = device.peak || [];
+  const noun = unit === "cell" ? "cell run" : "iteration";
+  const showPeak = peak.length && peak.some((v, i) => v > (alloc[i] || 0));
+  const showReserved = reserved.length && reserved.some((v, i) => v !== alloc[i]);
+  const showTrend = leakRate > 0 && alloc.length > 1;
+  const legend = [["alloc", "allocated"]];
+  if (showPeak) legend.push(["peak", "peak within the iteration"]);
+  if (showReserved) legend.push(["reserved", "reserved"]);
+  if (showTrend) legend.push(["trend", `leak trend, ${formatBytes(leakRate)} per ${noun}`]);
+  // The legend has rows of its own above the plot: drawn inside it, it covered the lines
+  // near the top (a curve that starts high and stays there).
+  const legendHeight = 12 * legend.length + 4;
+  const width = 460, height = 150 + legendHeight, pad = 54, plotTop = 8 + legendHeight;
   const top = largest([alloc, reserved, peak], 1);
   const at = Array.isArray(seriesIterations) && seriesIterations.length === alloc.length
     ? seriesIterations : alloc.map((_, i) => i);
   const n = Math.max(1, iterations || 0, at.length ? at[at.length - 1] + 1 : 0);
   const x = (i) => pad + ((width - pad - 8) * (at[i] ?? i)) / Math.max(n - 1, 1);
-  const y = (v) => 8 + (height - 34) * (1 - v / top);
+  const y = (v) => plotTop + (height - plotTop - 26) * (1 - v / top);
   const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, class: "tl-curve",
                              preserveAspectRatio: "xMinYMin meet", role: "img" });
   const text = (x0, y0, content, anchor = "start") => {
     const t = svgEl("text", { x: x0, y: y0, "text-anchor": anchor });
     t.textContent = content;
     svg.appendChild(t);
+    return t;
   };
   svg.appendChild(svgEl("line", { class: "axis", x1: pad, y1: y(0), x2: width - 8, y2: y(0) }));
   svg.appendChild(svgEl("line", { class: "axis", x1: pad, y1: y(0), x2: pad, y2: y(top) }));
@@ -164,7 +188,7 @@ function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
   text(pad - 4, y(0) + 4, "0", "end");
   text(pad, height - 6, "1");
   text(width - 8, height - 6, `${n}`, "end");
-  text((pad + width) / 2, height - 6, unit === "cell" ? "cell run" : "iteration", "middle");
+  text((pad + width) / 2, height - 6, noun, "middle");
   const line = (values, cls) => {
     const pts = downsample(values, 200);
     const path = svgEl("polyline", { class: cls, points: pts.map(([i, v]) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ") });
@@ -172,27 +196,25 @@ function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
     path.dataset.points = String(pts.length);
     return path;
   };
-  const legend = [["alloc", "allocated"]];
-  if (peak.length && peak.some((v, i) => v > (alloc[i] || 0))) {
-    svg.appendChild(line(peak, "peak"));
-    legend.push(["peak", "peak within the iteration"]);
-  }
-  if (reserved.length && reserved.some((v, i) => v !== alloc[i])) {
-    svg.appendChild(line(reserved, "reserved"));
-    legend.push(["reserved", "reserved"]);
-  }
+  if (showPeak) svg.appendChild(line(peak, "peak"));
+  if (showReserved) svg.appendChild(line(reserved, "reserved"));
   svg.appendChild(line(alloc, "alloc"));
-  if (leakRate > 0 && alloc.length > 1) {
+  if (showTrend) {
+    // Through the last point. Per iteration the rate is the curve's own slope; in watch mode it
+    // is per run of the leaking cell, while the curve has a point per run of any cell, so the
+    // line takes the curve's fitted slope (at the leak's rate it ended far from the data).
     const last = alloc.length - 1;
+    const slope = unit === "cell" ? fittedSlope(at, alloc) : leakRate;
     const end = alloc[last];
-    const start = end - leakRate * (at[last] - at[0]);
-    svg.appendChild(svgEl("line", { class: "trend", x1: x(0), y1: y(Math.max(start, 0)), x2: x(last), y2: y(end) }));
-    legend.push(["trend", `leak trend, ${formatBytes(leakRate)} per ${unit === "cell" ? "cell run" : "iteration"}`]);
+    const start = end - slope * (at[last] - at[0]);
+    const trend = svgEl("line", { class: "trend", x1: x(0), y1: y(Math.max(start, 0)), x2: x(last), y2: y(end) });
+    trend.dataset.testid = "curve-trend";
+    svg.appendChild(trend);
   }
   legend.forEach(([cls, label], k) => {
-    const lx = pad + 8, ly = 14 + 12 * k;
+    const lx = pad + 8, ly = 12 + 12 * k;
     svg.appendChild(svgEl("line", { class: cls, x1: lx, y1: ly - 3, x2: lx + 14, y2: ly - 3 }));
-    text(lx + 18, ly, label);
+    text(lx + 18, ly, label).dataset.testid = "curve-legend";
   });
   // Hover readout: the iteration under the pointer and its allocated bytes.
   const readout = svgEl("text", { class: "readout", x: width - 8, y: 14, "text-anchor": "end" });
@@ -400,6 +422,11 @@ function revealCell(number, host, line) {
 const PROGRESS = { k: "number", n: "number", elapsed: "number", remaining: "number",
                    done: "boolean", stopped: "boolean" };
 
+// How many leaks and finding rows are drawn before "show N more" (LEAKS_SHOWN: as the static
+// views, torchleak/render/format.py).
+const LEAKS_SHOWN = 3;
+const ROWS_SHOWN = 25;
+
 const VERDICT_RANK = { leak: 0, fragmentation: 1, plateau: 2, warmup: 3, transient: 4 };
 
 const COLUMNS = [
@@ -413,13 +440,20 @@ const COLUMNS = [
 function render({ model, el: host }) {
   const root = el("div", { class: "tl-root", "data-testid": "torchleak-widget" });
   const style = document.createElement("style");
-  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-root a.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-root a.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table th:focus-visible, .tl-table tr.tl-row:focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2); outline-offset: -2px; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; overflow-wrap: anywhere; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; overflow-wrap: anywhere; }\n.tl-path-name { overflow-wrap: anywhere; }\n.tl-fix-line { margin: 2px 0 2px 12px; }\n.tl-fix-code { font-family: var(--jp-code-font-family, monospace); background: var(--jp-layout-color2, #f4f4f4); padding: 0 4px; overflow-wrap: anywhere; }\n.tl-table td.tl-holder { max-width: 40ch; overflow-wrap: anywhere; }\n\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n";
+  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy, .tl-more { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-root a.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-root a.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table th:focus-visible, .tl-table tr.tl-row:focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2); outline-offset: -2px; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; overflow-wrap: anywhere; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; overflow-wrap: anywhere; }\n.tl-path-name { overflow-wrap: anywhere; }\n.tl-fix-line { margin: 2px 0 2px 12px; }\n.tl-fix-code { font-family: var(--jp-code-font-family, monospace); background: var(--jp-layout-color2, #f4f4f4); padding: 0 4px; overflow-wrap: anywhere; }\n.tl-table td.tl-holder { max-width: 40ch; overflow-wrap: anywhere; }\n\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n.tl-more { margin: 4px 0; }\n.tl-capped { max-height: 20em; overflow: auto; margin-left: 12px; }\n.tl-table-box { max-height: 32em; overflow: auto; }\n.tl-table th { position: sticky; top: 0; background: var(--jp-layout-color1, #fff); }\n.tl-group > summary { cursor: pointer; color: var(--jp-ui-font-color2, #777); }\n";
   host.appendChild(style);
   host.appendChild(root);
   // null: the report's own order (leaks first, biggest first). Rows the user opened stay open
   // across redraws (a live update, a sort).
   let sortBy = null, descending = true;
   let focusAfterDraw = null; // a sort header keeps the keyboard focus across the redraw
+  let showAllCauses = false, showAllRows = false; // "show N more", kept across redraws
+  // A button that flips a "show more" state and redraws, keeping the keyboard focus on itself.
+  const moreButton = (text, testid, flip) => {
+    const button = el("button", { class: "tl-more", type: "button", "data-testid": testid }, text);
+    button.addEventListener("click", () => { flip(); focusAfterDraw = testid; draw(); });
+    return button;
+  };
   const opened = new Set();
   // The holder is part of a finding's identity: one site's outputs kept in two lists are two rows.
   // The verdict is not: it changes as a live run gathers evidence, and an opened row stays open.
@@ -458,15 +492,46 @@ function render({ model, el: host }) {
       root.appendChild(el("div", { class: "tl-ok", "data-testid": "no-leak" },
         `No leak. ${summary.headline || ""}`));
     }
-    for (const cause of causes) {
-      const line = el("div", { class: "tl-cause", "data-testid": "cause" });
+    // The core's groups (fifty lists in one object, one line), biggest first; the first few
+    // shown, the rest behind "show N more". A report from before groups: each cause alone.
+    const groups = report.cause_groups || causes.map((c, i) => ({ text: c.text, severity: c.severity, causes: [i] }));
+    const causeLine = (cause, testid) => {
+      const line = el("div", { class: "tl-cause", "data-testid": testid });
       line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
       line.appendChild(document.createTextNode(`${cause.text} [${cause.severity}]`));
       // The code of the fix is its biggest finding's, when that finding's fix is the cause's.
-      const lead = (report.findings || [])[(cause.findings || [])[0]];
+      const lead = findings[(cause.findings || [])[0]];
       const code = lead && lead.suggestion === cause.suggestion ? lead.fix_code : "";
       if (cause.suggestion) line.appendChild(fixLine(cause.suggestion, "tl-note", code));
-      root.appendChild(line);
+      return line;
+    };
+    const groupLine = (group) => {
+      const members = (group.causes || []).map((i) => causes[i]).filter(Boolean);
+      if (members.length === 1) return causeLine(members[0], "cause");
+      const line = el("div", { class: "tl-cause", "data-testid": "cause-group" });
+      line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
+      line.appendChild(document.createTextNode(`${group.text} [${group.severity}]`));
+      const details = el("details", { class: "tl-group" });
+      details.appendChild(el("summary", {}, `the ${members.length} leaks`));
+      const box = el("div", { class: "tl-capped" });
+      for (const cause of members) box.appendChild(causeLine(cause, "group-cause"));
+      details.appendChild(box);
+      const key = `group\u001f${group.container || ""}\u001f${members[0].text}`;
+      details.open = opened.has(key);
+      details.addEventListener("toggle", () => { if (details.open) opened.add(key); else opened.delete(key); });
+      line.appendChild(details);
+      return line;
+    };
+    groups.slice(0, LEAKS_SHOWN).forEach((g) => root.appendChild(groupLine(g)));
+    if (groups.length > LEAKS_SHOWN) {
+      const rest = groups.length - LEAKS_SHOWN;
+      if (showAllCauses) {
+        const box = el("div", { class: "tl-capped", "data-testid": "more-causes" });
+        groups.slice(LEAKS_SHOWN).forEach((g) => box.appendChild(groupLine(g)));
+        root.appendChild(box);
+      }
+      root.appendChild(moreButton(showAllCauses ? "show fewer leaks" : `show ${rest} more leak${rest === 1 ? "" : "s"}`,
+                                  "show-more-causes", () => { showAllCauses = !showAllCauses; }));
     }
     for (const device of report.devices || []) {
       const box = el("div", { class: "tl-device", "data-testid": "growth-curve" });
@@ -498,7 +563,8 @@ function render({ model, el: host }) {
       if (c === 0) c = (a.bytes_per_iteration - b.bytes_per_iteration) || (a.total_bytes - b.total_bytes);
       return descending ? -c : c;
     });
-    for (const f of sorted) {
+    const shownRows = showAllRows ? sorted : sorted.slice(0, ROWS_SHOWN);
+    for (const f of shownRows) {
       const row = el("tr", { class: "tl-row", "data-testid": "finding-row" });
       row.appendChild(el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict));
       const site = f.site || {};
@@ -560,7 +626,15 @@ function render({ model, el: host }) {
         }
       }
     }
-    root.appendChild(table);
+    // Many findings scroll inside a box of capped height, not down the notebook.
+    const tableBox = el("div", { class: "tl-table-box", "data-testid": "findings-box" });
+    tableBox.appendChild(table);
+    root.appendChild(tableBox);
+    if (sorted.length > ROWS_SHOWN) {
+      const rest = sorted.length - ROWS_SHOWN;
+      root.appendChild(moreButton(showAllRows ? "show fewer findings" : `show ${rest} more finding${rest === 1 ? "" : "s"}`,
+                                  "show-more-findings", () => { showAllRows = !showAllRows; }));
+    }
     if (summary.empty_text) root.appendChild(el("div", {}, summary.empty_text));
     if (focusAfterDraw) {
       const again = root.querySelector(`[data-testid="${focusAfterDraw}"]`);

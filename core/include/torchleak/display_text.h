@@ -4,6 +4,7 @@
 // `summary.empty_text`) so that every view (text, HTML, the
 // notebook widget) shows the same words instead of deriving its own.
 
+#include "torchleak/causes.h"
 #include "torchleak/model.h"
 
 #include <cstdint>
@@ -50,6 +51,11 @@ std::string headline(const Report& report);
 // One line per cause, its size first: "2.5 MiB per iteration: loss_history keeps every
 // iteration's autograd graph, across 4 allocation sites".
 std::string causeText(const Cause& cause, const Report& report);
+
+// A group of causes in one line (causes.h): "490.0 KiB per iteration: 49 lists in obj grow
+// every iteration (obj.l48, obj.l47, obj.l46 and 46 more), 10.0 KiB each, at train.py:12".
+// A cause alone is its causeText.
+std::string causeGroupText(const CauseGroup& group, const Report& report);
 
 // The sentence for a run in which nothing survived a boundary; "" when there are findings.
 std::string emptyReportText(const Report& report);

@@ -31,6 +31,14 @@ def short_path(owner):
     return owner.get("path_short") or owner.get("path_text") or ""
 
 
+def keeper_text(cause):
+    """What keeps a cause's memory, as a line shows it: its holder's short path, else the
+    core's keeper (a tensor keeping a graph, a site)."""
+    holder = cause.get("holder")
+    return short_path(holder) if holder and holder.get("path_text") == cause.get("keeper") \
+        else cause.get("keeper") or ""
+
+
 def path_code(owner):
     """The short path as HTML code, the whole path in its tooltip when they differ; long names
     wrap instead of widening the output."""
@@ -95,6 +103,22 @@ def leaks_and_others(data):
     findings = data.get("findings", [])
     leaks = [f for f in findings if f["verdict"] == "leak"]
     return leaks, [f for f in findings if f["verdict"] != "leak"]
+
+
+# Causes shown before "show N more": the report's biggest leaks, one line each.
+LEAKS_SHOWN = 3
+
+
+def cause_groups(data):
+    """[(group, [cause, ...])]: the core's groups of related causes (fifty lists in one
+    object, one line), biggest first; a report written before groups, each cause alone."""
+    causes = data.get("causes") or []
+    groups = data.get("cause_groups")
+    if groups is None:
+        groups = [{"causes": [i], "text": c.get("text"), "severity": c.get("severity")}
+                  for i, c in enumerate(causes)]
+    return [(g, [causes[i] for i in g.get("causes", []) if 0 <= i < len(causes)])
+            for g in groups]
 
 
 def empty_text(data):

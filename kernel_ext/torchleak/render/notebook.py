@@ -4,8 +4,8 @@ retaining paths as nested ``<details>``), so saved and exported notebooks keep i
 
 import base64
 
-from .format import (allocated_inside_text, empty_text, escape as _e, format_bytes, iteration_unit,
-                     fix_html, job_lines, oom_parts, path_code, progress_text, site_text,
+from .format import (LEAKS_SHOWN, allocated_inside_text, cause_groups, empty_text, escape as _e,
+                     format_bytes, iteration_unit, fix_html, job_lines, oom_parts, path_code, progress_text, site_text,
                      step_what)
 
 _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
@@ -101,6 +101,24 @@ def _finding_row(f):
             f'<td style="padding:2px 6px;text-align:left">{_path_details(f)}{fix}</td></tr>')
 
 
+def _cause(cause, testid="cause"):
+    return (f'<div data-testid="{testid}" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
+            f'{_e(cause.get("text"))} <span style="color:var(--jp-ui-font-color2,#888)">[{_e(cause.get("severity"))}]</span>'
+            f'<br>fix: {_e(cause.get("suggestion"))}</div>')
+
+
+def _cause_group(group, members):
+    """A cause alone, or the core's line for causes that are one pattern with the causes
+    behind it one click away, in a box of capped height."""
+    if len(members) == 1:
+        return _cause(members[0])
+    inner = "".join(_cause(cause, "group-cause") for cause in members)
+    return (f'<div data-testid="cause-group" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
+            f'{_e(group.get("text"))} <span style="color:var(--jp-ui-font-color2,#888)">[{_e(group.get("severity"))}]</span>'
+            f'<details><summary>the {len(members)} leaks</summary>'
+            f'<div style="max-height:20em;overflow:auto;margin-left:12px">{inner}</div></details></div>')
+
+
 def render(data, *, progress=None):
     findings = data.get("findings", [])
     summary = data.get("summary", {})
@@ -131,17 +149,20 @@ def render(data, *, progress=None):
     if not data.get("causes") and data.get("iterations"):
         parts.append('<div data-testid="no-leak" style="color:var(--jp-success-color1,#2e7d32);'
                      f'font-weight:bold">No leak. {_e(summary.get("headline", ""))}</div>')
-    for cause in data.get("causes") or []:
-        parts.append(f'<div data-testid="cause" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
-                     f'{_e(cause["text"])} <span style="color:var(--jp-ui-font-color2,#888)">[{_e(cause.get("severity"))}]</span>'
-                     f'<br>fix: {_e(cause.get("suggestion"))}</div>')
+    groups = [_cause_group(group, members) for group, members in cause_groups(data)]
+    parts.extend(groups[:LEAKS_SHOWN])
+    if len(groups) > LEAKS_SHOWN:
+        parts.append(f'<details data-testid="more-causes"><summary>show {len(groups) - LEAKS_SHOWN} '
+                     f'more leak(s)</summary>{"".join(groups[LEAKS_SHOWN:])}</details>')
     for d in data.get("devices", []):
         parts.extend(_device(d, data.get("series_iterations")))
     if findings:
-        parts.append('<table style="border-collapse:collapse"><tr><th style="text-align:left">verdict</th>'
+        # Many findings scroll inside a box of capped height, not down the notebook.
+        parts.append('<div data-testid="findings-box" style="max-height:32em;overflow:auto">'
+                     '<table style="border-collapse:collapse"><tr><th style="text-align:left">verdict</th>'
                      '<th style="text-align:left">site</th><th>growth</th><th>live</th>'
                      '<th style="text-align:left">why alive</th></tr>'
-                     + "".join(_finding_row(f) for f in findings) + "</table>")
+                     + "".join(_finding_row(f) for f in findings) + "</table></div>")
     if empty_text(data):
         parts.append(f"<div>{_e(empty_text(data))}</div>")
     parts.append("</div>")

@@ -1,7 +1,7 @@
 """The saved report page (``report.save("r.html")``): self-contained HTML, no scripts, no network,
 every string escaped."""
 
-from .format import (allocated_inside_text, empty_text, escape as _e, finding_tensor,
+from .format import (allocated_inside_text, cause_groups, empty_text, escape as _e, finding_tensor,
                      fix_html, format_bytes, oom_parts, path_code, site_text, step_what)
 
 
@@ -108,6 +108,15 @@ def _oom(oom):
     return parts
 
 
+def _cause_item(cause, findings):
+    sites = "".join(
+        f"<li><code>{_e(site_text(findings[i]['site']))}</code> "
+        f"{_e(format_bytes(findings[i]['bytes_per_iteration']))} per iteration</li>"
+        for i in cause["findings"])
+    return (f"<li class=\"leak\">{_e(cause['text'])} [{_e(cause.get('severity'))}]"
+            f"<div>fix: {_e(cause.get('suggestion'))}</div><ul>{sites}</ul></li>")
+
+
 def render(data):
     findings = data.get("findings", [])
     summary = data.get("summary", {})
@@ -130,13 +139,14 @@ def render(data):
         parts.extend(_job(data["ranks"]))
     if data.get("causes"):
         parts.append("<h2>Leaks</h2><ol>")
-        for cause in data["causes"]:
-            sites = "".join(
-                f"<li><code>{_e(site_text(findings[i]['site']))}</code> "
-                f"{_e(format_bytes(findings[i]['bytes_per_iteration']))} per iteration</li>"
-                for i in cause["findings"])
-            parts.append(f"<li class=\"leak\">{_e(cause['text'])} [{_e(cause.get('severity'))}]"
-                         f"<div>fix: {_e(cause.get('suggestion'))}</div><ul>{sites}</ul></li>")
+        for group, members in cause_groups(data):
+            if len(members) == 1:
+                parts.append(_cause_item(members[0], findings))
+                continue
+            inner = "".join(_cause_item(cause, findings) for cause in members)
+            parts.append(f"<li class=\"leak\">{_e(group.get('text'))} [{_e(group.get('severity'))}]"
+                         f"<details><summary>the {len(members)} leaks</summary><ol>{inner}</ol>"
+                         f"</details></li>")
         parts.append("</ol>")
     parts.append("<h2>Findings</h2>")
     if empty_text(data):

@@ -1,6 +1,7 @@
 """The ``text/plain`` lines of a notebook output: consoles, CI logs, terminals."""
 
-from .format import format_bytes, iteration_unit, progress_text, short_path, site_text
+from .format import (LEAKS_SHOWN, cause_groups, format_bytes, iteration_unit, progress_text,
+                     short_path, site_text)
 
 
 def render(data, *, progress=None, limit=4):
@@ -12,8 +13,11 @@ def render(data, *, progress=None, limit=4):
         lines.append(progress_text(progress, unit))
     if data.get("oom"):
         lines.append(f"  OUT OF MEMORY: {data['oom'].get('text', '')}")
-    for cause in data.get("causes") or []:
-        lines.append(f"  LEAK {cause['text']}")
+    groups = cause_groups(data)
+    for group, _ in groups[:LEAKS_SHOWN]:
+        lines.append(f"  LEAK {group.get('text', '')}")
+    if len(groups) > LEAKS_SHOWN:
+        lines.append(f"  ... {len(groups) - LEAKS_SHOWN} more leak(s)")
     for f in findings[:limit]:
         held = f" held by {short_path(f)}" if f.get("path_text") else ""
         holder = f" (holder {short_path(f['holder'])})" if f.get("holder") else ""

@@ -2,11 +2,12 @@
 
 import os
 
-from .format import (allocated_inside_text, empty_text, finding_tensor, format_bytes,
-                     iteration_unit, job_lines, leaks_and_others, oom_parts, short_path,
-                     site_text, step_what)
+from .format import (allocated_inside_text, cause_groups, empty_text, finding_tensor,
+                     format_bytes, iteration_unit, job_lines, keeper_text, leaks_and_others,
+                     oom_parts, short_path, site_text, step_what)
 
 _STACK_LINES = 6
+_GROUP_LINES = 10  # a group's causes listed one per line before "... and N more"
 
 # Control characters a received report may carry in any string (an ESC that recolours or
 # clears the terminal, a carriage return that overwrites a line): shown escaped, never sent.
@@ -90,6 +91,20 @@ def _cause_block(cause, findings, unit, span=None):
     return out + _site_details(members[0], unit, span)
 
 
+def _group_block(group, members, findings, unit, span=None):
+    """Causes that are one pattern (fifty lists in one object): the group's line, a line per
+    cause (the first ten), the biggest in detail."""
+    out = [f"LEAK  {group['text']}  [{group.get('severity')}]", f"  {len(members)} leaks:"]
+    for cause in members[:_GROUP_LINES]:
+        rate = cause["bytes_per_iteration"]
+        size = f"{format_bytes(rate)} per {unit}" if rate > 0 else f"{format_bytes(cause['total_bytes'])} held"
+        out.append(f"    {size:>22s}  {keeper_text(cause)}")
+    if len(members) > _GROUP_LINES:
+        out.append(f"    ... and {len(members) - _GROUP_LINES} more (every one in the JSON report)")
+    out.append(f"  the biggest, {keeper_text(members[0])}:")
+    return out + _cause_block(members[0], findings, unit, span)[1:]
+
+
 def _site_details(f, unit, span=None):
     """`span`: the iterations a thinned series covers (else one point per iteration)."""
     out = []
@@ -163,9 +178,12 @@ def render(data):
         out.append(empty_text(data))
     causes = data.get("causes")
     if causes:
-        for cause in causes:
+        for group, members in cause_groups(data):
             out.append("")
-            out.extend(_cause_block(cause, data["findings"], unit, span))
+            if len(members) == 1:
+                out.extend(_cause_block(members[0], data["findings"], unit, span))
+            else:
+                out.extend(_group_block(group, members, data["findings"], unit, span))
     else:
         for f in leaks:
             out.append("")
