@@ -121,8 +121,13 @@ bool isGrowableContainer(const std::string& typeName) {
     return std::find(std::begin(kContainers), std::end(kContainers), base) != std::end(kContainers);
 }
 
+bool isHiddenOutputCacheRoot(const std::string& label) {
+    return label.rfind(kHiddenOutputCachePrefix, 0) == 0;
+}
+
 bool isOutputCacheRoot(const std::string& label) {
     return label.rfind("Out[", 0) == 0 || label == "_" || label == "__" || label == "___" ||
+           isHiddenOutputCacheRoot(label) ||
            (label.size() > 1 && label[0] == '_' &&
             std::all_of(label.begin() + 1, label.end(), ::isdigit));
 }

@@ -286,6 +286,30 @@ std::string suggestForCycle(const Finding& f) {
 }
 } // namespace
 
+namespace {
+// The output cache's fix as one line a cell can run: `%reset -f out` drops Out and the `_n`
+// names, and leaves the last three outputs in IPython's hidden namespace, which keep them.
+std::string outputCacheFixCode(const std::string& root) {
+    const std::string hidden = "get_ipython().user_ns_hidden.update(_='', __='', ___='')";
+    return isHiddenOutputCacheRoot(root)
+               ? hidden
+               : "get_ipython().run_line_magic('reset', '-f out'); " + hidden;
+}
+
+// IPython keeps the traceback twice, in sys.last_* and in the shell's traceback printer, and
+// its ExecutionResult of the failed cell is a reference cycle with the frames: the fix clears
+// both and collects the cycle, or the memory stays.
+std::string lastExceptionFixCode(const Finding& f) {
+    const bool ipython =
+        !f.path.empty() && f.path.front().note.find("InteractiveTB") != std::string::npos;
+    std::string code = ipython ? "import sys, gc" : "import sys";
+    code += "; sys.last_value = sys.last_traceback = sys.last_exc = None";
+    // The trailing ';' keeps IPython from showing (and caching) gc.collect()'s count.
+    code += ipython ? "; get_ipython().InteractiveTB.tb = None; gc.collect();" : "";
+    return code;
+}
+} // namespace
+
 std::string suggestFix(const Finding& f) {
     if (f.verdict != Verdict::Leak) {
         return "";
@@ -318,21 +342,19 @@ std::string suggestFix(const Finding& f) {
     }
     const std::string root = f.path.empty() ? "" : f.path.front().label;
     if (isOutputCacheRoot(root)) {
+        if (isHiddenOutputCacheRoot(root)) {
+            return "IPython's hidden namespace keeps the last outputs (_, __ and ___) that "
+                   "%reset -f out leaves behind: run `" +
+                   outputCacheFixCode(root) + "`";
+        }
         return "the notebook's output cache holds it: end the cell with ';' to not store the "
-               "result, or drop it with %reset -f out";
+               "result, or drop it (IPython's %reset -f out leaves copies of _, __ and ___): "
+               "run `" +
+               outputCacheFixCode(root) + "`";
     }
     if (isLastExceptionRoot(root)) {
-        // IPython keeps the traceback twice, in sys.last_* and in the shell's traceback
-        // printer, and its ExecutionResult of the failed cell is a reference cycle with the
-        // frames: the fix clears both and collects the cycle, or the memory stays.
-        bool ipython =
-            !f.path.empty() && f.path.front().note.find("InteractiveTB") != std::string::npos;
-        return std::string("the last exception's traceback keeps the failed frame's locals: "
-                           "run `import sys") +
-               (ipython ? ", gc" : "") +
-               "; sys.last_value = sys.last_traceback = sys.last_exc = None" +
-               (ipython ? "; get_ipython().InteractiveTB.tb = None; gc.collect()" : "") +
-               "`, or re-run the cell successfully";
+        return "the last exception's traceback keeps the failed frame's locals: run `" +
+               lastExceptionFixCode(f) + "`, or re-run the cell successfully";
     }
     if (!f.holder && (stepStarting(f.path, "<tensor hooks>") ||
                       stepStarting(f.path, "<prehooks>") || stepStarting(f.path, "<hooks>"))) {
@@ -457,6 +479,13 @@ std::optional<std::string_view> appendedTo(std::string_view line, const std::str
 } // namespace
 
 std::string suggestFixCode(const Finding& f) {
+    const std::string root = f.path.empty() ? "" : f.path.front().label;
+    if (f.verdict == Verdict::Leak && isOutputCacheRoot(root)) {
+        return outputCacheFixCode(root);
+    }
+    if (f.verdict == Verdict::Leak && isLastExceptionRoot(root)) {
+        return lastExceptionFixCode(f);
+    }
     if (f.verdict != Verdict::Leak || !f.holder || f.retention != Retention::Reachable) {
         return "";
     }

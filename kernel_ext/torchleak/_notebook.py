@@ -20,7 +20,7 @@ from IPython.display import display
 
 from . import _core, _out_of_memory, _tracking
 from ._config import config
-from ._tracebacks import from_code
+from ._tracebacks import from_code, show_from_code
 from ._widget import make_widget
 from .render.bundle import report_bundle, report_metadata
 from .render.format import escape, format_bytes
@@ -237,6 +237,7 @@ class LeakMagics(Magics):
                 failure.add_note(f"torchleak: %%leakcheck stopped in iteration "
                                  f"{tracker.iterations} of {args.n} of In [{self._current_cell()}]; "
                                  f"the report above covers the iterations before it")
+            show_from_code(self.shell, failure, code)
             raise failure.with_traceback(from_code(failure.__traceback__, code))
         return None
 

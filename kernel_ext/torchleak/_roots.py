@@ -111,6 +111,23 @@ def given(mapping):
     return roots
 
 
+def _hidden_output_cache(shell):
+    """IPython keeps `_`, `__` and `___` in its hidden namespace too, and `%reset -f out`
+    clears only the user's: the copies it leaves keep the last three outputs. Roots of their
+    own, named as the code that reaches them (the core reads them as the output cache)."""
+    hidden = getattr(shell, "user_ns_hidden", None)
+    if type(hidden) is not dict:
+        return []
+    roots = []
+    for name in ("_", "__", "___"):
+        value = hidden.get(name)
+        if value is None or isinstance(value, str) or value is shell.user_ns.get(name):
+            continue
+        roots.append((f"get_ipython().user_ns_hidden[{name!r}]", "root",
+                      "IPython's hidden copy of the output cache", value))
+    return roots
+
+
 def collect(library_prefixes, package_prefixes):
     roots = []
     seen_namespaces = set()
@@ -146,6 +163,7 @@ def collect(library_prefixes, package_prefixes):
 
     if shell is not None:
         add_namespace("", shell.user_ns, notebook=True)
+        roots.extend(_hidden_output_cache(shell))
     if main is not None:
         add_namespace("", vars(main))
     # Globals of the user's own modules; installed packages' modules are roots too, but last

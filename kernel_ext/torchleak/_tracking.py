@@ -95,7 +95,7 @@ def _add_source_lines(data):
             line = ""
         if line.strip():
             site["source"] = line.strip()
-        if finding.get("verdict") == "leak" and finding.get("holder"):
+        if finding.get("verdict") == "leak":
             # Without its live-block list (up to 4,096 entries the rule never reads).
             code = _core.fix_code(json.dumps(
                 {k: v for k, v in finding.items() if k != "live_blocks"}))

@@ -79,3 +79,32 @@ TEST_CASE("A container that grows without graphs is cleared; other holders get n
     REQUIRE(suggestFixCode(kept("model.buf", "x = f()", {64}, false, "Tensor")).empty());
     REQUIRE(suggestFixCode(kept("obj", "x = f()", {64}, false, "mypkg.Store")).empty());
 }
+
+TEST_CASE("The notebook's machinery: the output cache and the last exception get code that frees") {
+    Finding out;
+    out.verdict = Verdict::Leak;
+    out.retention = Retention::Reachable;
+    out.path = {step(StepKind::Root, "Out[3]", "Tensor", "IPython output cache")};
+    // %reset -f out alone leaves the last three outputs in IPython's hidden namespace.
+    const std::string both = "get_ipython().run_line_magic('reset', '-f out'); "
+                             "get_ipython().user_ns_hidden.update(_='', __='', ___='')";
+    REQUIRE(suggestFixCode(out) == both);
+    REQUIRE(suggestFix(out).find(both) != std::string::npos); // the prose says the same code
+    out.path[0].label = "get_ipython().user_ns_hidden['__']";
+    REQUIRE(suggestFixCode(out) == "get_ipython().user_ns_hidden.update(_='', __='', ___='')");
+    REQUIRE(suggestFix(out).find("%reset -f out leaves behind") != std::string::npos);
+
+    Finding failed = out;
+    failed.path = {step(StepKind::Root, "<last exception> frame train_step: local 'batch'",
+                        "Tensor", "sys.last_traceback and IPython's InteractiveTB")};
+    const std::string code = suggestFixCode(failed);
+    REQUIRE(code == "import sys, gc; sys.last_value = sys.last_traceback = sys.last_exc = None; "
+                    "get_ipython().InteractiveTB.tb = None; gc.collect();");
+    REQUIRE(suggestFix(failed).find(code) != std::string::npos);
+    failed.path[0].note = "sys.last_traceback";
+    REQUIRE(suggestFixCode(failed) ==
+            "import sys; sys.last_value = sys.last_traceback = sys.last_exc = None");
+
+    out.verdict = Verdict::Transient; // freed since: nothing to fix
+    REQUIRE(suggestFixCode(out).empty());
+}

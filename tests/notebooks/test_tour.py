@@ -120,4 +120,13 @@ def test_tour_findings(kernel):
     ledger = [o["data"]["text/plain"] for o in tagged(nb, "f-out").outputs
               if o.get("data", {}).get("text/plain", "").startswith("torchleak: In [")]
     assert ledger and f"Out[{out_cell}] 1.0 MiB" in ledger[0]
+    # The fix cell is the report's own fixes, line for line (before: `%reset -f out` and
+    # sys.last_* = None, which freed nothing), and the memory is freed: the ledger says so,
+    # and the report checked again has no leak left.
+    fix = tagged(nb, "f-fix")
+    assert sorted(fix.source.splitlines()) == sorted(f["fix_code"] for f in leaks(report))
+    freed = [o["data"]["text/plain"] for o in fix.outputs
+             if o.get("data", {}).get("text/plain", "").startswith("torchleak: In [")]
+    assert freed == [f"torchleak: In [{fix.execution_count}] freed 3.0 MiB"], fix.outputs
+    assert leaks(report_of(tagged(nb, "f-recheck"))) == []
     assert leaks(report_of(tagged(nb, "f-fixed"))) == []

@@ -2,6 +2,7 @@
 import contextlib
 import io
 import json
+import re
 import sys
 
 import pytest
@@ -233,6 +234,37 @@ def test_a_failing_body_shows_the_users_frames_and_names_cells_as_in_n(shell):
     # the report's warning names the cell as the user sees it, not the compiled file name
     [warning] = last_bundle(shell)[REPORT]["warnings"]
     assert warning == f"stopped in iteration 0 of 4 by ValueError: In [{number}]", warning
+
+
+def test_after_stop_the_traceback_begins_at_the_cells_own_line(shell):
+    # Before: it began at `get_ipython().run_cell_magic('leakcheck', ...)`, the cell's outer
+    # frame, which every exception leaving a cell magic passes through.
+    shown = []
+    plain = lambda stb: re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(stb))  # noqa: E731
+    shell._showtraceback = lambda etype, value, stb: shown.append(plain(stb))
+    result = run(shell, "%%leakcheck -n 4\nx = 1\nraise KeyboardInterrupt\n")
+    assert type(result.error_in_exec) is KeyboardInterrupt  # the cell still fails (run-all stops)
+    [text] = shown
+    assert "run_cell_magic" not in text and "raise KeyboardInterrupt" in text, text
+    assert "_notebook.py" not in text and "_tracking.py" not in text
+    assert sys.last_value is result.error_in_exec
+    assert shell.custom_exceptions == ()  # the one-shot handler is gone
+    # The next error is IPython's own business again, shown in full.
+    result = run(shell, "def g():\n    raise KeyError('next')\ng()\n")
+    assert type(result.error_in_exec) is KeyError and "g()" in shown[-1]
+    assert shell.custom_exceptions == ()
+
+
+def test_a_shells_own_exception_handler_is_left_alone(shell):
+    calls = []
+    shell.set_custom_exc((ZeroDivisionError,), lambda self, *args, **kwargs: calls.append(args[1]))
+    try:
+        result = run(shell, "%%leakcheck -n 2\n1/0\n")
+        assert type(result.error_in_exec) is ZeroDivisionError
+        assert calls == [result.error_in_exec]
+        assert shell.custom_exceptions == (ZeroDivisionError,)
+    finally:
+        shell.set_custom_exc((), None)
 
 
 def test_a_syntax_error_in_the_body_names_the_cell_not_a_file(shell):

@@ -268,6 +268,30 @@ def test_notebook_output_cache(shell):
     assert "%reset -f out" in leak.suggestion
 
 
+def test_what_reset_out_leaves_in_ipythons_hidden_namespace_is_the_output_cache(shell):
+    # %reset -f out clears Out and the user's _, __ and ___, but IPython keeps copies of the
+    # last three outputs in user_ns_hidden. They were named "InteractiveShell._instance.
+    # user_ns_hidden grows" with "call ...reset()" as the fix; now they are the output cache
+    # and the fix, run as written, frees them.
+    run(shell, "import torch")
+    with torchleak.track() as tracker:
+        for _ in range(3):
+            run(shell, "torch.ones(256, 1024)")
+            torchleak.step()
+        run(shell, "%reset -f out")
+        torchleak.step()
+        report = tracker.report().to_dict()
+        held = [f for f in report["findings"] if f["verdict"] == "leak"]
+        assert held and all(f["path"][0]["label"].startswith("get_ipython().user_ns_hidden[")
+                            for f in held), [f["path_text"] for f in held]
+        assert all("output cache" in c["text"] for c in report["causes"])
+        [code] = {f["fix_code"] for f in held}
+        assert code == "get_ipython().user_ns_hidden.update(_='', __='', ___='')"
+        assert run(shell, code).success
+        torchleak.step()
+    assert tracker.report().leaks == []
+
+
 def test_last_exception_keeps_the_failed_frame(shell):
     run(shell, "import torch\ndef train_step():\n    x = torch.ones(1024, 1024)\n    raise ValueError('bad batch')\n")
     with torchleak.track() as tracker:

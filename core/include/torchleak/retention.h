@@ -124,8 +124,12 @@ bool isHookAnchorRoot(const std::string& label);
 
 bool isGrowableContainer(const std::string& typeName);
 // A root that is notebook machinery, not a name of the user's: IPython's output cache
-// (Out[n], _, __, ___, _n) or the last exception.
+// (Out[n], _, __, ___, _n, and the copies of _, __ and ___ in its hidden namespace).
 bool isOutputCacheRoot(const std::string& label);
+// The root the Python layer names for IPython's hidden copy of `_`, `__` or `___` that no
+// longer is the user's (`%reset -f out` leaves it): "get_ipython().user_ns_hidden['_']".
+inline constexpr const char* kHiddenOutputCachePrefix = "get_ipython().user_ns_hidden[";
+bool isHiddenOutputCacheRoot(const std::string& label);
 bool isLastExceptionRoot(const std::string& label);
 
 } // namespace torchleak
