@@ -10,7 +10,7 @@ PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format
 PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy \
-	"jupyterlab>=4,<5" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
+	"jupyterlab>=4,<5" "notebook>=7,<8" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
 	xeus-python playwright uv
 CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
@@ -44,7 +44,7 @@ test-device: install
 # tests/python: API, paths, verdicts, magics (no kernel); tests/integrations: pytest, HF Trainer,
 # Lightning (the pinned extras); tests/distributed: torchrun jobs of 2 and 3 ranks (gloo on
 # 127.0.0.1, bounded timeouts); tests/notebooks: nbclient on
-# ipykernel and xeus-python; tests/browser: JupyterLab 4 in headless Chromium.
+# ipykernel and xeus-python; tests/browser: JupyterLab 4 and Notebook 7 in headless Chromium.
 test-python: install
 	$(PY) -m pytest -q tests/python tests/integrations tests/distributed tests/notebooks tests/browser
 
@@ -87,8 +87,9 @@ $(STAMPS)/debian:
 	fi
 	@mkdir -p $(STAMPS) && touch $@
 
+# Again when the Makefile changed (a package joined the list): pip keeps what is installed.
 venv: $(STAMPS)/venv
-$(STAMPS)/venv:
+$(STAMPS)/venv: Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --disable-pip-version-check "$(TORCH_SPEC)" $(PY_PACKAGES)
 	@mkdir -p $(STAMPS) && touch $@

@@ -199,6 +199,7 @@ class Tracker:
         # (type, message) of the out-of-memory error that ended the run, for the report's
         # `oom` forensics. Never the exception: its traceback's frames hold the user's tensors.
         self._failure = None
+        self.stopped_in = None  # the iteration (from 1) run_iterations' body raised in
         # Watch mode's (cell file, execution count) per boundary: rates per run of a cell.
         self._cell_runs = []
         # Watch mode's: called when another Tracker starts, so it steps aside instead of failing.
@@ -505,8 +506,11 @@ class Tracker:
                     message = describe(exc)
                 except Exception:  # noqa: BLE001 - a user __str__ that raises
                     message = f"<{type(exc).__name__} whose message could not be read>"
-                self.warn(f"stopped in iteration {k} of {iterations} by {type(exc).__name__}: "
-                          f"{message}")
+                # Counted from 1, as the curve and the progress line count; a bare
+                # KeyboardInterrupt (Stop) has no message to follow a colon.
+                self.stopped_in = k + 1
+                self.warn(f"stopped in iteration {k + 1} of {iterations} by "
+                          f"{type(exc).__name__}" + (f": {message}" if message else ""))
                 self.note_failure(exc)
                 return exc
             self.step()

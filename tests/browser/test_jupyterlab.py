@@ -3,6 +3,7 @@ Chromium through Playwright; the widget must render (curve points, findings rows
 that opens on click), the saved report must come back after save, kernel shutdown and reopen,
 and the static fallback must render in an nbconvert HTML export.
 Screenshots go to tests/browser/artifacts (not committed)."""
+import contextlib
 import os
 import pathlib
 import secrets
@@ -40,41 +41,64 @@ def browser():
         b.close()
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lab")
-    shutil.copy(ROOT / "notebooks" / "tour.ipynb", root / "tour.ipynb")
+# The two front ends: JupyterLab 4 and Notebook 7 (built from JupyterLab's parts, with its own
+# page per notebook). Each exposes its application object as window.jupyterapp for the tests.
+FRONT_ENDS = {
+    "lab": (["lab", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
+             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+            "/lab/workspaces/{workspace}/tree/{name}"),
+    "notebook": (["notebook", "--JupyterNotebookApp.expose_app_in_browser=True"],
+                 "/notebooks/{name}"),
+}
+
+
+@contextlib.contextmanager
+def serve(front_end, root):
+    """A Jupyter server on 127.0.0.1 (a free port, a token) serving `root` with `front_end`;
+    yields (base URL, token). Its log is root/server.log."""
+    args, _ = FRONT_ENDS[front_end]
     port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".jupyter"),
                JUPYTER_RUNTIME_DIR=str(root / ".runtime"), IPYTHONDIR=str(root / ".ipython"))
     log = open(root / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+        [sys.executable, "-m", "jupyter", *args, "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True",
-         f"--ServerApp.root_dir={root}", "--allow-root", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("JupyterLab did not start:\n" + (root / "server.log").read_text()[-3000:])
-        time.sleep(0.5)
-    yield base, token, root
-    proc.terminate()
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"{front_end} did not start:\n" + (root / "server.log").read_text()[-3000:])
+            time.sleep(0.5)
+        yield base, token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def page_url(front_end, base, token, name, workspace="default"):
+    return base + FRONT_ENDS[front_end][1].format(workspace=workspace, name=name) + f"?token={token}"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copy(ROOT / "notebooks" / "tour.ipynb", root / "tour.ipynb")
+    with serve("lab", root) as (base, token):
+        yield base, token, root
 
 
 def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):

@@ -9,6 +9,7 @@ import pathlib
 
 import pytest
 
+from live_reports import deep_chain_report, fifty_lists_report
 from test_jupyterlab import CHROMIUM, browser  # noqa: F401 - the shared browser fixture
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -336,31 +337,6 @@ def test_a_400000_point_curve_is_drawn_in_a_few_hundred_points(browser):  # noqa
     page.close()
 
 
-class Level:
-    """One level of a deep attribute chain."""
-
-
-def deep_chain_report(levels=26):
-    """Issue #31's long path: a list 26 attributes below the only name that reaches it."""
-    import torch
-
-    import torchleak
-    root = cur = Level()
-    for i in range(levels):
-        setattr(cur, f"child_level_{i}", Level())
-        cur = getattr(cur, f"child_level_{i}")
-    cur.items = []
-    del cur
-
-    def step():
-        node = root
-        for i in range(levels):
-            node = getattr(node, f"child_level_{i}")
-        node.items.append(torch.ones(64, 1024))
-    report = torchleak.check(step, iterations=6, roots={"root": root})
-    return json.loads(report.to_json())
-
-
 def test_a_long_path_is_shortened_wraps_and_keeps_the_table_inside_500_px(browser):  # noqa: F811
     # Before: the report was 9,385 px wide in a 968 px output, the holder 8,000 px to the right,
     # and the fix repeated the whole path.
@@ -392,27 +368,6 @@ def test_an_ordinary_report_fits_a_500_px_split_pane(browser, name):  # noqa: F8
         rows.nth(i).click()  # open every path and stack: they must wrap too
     assert view.evaluate("el => el.scrollWidth") <= 500
     page.close()
-
-
-def fifty_lists_report():
-    """A report this build writes now: one line appends to fifty lists side by side in one
-    object, each list its own leak (issue #31: 50 LEAK lines and a 6,800 px report)."""
-    import torch
-
-    import torchleak
-
-    class Buffers:
-        pass
-
-    buffers = Buffers()
-    for i in range(50):
-        setattr(buffers, f"l{i}", [])
-
-    def step():
-        for i in range(50):
-            getattr(buffers, f"l{i}").append(torch.ones(2560))
-
-    return json.loads(torchleak.check(step, iterations=8, roots={"buffers": buffers}).to_json())
 
 
 def test_fifty_leaks_in_one_object_are_one_line_and_the_view_stays_short(browser):  # noqa: F811

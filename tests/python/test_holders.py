@@ -13,6 +13,7 @@ import torchleak
 from torchleak import _core
 
 from ipython_shell import ledger, run
+from live_reports import fifty_lists_report
 
 KiB = 1024
 
@@ -192,24 +193,6 @@ def test_the_list_that_keeps_every_run_is_the_holder_not_the_name_of_the_last(sh
     (leak,) = [f for f in report["findings"] if f["verdict"] == "leak"]
     assert leak["holder"]["path_text"] == "all_logits"
     assert leak["bytes_per_iteration"] == 1000 * KiB
-
-
-class Buffers:
-    pass
-
-
-def fifty_lists_report():
-    """One line appends to fifty lists side by side in one object, in turn: 400 blocks, more
-    than the 256 a finding's path sample takes."""
-    buffers = Buffers()
-    for i in range(50):
-        setattr(buffers, f"l{i}", [])
-
-    def step():
-        for i in range(50):
-            getattr(buffers, f"l{i}").append(torch.ones(2560))
-
-    return torchleak.check(step, iterations=8, roots={"buffers": buffers}).to_dict()
 
 
 def test_fifty_lists_filled_in_turn_are_fifty_leaks_one_group_and_one_score_entry():

@@ -227,13 +227,13 @@ def test_a_failing_body_shows_the_users_frames_and_names_cells_as_in_n(shell):
     assert files[-2:] == [files[-1]] * 2 and "torchleak" not in files[-1], files
     assert not any(name.endswith("_tracking.py") for name in files), files
     if sys.version_info >= (3, 11):  # exception notes (add_note) are 3.11's
-        assert any(f"In [{number}]" in note and "iteration 0 of 4" in note
+        assert any(f"In [{number}]" in note and "iteration 1 of 4" in note
                    for note in getattr(exc, "__notes__", []))
     shown = "\n".join(shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__))
     assert "_notebook.py" not in shown and "_tracking.py" not in shown
     # the report's warning names the cell as the user sees it, not the compiled file name
     [warning] = last_bundle(shell)[REPORT]["warnings"]
-    assert warning == f"stopped in iteration 0 of 4 by ValueError: In [{number}]", warning
+    assert warning == f"stopped in iteration 1 of 4 by ValueError: In [{number}]", warning
 
 
 def test_after_stop_the_traceback_begins_at_the_cells_own_line(shell):

@@ -14,6 +14,8 @@ import torchleak
 from torchleak import _core
 from torchleak.render import RENDERERS, bundle, format
 
+from live_reports import fifty_lists_report
+
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
 ALL = sorted(p.name for p in FIXTURES.glob("*.json"))
 
@@ -240,7 +242,6 @@ def test_a_long_path_is_shown_short_with_the_whole_one_a_hover_away():
 
 
 def test_fifty_related_leaks_are_one_line_in_every_view():
-    from test_holders import fifty_lists_report
     data = fifty_lists_report()
     [group] = data["cause_groups"]
     text = RENDERERS["text"](data)
@@ -257,7 +258,6 @@ def test_fifty_related_leaks_are_one_line_in_every_view():
 
 
 def test_past_three_leaks_the_rest_are_behind_show_more_in_the_static_view():
-    from test_holders import fifty_lists_report
     data = fifty_lists_report()
     del data["cause_groups"]  # a report from before groups: each cause alone
     html = RENDERERS["notebook"](data)

@@ -1,0 +1,158 @@
+"""Both front ends a user has, JupyterLab 4 and Notebook 7, in headless Chromium: one notebook
+with many related leaks (fifty lists in one object), a leak 26 attributes deep, and a long run
+stopped with its Stop button. In each: the views stay short and inside their output, Stop keeps
+the partial report and shows the cell's own traceback, the reports come back after save, kernel
+shutdown and reopen, and every view reads in the light and the dark theme. Screenshots go to
+tests/browser/artifacts (the README's come from here)."""
+import re
+
+import nbformat
+import pytest
+
+from test_jupyterlab import ARTIFACTS, CHROMIUM, browser, page_url, serve  # noqa: F401
+
+SETUP = """%load_ext torchleak
+import time, torch
+class Buffers: pass
+buffers = Buffers()
+for i in range(50):
+    setattr(buffers, f"l{i}", [])
+class Level: pass
+root = cur = Level()
+for i in range(26):
+    setattr(cur, f"child_level_{i}", Level())
+    cur = getattr(cur, f"child_level_{i}")
+cur.items = []
+del cur
+def deepest():
+    node = root
+    for i in range(26):
+        node = getattr(node, f"child_level_{i}")
+    return node
+stopped = []"""
+MANY = "%%leakcheck -n 8\nfor i in range(50):\n    getattr(buffers, f'l{i}').append(torch.ones(2560))"
+LONG = "%%leakcheck -n 6\ndeepest().items.append(torch.ones(64, 1024))"
+STOP = "%%leakcheck -n 200\nstopped.append(torch.ones(256))\ntime.sleep(0.1)"
+
+ALL_NUMBERED = """() => {
+    const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+    return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+}"""
+KERNEL_READY = ("() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
+                "window.jupyterapp.shell.currentWidget.sessionContext && "
+                "window.jupyterapp.shell.currentWidget.sessionContext.session && "
+                "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module", params=["lab", "notebook"])
+def front_end(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(request.param)
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in (SETUP, MANY, LONG, STOP)]
+    nbformat.write(nb, root / "frontends.ipynb")
+    with serve(request.param, root) as (base, token):
+        yield request.param, page_url(request.param, base, token, "frontends.ipynb", "frontends")
+
+
+def view_of(page, needle):
+    """The report view in the output of the cell whose source contains `needle`."""
+    cell = page.locator(".jp-CodeCell", has=page.locator(".jp-InputArea", has_text=needle))
+    return cell, cell.locator(".jp-OutputArea-output [data-testid=torchleak-widget]").last
+
+
+def check_many(view):
+    """Fifty leaking lists in one object: one line, 25 rows, a short view."""
+    view.scroll_into_view_if_needed()
+    group = view.locator("[data-testid=cause-group]")
+    assert group.count() == 1
+    assert "50 lists in buffers grow every iteration" in group.text_content()
+    assert view.locator("[data-testid=finding-row]").count() == 25
+    assert view.locator("[data-testid=show-more-findings]").text_content() == "show 25 more findings"
+    height = view.evaluate("el => el.getBoundingClientRect().height")
+    assert height < 1500, height  # was 6,800 px: 50 LEAK lines with a copy button each
+
+
+def check_long(view):
+    """A leak 26 attributes deep: the short path shown, the whole one in its tooltip, and the
+    view no wider than its output."""
+    view.scroll_into_view_if_needed()
+    name = view.locator("[data-testid=finding-row] [data-testid=path-name]").first
+    whole = name.get_attribute("title")
+    assert whole and whole.startswith("root.child_level_0") and len(whole) > 300
+    assert len(name.text_content()) <= 80 and "\u2026" in name.text_content()
+    output = view.locator("xpath=ancestor::*[contains(@class,'jp-OutputArea-output')][1]")
+    assert view.evaluate("el => el.scrollWidth") <= output.evaluate("el => el.clientWidth") + 1
+
+
+def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_dark(
+        front_end, browser):  # noqa: F811
+    kind, url = front_end
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1280, "height": 1400}, device_scale_factor=1)
+    page.goto(url)
+    page.wait_for_function(KERNEL_READY, timeout=120_000)
+    # Not awaited: the run ends when Stop interrupts the last cell.
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    stop_cell, stop_view = view_of(page, "-n 200")
+    stop_view.wait_for(timeout=120_000)
+    stop_view.scroll_into_view_if_needed()
+    page.wait_for_function(
+        "(v) => { const m = /(\\d+)\\/200/.exec(v.textContent); return m && +m[1] >= 3; }",
+        arg=stop_view.element_handle(), timeout=120_000)
+    stop_view.locator("[data-testid=stop]").click()
+    page.wait_for_function(ALL_NUMBERED, timeout=120_000)
+    run_line = stop_cell.locator("[data-testid=run-line]").last
+    assert re.match(r"stopped after \d+ of 200 iterations", run_line.text_content())
+    error = stop_cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    shown = ANSI.sub("", error.last.text_content())
+    assert "KeyboardInterrupt" in shown and "time.sleep(0.1)" in shown
+    assert "run_cell_magic" not in shown, shown  # the cell's own line first, not the magic's call
+    warning = stop_view.locator("[data-testid=warning]").text_content()
+    assert re.fullmatch(r"stopped in iteration \d+ of 200 by KeyboardInterrupt", warning), warning
+
+    _, many = view_of(page, "range(50):\n    getattr")
+    _, long = view_of(page, "deepest().items")
+    check_many(many)
+    check_long(long)
+    no = page.get_by_role("button", name="No", exact=True)  # JupyterLab's news toast
+    if no.count():
+        no.first.click()
+    for theme in ("Light", "Dark"):
+        page.evaluate(f"() => window.jupyterapp.commands.execute('apputils:change-theme', "
+                      f"{{theme: 'JupyterLab {theme}'}})")
+        page.wait_for_function(f"() => document.body.dataset.jpThemeLight === "
+                               f"'{'true' if theme == 'Light' else 'false'}'", timeout=30_000)
+        page.wait_for_timeout(500)
+        colour = many.evaluate("el => getComputedStyle(el).color")
+        if theme == "Dark":
+            assert colour != "rgb(34, 34, 34)", colour  # the theme's text colour, not the fallback
+        for name, view in (("many", many), ("long-path", long), ("stopped", stop_view)):
+            view.scroll_into_view_if_needed()
+            view.screenshot(path=str(ARTIFACTS / f"{kind}-{name}-{theme.lower()}.png"))
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
+                  "{theme: 'JupyterLab Light'})")
+
+    # Saved, the kernel shut down, the notebook reopened: the reports come back, drawn by
+    # torchleak's extension from the saved MIME type.
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+                           timeout=30_000)
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.shutdown()")
+    page.close()
+    reopened = browser.new_page(viewport={"width": 1280, "height": 1400}, device_scale_factor=1)
+    reopened.goto(url)
+    _, many = view_of(reopened, "range(50):\n    getattr")
+    many.wait_for(timeout=60_000)
+    check_many(many)
+    _, long = view_of(reopened, "deepest().items")
+    check_long(long)
+    stop_cell, stop_view = view_of(reopened, "-n 200")
+    stop_view.scroll_into_view_if_needed()
+    assert re.match(r"stopped after \d+ of 200 iterations",
+                    stop_view.locator("[data-testid=run-line]").text_content())
+    assert stop_view.locator("[data-testid=stop]").count() == 0
+    assert reopened.locator("text=model not found").count() == 0
+    many.screenshot(path=str(ARTIFACTS / f"{kind}-reopened.png"))
+    reopened.close()
