@@ -43,6 +43,20 @@ KERNEL_READY = ("() => window.jupyterapp && window.jupyterapp.shell.currentWidge
                 "window.jupyterapp.shell.currentWidget.sessionContext.session && "
                 "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Every report view the page builds from now on.
+COUNT_VIEWS = """() => {
+    window.tlRoots = 0;
+    new MutationObserver((records) => {
+        for (const r of records) for (const n of r.addedNodes) {
+            if (n.nodeType !== 1) continue;
+            if (n.matches('[data-testid=torchleak-widget]')) window.tlRoots += 1;
+            window.tlRoots += n.querySelectorAll('[data-testid=torchleak-widget]').length;
+        }
+    }).observe(document.body, {childList: true, subtree: true});
+}"""
+# k of a live view's "k/200" progress line.
+PROGRESS = ("(v) => { const p = v.querySelector('[data-testid=progress]'); "
+            "const m = p && /(\\d+)\\/200/.exec(p.textContent); return m ? +m[1] : -1; }")
 
 
 @pytest.fixture(scope="module", params=["lab", "notebook"])
@@ -86,23 +100,71 @@ def check_long(view):
     assert view.evaluate("el => el.scrollWidth") <= output.evaluate("el => el.clientWidth") + 1
 
 
+def check_links_copy_and_keys(page, many, stopped):
+    """Item 5 of #31 in a real front end: a site link selects its cell and marks the line, a
+    fix's button copies code, and sorting and opening a row work from the keyboard without
+    the notebook taking the keys (Enter in command mode would edit or run a cell)."""
+    notebook = "window.jupyterapp.shell.currentWidget.content"
+    many.scroll_into_view_if_needed()
+    many.locator("[data-testid=site-link]").first.click()
+    cell = page.locator(".jp-Cell[data-torchleak-highlight=true]")
+    cell.wait_for(timeout=5_000)
+    assert "getattr(buffers" in cell.locator(".jp-InputArea").text_content()
+    marked = page.locator(".cm-line[data-torchleak-line=true]")
+    assert "getattr(buffers, f'l{i}').append" in marked.text_content()
+    assert "getattr(buffers" in page.evaluate(f"() => {notebook}.activeCell.model.sharedModel.getSource()")
+    stopped.scroll_into_view_if_needed()
+    stopped.locator("[data-testid=copy-fix]").first.click()
+    assert page.evaluate("() => navigator.clipboard.readText()") == "stopped.clear()"
+    many.scroll_into_view_if_needed()
+    runs = page.evaluate(f"() => {notebook}.widgets.map(c => c.model.executionCount)")
+    header = many.locator("[data-testid=sort-3]")
+    header.focus()
+    page.keyboard.press("Enter")
+    assert many.locator("[data-testid=sort-3]").get_attribute("aria-sort") == "descending"
+    assert page.evaluate("() => document.activeElement.dataset.testid") == "sort-3"
+    row = many.locator("[data-testid=finding-row]").first
+    row.focus()
+    page.keyboard.press("Enter")
+    assert row.get_attribute("aria-expanded") == "true"
+    page.keyboard.press(" ")
+    assert row.get_attribute("aria-expanded") == "false"
+    assert page.evaluate(f"() => {notebook}.mode") == "command"
+    page.wait_for_timeout(300)
+    assert page.evaluate(f"() => {notebook}.widgets.map(c => c.model.executionCount)") == runs
+
+
 def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_dark(
         front_end, browser):  # noqa: F811
     kind, url = front_end
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1280, "height": 1400}, device_scale_factor=1)
+    # The clipboard is readable in a secure context (127.0.0.1 is one) once permitted.
+    context = browser.new_context(viewport={"width": 1280, "height": 1400}, device_scale_factor=1,
+                                  permissions=["clipboard-read", "clipboard-write"])
+    page = context.new_page()
     page.goto(url)
     page.wait_for_function(KERNEL_READY, timeout=120_000)
+    page.evaluate(COUNT_VIEWS)
     # Not awaited: the run ends when Stop interrupts the last cell.
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     stop_cell, stop_view = view_of(page, "-n 200")
     stop_view.wait_for(timeout=120_000)
     stop_view.scroll_into_view_if_needed()
-    page.wait_for_function(
-        "(v) => { const m = /(\\d+)\\/200/.exec(v.textContent); return m && +m[1] >= 3; }",
-        arg=stop_view.element_handle(), timeout=120_000)
+    handle = stop_view.element_handle()
+    page.wait_for_function(f"(v) => ({PROGRESS})(v) >= 3", arg=handle, timeout=120_000)
+    # The live view updates in place: a stack opened now stays open three updates later (live
+    # updates carry no paths: those are walked once, at the end).
+    stop_view.locator("[data-testid=stack] summary").first.click()
+    opened_at = stop_view.evaluate(PROGRESS)
+    page.wait_for_function(f"(v) => ({PROGRESS})(v) >= {opened_at + 3}", arg=handle,
+                           timeout=120_000)
+    assert stop_view.evaluate("el => el.isConnected")
+    assert stop_view.locator("[data-testid=stack]").first.evaluate("el => el.open")
     stop_view.locator("[data-testid=stop]").click()
     page.wait_for_function(ALL_NUMBERED, timeout=120_000)
+    # One live view per cell, then its final report: 2 + 2 + 2, where every update used to
+    # build a view of its own.
+    assert page.evaluate("() => window.tlRoots") <= 6, page.evaluate("() => window.tlRoots")
     run_line = stop_cell.locator("[data-testid=run-line]").last
     assert re.match(r"stopped after \d+ of 200 iterations", run_line.text_content())
     error = stop_cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
@@ -116,6 +178,7 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
     _, long = view_of(page, "deepest().items")
     check_many(many)
     check_long(long)
+    check_links_copy_and_keys(page, many, stop_view)
     no = page.get_by_role("button", name="No", exact=True)  # JupyterLab's news toast
     if no.count():
         no.first.click()
@@ -140,7 +203,7 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
     page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
                            timeout=30_000)
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.shutdown()")
-    page.close()
+    context.close()
     reopened = browser.new_page(viewport={"width": 1280, "height": 1400}, device_scale_factor=1)
     reopened.goto(url)
     _, many = view_of(reopened, "range(50):\n    getattr")
