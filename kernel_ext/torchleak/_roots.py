@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import types
+import weakref
 
 _TOOL_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # A module's dict read through ModuleType's own slot: a lazy module's __getattribute__ (which
@@ -49,10 +50,39 @@ def _file_kind(path, library_prefixes, package_prefixes):
     prefixes = (tuple(library_prefixes), tuple(package_prefixes))
     if prefixes != _kind_cache_prefixes:
         _kind_cache, _kind_cache_prefixes = {}, prefixes
+        _module_kinds.clear()
     kind = _kind_cache.get(path)
     if kind is None:
         kind = _kind_cache[path] = _classify_file(path, library_prefixes, package_prefixes)
     return kind
+
+
+# sys.modules' entries by name: (the module, weakly; its kind). A watched cell collects roots
+# every run, and telling ~1,200 modules apart took most of it; a module's kind does not change
+# while it is loaded. Nothing here keeps a module, or its globals' tensors, alive. Emptied
+# with _kind_cache when the prefixes change.
+_module_kinds = {}
+
+
+def _module_kind(modname, module, library_prefixes, package_prefixes):
+    """("user" | "package" | None, namespace) for a sys.modules entry (None: not walked)."""
+    cached = _module_kinds.get(modname)
+    if cached is not None and cached[0]() is module and _kind_cache_prefixes == (
+            tuple(library_prefixes), tuple(package_prefixes)):
+        return cached[1], (_module_dict(module) if cached[1] else None)
+    kind, namespace = None, None
+    if module is not None and modname != "__main__" and not modname.startswith("torchleak") \
+            and types.ModuleType in type(module).__mro__:  # else a proxy: reading it runs code
+        namespace = _module_dict(module)
+        path = namespace.get("__file__") if type(namespace) is dict else None
+        if isinstance(path, str):
+            kind = _file_kind(path, library_prefixes, package_prefixes)
+            kind = kind if kind in ("user", "package") else None
+    try:
+        _module_kinds[modname] = (weakref.ref(module), kind)
+    except TypeError:
+        pass  # an entry that takes no weak reference is classified each time
+    return kind, namespace
 
 
 def _classify_file(path, library_prefixes, package_prefixes):
@@ -171,17 +201,7 @@ def collect(library_prefixes, package_prefixes):
     # `somepkg.models.detector.Detector.make_grid` rather than "outside the named roots".
     package_modules = []
     for modname, module in list(sys.modules.items()):
-        if module is None or modname == "__main__" or modname.startswith("torchleak"):
-            continue
-        if types.ModuleType not in type(module).__mro__:
-            continue  # a proxy object in sys.modules: reading it could run its code
-        namespace = _module_dict(module)
-        if type(namespace) is not dict:
-            continue
-        path = namespace.get("__file__")
-        if not isinstance(path, str):
-            continue
-        kind = _file_kind(path, library_prefixes, package_prefixes)
+        kind, namespace = _module_kind(modname, module, library_prefixes, package_prefixes)
         if kind == "package":
             package_modules.append((modname, namespace))
         elif kind == "user":

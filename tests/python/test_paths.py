@@ -4,6 +4,7 @@ import dataclasses
 import gc
 import io
 import re
+import sys
 
 import pytest
 import torch
@@ -344,6 +345,51 @@ def test_find_paths_directly_and_the_walk_keeps_nothing_alive():
     del t, holder, paths, steps
     gc.collect()
     assert ref() is None
+
+
+def test_the_walk_stops_when_it_meets_its_last_target_not_after_queueing_every_root():
+    # A watched cell's new tensor one step below `kept`, beside a root list of 10^5 tensors:
+    # the target was found only once its turn to be expanded came, after every other root's
+    # children were queued (8 ms of a 9 ms walk). Now: two Python objects expanded.
+    kept = [torch.ones(4)]
+    many = [torch.ones(1) for _ in range(100_000)]
+    block = kept[0].untyped_storage().data_ptr()
+    paths, stats = _core.find_paths([("kept", "root", "", kept), ("many", "root", "", many)],
+                                    [block])
+    assert paths[block][1] == "kept[0]"
+    assert stats["python_objects"] <= 2, stats
+    # The shortest path still wins over a root met first: the tensor itself, a root later on.
+    paths, _ = _core.find_paths([("many", "root", "", many), ("x", "root", "", kept[0])], [block])
+    assert paths[block][1] == "x"
+
+
+def test_module_kinds_are_remembered_without_keeping_a_module_alive():
+    import types
+    import weakref
+    from torchleak import _roots
+    from torchleak._tracking import _library_prefixes, _package_prefixes
+    library, packages = _library_prefixes(), _package_prefixes()
+
+    def load(name, path):
+        """A module in sys.modules, classified, and a weak reference to it (no local of this
+        test holds it: collect() reads live frames' locals)."""
+        mod = types.ModuleType(name)
+        mod.__file__ = path
+        mod.cache = [torch.ones(8)]
+        sys.modules[name] = mod
+        return weakref.ref(mod), _roots._module_kind(name, mod, library, packages)[0]
+
+    try:
+        first, kind = load("userland_mod", "/home/someone/project/userland_mod.py")
+        assert kind == "user"
+        assert any(root[0] == "userland_mod." for root in _roots.collect(library, packages))
+        # Another module under the same name is classified again; the first one is freed.
+        second, kind = load("userland_mod", "<frozen thing>")
+        assert kind is None
+        gc.collect()
+        assert first() is None and second() is not None
+    finally:
+        sys.modules.pop("userland_mod", None)
 
 
 def test_a_namespace_root_is_one_root_per_global_without_dunders_or_modules():
