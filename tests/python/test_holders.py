@@ -208,3 +208,18 @@ def test_fifty_lists_filled_in_turn_are_fifty_leaks_one_group_and_one_score_entr
     assert group["text"].startswith("500.0 KiB per iteration: 50 lists in buffers grow every "
                                      "iteration (buffers.l")
     assert len(data["summary"]["recommendations"]) == 1  # one leak for the score, not fifty
+
+
+def test_a_loop_variable_naming_the_last_of_fifty_lists_is_a_leak_not_a_plateau(shell, tmp_path):
+    # `kept`, the loop's name for the last of fifty lists in `stores`, holds one block in
+    # fifty: the sample looked 96% right for the nearest-neighbour rule, and `kept`'s curve,
+    # a scramble of its own and its neighbours' blocks, was judged a plateau. Judged per
+    # holder, its blocks get paths of their own: a leak of one tensor per iteration.
+    out = tmp_path / "r.json"
+    run(shell, "import torch\nstores = {f's{i}': [] for i in range(50)}")
+    assert run(shell, f"%%leakcheck -n 8 --json {out}\nfor kept in stores.values():\n"
+                      f"    kept.append(torch.ones(2560))").success
+    report = json.loads(out.read_text())
+    assert {f["verdict"] for f in report["findings"]} == {"leak"}
+    [kept] = [f for f in report["findings"] if f["holder"]["path_text"] == "kept"]
+    assert kept["series"] == [10 * KiB * k for k in range(1, 9)]

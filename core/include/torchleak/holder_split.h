@@ -45,9 +45,10 @@ struct HolderPart {
 // When that rest itself keeps growing, who held it cannot be told now: nothing is split.
 // How often splitByHolder's nearest-neighbour rule names the wrong holder, measured on the
 // sampled blocks themselves: each (sequence, holder name) predicted from its nearest other
-// sampled block in allocation order. Holders that take turns (one line appending to fifty
-// lists in turn) make the rule a guess, and their unsampled blocks need paths of their own.
-// 0 for fewer than two blocks.
+// sampled block in allocation order; the worst rate of any holder with two sampled blocks or
+// more. Holders that take turns (one line appending to fifty lists in turn, or to one list a
+// loop variable also names) make the rule a guess, and their unsampled blocks need paths of
+// their own. 0 for fewer than two blocks.
 double nearestHolderErrorRate(std::vector<std::pair<uint64_t, std::string>> sampled);
 
 std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
