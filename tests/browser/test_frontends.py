@@ -9,7 +9,8 @@ import re
 import nbformat
 import pytest
 
-from test_jupyterlab import ARTIFACTS, CHROMIUM, browser, page_url, serve  # noqa: F401
+from test_jupyterlab import (ALL_NUMBERED, ARTIFACTS, CHROMIUM, COUNT_VIEWS, KERNEL_READY,  # noqa: F401
+                             browser, page_url, serve)
 
 SETUP = """%load_ext torchleak
 import time, torch
@@ -34,26 +35,7 @@ MANY = "%%leakcheck -n 8\nfor i in range(50):\n    getattr(buffers, f'l{i}').app
 LONG = "%%leakcheck -n 6\ndeepest().items.append(torch.ones(64, 1024))"
 STOP = "%%leakcheck -n 200\nstopped.append(torch.ones(256))\ntime.sleep(0.1)"
 
-ALL_NUMBERED = """() => {
-    const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-    return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
-}"""
-KERNEL_READY = ("() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
-                "window.jupyterapp.shell.currentWidget.sessionContext && "
-                "window.jupyterapp.shell.currentWidget.sessionContext.session && "
-                "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# Every report view the page builds from now on.
-COUNT_VIEWS = """() => {
-    window.tlRoots = 0;
-    new MutationObserver((records) => {
-        for (const r of records) for (const n of r.addedNodes) {
-            if (n.nodeType !== 1) continue;
-            if (n.matches('[data-testid=torchleak-widget]')) window.tlRoots += 1;
-            window.tlRoots += n.querySelectorAll('[data-testid=torchleak-widget]').length;
-        }
-    }).observe(document.body, {childList: true, subtree: true});
-}"""
 # k of a live view's "k/200" progress line.
 PROGRESS = ("(v) => { const p = v.querySelector('[data-testid=progress]'); "
             "const m = p && /(\\d+)\\/200/.exec(p.textContent); return m ? +m[1] : -1; }")

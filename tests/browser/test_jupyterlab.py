@@ -41,6 +41,27 @@ def browser():
         b.close()
 
 
+# Every code cell has a number and none shows [*]: the notebook's run is over.
+ALL_NUMBERED = """() => {
+    const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+    return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+}"""
+KERNEL_READY = ("() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
+                "window.jupyterapp.shell.currentWidget.sessionContext && "
+                "window.jupyterapp.shell.currentWidget.sessionContext.session && "
+                "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel")
+# Counts every report view the page builds from now on, in window.tlRoots.
+COUNT_VIEWS = """() => {
+    window.tlRoots = 0;
+    new MutationObserver((records) => {
+        for (const r of records) for (const n of r.addedNodes) {
+            if (n.nodeType !== 1) continue;
+            if (n.matches('[data-testid=torchleak-widget]')) window.tlRoots += 1;
+            window.tlRoots += n.querySelectorAll('[data-testid=torchleak-widget]').length;
+        }
+    }).observe(document.body, {childList: true, subtree: true});
+}"""
+
 # The two front ends: JupyterLab 4 and Notebook 7 (built from JupyterLab's parts, with its own
 # page per notebook). Each exposes its application object as window.jupyterapp for the tests.
 FRONT_ENDS = {
@@ -114,11 +135,7 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
                            timeout=120_000)
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
     # Done when every code cell has a number and none shows [*].
-    page.wait_for_function(
-        """() => {
-            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
-        }""", timeout=240_000)
+    page.wait_for_function(ALL_NUMBERED, timeout=240_000)
     widgets = page.locator(".jp-OutputArea-output [data-testid=torchleak-widget]")
     widgets.first.wait_for(timeout=60_000)
     assert widgets.count() >= 10
@@ -310,21 +327,9 @@ def test_a_live_leakcheck_updates_its_view_in_place(lab, browser):
         "framereceived", lambda frame: received.append(len(frame) if frame else 0)))
     # A workspace of its own: the module's other tests left notebooks open in the default one.
     page.goto(f"{base}/lab/workspaces/live/tree/live.ipynb?token={token}")
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
-                           "window.jupyterapp.shell.currentWidget.sessionContext.session && "
-                           "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
-                           timeout=120_000)
+    page.wait_for_function(KERNEL_READY, timeout=120_000)
     # Count every report view the page builds from now on.
-    page.evaluate("""() => {
-        window.tlRoots = 0;
-        new MutationObserver((records) => {
-            for (const r of records) for (const n of r.addedNodes) {
-                if (n.nodeType !== 1) continue;
-                if (n.matches('[data-testid=torchleak-widget]')) window.tlRoots += 1;
-                window.tlRoots += n.querySelectorAll('[data-testid=torchleak-widget]').length;
-            }
-        }).observe(document.body, {childList: true, subtree: true});
-    }""")
+    page.evaluate(COUNT_VIEWS)
     received.clear()
     # Not awaited: the command's promise ends with the run, and the test watches it run.
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
@@ -348,11 +353,7 @@ def test_a_live_leakcheck_updates_its_view_in_place(lab, browser):
     if view.evaluate(progress) < 30:  # still running, three updates later, in the same view
         assert view.evaluate("el => el.isConnected")
         assert view.locator("[data-testid=stack]").first.evaluate("el => el.open")
-    page.wait_for_function(
-        """() => {
-            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
-        }""", timeout=120_000)
+    page.wait_for_function(ALL_NUMBERED, timeout=120_000)
     roots = page.evaluate("() => window.tlRoots")
     payload = sum(received)
     assert roots <= 2, roots  # the live view, then the final report in its place
