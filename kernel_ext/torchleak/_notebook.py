@@ -100,15 +100,44 @@ def _save(report, json_path, html_path, magic, redact=False):
             raise UsageError(f"cannot write {path}: {exc}\nusage: {USAGE[magic]}") from None
 
 
+# A live update carries at most this many findings (the view draws 25 rows before "show
+# more"); the finished report carries every one.
+LIVE_FINDINGS = 100
+
+
 def _live_data(data):
     """What a live update sends: the report without its findings' live-block lists (up to 4,096
-    blocks each, for the memory viewer; 50 findings made a 30-iteration run send 4.1 MiB). The
-    final report keeps them."""
+    blocks each, for the memory viewer; 50 findings made a 30-iteration run send 4.1 MiB), and
+    past LIVE_FINDINGS findings only the first (leaks first, biggest first), the causes and
+    their groups renumbered to match and a warning saying so: an update's size is bounded
+    whatever the run finds. The final report keeps everything."""
     findings = data.get("findings")
-    if not isinstance(findings, list) or not any("live_blocks" in f for f in findings):
+    if not isinstance(findings, list):
         return data
     out = dict(data)
-    out["findings"] = [{k: v for k, v in f.items() if k != "live_blocks"} for f in findings]
+    out["findings"] = [{k: v for k, v in f.items() if k != "live_blocks"} if isinstance(f, dict)
+                       else f for f in findings[:LIVE_FINDINGS]]
+    if len(findings) <= LIVE_FINDINGS:
+        return out
+    kept = range(LIVE_FINDINGS)
+    causes, cause_of = [], {}
+    for i, cause in enumerate(data.get("causes") or []):
+        mine = [k for k in cause.get("findings", []) if k in kept]
+        if mine:
+            cause_of[i] = len(causes)
+            causes.append({**cause, "findings": mine})
+    out["causes"] = causes
+    groups = []
+    for group in data.get("cause_groups") or []:
+        mine = [cause_of[i] for i in group.get("causes", []) if i in cause_of]
+        if mine:
+            groups.append({**group, "causes": mine})
+    if "cause_groups" in data:
+        out["cause_groups"] = groups
+    out.pop("oom", None)  # the finished report's, with every finding it names
+    out["warnings"] = [*data.get("warnings", []),
+                       f"while the cell runs: the first {LIVE_FINDINGS} of {len(findings)} "
+                       f"findings; the finished report lists every one"]
     return out
 
 

@@ -379,3 +379,27 @@ def test_a_live_view_updates_in_place_and_sends_no_live_blocks(shell):
     final = shell.display_pub.outputs[-1]
     assert final["update"] is True and WIDGET not in final["data"]
     assert any(f.get("live_blocks") for f in final["data"][REPORT]["findings"])
+
+
+def test_a_live_update_is_bounded_and_still_a_valid_report(monkeypatch):
+    from live_reports import fifty_lists_report
+    from torchleak import _notebook
+    data = fifty_lists_report()
+    assert any(f.get("live_blocks") for f in data["findings"])
+    whole = _notebook._live_data(data)
+    assert len(whole["findings"]) == 50 and whole["causes"] == data["causes"]
+    assert not any("live_blocks" in f for f in whole["findings"])
+    assert whole["warnings"] == data["warnings"]
+    monkeypatch.setattr(_notebook, "LIVE_FINDINGS", 10)
+    live = _notebook._live_data(data)
+    assert len(live["findings"]) == 10 and len(live["causes"]) == 10
+    assert all(0 <= i < 10 for c in live["causes"] for i in c["findings"])
+    [group] = live["cause_groups"]
+    assert sorted(group["causes"]) == list(range(10))
+    assert live["warnings"][-1] == ("while the cell runs: the first 10 of 50 findings; "
+                                    "the finished report lists every one")
+    # The core reads it back as a report: every index names what it has.
+    back = json.loads(_core.normalize_report(json.dumps(live)))
+    assert len(back["findings"]) == 10
+    assert len(json.dumps(live)) < len(json.dumps(whole)) / 3
+    assert len(data["findings"]) == 50  # the report itself is untouched
