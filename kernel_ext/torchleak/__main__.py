@@ -1,6 +1,8 @@
-"""python -m torchleak run script.py [ARGS...] [--json PATH] [--html PATH] [--fail-on-leak]
+"""python -m torchleak run [--json PATH] [--html PATH] [--fail-on-leak] ... script.py [ARGS...]
 
-Runs a script under torchleak.track() and prints the report. Iterations end at every
+Runs a script under torchleak.track() and prints the report. torchleak's options come before
+the script, as with `python -m cProfile` and `memray run`: everything after the script is the
+script's own, an option of the same name included. Iterations end at every
 optimizer.step() and torchleak.step() in the script.
 
 Exit status: 0 no leak (or no --fail-on-leak), 1 leak found with --fail-on-leak, 2 usage error,
@@ -28,6 +30,7 @@ PCT percent above the old one, default 10). Exit status: 0 no regression, 1 a ne
 leak, 2 usage error (a file that is not a torchleak report included).
 """
 
+import argparse
 import builtins
 import contextlib
 import os
@@ -37,10 +40,11 @@ import threading
 import traceback
 import types
 
-USAGE = ("usage: python -m torchleak run script.py [ARGS...] [--json PATH] [--html PATH] "
-         "[--fail-on-leak] [--warmup K] [--min-bytes N] [--quiet] [--redact]\n"
+USAGE = ("usage: python -m torchleak run [--json PATH] [--html PATH] [--fail-on-leak] "
+         "[--warmup K] [--min-bytes N] [--quiet] [--redact]\n"
          "           [--watch] [--every N] [--sample-bytes N] [--gather-timeout S] "
-         "[-- SCRIPT_ARGS...]\n"
+         "script.py [SCRIPT_ARGS...]\n"
+         "       (torchleak's options before the script; everything after it is the script's)\n"
          "       python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]\n"
          "       python -m torchleak install-kernel [--user]")
 
@@ -61,37 +65,43 @@ def _int_option(name, value, maximum=10**9, minimum=0):
     return number
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose complaints are UsageErrors: main() prints them with the usage line and
+    exits 2, as for every other bad option."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _run_parser():
+    """`run`'s options, all before the script (as `python -m cProfile` and `memray run` take
+    theirs): everything after the script is the script's own, `--json` included."""
+    parser = _Parser(prog="python -m torchleak run", add_help=False, allow_abbrev=False)
+    for flag in ("--fail-on-leak", "--quiet", "--watch", "--redact"):
+        parser.add_argument(flag, action="store_true")
+    for option, (key, read) in _VALUED.items():
+        parser.add_argument(option, dest=key, metavar="VALUE",
+                            type=lambda value, option=option, read=read: read(option, value))
+    parser.add_argument("script", nargs="?")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    return parser
+
+
 def parse_run_args(argv):
-    """Options of `run` may stand before or after the script; everything after `--` belongs to
-    the script untouched."""
-    opts = {"json": None, "html": None, "fail_on_leak": False, "warmup": 0, "min_bytes": 0,
-            "quiet": False, "watch": False, "every": 1, "sample_bytes": None,
-            "gather_timeout": None, "redact": False}
-    script, script_args = None, []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            script_args.extend(argv[i + 1:])
-            break
-        if arg in _VALUED:
-            if i + 1 >= len(argv):
-                raise UsageError(f"{arg} needs a value")
-            key, parse = _VALUED[arg]
-            opts[key] = parse(arg, argv[i + 1])
-            i += 2
-            continue
-        if arg in ("--fail-on-leak", "--quiet", "--watch", "--redact"):
-            opts[arg[2:].replace("-", "_")] = True
-        elif script is None:
-            if arg.startswith("-"):
-                raise UsageError(f"unknown option {arg!r}")
-            script = arg
-        else:
-            script_args.append(arg)
-        i += 1
+    """(script, its arguments, torchleak's options) of `run`: torchleak's options stand before
+    the script and everything after it is the script's, untouched."""
+    args = _run_parser().parse_args(argv)
+    opts = {"json": args.json, "html": args.html, "fail_on_leak": args.fail_on_leak,
+            "warmup": 0 if args.warmup is None else args.warmup,
+            "min_bytes": args.min_bytes or 0, "quiet": args.quiet, "watch": args.watch,
+            "every": 1 if args.every is None else args.every,
+            "sample_bytes": args.sample_bytes, "gather_timeout": args.gather_timeout,
+            "redact": args.redact}
+    script, script_args = args.script, list(args.script_args)
     if script is None:
         raise UsageError("no script given")
+    if script.startswith("-"):
+        raise UsageError(f"unknown option {script!r}")
     if not os.path.isfile(script):
         raise UsageError(f"no such script: {script}")
     if not opts["watch"] and (opts["every"] != 1 or opts["sample_bytes"] is not None):
@@ -104,6 +114,13 @@ def parse_run_args(argv):
                 _output_path(f"--{key}", opts[key].replace("{rank}", rank), extensions)
             opts[key] = os.path.abspath(opts[key])
     return script, script_args, opts
+
+
+def _own_options_given_to(script_args):
+    """The script's arguments that are torchleak options too: given after the script, they
+    went to the script (the convention), which may not know them."""
+    ours = {*_VALUED, "--fail-on-leak", "--quiet", "--watch", "--redact"}
+    return [a for a in script_args if a.split("=", 1)[0] in ours]
 
 
 def _seconds_option(name, value):
@@ -252,6 +269,14 @@ def run(argv):
             sys.modules["__main__"] = saved_main
             if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(script)):
                 sys.path.pop(0)
+        given = _own_options_given_to(script_args)
+        if status == EXIT_SCRIPT_FAILED and given and not terminated.note:
+            # The usual cause: torchleak's option written after the script, as before the
+            # convention; the script's own parser then refused it.
+            print(f"torchleak: the script failed after it was given {', '.join(given)}, "
+                  f"torchleak's option{'s' if len(given) > 1 else ''} too: torchleak's options "
+                  f"go before the script (python -m torchleak run [options] {script} "
+                  f"[its arguments])", file=sys.stderr)
         # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
         # still running within seconds: rank 0 waits less for the others.
         timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]

@@ -210,8 +210,8 @@ def test_the_cli_prints_the_forensics_when_the_script_dies_of_an_oom(tmp_path):
         "    history.append(torch.empty(1 << 20, dtype=torch.uint8, device='fakegpu'))\n"
         "    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).step()\n")
     env = dict(os.environ, PYTHONPATH=str(HERE))
-    proc = subprocess.run([sys.executable, "-m", "torchleak", "run", str(script), "--json",
-                           str(tmp_path / "r.json")], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "torchleak", "run", "--json",
+                           str(tmp_path / "r.json"), str(script)], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert "torch.OutOfMemoryError" in proc.stderr

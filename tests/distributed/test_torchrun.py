@@ -89,8 +89,8 @@ def test_a_rank_that_raises_mid_run(torchrun, tmp_path):
 def test_a_hung_rank_does_not_hold_back_the_others(tmp_path):
     """Rank 1 never finishes: rank 0 writes the merged report after the gather timeout,
     naming rank 1 as missing; then the job is stopped (torchrun would wait forever)."""
-    cmd = torchrun_command(2, "-m", "torchleak", "run", SCRIPT, "--json",
-                           str(tmp_path / "job.json"), "--gather-timeout", "3")
+    cmd = torchrun_command(2, "-m", "torchleak", "run", "--json",
+                           str(tmp_path / "job.json"), "--gather-timeout", "3", SCRIPT)
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=job_env(HANG_RANK="1"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

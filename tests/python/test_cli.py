@@ -33,7 +33,7 @@ def test_leaky_script_fails_with_fail_on_leak_and_writes_json(tmp_path):
     script.write_text(LEAKY)
     out = tmp_path / "out.json"
     html = tmp_path / "out.html"
-    proc = run_cli("run", str(script), "--json", str(out), "--html", str(html), "--fail-on-leak")
+    proc = run_cli("run", "--json", str(out), "--html", str(html), "--fail-on-leak", str(script))
     assert proc.returncode == 1, proc.stderr
     assert "LEAK" in proc.stdout and "train.py:5" in proc.stdout
     report = json.loads(out.read_text())
@@ -49,7 +49,7 @@ def test_leaky_script_fails_with_fail_on_leak_and_writes_json(tmp_path):
 def test_leaky_script_without_fail_on_leak_exits_0(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(LEAKY)
-    assert run_cli("run", str(script), "--quiet").returncode == 0
+    assert run_cli("run", "--quiet", str(script)).returncode == 0
 
 
 def test_clean_script_exits_0(tmp_path):
@@ -59,18 +59,37 @@ def test_clean_script_exits_0(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_script_arguments_after_double_dash_reach_the_script(tmp_path):
+def test_everything_after_the_script_is_the_scripts_own(tmp_path):
+    # The convention of python -m cProfile and memray run: torchleak's options before the
+    # script; after it, `--json` and `--` included, the script's arguments untouched.
     script = tmp_path / "args.py"
-    script.write_text("import sys\nassert sys.argv[1:] == ['--json', 'x', 'y'], sys.argv\n")
-    proc = run_cli("run", str(script), "--quiet", "--", "--json", "x", "y")
+    script.write_text("import sys\nassert sys.argv[1:] == ['--json', 'x', '--', 'y'], sys.argv\n")
+    proc = run_cli("run", "--quiet", str(script), "--json", "x", "--", "y")
     assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_script_refusing_a_torchleak_option_gets_a_hint(tmp_path):
+    script = tmp_path / "strict.py"
+    script.write_text("import argparse\nargparse.ArgumentParser().parse_args()\n")
+    proc = run_cli("run", str(script), "--json", "out.json", cwd=tmp_path)
+    assert proc.returncode == 3
+    assert "unrecognized arguments: --json out.json" in proc.stderr  # the script's own parser
+    assert ("torchleak: the script failed after it was given --json, torchleak's option too: "
+            "torchleak's options go before the script") in proc.stderr
+    assert not (tmp_path / "out.json").exists()
+    # A script that takes its own --json gets no hint.
+    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--json')\n"
+                      "p.parse_args()\n")
+    proc = run_cli("run", "--quiet", str(script), "--json", "out.json", cwd=tmp_path)
+    assert proc.returncode == 0 and "torchleak's options go before" not in proc.stderr
 
 
 def test_failing_script_exits_3_and_still_reports(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text("import torch\nkeep = torch.ones(10)\nraise RuntimeError('script bug')\n")
     out = tmp_path / "r.json"
-    proc = run_cli("run", str(script), "--json", str(out))
+    proc = run_cli("run", "--json", str(out), str(script))
     assert proc.returncode == 3
     assert "script bug" in proc.stderr
     assert json.loads(out.read_text())["schema_version"] == "torchleak.report/1"
@@ -84,11 +103,12 @@ def test_failing_script_exits_3_and_still_reports(tmp_path):
     ["run", "--warmup", "x", "s.py"],
     ["run", "--bogus", "s.py"],
     ["run", "does-not-exist.py"],
-    ["run", "s.py", "--json", "missing-dir/r.json"],   # checked before the script runs
-    ["run", "s.py", "--json", "r.txt"],                # unknown extension
-    ["run", "s.py", "--html", "."],                    # a directory
-    ["run", "s.py", "--warmup", str(10**12)],
-    ["run", "s.py", "--warmup", "-1"],
+    ["run", "--json", "missing-dir/r.json", "s.py"],   # checked before the script runs
+    ["run", "--json", "r.txt", "s.py"],                # unknown extension
+    ["run", "--html", ".", "s.py"],                    # a directory
+    ["run", "--warmup", str(10**12), "s.py"],
+    ["run", "--warmup", "-1", "s.py"],
+    ["run", "--every", "2", "s.py"],                   # belongs to --watch
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, tmp_path):
     (tmp_path / "s.py").write_text("pass\n")
@@ -104,7 +124,7 @@ def test_an_unwritable_output_is_a_usage_error_before_the_script_runs(tmp_path):
     locked.mkdir(mode=0o500)
     script = tmp_path / "s.py"
     script.write_text("open('ran', 'w').close()\n")
-    proc = run_cli("run", str(script), "--json", str(locked / "r.json"), cwd=tmp_path)
+    proc = run_cli("run", "--json", str(locked / "r.json"), str(script), cwd=tmp_path)
     assert proc.returncode == 2 and "not writable" in proc.stderr
     assert not (tmp_path / "ran").exists()
 
@@ -114,7 +134,7 @@ def test_relative_outputs_resolve_where_the_command_ran_not_after_the_scripts_ch
     elsewhere.mkdir()
     script = tmp_path / "moves.py"
     script.write_text(LEAKY + f"import os\nos.chdir({str(elsewhere)!r})\n")
-    proc = run_cli("run", str(script), "--quiet", "--json", "r.json", cwd=tmp_path)
+    proc = run_cli("run", "--quiet", "--json", "r.json", str(script), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "r.json").exists() and not (elsewhere / "r.json").exists()
 
@@ -123,21 +143,21 @@ def test_os_exit_in_the_script_still_writes_the_report(tmp_path):
     script = tmp_path / "bail.py"
     script.write_text(LEAKY + "import os\nos._exit(7)\nprint('not reached')\n")
     out = tmp_path / "r.json"
-    proc = run_cli("run", str(script), "--json", str(out))
+    proc = run_cli("run", "--json", str(out), str(script))
     assert proc.returncode == 3  # as documented: the run failed, by sys.exit or os._exit
     assert "not reached" not in proc.stdout and "LEAK" in proc.stdout
     report = json.loads(out.read_text())
     assert report["iterations"] == 6 and any(f["verdict"] == "leak" for f in report["findings"])
     # os._exit(0) is a finished run: its status is the verdict's, as after sys.exit(0).
     script.write_text(LEAKY + "import os\nos._exit(0)\n")
-    assert run_cli("run", str(script), "--quiet").returncode == 0
-    assert run_cli("run", str(script), "--quiet", "--fail-on-leak").returncode == 1
+    assert run_cli("run", "--quiet", str(script)).returncode == 0
+    assert run_cli("run", "--quiet", "--fail-on-leak", str(script)).returncode == 1
 
 
 def test_the_scripts_traceback_begins_at_the_script_not_at_torchleak(tmp_path):
     script = tmp_path / "broken.py"
     script.write_text("def f():\n    raise KeyError('no such batch')\nf()\n")
-    proc = run_cli("run", str(script), "--quiet")
+    proc = run_cli("run", "--quiet", str(script))
     assert proc.returncode == 3
     lines = proc.stderr.splitlines()
     start = lines.index("Traceback (most recent call last):")
@@ -149,7 +169,7 @@ def test_the_scripts_traceback_begins_at_the_script_not_at_torchleak(tmp_path):
 def test_sys_exit_with_a_message_shows_it(tmp_path):
     script = tmp_path / "quit.py"
     script.write_text("import sys\nsys.exit('config file missing')\n")
-    proc = run_cli("run", str(script), "--quiet")
+    proc = run_cli("run", "--quiet", str(script))
     assert proc.returncode == 3
     assert "config file missing" in proc.stderr
 
@@ -189,7 +209,7 @@ def test_a_forked_child_that_exits_reports_nothing(tmp_path, child_exit):
         code = code.replace("sys.exit(os._exit(0))", "os._exit(0)")
     script.write_text(code)
     out = tmp_path / "out.json"
-    proc = run_cli("run", str(script), "--json", str(out))
+    proc = run_cli("run", "--json", str(out), str(script))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("torchleak report:") == 1, proc.stdout
     assert json.loads(out.read_text())["iterations"] == 6  # the parent's, not the child's 3
@@ -208,8 +228,8 @@ def test_ctrl_c_while_the_report_is_built_still_saves_it_without_paths(tmp_path)
             "        raise KeyboardInterrupt\n"
             "    return real(self, *a, **k)\n"
             "t.Tracker.report = report\n"
-            f"sys.exit(m.main(['run', {str(script)!r}, '--json', {str(out)!r}, "
-            f"'--html', {str(html)!r}]))")
+            f"sys.exit(m.main(['run', '--json', {str(out)!r}, "
+            f"'--html', {str(html)!r}, {str(script)!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 3, proc.stdout + proc.stderr  # the run did not finish cleanly

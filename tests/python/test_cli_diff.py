@@ -44,7 +44,7 @@ def reports(tmp_path_factory):
         script = root / name / "train.py"
         script.write_text(source)
         paths[name] = root / f"{name}.json"
-        proc = run_cli("run", str(script), "--quiet", "--json", str(paths[name]))
+        proc = run_cli("run", "--quiet", "--json", str(paths[name]), str(script))
         assert proc.returncode == 0, proc.stderr
     return paths
 

@@ -97,8 +97,8 @@ def test_the_cli_says_so_on_stderr(tmp_path):
     launcher = ("import sys; from torchleak import _core; "
                 "_core._disable_frame_capture_for_testing(True); "
                 "from torchleak.__main__ import main; sys.exit(main(sys.argv[1:]))")
-    proc = subprocess.run([sys.executable, "-c", launcher, "run", str(script),
-                           "--json", str(tmp_path / "r.json")],
+    proc = subprocess.run([sys.executable, "-c", launcher, "run",
+                           "--json", str(tmp_path / "r.json"), str(script)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "allocation sites are unavailable" in proc.stderr

@@ -116,8 +116,8 @@ def test_the_cli_writes_redacted_reports_with_redact(tmp_path):
     script.write_text(SCRIPT.replace("with torchleak.track(warmup=1) as tracker:", "if True:")
                       .replace("        tracker.step()", "        torchleak.step()")
                       .replace('report = tracker.report(roots={"customers": customers})\n', ""))
-    proc = subprocess.run([sys.executable, "-m", "torchleak", "run", str(script), "--quiet",
-                           "--redact", "--json", "r.json", "--html", "r.html"], cwd=project,
+    proc = subprocess.run([sys.executable, "-m", "torchleak", "run", "--quiet",
+                           "--redact", "--json", "r.json", "--html", "r.html", str(script)], cwd=project,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for name in ("r.json", "r.html"):

@@ -139,8 +139,8 @@ print("finished all steps")
 def test_cli_watch(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, "-m", "torchleak", "run", str(script), "--watch",
-                          "--every", "2", "--json", str(tmp_path / "w.json"), "--quiet"],
+    out = subprocess.run([sys.executable, "-m", "torchleak", "run", "--watch",
+                          "--every", "2", "--json", str(tmp_path / "w.json"), "--quiet", str(script)],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "finished all steps" in out.stdout
@@ -159,7 +159,7 @@ def test_cli_watch(tmp_path):
 def test_cli_watch_usage_errors(tmp_path, args, message):
     script = tmp_path / "train.py"
     script.write_text("pass\n")
-    out = subprocess.run([sys.executable, "-m", "torchleak", "run", str(script), *args],
+    out = subprocess.run([sys.executable, "-m", "torchleak", "run", *args, str(script)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert message in out.stderr and "usage:" in out.stderr
