@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format
 PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy \
 	"jupyterlab>=4,<5" "notebook>=7,<8" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
-	xeus-python playwright uv
+	xeus-python playwright uv ruff
 CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
@@ -120,9 +120,11 @@ CXX_SOURCES = $$(find core kernel_ext/src tests/core tests/device -name '*.h' -o
 format:
 	clang-format -i $(CXX_SOURCES)
 
-# The one .clang-format holds for every C++ file.
-test-format: debian-packages
+# The one .clang-format holds for every C++ file; ruff (pyproject's [tool.ruff]) for every
+# Python file.
+test-format: debian-packages venv
 	clang-format --dry-run --Werror $(CXX_SOURCES)
+	$(PY) -m ruff check .
 
 clean:
 	rm -rf build

@@ -19,8 +19,9 @@ and an autograd graph of 10^5 nodes, the target block at the far end of the grap
 cross everything), timed next to CPython's own gc.collect() over the same heap.
 And the notebook's costs (issue #10): what watch mode adds to a trivial cell, and the fixed
 cost of %%leakcheck, in an in-process IPython shell with torch loaded.
-Targets from the issues: at most 5% on (a), at most 1% for watch() on (c), at most 300 ns per allocation event with stacks,
-at most 100 ms for the walk, at most 20 ms per trivial cell in watch mode and 50 ms fixed cost.
+Targets from the issues: at most 5% on (a), at most 1% for watch() on (c), at most 300 ns per
+allocation event with stacks, at most 100 ms for the walk, at most 20 ms per trivial cell in
+watch mode and 50 ms fixed cost.
 """
 
 import gc
@@ -302,9 +303,9 @@ def main():
          pct(s_ratios["tracemalloc"])),
         (f"(c) training run of {c_steps} steps, untracked", f"{c_med['untracked'] * 1e3:.2f} ms",
          "per step (2-layer transformer, d=128, batch 16, seq 64)"),
-        (f"(c) training run, torchleak.track()", f"{c_med['track'] * 1e3:.2f} ms",
+        ("(c) training run, torchleak.track()", f"{c_med['track'] * 1e3:.2f} ms",
          pct(c_ratios["track"])),
-        (f"(c) training run, torchleak.watch() (defaults)", f"{c_med['watch'] * 1e3:.2f} ms",
+        ("(c) training run, torchleak.watch() (defaults)", f"{c_med['watch'] * 1e3:.2f} ms",
          pct(c_ratios["watch"])),
         ("(c) of which verdicts (watch's own clock)", f"{c_median('watch', 'judging') * 100:.2f}%",
          f"of run time, median; {c_median('watch', 'checks'):.0f} verdict(s) per run"),

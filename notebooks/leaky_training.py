@@ -10,7 +10,7 @@ model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.n
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 loss_history = []
 
-for step in range(12):
+for _ in range(12):
     x = torch.randn(256, 512)
     y = torch.randint(0, 10, (256,))
     hidden = model[1](model[0](x))  # activations saved for backward

@@ -146,7 +146,7 @@ def assert_no_tensor_leak(request):
 
     def check(fn, *args, iterations=DEFAULTS["iterations"], warmup=DEFAULTS["warmup"],
               min_bytes=DEFAULTS["min_bytes"], **kwargs):
-        __tracebackhide__ = True  # noqa: F841 - the failure points at the test's line
+        __tracebackhide__ = True  # the failure points at the test's line
         report = torchleak.check(lambda: fn(*args, **kwargs), iterations=iterations,
                                  warmup=warmup, min_bytes=min_bytes,
                                  roots=_fixture_roots(request.node.funcargs))

@@ -222,7 +222,7 @@ class LeakMagics(Magics):
         warmup = config.warmup if args.warmup is None else args.warmup
         if warmup >= args.n:
             raise UsageError(f"--warmup must be smaller than -n\nusage: {USAGE['leakcheck']}")
-        __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
+        __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
         code = self._compile_cell(cell)
 
         resume_watch = self._pause_watch()
@@ -231,7 +231,7 @@ class LeakMagics(Magics):
         started = time.monotonic()
 
         def run_cell():
-            __tracebackhide__ = True  # noqa: F841
+            __tracebackhide__ = True
             exec(code, self.shell.user_global_ns, self.shell.user_ns)
 
         def after_each(k):

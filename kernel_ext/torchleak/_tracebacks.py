@@ -37,7 +37,7 @@ def show_from_code(shell, failure, code):
                 sys.last_exc = value
             self._showtraceback(etype, value,
                                 self.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=0))
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever went wrong, IPython shows it as it would
             # IPython's own display of it, exactly as without the handler.
             self.showtraceback((etype, value, tb), running_compiled_code=True)
         return None

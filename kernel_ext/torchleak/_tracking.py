@@ -497,7 +497,7 @@ class Tracker:
         KeyboardInterrupt) stops the loop, is noted in the report's warnings (its message as
         ``describe`` words it) and is returned, not raised, so the caller can report what was
         seen before re-raising it."""
-        __tracebackhide__ = True  # noqa: F841 - IPython leaves this frame out of tracebacks
+        __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
         for k in range(iterations):
             try:
                 body()

@@ -21,7 +21,8 @@ PAGE = """<!DOCTYPE html><html><body>
 <div class="jp-Notebook" id="mine"><div class="jp-Cell" id="my-cell"><div class="jp-InputPrompt">[2]:</div>
   <div class="cm-line" id="line-1">x = 1</div><div class="cm-line" id="line-2">kept.append(x)</div></div>
   <div class="jp-OutputArea"><div id="host" style="width: %dpx"></div></div></div>
-<div class="jp-Notebook" id="theirs"><div class="jp-Cell" id="their-cell"><div class="jp-InputPrompt">[7]:</div></div></div>
+<div class="jp-Notebook" id="theirs"><div class="jp-Cell" id="their-cell">
+  <div class="jp-InputPrompt">[7]:</div></div></div>
 </body></html>"""
 
 MOUNT = """async ([source, report, progress]) => {

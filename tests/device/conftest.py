@@ -10,9 +10,9 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
 
-import fakegpu  # noqa: E402
-import hook_checks  # noqa: E402
-import ipython_shell  # noqa: E402
+import fakegpu
+import hook_checks
+import ipython_shell
 
 DEVICE = fakegpu.install()
 DEFAULT_CAPACITY = DEVICE.native.capacity(0)

@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "python"))
 
-import hook_checks  # noqa: E402
+import hook_checks
 
 pytest_plugins = ["pytester"]
 

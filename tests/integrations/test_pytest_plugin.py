@@ -1,8 +1,6 @@
 """The pytest plugin (pytest_torchleak, a pytest11 entry point), run through pytest's own
 pytester: the inner sessions are real pytest runs of the test files written here."""
 
-import json
-import sys
 
 import pytest
 

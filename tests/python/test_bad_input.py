@@ -145,7 +145,7 @@ def test_an_allow_that_is_no_pattern_is_a_value_error(allow):
 
 @pytest.mark.parametrize("version", ["1", "null", "[\"torchleak.report/1\"]", "{}", "true"])
 def test_a_schema_version_of_the_wrong_type_is_a_report_schema_error(version, tmp_path):
-    text = '{"schema_version": %s}' % version
+    text = f'{{"schema_version": {version}}}'
     with pytest.raises(_core.ReportSchemaError, match="not a torchleak.report/1 document"):
         torchleak.Report.from_json(text)
     bad = tmp_path / "bad.json"

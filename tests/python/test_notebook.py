@@ -1,6 +1,4 @@
 """The IPython extension without a kernel: magics, MIME bundles, usage errors, unload."""
-import contextlib
-import io
 import json
 import re
 import sys
@@ -70,7 +68,8 @@ def test_leakcheck_o_keeps_the_report_under_the_users_name(shell):
 
 
 @pytest.mark.parametrize("line", [
-    "-n 0", "-n 10000000000000", "--warmup 99999999999", "-n many", "--bogus", "--min-bytes lots", "-n 3 --warmup 3", "--json", "-n '2",
+    "-n 0", "-n 10000000000000", "--warmup 99999999999", "-n many", "--bogus", "--min-bytes lots",
+    "-n 3 --warmup 3", "--json", "-n '2",
     "-o", "-o 1x", "-o class", "-o a.b",
 ])
 def test_bad_leakcheck_options_are_usage_errors_with_the_usage_line(shell, line):

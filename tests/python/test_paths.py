@@ -1,8 +1,6 @@
 """Retaining paths: why is this tensor still alive (issue 3)."""
-import contextlib
 import dataclasses
 import gc
-import io
 import re
 import sys
 
@@ -492,7 +490,8 @@ def test_the_collector_never_runs_inside_the_walk():
     # can free what the walk is labelling; with the threshold at 1 any allocation would do it.
     t = torch.ones(64, 64)
     block = t.untyped_storage().data_ptr()
-    roots = [("holder", "root", "", {"a": [[t] for _ in range(200)]}), ("other", "root", "", [object() for _ in range(2000)])]
+    roots = [("holder", "root", "", {"a": [[t] for _ in range(200)]}),
+             ("other", "root", "", [object() for _ in range(2000)])]
     blocks = [block]
     seen = []
 

@@ -207,7 +207,7 @@ def test_functools_partial_arguments():
 def test_unbounded_lru_cache():
     sizes = iter(range(64, 64 * 20, 64))
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def causal_mask(n):
         return torch.ones(n, 256)  # ALLOC
 
@@ -241,7 +241,7 @@ def test_forward_hook_closure_on_a_module():
 
 class Classifier(torch.nn.Module):
     def forward(self, x):
-        logits = torch.ones(64, 256) * 2  # ALLOC
+        logits = torch.ones(64, 256) * 2  # ALLOC  # noqa: F841 - the failed frame keeps it
         raise ValueError(f"bad batch {x.shape}")
 
 
@@ -266,7 +266,7 @@ def test_exception_kept_with_its_traceback():
 
 
 def load(batch):
-    decoded = torch.ones(64, 256)  # ALLOC
+    decoded = torch.ones(64, 256)  # ALLOC  # noqa: F841 - the failed frame keeps it
     raise KeyError(batch)
 
 
@@ -694,7 +694,8 @@ def test_a_traced_module_is_one_torchscript_leak_with_what_its_check_kept():
     assert cause["keeper"] == "torch.jit._state._python_cu"
     findings = [report.findings[i] for i in cause["findings"]]
     biggest = findings[0]
-    assert_form(biggest, path="torch.jit._state._python_cu<TorchScript constant of test_retention_forms.Scaler.forward>",
+    assert_form(biggest,
+                path="torch.jit._state._python_cu<TorchScript constant of test_retention_forms.Scaler.forward>",
                 holder=None, site_of=Scaler.__init__, fix="trace once, outside the loop")
     # What the trace check computed is kept by the compiled function's executor, which no Python
     # object reaches: named by where it was allocated, not left as a bare "C++ only".

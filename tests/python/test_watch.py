@@ -1,7 +1,6 @@
 """torchleak.watch(): a long run watched as it goes, with sampling and a bounded history."""
 import json
 import logging
-import os
 import subprocess
 import sys
 

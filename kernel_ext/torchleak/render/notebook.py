@@ -8,6 +8,9 @@ from .format import (LEAKS_SHOWN, allocated_inside_text, cause_groups, empty_tex
                      format_bytes, iteration_unit, fix_html, job_lines, oom_parts, path_code, progress_text, site_text,
                      step_what)
 
+# Secondary text, in the theme's colour where JupyterLab gives one.
+_MUTED = 'style="color:var(--jp-ui-font-color2,#888)"'
+
 _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
                     "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
 
@@ -61,9 +64,9 @@ def _path_details(finding):
         return ""
     rows = []
     for step in path:
-        note = f' <span style="color:var(--jp-ui-font-color2,#888)">{_e(step["note"])}</span>' if step.get("note") else ""
+        note = f' <span {_MUTED}>{_e(step["note"])}</span>' if step.get("note") else ""
         rows.append(f'<div style="margin-left:12px;font-family:monospace;text-align:left">'
-                    f'<b>{_e(step.get("label"))}</b> <span style="color:var(--jp-ui-font-color2,#888)">{_e(step.get("kind"))}</span> '
+                    f'<b>{_e(step.get("label"))}</b> <span {_MUTED}>{_e(step.get("kind"))}</span> '
                     f'{_e(step_what(step))}{note}</div>')
     holder = finding.get("holder")
     holder_text = (f' &middot; holder {path_code(holder)} '
@@ -93,8 +96,10 @@ def _finding_row(f):
     fix = fix_html(f)
     if f.get("ranks_text"):
         source_html += f'<br><b>{_e(f["ranks_text"])}</b>'
-    return (f'<tr data-testid="finding-row"><td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
-            f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> {_e(f["site"].get("function"))}'
+    return (f'<tr data-testid="finding-row">'
+            f'<td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
+            f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> '
+            f'{_e(f["site"].get("function"))}'
             f'{source_html}</td>'
             f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["bytes_per_iteration"]))}/it</td>'
             f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["total_bytes"]))}</td>'
@@ -103,7 +108,7 @@ def _finding_row(f):
 
 def _cause(cause, testid="cause"):
     return (f'<div data-testid="{testid}" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
-            f'{_e(cause.get("text"))} <span style="color:var(--jp-ui-font-color2,#888)">[{_e(cause.get("severity"))}]</span>'
+            f'{_e(cause.get("text"))} <span {_MUTED}>[{_e(cause.get("severity"))}]</span>'
             f'<br>fix: {_e(cause.get("suggestion"))}</div>')
 
 
@@ -114,7 +119,7 @@ def _cause_group(group, members):
         return _cause(members[0])
     inner = "".join(_cause(cause, "group-cause") for cause in members)
     return (f'<div data-testid="cause-group" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
-            f'{_e(group.get("text"))} <span style="color:var(--jp-ui-font-color2,#888)">[{_e(group.get("severity"))}]</span>'
+            f'{_e(group.get("text"))} <span {_MUTED}>[{_e(group.get("severity"))}]</span>'
             f'<details><summary>the {len(members)} leaks</summary>'
             f'<div style="max-height:20em;overflow:auto;margin-left:12px">{inner}</div></details></div>')
 
