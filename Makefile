@@ -16,7 +16,8 @@ CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: test-matrix test-matrix-full demo test test-core test-device test-python test-widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean
+.PHONY: test-matrix test-matrix-full demo test test-core test-device test-python test-widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean \
+	test-api test-integrations test-distributed test-notebooks test-browser
 
 demo: install
 	@echo "== a training loop that keeps every step's loss with its graph =="
@@ -48,6 +49,12 @@ test-device: install
 test-python: install
 	$(PY) -m pytest -q tests/python tests/integrations tests/distributed tests/notebooks tests/browser
 
+# One target per test folder, for working on one tier (test-python runs them all at once).
+test-api: install
+	$(PY) -m pytest -q tests/python
+test-integrations test-distributed test-notebooks test-browser: test-%: install
+	$(PY) -m pytest -q tests/$*
+
 # The platform matrix (tests/matrix/run.py): torchleak built against other CPython and torch
 # versions, each cell in a uv environment of its own under build/matrix with torch from the
 # package index, running tests/python and the visible leak-case suite. `make test` runs the two
@@ -73,8 +80,13 @@ bench: install
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_verdicts.py
 
+# The suite of real-world leak cases and its scorer live outside this repository, in the team's
+# shared folder beside it; LEAK_CASES=path points elsewhere.
+LEAK_CASES ?= ../shared/leak-cases
 leak-cases: install
-	$(PY) ../shared/leak-cases/run.py
+	@test -f $(LEAK_CASES)/run.py || { echo "make leak-cases: no suite at $(LEAK_CASES)/run.py" \
+	  "(the shared leak-cases folder beside this repository); set LEAK_CASES=path"; exit 2; }
+	$(PY) $(LEAK_CASES)/run.py
 
 deps: debian-packages venv
 

@@ -9,8 +9,7 @@ import re
 import nbformat
 import pytest
 
-from test_jupyterlab import (ALL_NUMBERED, ARTIFACTS, CHROMIUM, COUNT_VIEWS, KERNEL_READY,  # noqa: F401
-                             browser, page_url, serve)
+from jupyter_pages import ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, page_url, serve
 
 SETUP = """%load_ext torchleak
 import time, torch
@@ -117,7 +116,7 @@ def check_links_copy_and_keys(page, many, stopped):
 
 
 def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_dark(
-        front_end, browser):  # noqa: F811
+        front_end, browser):
     kind, url = front_end
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     # The clipboard is readable in a secure context (127.0.0.1 is one) once permitted.

@@ -3,115 +3,12 @@ Chromium through Playwright; the widget must render (curve points, findings rows
 that opens on click), the saved report must come back after save, kernel shutdown and reopen,
 and the static fallback must render in an nbconvert HTML export.
 Screenshots go to tests/browser/artifacts (not committed)."""
-import contextlib
-import os
-import pathlib
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import nbformat
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "tests" / "browser" / "artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
-# Every code cell has a number and none shows [*]: the notebook's run is over.
-ALL_NUMBERED = """() => {
-    const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-    return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
-}"""
-KERNEL_READY = ("() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
-                "window.jupyterapp.shell.currentWidget.sessionContext && "
-                "window.jupyterapp.shell.currentWidget.sessionContext.session && "
-                "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel")
-# Counts every report view the page builds from now on, in window.tlRoots.
-COUNT_VIEWS = """() => {
-    window.tlRoots = 0;
-    new MutationObserver((records) => {
-        for (const r of records) for (const n of r.addedNodes) {
-            if (n.nodeType !== 1) continue;
-            if (n.matches('[data-testid=torchleak-widget]')) window.tlRoots += 1;
-            window.tlRoots += n.querySelectorAll('[data-testid=torchleak-widget]').length;
-        }
-    }).observe(document.body, {childList: true, subtree: true});
-}"""
-
-# The two front ends: JupyterLab 4 and Notebook 7 (built from JupyterLab's parts, with its own
-# page per notebook). Each exposes its application object as window.jupyterapp for the tests.
-FRONT_ENDS = {
-    "lab": (["lab", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
-             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-            "/lab/workspaces/{workspace}/tree/{name}"),
-    "notebook": (["notebook", "--JupyterNotebookApp.expose_app_in_browser=True"],
-                 "/notebooks/{name}"),
-}
-
-
-@contextlib.contextmanager
-def serve(front_end, root):
-    """A Jupyter server on 127.0.0.1 (a free port, a token) serving `root` with `front_end`;
-    yields (base URL, token). Its log is root/server.log."""
-    args, _ = FRONT_ENDS[front_end]
-    port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".jupyter"),
-               JUPYTER_RUNTIME_DIR=str(root / ".runtime"), IPYTHONDIR=str(root / ".ipython"))
-    log = open(root / "server.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", *args, "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"{front_end} did not start:\n" + (root / "server.log").read_text()[-3000:])
-            time.sleep(0.5)
-        yield base, token
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-
-
-def page_url(front_end, base, token, name, workspace="default"):
-    return base + FRONT_ENDS[front_end][1].format(workspace=workspace, name=name) + f"?token={token}"
+from jupyter_pages import ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, ROOT, serve
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import pathlib
 import pytest
 
 from live_reports import deep_chain_report, fifty_lists_report
-from test_jupyterlab import CHROMIUM, browser  # noqa: F401 - the shared browser fixture
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUNDLE = (ROOT / "widgets" / "dist" / "torchleak-widget.js").read_text(encoding="utf-8")
@@ -41,7 +40,7 @@ MOUNT = """async ([source, report, progress]) => {
 }"""
 
 
-def mount(browser, report, width=900, progress=None):  # noqa: F811 - pytest fixture passed in
+def mount(browser, report, width=900, progress=None):
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     page.set_content(PAGE % width)
     page.evaluate(MOUNT, [base64.b64encode(BUNDLE.encode()).decode(), report, progress])
@@ -52,7 +51,7 @@ def fixture(name):
     return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
 
 
-def test_leaks_first_warnings_shown_and_open_rows_survive_a_redraw(browser):  # noqa: F811
+def test_leaks_first_warnings_shown_and_open_rows_survive_a_redraw(browser):
     report = fixture("hostile.json")
     report["findings"].reverse()  # whatever order arrives, sorting by verdict puts leaks first
     page = mount(browser, report)
@@ -71,7 +70,7 @@ def test_leaks_first_warnings_shown_and_open_rows_survive_a_redraw(browser):  # 
     page.close()
 
 
-def test_an_out_of_memory_report_leads_with_its_forensics(browser):  # noqa: F811
+def test_an_out_of_memory_report_leads_with_its_forensics(browser):
     report = fixture("leaky_loop.json")
     report["oom"] = {
         "device": "cuda:0", "error": "OutOfMemoryError", "message": "CUDA out of memory",
@@ -99,7 +98,7 @@ def test_an_out_of_memory_report_leads_with_its_forensics(browser):  # noqa: F81
     page.close()
 
 
-def test_a_clean_run_says_no_leak(browser):  # noqa: F811
+def test_a_clean_run_says_no_leak(browser):
     report = fixture("leaky_loop.json")
     report["findings"] = [f for f in report["findings"] if f["verdict"] != "leak"]
     report["causes"] = []
@@ -109,7 +108,7 @@ def test_a_clean_run_says_no_leak(browser):  # noqa: F811
     page.close()
 
 
-def test_the_chart_fits_a_narrow_output_and_reads_out_on_hover(browser):  # noqa: F811
+def test_the_chart_fits_a_narrow_output_and_reads_out_on_hover(browser):
     page = mount(browser, fixture("leaky_loop.json"), width=300)
     svg = page.locator("svg.tl-curve").first
     box = svg.bounding_box()
@@ -120,7 +119,7 @@ def test_the_chart_fits_a_narrow_output_and_reads_out_on_hover(browser):  # noqa
     page.close()
 
 
-def test_a_site_link_looks_only_in_its_own_notebook(browser):  # noqa: F811
+def test_a_site_link_looks_only_in_its_own_notebook(browser):
     report = fixture("leaky_loop.json")
     report = copy.deepcopy(report)
     leak = next(f for f in report["findings"] if f["verdict"] == "leak")
@@ -145,7 +144,7 @@ def test_a_site_link_looks_only_in_its_own_notebook(browser):  # noqa: F811
     page.close()
 
 
-def test_sorting_and_opening_rows_work_from_the_keyboard(browser):  # noqa: F811
+def test_sorting_and_opening_rows_work_from_the_keyboard(browser):
     page = mount(browser, fixture("hostile.json"))
     view = page.locator("[data-testid=torchleak-widget]")
     view.locator("[data-testid=sort-0]").focus()
@@ -165,7 +164,7 @@ def test_sorting_and_opening_rows_work_from_the_keyboard(browser):  # noqa: F811
     page.close()
 
 
-def test_a_row_shows_its_source_line_and_its_stack_on_demand(browser):  # noqa: F811
+def test_a_row_shows_its_source_line_and_its_stack_on_demand(browser):
     report = fixture("leaky_loop.json")
     leak = next(f for f in report["findings"] if f["verdict"] == "leak")
     leak["site"]["source"] = "losses.append(loss)"
@@ -184,7 +183,7 @@ def test_a_row_shows_its_source_line_and_its_stack_on_demand(browser):  # noqa: 
     page.close()
 
 
-def test_a_fix_copies_its_code_and_prose_is_never_copied(browser):  # noqa: F811
+def test_a_fix_copies_its_code_and_prose_is_never_copied(browser):
     # Issue #31: the button copied the prose sentence; pasted, it was a SyntaxError.
     report = live_report()
     [leak] = [f for f in report["findings"] if f["verdict"] == "leak"]
@@ -207,7 +206,7 @@ def test_a_fix_copies_its_code_and_prose_is_never_copied(browser):  # noqa: F811
     page.close()
 
 
-def test_progress_is_a_bar_with_rate_and_a_stop_button_then_a_run_line(browser):  # noqa: F811
+def test_progress_is_a_bar_with_rate_and_a_stop_button_then_a_run_line(browser):
     report = fixture("leaky_loop.json")
     page = mount(browser, report, progress={"k": 5, "n": 20, "elapsed": 2.5, "remaining": 7.5})
     progress = page.locator("[data-testid=progress]")
@@ -234,7 +233,7 @@ def merged_job_report():
          (2, json.dumps(clean), "failed", "RuntimeError: <img src=x onerror=alert(1)>")], 3))
 
 
-def test_a_merged_job_report_shows_its_ranks_and_where_each_leak_is(browser):  # noqa: F811
+def test_a_merged_job_report_shows_its_ranks_and_where_each_leak_is(browser):
     page = mount(browser, merged_job_report())
     view = page.locator("[data-testid=torchleak-widget]")
     ranks = view.locator("[data-testid=rank]")
@@ -268,7 +267,7 @@ def live_report():
     return json.loads(tracker.report().to_json())
 
 
-def test_every_report_torchleak_writes_passes_the_views_check(browser):  # noqa: F811
+def test_every_report_torchleak_writes_passes_the_views_check(browser):
     page = browser.new_page()
     source = base64.b64encode(BUNDLE.encode()).decode()
     reports = {name: fixture(name) for name in ("empty.json", "hostile.json", "leaky_loop.json")}
@@ -301,7 +300,7 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))
-def test_a_malformed_report_draws_what_fits_and_names_what_it_dropped(browser, name):  # noqa: F811
+def test_a_malformed_report_draws_what_fits_and_names_what_it_dropped(browser, name):
     change, said = MALFORMED[name]
     page = mount(browser, malformed(change))
     view = page.locator("[data-testid=torchleak-widget]")
@@ -313,7 +312,7 @@ def test_a_malformed_report_draws_what_fits_and_names_what_it_dropped(browser, n
     page.close()
 
 
-def test_a_report_that_is_not_an_object_says_so_in_its_output(browser):  # noqa: F811
+def test_a_report_that_is_not_an_object_says_so_in_its_output(browser):
     for raw in ("a string", [1, 2], 7):
         page = mount(browser, raw)
         problem = page.locator("[data-testid=report-problem]")
@@ -321,7 +320,7 @@ def test_a_report_that_is_not_an_object_says_so_in_its_output(browser):  # noqa:
         page.close()
 
 
-def test_a_400000_point_curve_is_drawn_in_a_few_hundred_points(browser):  # noqa: F811
+def test_a_400000_point_curve_is_drawn_in_a_few_hundred_points(browser):
     report = fixture("leaky_loop.json")
     n = 400_000
     report["devices"][0]["allocated"] = [i * 4096 for i in range(n)]
@@ -338,7 +337,7 @@ def test_a_400000_point_curve_is_drawn_in_a_few_hundred_points(browser):  # noqa
     page.close()
 
 
-def test_a_long_path_is_shortened_wraps_and_keeps_the_table_inside_500_px(browser):  # noqa: F811
+def test_a_long_path_is_shortened_wraps_and_keeps_the_table_inside_500_px(browser):
     # Before: the report was 9,385 px wide in a 968 px output, the holder 8,000 px to the right,
     # and the fix repeated the whole path.
     report = deep_chain_report()
@@ -361,7 +360,7 @@ def test_a_long_path_is_shortened_wraps_and_keeps_the_table_inside_500_px(browse
 
 
 @pytest.mark.parametrize("name", ["leaky_loop.json", "hostile.json"])
-def test_an_ordinary_report_fits_a_500_px_split_pane(browser, name):  # noqa: F811
+def test_an_ordinary_report_fits_a_500_px_split_pane(browser, name):
     page = mount(browser, fixture(name), width=500)
     view = page.locator("[data-testid=torchleak-widget]")
     rows = view.locator("[data-testid=finding-row]")
@@ -371,7 +370,7 @@ def test_an_ordinary_report_fits_a_500_px_split_pane(browser, name):  # noqa: F8
     page.close()
 
 
-def test_fifty_leaks_in_one_object_are_one_line_and_the_view_stays_short(browser):  # noqa: F811
+def test_fifty_leaks_in_one_object_are_one_line_and_the_view_stays_short(browser):
     report = fifty_lists_report()
     assert len(report["causes"]) == 50
     [group] = report["cause_groups"]
@@ -402,7 +401,7 @@ def test_fifty_leaks_in_one_object_are_one_line_and_the_view_stays_short(browser
     page.close()
 
 
-def test_leaks_past_the_first_three_are_behind_show_more(browser):  # noqa: F811
+def test_leaks_past_the_first_three_are_behind_show_more(browser):
     report = fifty_lists_report()
     del report["cause_groups"]  # a report from before groups: every cause alone
     page = mount(browser, report)
@@ -419,7 +418,7 @@ def test_leaks_past_the_first_three_are_behind_show_more(browser):  # noqa: F811
     page.close()
 
 
-def test_the_legend_is_above_the_lines_and_a_watch_trend_runs_along_the_data(browser):  # noqa: F811
+def test_the_legend_is_above_the_lines_and_a_watch_trend_runs_along_the_data(browser):
     # Watch mode: a point per run of any cell; the leak's rate is per run of the leaking cell
     # (every third run here). At that rate the trend line ended far below the data's start.
     report = fixture("leaky_loop.json")
