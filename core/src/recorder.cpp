@@ -80,9 +80,12 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
     d_events.fetch_add(1, std::memory_order_relaxed);
     d_allocations.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(d_mutex);
+    if (ptr == 0) {
+        return; // a zero-byte allocation: no block, nothing to lose
+    }
     DeviceState* st = deviceState(device);
-    if (st == nullptr || ptr == 0) {
-        d_dropped.fetch_add(1, std::memory_order_relaxed);
+    if (st == nullptr) {
+        d_dropped.fetch_add(1, std::memory_order_relaxed); // more devices than kMaxDevices
         return;
     }
     try {

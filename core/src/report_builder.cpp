@@ -197,6 +197,7 @@ class ReportBuilder {
         d_report.causes = groupCauses(d_report, d_inputs.config);
         warnAboutShadowedIterations();
         warnAboutRejectedTotals();
+        warnAboutDroppedEvents();
         d_report.summary = summarize(d_report);
         if (d_inputs.out_of_memory) {
             addOutOfMemoryForensics();
@@ -1095,6 +1096,16 @@ class ReportBuilder {
     }
 
     // A device whose allocator sent totals that cannot be right is shown with tracked bytes.
+    void warnAboutDroppedEvents() {
+        if (const uint64_t dropped = d_recorder.droppedEvents()) {
+            d_report.warnings.push_back(
+                std::to_string(dropped) +
+                " allocation(s) could not be recorded (more devices than torchleak tracks, or "
+                "memory exhausted while its tables grew): their blocks are missing from this "
+                "report");
+        }
+    }
+
     void warnAboutRejectedTotals() {
         if (d_boundaries.empty()) {
             return;

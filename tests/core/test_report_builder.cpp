@@ -543,3 +543,25 @@ TEST_CASE("Blocks freed after tracking stopped keep the run's verdict and are ne
     REQUIRE(unsure.warnings.size() == 1);
     REQUIRE(unsure.warnings[0].rfind("more blocks were freed after tracking stopped", 0) == 0);
 }
+
+TEST_CASE("Allocations that could not be recorded are a warning; zero-byte ones are nothing") {
+    AllocationRecorder rec;
+    std::vector<RawFrame> site = {{0x1, 7}};
+    rec.recordAlloc(0, 0, kCpu, site, nullptr, 0, 0, false); // torch.empty(0): no block
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ReportInputs in;
+    rec.markBoundary();
+    REQUIRE(rec.droppedEvents() == 0);
+    REQUIRE(buildReport(rec, in, sym, desc, nullptr).warnings.empty());
+    // One device more than the recorder has slots for.
+    for (int8_t index = 0; index <= 32; ++index) {
+        rec.recordAlloc(0x4000000 + static_cast<uintptr_t>(index) * 0x1000, 64, DeviceKey{1, index},
+                        site, nullptr, 0, 0, false);
+    }
+    rec.markBoundary();
+    REQUIRE(rec.droppedEvents() == 1);
+    const Report r = buildReport(rec, in, sym, desc, nullptr);
+    REQUIRE(r.warnings.size() == 1);
+    REQUIRE(r.warnings[0].rfind("1 allocation(s) could not be recorded", 0) == 0);
+}

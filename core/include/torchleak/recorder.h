@@ -193,6 +193,8 @@ class AllocationRecorder {
     uint64_t allocationCount() const noexcept {
         return d_allocations.load(std::memory_order_relaxed);
     }
+    // Allocations that could not be recorded (a device past kMaxDevices, or memory exhausted
+    // while a table grew): the report says so, since their blocks are missing from it.
     uint64_t droppedEvents() const noexcept { return d_dropped.load(std::memory_order_relaxed); }
     uint64_t skippedEvents() const noexcept { return d_skipped.load(std::memory_order_relaxed); }
     size_t liveBlockCount() const;
