@@ -72,8 +72,8 @@ def test_the_cli_writes_every_output_it_can_and_says_which_failed(tmp_path):
     json_path.write_text("the earlier run's report")
     # The JSON path becomes unwritable after the CLI checked it: its directory entry is a
     # directory now, so the rename onto it fails.
-    code = (f"import os, runpy, sys; sys.argv = ['torchleak', 'run', {str(script)!r}, "
-            f"'--json', {str(json_path)!r}, '--html', {str(html)!r}]; "
+    code = (f"import os, runpy, sys; sys.argv = ['torchleak', 'run', "
+            f"'--json', {str(json_path)!r}, '--html', {str(html)!r}, {str(script)!r}]; "
             "import torchleak.__main__ as m; orig = m._finish\n"
             "def finish(*a, **k):\n"
             f"    os.remove({str(json_path)!r}); os.mkdir({str(json_path)!r}); return orig(*a, **k)\n"
