@@ -1095,7 +1095,6 @@ class ReportBuilder {
         }
     }
 
-    // A device whose allocator sent totals that cannot be right is shown with tracked bytes.
     void warnAboutDroppedEvents() {
         if (const uint64_t dropped = d_recorder.droppedEvents()) {
             d_report.warnings.push_back(
@@ -1106,6 +1105,7 @@ class ReportBuilder {
         }
     }
 
+    // A device whose allocator sent totals that cannot be right is shown with tracked bytes.
     void warnAboutRejectedTotals() {
         if (d_boundaries.empty()) {
             return;

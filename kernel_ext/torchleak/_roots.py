@@ -43,14 +43,20 @@ _kind_cache = {}
 _kind_cache_prefixes = None
 
 
+def _caches_for(library_prefixes, package_prefixes):
+    """Empties the kind caches (_kind_cache, _module_kinds) when the prefixes changed."""
+    global _kind_cache_prefixes
+    prefixes = (tuple(library_prefixes), tuple(package_prefixes))
+    if prefixes != _kind_cache_prefixes:
+        _kind_cache.clear()
+        _module_kinds.clear()
+        _kind_cache_prefixes = prefixes
+
+
 def _file_kind(path, library_prefixes, package_prefixes):
     """"user", "package" (an installed third-party package) or "library" (torch, the standard
     library, torchleak, code with no file): the frame rule's classes, longest prefix winning."""
-    global _kind_cache, _kind_cache_prefixes
-    prefixes = (tuple(library_prefixes), tuple(package_prefixes))
-    if prefixes != _kind_cache_prefixes:
-        _kind_cache, _kind_cache_prefixes = {}, prefixes
-        _module_kinds.clear()
+    _caches_for(library_prefixes, package_prefixes)
     kind = _kind_cache.get(path)
     if kind is None:
         kind = _kind_cache[path] = _classify_file(path, library_prefixes, package_prefixes)
@@ -60,15 +66,15 @@ def _file_kind(path, library_prefixes, package_prefixes):
 # sys.modules' entries by name: (the module, weakly; its kind). A watched cell collects roots
 # every run, and telling ~1,200 modules apart took most of it; a module's kind does not change
 # while it is loaded. Nothing here keeps a module, or its globals' tensors, alive. Emptied
-# with _kind_cache when the prefixes change.
+# with _kind_cache when the prefixes change (_caches_for).
 _module_kinds = {}
 
 
 def _module_kind(modname, module, library_prefixes, package_prefixes):
     """("user" | "package" | None, namespace) for a sys.modules entry (None: not walked)."""
+    _caches_for(library_prefixes, package_prefixes)
     cached = _module_kinds.get(modname)
-    if cached is not None and cached[0]() is module and _kind_cache_prefixes == (
-            tuple(library_prefixes), tuple(package_prefixes)):
+    if cached is not None and cached[0]() is module:
         return cached[1], (_module_dict(module) if cached[1] else None)
     kind, namespace = None, None
     if module is not None and modname != "__main__" and not modname.startswith("torchleak") \
