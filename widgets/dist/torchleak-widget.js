@@ -448,11 +448,21 @@ function render({ model, el: host }) {
   let sortBy = null, descending = true;
   let focusAfterDraw = null; // a sort header keeps the keyboard focus across the redraw
   let showAllCauses = false, showAllRows = false; // "show N more", kept across redraws
-  // A button that flips a "show more" state and redraws, keeping the keyboard focus on itself.
-  const moreButton = (text, testid, flip) => {
+  // "show 47 more leaks" / "show fewer leaks": flips its state and redraws, keeping the
+  // keyboard focus on itself.
+  const moreButton = (hidden, noun, shownAll, testid, flip) => {
+    const text = shownAll ? `show fewer ${noun}s` : `show ${hidden} more ${noun}${hidden === 1 ? "" : "s"}`;
     const button = el("button", { class: "tl-more", type: "button", "data-testid": testid }, text);
     button.addEventListener("click", () => { flip(); focusAfterDraw = testid; draw(); });
     return button;
+  };
+  // A <details> the user opened stays open across redraws (a live update, a sort); the toggle
+  // event is sent again so that what it builds when opened (a stack's frames) is built.
+  const rememberOpen = (details, key) => {
+    details.open = opened.has(key);
+    if (details.open) details.dispatchEvent(new Event("toggle"));
+    details.addEventListener("toggle", () => { if (details.open) opened.add(key); else opened.delete(key); });
+    return details;
   };
   const opened = new Set();
   // The holder is part of a finding's identity: one site's outputs kept in two lists are two rows.
@@ -516,22 +526,18 @@ function render({ model, el: host }) {
       const box = el("div", { class: "tl-capped" });
       for (const cause of members) box.appendChild(causeLine(cause, "group-cause"));
       details.appendChild(box);
-      const key = `group\u001f${group.container || ""}\u001f${members[0].text}`;
-      details.open = opened.has(key);
-      details.addEventListener("toggle", () => { if (details.open) opened.add(key); else opened.delete(key); });
-      line.appendChild(details);
+      line.appendChild(rememberOpen(details, `group\u001f${group.container || ""}\u001f${members[0].text}`));
       return line;
     };
     groups.slice(0, LEAKS_SHOWN).forEach((g) => root.appendChild(groupLine(g)));
     if (groups.length > LEAKS_SHOWN) {
-      const rest = groups.length - LEAKS_SHOWN;
       if (showAllCauses) {
         const box = el("div", { class: "tl-capped", "data-testid": "more-causes" });
         groups.slice(LEAKS_SHOWN).forEach((g) => box.appendChild(groupLine(g)));
         root.appendChild(box);
       }
-      root.appendChild(moreButton(showAllCauses ? "show fewer leaks" : `show ${rest} more leak${rest === 1 ? "" : "s"}`,
-                                  "show-more-causes", () => { showAllCauses = !showAllCauses; }));
+      root.appendChild(moreButton(groups.length - LEAKS_SHOWN, "leak", showAllCauses, "show-more-causes",
+                                  () => { showAllCauses = !showAllCauses; }));
     }
     for (const device of report.devices || []) {
       const box = el("div", { class: "tl-device", "data-testid": "growth-curve" });
@@ -599,13 +605,7 @@ function render({ model, el: host }) {
         const cell = el("td", { colspan: String(COLUMNS.length) });
         const k = rowKey(f);
         // Rows the user opened stay open across redraws, the path and the stack each.
-        const keep = (details, key) => {
-          details.open = opened.has(key);
-          if (details.open) details.dispatchEvent(new Event("toggle"));
-          details.addEventListener("toggle", () => { if (details.open) opened.add(key); else opened.delete(key); });
-          cell.appendChild(details);
-          return details;
-        };
+        const keep = (details, key) => cell.appendChild(rememberOpen(details, key));
         const tree = (f.path || []).length ? keep(pathTree(f), k) : null;
         if ((f.stack || []).length) keep(stackTree(f), `${k}\u001fstack`);
         detailRow.appendChild(cell);
@@ -631,9 +631,8 @@ function render({ model, el: host }) {
     tableBox.appendChild(table);
     root.appendChild(tableBox);
     if (sorted.length > ROWS_SHOWN) {
-      const rest = sorted.length - ROWS_SHOWN;
-      root.appendChild(moreButton(showAllRows ? "show fewer findings" : `show ${rest} more finding${rest === 1 ? "" : "s"}`,
-                                  "show-more-findings", () => { showAllRows = !showAllRows; }));
+      root.appendChild(moreButton(sorted.length - ROWS_SHOWN, "finding", showAllRows, "show-more-findings",
+                                  () => { showAllRows = !showAllRows; }));
     }
     if (summary.empty_text) root.appendChild(el("div", {}, summary.empty_text));
     if (focusAfterDraw) {
