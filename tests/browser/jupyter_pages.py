@@ -97,3 +97,12 @@ def serve(front_end, root):
 
 def page_url(front_end, base, token, name, workspace="default"):
     return base + FRONT_ENDS[front_end][1].format(workspace=workspace, name=name) + f"?token={token}"
+
+
+def save_and_shut_down(page):
+    """Saves the page's notebook, waits until it is saved, and shuts its kernel down: what is
+    drawn on reopening is what the file kept."""
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+                           timeout=30_000)
+    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.shutdown()")

@@ -9,7 +9,8 @@ import re
 import nbformat
 import pytest
 
-from jupyter_pages import ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, page_url, serve
+from jupyter_pages import (ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, page_url,
+                           save_and_shut_down, serve)
 
 SETUP = """%load_ext torchleak
 import time, torch
@@ -180,10 +181,7 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
 
     # Saved, the kernel shut down, the notebook reopened: the reports come back, drawn by
     # torchleak's extension from the saved MIME type.
-    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
-    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
-                           timeout=30_000)
-    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.shutdown()")
+    save_and_shut_down(page)
     context.close()
     reopened = browser.new_page(viewport={"width": 1280, "height": 1400}, device_scale_factor=1)
     reopened.goto(url)

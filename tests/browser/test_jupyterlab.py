@@ -8,7 +8,8 @@ import shutil
 import nbformat
 import pytest
 
-from jupyter_pages import ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, ROOT, serve
+from jupyter_pages import (ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, ROOT,
+                           save_and_shut_down, serve)
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +64,7 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     assert "ctx.stage_out = out" in highlighted.text_content()
     # Save, shut the kernel down, reopen: the reports come back, drawn by torchleak's lab
     # extension from the saved MIME type (no widget state is saved by default).
-    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
-    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
-                           timeout=30_000)
-    page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.shutdown()")
+    save_and_shut_down(page)
     page.close()
     reopened = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
     reopened.goto(f"{base}/lab/tree/tour.ipynb?token={token}")
