@@ -132,12 +132,18 @@ def pytest_counts(output):
     return {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)", tail)}
 
 
+def failed_tests(output):
+    """The ids pytest's short summary names as failed or in error (`-rfE` is pytest's default)."""
+    return re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
+
+
 def run_cell(spec, leak_cases, log_dir):
     python_version, torch_version = CELL.match(spec).groups()
     name = f"py{python_version}-torch{torch_version}"
     cell_dir = os.path.join(MATRIX_DIR, name)
     os.makedirs(cell_dir, exist_ok=True)
-    result = {"cell": spec, "python": None, "torch": None, "tier": None, "leak_cases": None,
+    result = {"cell": spec, "python": None, "torch": None, "tier": None, "failed_tests": [],
+              "leak_cases": None,
               "ok": False, "error": None, "log": os.path.join(log_dir, name + ".log")}
     started = time.monotonic()
     with open(result["log"], "w") as log:
@@ -155,6 +161,7 @@ def run_cell(spec, leak_cases, log_dir):
             code, out = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              "tests/python"], log, timeout=1800, env=env)
             result["tier"] = pytest_counts(out)
+            result["failed_tests"] = failed_tests(out)
             tier_ok = code == 0
             suite_ok = True
             if leak_cases:
@@ -188,6 +195,9 @@ def describe(result):
             f"({result['seconds']} s)")
     if result["error"]:
         line += f"\n{'':14}{result['error']} — log: {os.path.relpath(result['log'], ROOT)}"
+    # A failure on a CI machine is read from this output alone: the log stays on that machine.
+    for test in result.get("failed_tests") or []:
+        line += f"\n{'':14}failed: {test}"
     return line
 
 
