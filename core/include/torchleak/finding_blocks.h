@@ -1,0 +1,50 @@
+#pragma once
+// A finding's live blocks as the report reads them, which of them get a retaining path looked
+// for, and which one's path stands for the finding.
+
+#include "torchleak/retention.h"
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+namespace torchleak {
+
+// Ordered by birth iteration, then size, then allocation sequence: sorted descending, the
+// newest iteration comes first and, within it, the biggest block (the bytes that matter, not a
+// scalar allocated on the same line).
+struct FindingBlock {
+    uint32_t birth = 0; // the iteration it was allocated in
+    uint64_t size = 0;
+    uint64_t sequence = 0; // allocation order
+    uintptr_t block = 0;
+    uint64_t weight = 0; // the bytes it stands for (size, or more when sampled)
+
+    friend auto operator<=>(const FindingBlock&, const FindingBlock&) = default;
+};
+
+// Paths are found for at most this many blocks of one finding (the newest first, then spread
+// over the rest): a finding of a million blocks needs its representative path and a fair
+// sample of where the others hang, not a million paths.
+inline constexpr size_t kPathSamplesPerFinding = 256;
+inline constexpr size_t kPathHeadSamples = 32;
+
+// The newest kPathHeadSamples blocks (the representative is among them), then blocks spread
+// evenly over the rest. `blocks` is sorted newest first.
+std::vector<FindingBlock> samplePathBlocks(const std::vector<FindingBlock>& blocks);
+
+// The path that stands for a finding, of its blocks sorted newest first: the newest block's
+// from before the site's last iteration, since that iteration's own blocks may just be the
+// current state (model.last_hidden) while older survivors are alive only because of what
+// leaks; the newest block's when every path is from then; nullptr when no path was found.
+// `lastBoundaryIteration` is the iteration the run's last boundary ended: in watch mode it may
+// end another cell's run, and the site's own newest blocks are then just as much current state.
+// `found` receives every path the blocks have, for the holder's fan-out.
+const BlockPath* representativePath(const std::vector<FindingBlock>& blocks,
+                                    const std::unordered_map<uintptr_t, BlockPath>& paths,
+                                    uint32_t lastBoundaryIteration,
+                                    std::vector<const std::vector<PathStep>*>& found);
+
+} // namespace torchleak

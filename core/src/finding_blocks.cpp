@@ -1,0 +1,47 @@
+#include "torchleak/finding_blocks.h"
+
+#include <algorithm>
+
+namespace torchleak {
+
+std::vector<FindingBlock> samplePathBlocks(const std::vector<FindingBlock>& blocks) {
+    if (blocks.size() <= kPathSamplesPerFinding) {
+        return blocks;
+    }
+    std::vector<FindingBlock> sample(
+        blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(kPathHeadSamples));
+    const size_t rest = blocks.size() - kPathHeadSamples;
+    const size_t spread = kPathSamplesPerFinding - kPathHeadSamples;
+    for (size_t k = 0; k < spread; ++k) {
+        sample.push_back(blocks[kPathHeadSamples + k * rest / spread]);
+    }
+    return sample;
+}
+
+const BlockPath* representativePath(const std::vector<FindingBlock>& blocks,
+                                    const std::unordered_map<uintptr_t, BlockPath>& paths,
+                                    uint32_t lastBoundaryIteration,
+                                    std::vector<const std::vector<PathStep>*>& found) {
+    const BlockPath* representative = nullptr;
+    const BlockPath* newest = nullptr;
+    uint32_t lastIteration = lastBoundaryIteration;
+    if (!blocks.empty()) {
+        lastIteration = std::min(lastIteration, blocks.front().birth);
+    }
+    for (const FindingBlock& b : blocks) {
+        auto it = paths.find(b.block);
+        if (it == paths.end()) {
+            continue;
+        }
+        found.push_back(&it->second.steps);
+        if (newest == nullptr) {
+            newest = &it->second;
+        }
+        if (representative == nullptr && b.birth < lastIteration) {
+            representative = &it->second;
+        }
+    }
+    return representative != nullptr ? representative : newest;
+}
+
+} // namespace torchleak
