@@ -15,6 +15,7 @@
 // that gc.collect() would free, a Python hook an unreached autograd node keeps (hook_anchors.h),
 // memory held by objects outside the roots, or by C++ alone.
 
+#include "inspect/walk_graph.h"
 #include "torchleak/pointer_table.h"
 #include "torchleak/retention.h"
 
@@ -26,33 +27,6 @@
 #include <vector>
 
 namespace torchleak::python {
-
-// Which module a parameter belongs to, by its TensorImpl. Collected by the Python layer from the
-// nn.Modules among the roots: a path step at an autograd node whose inputs include one of these
-// parameters says which module made the node, and a dict keyed by a parameter
-// (optimizer.state) names the entry by the parameter's own path.
-struct ParameterOwner {
-    std::string module; // "model[7] (Linear)"
-    std::string path;   // "model[7].weight"
-};
-using ParameterOwners = std::unordered_map<const void*, ParameterOwner>;
-
-struct NamedRoot {
-    std::string label; // pasteable ("losses", "mymodule.cache", "Out") or "<...>" text
-    StepKind kind;     // Root, or Frame for a frame's local
-    std::string note;  // "local 'x' in train_step (train.py:12)"
-    PyObject* object;  // borrowed: the caller keeps it alive during the walk
-};
-
-struct WalkStats {
-    size_t pythonObjects = 0;
-    size_t tensors = 0;
-    size_t autogradNodes = 0;
-    size_t reached = 0;
-    size_t unreached = 0;
-    bool secondPhase = false;
-    double seconds = 0.0;
-};
 
 class RetainingPathFinder final : public RetentionExplainer {
   public:

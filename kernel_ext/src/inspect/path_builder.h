@@ -5,7 +5,6 @@
 // code: names come from dict entries, slots and code objects, never from __repr__.
 
 #include "inspect/frame_capture.h"
-#include "inspect/heap_walker.h"
 #include "inspect/walk_graph.h"
 
 #include <ATen/core/Tensor.h>

@@ -1,9 +1,15 @@
 #pragma once
 // The graph a retaining-path walk records: one WalkNode per object it reached (a Python object,
-// a C++ tensor, an autograd node), each with the edge it was reached through from its parent.
-// Walk (heap_walker.cpp) writes them; PathBuilder turns a chain of them into labelled steps.
+// a C++ tensor, an autograd node), each with the edge it was reached through from its parent;
+// the named roots it starts from and what it counted. Walk (walk.h) writes them; PathBuilder
+// turns a chain of them into labelled steps.
 
+#include "torchleak/retention.h"
+
+#include <Python.h>
 #include <cstdint>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace torchleak::python {
@@ -43,6 +49,33 @@ struct WalkNode {
     const char* name;
     NodeKind kind;
     Edge edge;
+};
+
+// Which module a parameter belongs to, by its TensorImpl. Collected by the Python layer from the
+// nn.Modules among the roots: a path step at an autograd node whose inputs include one of these
+// parameters says which module made the node, and a dict keyed by a parameter
+// (optimizer.state) names the entry by the parameter's own path.
+struct ParameterOwner {
+    std::string module; // "model[7] (Linear)"
+    std::string path;   // "model[7].weight"
+};
+using ParameterOwners = std::unordered_map<const void*, ParameterOwner>;
+
+struct NamedRoot {
+    std::string label; // pasteable ("losses", "mymodule.cache", "Out") or "<...>" text
+    StepKind kind;     // Root, or Frame for a frame's local
+    std::string note;  // "local 'x' in train_step (train.py:12)"
+    PyObject* object;  // borrowed: the caller keeps it alive during the walk
+};
+
+struct WalkStats {
+    size_t pythonObjects = 0;
+    size_t tensors = 0;
+    size_t autogradNodes = 0;
+    size_t reached = 0;
+    size_t unreached = 0;
+    bool secondPhase = false;
+    double seconds = 0.0;
 };
 
 constexpr uint32_t kNoParent = UINT32_MAX;
