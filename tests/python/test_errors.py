@@ -65,6 +65,32 @@ def test_session_misuse_is_a_runtime_error():
         assert session.stop() == "removed"
 
 
+def test_a_session_that_cannot_install_gives_the_process_back():
+    import torch
+
+    refused = _core.Session()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        with pytest.raises(RuntimeError, match="profiler"):
+            refused.start()
+    assert not _core.profiler_state_installed()
+    # The claim on the process's one session went with the failure: another session starts.
+    other = _core.Session()
+    other.start()
+    try:
+        assert other.active
+        second = _core.Session()
+        with pytest.raises(RuntimeError, match="already tracking"):
+            second.start()
+    finally:
+        assert other.stop() == "removed"
+    third = _core.Session()
+    third.start_paused()
+    assert third.stop() == "removed"
+    fourth = _core.Session()
+    fourth.start()
+    assert fourth.stop() == "removed"
+
+
 def test_stack_capture_sees_python_frames():
     def nested(depth):
         return nested(depth - 1) if depth else _testing.capture_depth()

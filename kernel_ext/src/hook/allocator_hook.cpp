@@ -221,9 +221,14 @@ std::shared_ptr<AllocatorHook> AllocatorHook::install(std::shared_ptr<Allocation
     }
     auto impl = std::make_shared<Impl>(std::move(recorder), capture);
     impl->d_gatedDeviceReports = outOfTreeAllocatorPresent();
+    // The owner exists before the reporter is pushed, and nothing after the push can throw:
+    // from the push on, the owner's destructor is what takes the reporter out again.
+    std::shared_ptr<AllocatorHook> hook(new AllocatorHook(impl));
+    hook->d_removed = true; // nothing to take out if the push fails
     c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, impl);
+    hook->d_removed = false;
     impl->d_cpuByTap.store(attachCpuTap(impl.get()));
-    return std::shared_ptr<AllocatorHook>(new AllocatorHook(impl));
+    return hook;
 }
 
 AllocatorHook::~AllocatorHook() {

@@ -9,11 +9,42 @@
 #include <atomic>
 #include <new>
 #include <optional>
+#include <utility>
 
 namespace torchleak::python {
 
 namespace {
-std::atomic<TrackingSession*> g_active{nullptr};
+std::atomic<const void*> g_active{nullptr};
+}
+
+ActiveSessionClaim::ActiveSessionClaim(const void* session) : d_session(session) {
+    const void* expected = nullptr;
+    if (!g_active.compare_exchange_strong(expected, session)) {
+        throw StateError("torchleak is already tracking in this process: nested or concurrent "
+                         "track()/check() is not supported; finish the active one first");
+    }
+}
+
+ActiveSessionClaim::~ActiveSessionClaim() {
+    release();
+}
+
+void ActiveSessionClaim::release() noexcept {
+    if (d_session != nullptr) {
+        const void* self = std::exchange(d_session, nullptr);
+        g_active.compare_exchange_strong(self, nullptr);
+    }
+}
+
+ActiveSessionClaim::ActiveSessionClaim(ActiveSessionClaim&& other) noexcept
+    : d_session(std::exchange(other.d_session, nullptr)) {}
+
+ActiveSessionClaim& ActiveSessionClaim::operator=(ActiveSessionClaim&& other) noexcept {
+    if (this != &other) {
+        release();
+        d_session = std::exchange(other.d_session, nullptr);
+    }
+    return *this;
 }
 
 TrackingSession::TrackingSession(bool captureStacks, uint64_t sampleBytes)
@@ -36,30 +67,23 @@ TrackingSession::~TrackingSession() {
     }
 }
 
-void TrackingSession::claimActive() {
+void TrackingSession::checkNotStarted() const {
     if (d_hook || d_stopped || d_paused) {
         throw StateError("this tracking session was already started; start a new one");
-    }
-    TrackingSession* expected = nullptr;
-    if (!g_active.compare_exchange_strong(expected, this)) {
-        throw StateError("torchleak is already tracking in this process: nested or concurrent "
-                         "track()/check() is not supported; finish the active one first");
     }
 }
 
 void TrackingSession::start() {
-    claimActive();
-    try {
-        d_hook = AllocatorHook::install(d_recorder, &capturePythonStack);
-        d_hook->setCaptureStacks(d_captureStacks);
-    } catch (...) {
-        g_active.store(nullptr);
-        throw;
-    }
+    checkNotStarted();
+    ActiveSessionClaim claim(this); // given back if the hook cannot be installed
+    d_hook = AllocatorHook::install(d_recorder, &capturePythonStack);
+    d_hook->setCaptureStacks(d_captureStacks);
+    d_claim.emplace(std::move(claim));
 }
 
 bool TrackingSession::startPaused() {
-    claimActive();
+    checkNotStarted();
+    d_claim.emplace(this);
     d_paused = true;
     d_recorder->noteShadowed();
     return true;
@@ -106,8 +130,7 @@ std::string TrackingSession::stop() {
             return "not-started";
         }
         d_stopped = true; // started paused and never resumed
-        TrackingSession* self = this;
-        g_active.compare_exchange_strong(self, nullptr);
+        d_claim.reset();
         return "removed";
     }
     d_stopped = true;
@@ -127,8 +150,7 @@ std::string TrackingSession::stop() {
         }
     }
     auto removal = d_hook->remove();
-    TrackingSession* self = this;
-    g_active.compare_exchange_strong(self, nullptr);
+    d_claim.reset();
     if (d_paused) {
         return "removed"; // the hook was already taken out by pause()
     }

@@ -12,9 +12,27 @@
 #include "torchleak/report_builder.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace torchleak::python {
+
+// The process's one active session: claimed for as long as this object lives. Two hooks would
+// see the same events, and the second push would shadow the first.
+class ActiveSessionClaim {
+  public:
+    // Throws StateError when another session holds the claim.
+    explicit ActiveSessionClaim(const void* session);
+    ~ActiveSessionClaim();
+    ActiveSessionClaim(ActiveSessionClaim&& other) noexcept;
+    ActiveSessionClaim& operator=(ActiveSessionClaim&& other) noexcept;
+    ActiveSessionClaim(const ActiveSessionClaim&) = delete;
+    ActiveSessionClaim& operator=(const ActiveSessionClaim&) = delete;
+
+  private:
+    void release() noexcept;
+    const void* d_session;
+};
 
 class TrackingSession {
   public:
@@ -73,9 +91,10 @@ class TrackingSession {
     const WalkStats& lastWalk() const noexcept { return d_lastWalk; }
 
   private:
-    // Makes this the process's one active session, or throws StateError.
-    void claimActive();
+    // Throws StateError when this session was already started.
+    void checkNotStarted() const;
 
+    std::optional<ActiveSessionClaim> d_claim;
     std::shared_ptr<AllocationRecorder> d_recorder;
     std::shared_ptr<AllocatorHook> d_hook;
     // CPU blocks freed after stop(): a report built later leaves them out of the walk.
