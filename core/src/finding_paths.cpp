@@ -235,7 +235,7 @@ ReportBuilder::splitFinding(const FindingDraft& whole,
     return drafts;
 }
 
-// The judged iterations a holder's fan-out is measured against: in watch mode those of
+// The judged iterations a holder's fan-out is measured against: in cell watch those of
 // the finding's cell (a list appended to once per run of one cell among others grows one
 // element per run), else the run's.
 double ReportBuilder::growthIterations(const Finding& f) const {

@@ -181,7 +181,7 @@ std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
     if (named < 2 || n == 0) {
         return {};
     }
-    // The site's newest blocks: in watch mode the last boundary may end another cell's run.
+    // The site's newest blocks: in cell watch the last boundary may end another cell's run.
     uint32_t newest = 0;
     for (const HeldBlock& block : blocks) {
         newest = std::max(newest, block.birth);

@@ -385,7 +385,7 @@ double ReportBuilder::samplingNoiseOf(const SiteAccumulator& acc) const {
     return sampled.variancePerByte(sampleBytes);
 }
 
-// A site's verdict and rate. In watch mode an iteration is one cell run, whichever cell:
+// A site's verdict and rate. In cell watch an iteration is one cell run, whichever cell:
 // a cell re-run between others that adds 1 MiB each time grows 1 MiB per run of that cell,
 // not a fraction per cell executed. So the series is read at the boundaries ending a run of
 // the cell the allocations ran in (the outermost cell on the stack: a function defined in

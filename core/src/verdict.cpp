@@ -157,7 +157,7 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
         // still a leak at this granularity. The releases are found in the data, so the
         // segments' growth is no evidence on its own: one block whose size follows the batch
         // falls by half often enough that the runs between its falls look like growth (0.4%
-        // of 200-step runs judged every step; watch mode's reproducer). What accumulates
+        // of 200-step runs judged every step; run watch's reproducer). What accumulates
         // between releases was kept from earlier iterations; a block replaced every
         // iteration was born in the last one.
         auto segments = segmentsBetweenReleases(post);

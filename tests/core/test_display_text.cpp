@@ -52,7 +52,7 @@ TEST_CASE("siteText: a re-run cell names every run, a long list keeps its ends")
     REQUIRE(siteText(f) == "In [9], line 2");
 }
 
-TEST_CASE("iterationNoun: watch mode's rates are per cell run") {
+TEST_CASE("iterationNoun: cell watch's rates are per cell run") {
     REQUIRE(std::string(iterationNoun(BoundaryKind::Cell)) == "cell run");
     REQUIRE(std::string(iterationNoun(BoundaryKind::Repeat)) == "iteration");
     DeviceTimeline d;

@@ -1,6 +1,6 @@
 // The decision rule's false-alarm rate, counted on simulated clean series with a fixed seed
 // (nothing here is random from run to run): series that do not grow, judged once or at every
-// iteration as watch mode does, must be called leaks no more often than the run's budget
+// iteration as run watch does, must be called leaks no more often than the run's budget
 // (AnalysisConfig::false_alarm_rate); and planted leaks must still be confirmed quickly.
 #include "torchleak/config.h"
 #include "torchleak/verdict.h"
@@ -15,7 +15,7 @@ namespace {
 constexpr int64_t KiB = 1024;
 constexpr uint64_t kSampleBytes = 256 * KiB;
 
-// Watch mode's noise: a step's small blocks (a model's gradients, 2-64 KiB each), each
+// Run watch's noise: a step's small blocks (a model's gradients, 2-64 KiB each), each
 // recorded with probability size / sample_bytes and then standing for sample_bytes, all freed
 // and allocated again every iteration. `leak` bytes per iteration are added on top, exact.
 class SampledSite {
@@ -79,7 +79,7 @@ TEST_CASE("The false-alarm budget sums to the run's rate over every iteration") 
     REQUIRE(falseAlarmBudget(1e-3, 0) == falseAlarmBudget(1e-3, 1));
 }
 
-TEST_CASE("The watch-mode reproducer: sampled gradients judged every step are never a leak") {
+TEST_CASE("The run watch reproducer: sampled gradients judged every step are never a leak") {
     // The issue's run: a clean loop whose gradients are sampled small blocks, judged from the
     // 8th iteration past the warm-up on, at every step, for 150 steps.
     SampledSite site(20261125);
@@ -133,7 +133,7 @@ TEST_CASE("10^4 clean runs judged at every iteration: false alarms within the ru
 }
 
 TEST_CASE("One block whose size follows the batch, judged at every step, is never a leak") {
-    // Issue #30's watch-mode reproducer: a loop that keeps its last batch (1 KiB - 1 MiB) across
+    // Issue #30's run watch reproducer: a loop that keeps its last batch (1 KiB - 1 MiB) across
     // the boundary; below sample_bytes the block is sampled (0 or sample_bytes), above it exact.
     // The series falls by half often, and the runs between falls looked like growth between
     // releases: 4 of 1,000 runs were called a leak before the rule asked who was kept.

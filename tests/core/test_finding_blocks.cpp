@@ -59,7 +59,7 @@ TEST_CASE("The representative path is the newest one from before the site's last
     REQUIRE(chosen->steps[0].label == "losses");
     REQUIRE(found.size() == 3);
 
-    SECTION("in watch mode the run may end in another cell: the site's own newest is current") {
+    SECTION("in cell watch the run may end in another cell: the site's own newest is current") {
         found.clear();
         REQUIRE(representativePath(blocks, paths, 9, found)->steps[0].label == "losses");
     }

@@ -165,7 +165,7 @@ class CellSymbolizer final : public StackSymbolizer {
 
 } // namespace
 
-TEST_CASE("buildReport: in watch mode a re-run cell grows per run of that cell") {
+TEST_CASE("buildReport: in cell watch a re-run cell grows per run of that cell") {
     // Cell 0 adds 1 MiB each run; cells 1 and 2 run between its runs and allocate nothing.
     AllocationRecorder rec;
     std::vector<RawFrame> cell0 = {{0xA0, 1}};
@@ -427,7 +427,7 @@ TEST_CASE("A few live blocks are all listed with their addresses and iterations"
     }
 }
 
-TEST_CASE("Watch mode's ledger asks for the paths of what grew in the last iteration only") {
+TEST_CASE("Cell watch's ledger asks for the paths of what grew in the last iteration only") {
     AllocationRecorder rec;
     std::vector<RawFrame> earlier = {{0x1, 10}};
     std::vector<RawFrame> growing = {{0x2, 20}};

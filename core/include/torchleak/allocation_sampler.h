@@ -1,5 +1,5 @@
 #pragma once
-// AllocationSampler: which allocations a long run records (watch mode's sampling).
+// AllocationSampler: which allocations a long run records (run watch's sampling).
 //
 // Every block of at least `threshold` bytes is recorded whole; a smaller one is recorded with
 // probability size / threshold and then stands for `threshold` bytes. Each recorded block's

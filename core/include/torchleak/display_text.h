@@ -35,7 +35,7 @@ std::string shortPath(const std::string& path, size_t most = kShortPathChars);
 // "12,345": thousands separated as users read counts of iterations.
 std::string groupThousands(int64_t value);
 
-// What one iteration is, as rates say it: "iteration", or "cell run" in watch mode.
+// What one iteration is, as rates say it: "iteration", or "cell run" in cell watch.
 const char* iterationNoun(BoundaryKind boundary);
 
 // "at 2.0 MiB per iteration, cuda:0 is full in ~9,582 iterations", or "" when the device does

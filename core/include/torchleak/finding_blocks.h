@@ -39,7 +39,7 @@ std::vector<FindingBlock> samplePathBlocks(const std::vector<FindingBlock>& bloc
 // from before the site's last iteration, since that iteration's own blocks may just be the
 // current state (model.last_hidden) while older survivors are alive only because of what
 // leaks; the newest block's when every path is from then; nullptr when no path was found.
-// `lastBoundaryIteration` is the iteration the run's last boundary ended: in watch mode it may
+// `lastBoundaryIteration` is the iteration the run's last boundary ended: in cell watch it may
 // end another cell's run, and the site's own newest blocks are then just as much current state.
 // `found` receives every path the blocks have, for the holder's fan-out.
 const BlockPath* representativePath(const std::vector<FindingBlock>& blocks,

@@ -81,7 +81,7 @@ struct Frame {
     // under a new name but is the same code). Not serialised.
     std::string group;
     bool package = false; // in an installed third-party package (site-packages, dist-packages)
-    // Watch mode: the execution count of every run of this frame's cell, oldest first, when it
+    // Cell watch: the execution count of every run of this frame's cell, oldest first, when it
     // ran more than once (the site then names them all: "In [3], [6], [9], line 1").
     std::vector<int> runs = {};
 };
@@ -290,7 +290,7 @@ struct Report {
     Summary summary;
     std::vector<std::string> warnings; // e.g. events missed while torch.profiler was on top
     uint64_t events_recorded = 0;
-    // Watch mode's sampling threshold (allocation_sampler.h); 0 when every allocation was
+    // Run watch's sampling threshold (allocation_sampler.h); 0 when every allocation was
     // recorded. Above 0, small blocks' bytes and counts are estimates.
     uint64_t sample_bytes = 0;
     std::optional<OutOfMemoryReport> oom;

@@ -42,7 +42,7 @@ class BlockDescriber {
     describe(const std::vector<uintptr_t>& blocks) = 0;
 };
 
-// Describes nothing: a verdict that needs no dtype or shape (watch mode's checks mid-run)
+// Describes nothing: a verdict that needs no dtype or shape (run watch's checks mid-run)
 // skips the heap scan that finding tensors costs.
 class NoBlockDescriptions final : public BlockDescriber {
   public:
@@ -52,7 +52,7 @@ class NoBlockDescriptions final : public BlockDescriber {
     }
 };
 
-// Watch mode: which notebook cell ran in the iteration a boundary ends. `group` is the
+// Cell watch: which notebook cell ran in the iteration a boundary ends. `group` is the
 // cell's grouping identity (Frame::group: re-runs of one cell share it), `cell` its execution
 // count.
 struct BoundaryRun {
@@ -90,7 +90,7 @@ struct ReportInputs {
     // With BoundaryKind::Cell, one entry per boundary (or none). A site's rate and verdict are
     // then taken over the runs of the cell its allocations ran in, not over every cell.
     std::vector<BoundaryRun> boundary_runs;
-    // Watch mode's per-cell ledger: retaining paths only for the findings whose live bytes rose
+    // Cell watch's per-cell ledger: retaining paths only for the findings whose live bytes rose
     // in the last iteration, so the walk's cost follows what the cell added, not every finding
     // of the notebook (10^5 tensors kept by an earlier cell would be walked after every cell).
     // The ledger only sums bytes per holder: its findings list no live blocks either (with 10^5

@@ -31,7 +31,7 @@ struct SiteSeries {
 
 // The false-alarm budget of a verdict taken `judged` iterations past the warm-up: the run's
 // `rate` spent as rate / (t (t + 1)), whose sum over every t is `rate`. A site that does not
-// grow, judged at every iteration of a run however long (watch mode checks as it goes), is
+// grow, judged at every iteration of a run however long (run watch checks as it goes), is
 // called a leak with probability at most `rate`, whichever iterations were looked at.
 double falseAlarmBudget(double rate, double judged);
 

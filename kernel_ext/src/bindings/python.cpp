@@ -172,7 +172,7 @@ PYBIND11_MODULE(_core, m) {
                     const auto& [error, message, device] = *outOfMemory;
                     in.out_of_memory = OutOfMemoryInputs{error, message, device};
                 }
-                // Watch mode's (cell file, execution count) per boundary, grouped by the same
+                // Cell watch's (cell file, execution count) per boundary, grouped by the same
                 // rule as the frames, so a cell's re-runs are one group.
                 for (const auto& [file, cell] : boundaryRuns) {
                     in.boundary_runs.push_back({filter.classify(file).group, cell});

@@ -27,7 +27,7 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
     if (targets.empty()) {
         return result;
     }
-    // Grows as needed: a report over a small heap (watch mode's cell) should not clear 16 MiB.
+    // Grows as needed: a report over a small heap (cell watch's cell) should not clear 16 MiB.
     PointerSet visited(1 << 16, kVisitedLoadQuarters);
     // The stats add up over every explain() of this finder: a report may walk twice (its
     // builder's second walk for holders that take turns) and its walk line counts both.

@@ -129,7 +129,7 @@ void Walk::push(
     d_nodes.push_back({ptr, parent, index, name, kind, edge});
     // A tensor is checked when met, not when its turn to be expanded comes: the walk
     // stops as soon as every target is found, and a target one step below a root was
-    // otherwise found only after every other root's children were queued (watch mode's
+    // otherwise found only after every other root's children were queued (cell watch's
     // cell beside a list of 10^5 tensors: 8 ms of a 9 ms walk). Nodes are expanded in the
     // order they are met, so a tensor names its block by the path it had; only a block
     // also held as a bare UntypedStorage one step nearer a root may now take the tensor's.
