@@ -261,7 +261,7 @@ def run(argv):
                            "is saved without them")
                 print(f"torchleak: {message}", file=sys.stderr, flush=True)
                 with _interrupts_held():
-                    tracker.warn(message)
+                    tracker._warn(message)
                     tracker.report(paths=False)
         finally:
             os._exit = real_exit
@@ -452,7 +452,7 @@ def diff(argv):
 
 def install_kernel(argv):
     """Install the "Python 3 (torchleak)" kernelspec (ipykernel with the extension loaded and
-    watch mode on). `pip install` already puts it under sys.prefix; this is for other prefixes."""
+    cell watch on). `pip install` already puts it under sys.prefix; this is for other prefixes."""
     if argv not in ([], ["--user"]):
         raise UsageError(f"unexpected arguments: {' '.join(argv)}")
     import json

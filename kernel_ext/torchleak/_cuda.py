@@ -203,7 +203,7 @@ class CudaHistory:
         return stacks, addresses
 
     def stacks_now(self, live_blocks):
-        """Mid-run (watch mode's checks, a report inside the block): the stacks of the live CUDA
+        """Mid-run (run watch's checks, a report inside the block): the stacks of the live CUDA
         blocks, given as (address, sequence) pairs. A block's stack does not change while it
         lives, so only blocks not looked up before are read: one at a time through
         torch.cuda.memory._allocation_traceback where torch has it (2.15), else from one

@@ -18,8 +18,9 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 
-from . import _core, _out_of_memory, _tracking
+from . import _core, _out_of_memory, _tracking, _user_code
 from ._config import config
+from ._ledger import CellLedger
 from ._tracebacks import from_code, show_from_code
 from ._widget import make_widget
 from .render.bundle import report_bundle, report_metadata
@@ -27,7 +28,7 @@ from .render.format import escape, format_bytes
 
 USAGE = {
     "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [-o NAME] [--json PATH] [--html PATH] [--redact]",
-    "leakwatch": "%leakwatch [on|off|reset]    (no argument: what watch mode has seen)",
+    "leakwatch": "%leakwatch [on|off|reset]    (no argument: what %leakwatch has seen)",
     "leakreport": "%leakreport [--json PATH] [--html PATH] [--redact]",
     "leakconfig": "%leakconfig [KEY=VALUE ...]    (no argument: show the settings)",
 }
@@ -195,9 +196,7 @@ class LeakMagics(Magics):
         super().__init__(shell)
         self.watch = None          # the Tracker of %leakwatch, while on
         self.watch_report = None   # its last report, kept after %leakwatch off
-        # The ledger's memory of who held each site's bytes when they grew, by site: bytes
-        # that are freed have no path left to say it.
-        self._ledger_holders = {}
+        self._ledger = CellLedger()  # what %leakwatch shows after a cell
         self._callbacks = []
 
     # -- %%leakcheck --------------------------------------------------------------------------
@@ -245,7 +244,7 @@ class LeakMagics(Magics):
             with tracker:
                 live.show(tracker.report(paths=False).to_dict(),
                           {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0})
-                failure = tracker.run_iterations(run_cell, args.n, after_each=after_each,
+                failure = tracker._run_iterations(run_cell, args.n, after_each=after_each,
                                                  describe=self._in_cell_names)
             report = tracker.report()
             live.finish(report.to_dict(),
@@ -264,7 +263,7 @@ class LeakMagics(Magics):
             _out_of_memory.attach(failure, report)
             if hasattr(failure, "add_note"):
                 failure.add_note(f"torchleak: %%leakcheck stopped in iteration "
-                                 f"{tracker.stopped_in} of {args.n} of In [{self._current_cell()}]; "
+                                 f"{tracker._stopped_in} of {args.n} of In [{self._current_cell()}]; "
                                  f"the report above covers the iterations before it")
             show_from_code(self.shell, failure, code)
             raise failure.with_traceback(from_code(failure.__traceback__, code))
@@ -274,7 +273,7 @@ class LeakMagics(Magics):
         """An exception's message with the names IPython compiled cells under (temporary
         files in ipykernel, `<ipython-input-N-...>`) written as the user sees them: `In [N]`."""
         text = str(exc)
-        for name, number in _tracking._cell_files(self.shell).items():
+        for name, number in _user_code.cell_files(self.shell).items():
             if name in text:
                 text = text.replace(name, f"In [{number}]")
         return text
@@ -296,14 +295,14 @@ class LeakMagics(Magics):
     def _current_cell(self):
         """The In [n] of the running cell: the newest number IPython compiled a cell under
         (IPython 9 has already advanced execution_count while a cell runs, IPython 8 has not)."""
-        numbers = _tracking._cell_files(self.shell).values()
+        numbers = _user_code.cell_files(self.shell).values()
         return max(numbers) if numbers else self.shell.execution_count
 
     # -- %leakwatch ---------------------------------------------------------------------------
     @line_magic
     def leakwatch(self, line):
-        """Watch mode: every cell run is an iteration; after a cell that left tensors alive or
-        freed them, a ledger of what and who holds it. No argument: what watch mode has seen."""
+        """Cell watch: every cell run is an iteration; after a cell that left tensors alive or
+        freed them, a ledger of what and who holds it. No argument: what cell watch has seen."""
         words = _split("leakwatch", line)
         if len(words) > 1 or (words and words[0] not in ("on", "off", "reset")):
             raise UsageError(f"expected 'on', 'off', 'reset' or nothing\nusage: {USAGE['leakwatch']}")
@@ -320,7 +319,7 @@ class LeakMagics(Magics):
             was_on = self.watch is not None or bool(self._callbacks)
             self._stop_watch()
             self.watch_report = None
-            self._ledger_holders = {}
+            self._ledger.forget()
             if was_on:
                 self._start_watch()
             print("torchleak: watch mode reset" + (", watching from the next cell" if was_on else ""))
@@ -334,7 +333,7 @@ class LeakMagics(Magics):
         tracker = self.watch
         report = tracker.report(paths=False)
         data = report.to_dict()
-        live = tracker.last_iteration["live"]
+        live = tracker._last_iteration["live"]
         leaks = len(data.get("causes") or [])
         return (f"torchleak: watch mode is on: {tracker.iterations} cell run(s) recorded, "
                 f"{format_bytes(live)} tracked live, {leaks} leak(s) so far"
@@ -377,7 +376,7 @@ class LeakMagics(Magics):
     def _cell_file(self, count):
         """The file name IPython compiled cell `count` under (re-runs of one source share
         the group the core derives from it)."""
-        files = _tracking._cell_files(self.shell)
+        files = _user_code.cell_files(self.shell)
         return next((name for name, n in reversed(list(files.items())) if n == count), "")
 
     def _post_run_cell(self, result):
@@ -388,23 +387,23 @@ class LeakMagics(Magics):
                 return
             cell = getattr(result, "execution_count", None)
             cell = cell if isinstance(cell, int) else self._current_cell()
-            self.watch.end_cell(self._cell_file(cell), cell)
+            self.watch._end_cell(self._cell_file(cell), cell)
             error = getattr(result, "error_in_exec", None)
             if _out_of_memory.is_out_of_memory(error):
                 # The cell died of an OOM: the whole forensics, not the one-line ledger.
-                report = self.watch.report(_failure=error)
+                report = self.watch._build_report(failure=error)
                 _out_of_memory.attach(error, report)
                 _LiveDisplay().finish(report.to_dict())
                 return
             # The recorder's counts say whether the cell changed anything: a cell that left
             # nothing alive and freed nothing costs no report (the common case).
-            totals = self.watch.last_iteration
+            totals = self.watch._last_iteration
             threshold = max(config.min_bytes, 1)
             if totals["born"] < threshold and totals["freed"] < threshold:
                 return
             # The ledger names holders and sums bytes: no dtype or shape, whose heap scan of
             # every Python object was four fifths of a watched cell's cost (23 of 28 ms).
-            report = (self.watch.report(_grown_paths_only=True, _shapes=False)
+            report = (self.watch._build_report(grown_paths_only=True, shapes=False)
                       if totals["born"] >= threshold else None)
             self._show_ledger(report, cell, totals["freed"], threshold)
         except Exception as exc:  # noqa: BLE001
@@ -415,46 +414,9 @@ class LeakMagics(Magics):
                 self.watch = None
 
     def _show_ledger(self, report, cell, freed, threshold):
-        """What the cell just run changed, as net bytes per holder (the names the user wrote):
-        what it left alive, and what it freed (so a fix can be confirmed: the cell that clears
-        a list shows the bytes it gave back). A cell that replaced what it holds (``y = ...``
-        re-run) changed nothing and says nothing."""
-        net = {}
-        for f in report.findings if report is not None else []:
-            series = f.series or []
-            delta = series[-1] - (series[-2] if len(series) > 1 else 0) if series else 0
-            if delta == 0:
-                continue
-            name = _ledger_holder(f)
-            key = _ledger_site(f)
-            if name is not None:
-                self._ledger_holders.setdefault(key, set()).add(name)
-            elif len(self._ledger_holders.get(key, ())) == 1:
-                # What shrank has no path (it is gone): credit the holder it had when it grew.
-                (name,) = self._ledger_holders[key]
-            if f.get("retention") == "cycle":
-                continue  # garbage the next collection frees, not something the cell keeps
-            net[name or ""] = net.get(name or "", 0) + delta
-        if report is None:
-            net[""] = -freed
-        left = sorted(((h or "<unknown>", b) for h, b in net.items() if b >= threshold),
-                      key=lambda kv: -kv[1])
-        gave = sorted(((h, -b) for h, b in net.items() if h and -b >= threshold),
-                      key=lambda kv: -kv[1])
-        released = -sum(b for b in net.values() if b < 0)
-        parts = []
-        if left:
-            holders = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in left[:5])
-            parts.append(f"left {format_bytes(sum(b for _, b in left))} alive: {holders}")
-        if released >= threshold:
-            named = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in gave[:5])
-            parts.append(f"freed {format_bytes(released)}" + (f": {named}" if named else ""))
-        if not parts:
+        text = self._ledger.line(report, cell, freed, threshold)
+        if text is None:
             return
-        text = f"torchleak: In [{cell}] " + "; ".join(parts)
-        leaks = [f for f in report.leaks if f.site.get("cell") == cell] if report is not None else []
-        if leaks:
-            text += f" ({len(leaks)} leak(s): %leakreport for details)"
         html = ('<div data-testid="torchleak-ledger" style="font-family:sans-serif;font-size:12px;'
                 'color:var(--jp-ui-font-color2,#555)">' + escape(text) + "</div>")
         display({"text/plain": text, "text/html": html}, raw=True)
@@ -504,21 +466,6 @@ class LeakMagics(Magics):
 
 
 _loaded = {}
-
-
-def _ledger_holder(finding):
-    """Who keeps a finding's bytes, by the name the user wrote: its growing container, else its
-    path's root (``y``, ``model``, ``Out[7]``); None when no path was found."""
-    holder = (finding.get("holder") or {}).get("path_text")
-    if holder:
-        return holder
-    path = finding.get("path") or []
-    return path[0]["label"] if path else None
-
-
-def _ledger_site(finding):
-    site = finding.get("site") or {}
-    return (site.get("file"), site.get("line"), site.get("function"), finding.get("device"))
 
 
 def load_ipython_extension(shell):

@@ -1,23 +1,20 @@
 """track(), check() and step(): glue between Python and the C++ recorder (torchleak._core)."""
 
 import functools
-import os
-import site
 import sys
-import sysconfig
 import threading
 import warnings
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from . import _core, _cuda, _devices, _job, _out_of_memory, _roots, _torch_caches
-from ._config import MAX_BYTES, brief, checked_int, config as _config
+from . import _core, _cuda, _devices, _job, _out_of_memory, _roots, _torch_caches, _user_code
+from ._arguments import check_options
+from ._config import checked_int, config as _config
 from ._report import Report
 
 _profiler_module = sys.modules["torch.autograd.profiler"]
 
-_BOUNDARIES = ("auto", "explicit", "optimizer_step", "repeat", "cell")
 # The Tracker that torchleak.step() reaches. The one-session-per-process guard itself is the
 # C++ session's (a second start() raises there), not this variable's.
 _active = None
@@ -26,100 +23,6 @@ _active = None
 def active_tracker():
     """The Tracker that is recording now, or None."""
     return _active
-
-
-@functools.lru_cache(maxsize=1)
-def _library_prefixes():
-    """Files whose frames are never a finding's site: torch, the standard library, torchleak.
-    Read once: sysconfig and realpath() each time were a watched cell's every-time cost."""
-    dirs = [os.path.dirname(torch.__file__), os.path.dirname(__file__)]
-    paths = sysconfig.get_paths()
-    dirs += [paths.get("stdlib"), paths.get("platstdlib")]
-    return _with_realpaths(dirs)
-
-
-@functools.lru_cache(maxsize=1)
-def _package_prefixes():
-    """Where installed packages live (site-packages, dist-packages, the user site). The frame
-    rule does not count them as the standard library even inside its directory; roots skip
-    their modules."""
-    dirs = []
-    try:
-        dirs += site.getsitepackages()
-    except AttributeError:  # some embedded interpreters
-        pass
-    dirs.append(getattr(site, "USER_SITE", None))
-    return _with_realpaths(dirs)
-
-
-def _with_realpaths(dirs):
-    """The directories and their real paths, as prefixes ending in a separator (a tuple: the
-    cached answers are shared)."""
-    out = []
-    for d in dirs:
-        if not d:
-            continue
-        for variant in (d, os.path.realpath(d)):
-            prefix = variant.rstrip(os.sep) + os.sep
-            if prefix not in out:
-                out.append(prefix)
-    return tuple(out)
-
-
-def _cell_files(shell=None):
-    """IPython's map from the file name a cell was compiled under to its execution count, in
-    compilation order (the running shell's, unless one is given)."""
-    ipython = sys.modules.get("IPython")
-    if ipython is None and shell is None:
-        return {}
-    try:
-        if shell is None:
-            shell = ipython.get_ipython()
-        mapping = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
-        return {str(k): int(v) for k, v in mapping.items() if isinstance(v, int)}
-    except Exception:  # noqa: BLE001 - no shell: no cells
-        return {}
-
-
-def _add_source_lines(data):
-    """Each site gets its source line (`source`, an added field): notebook cells are in
-    linecache under the name IPython compiled them with, files are read from disk. A leak whose
-    fix the core can write as code from that line gets it (`fix_code`, an added field)."""
-    import json
-    import linecache
-    for finding in data.get("findings", []):
-        site = finding.get("site") or {}
-        try:
-            line = linecache.getline(site.get("file") or "", int(site.get("line") or 0))
-        except (OSError, ValueError, TypeError):
-            line = ""
-        if line.strip():
-            site["source"] = line.strip()
-        if finding.get("verdict") == "leak":
-            # Without its live-block list (up to 4,096 entries the rule never reads).
-            code = _core.fix_code(json.dumps(
-                {k: v for k, v in finding.items() if k != "live_blocks"}))
-            if code:
-                finding["fix_code"] = code
-
-
-def _frame_capture_warning():
-    """The report's warning when this interpreter's allocation stacks cannot be read (None when
-    they can). Checked once per process: the frame layout does not change while it runs."""
-    global _capture_problem
-    if _capture_problem is None:
-        problem = _core.check_frame_capture()
-        _capture_problem = (problem,)
-    problem = _capture_problem[0]
-    if problem is None:
-        return None
-    version = ".".join(map(str, sys.version_info[:3]))
-    return (f"allocation sites are unavailable on {sys.implementation.name} {version}: "
-            f"{problem}; findings are grouped by device and autograd node only, and their "
-            f"site reads \"no Python stack\" (retaining paths and verdicts are unaffected)")
-
-
-_capture_problem = None  # (problem or None,) once checked
 
 
 def _on_cuda_out_of_memory(device, segment_bytes, limit_bytes, device_free):
@@ -158,22 +61,11 @@ class Tracker:
                  on_boundary=None):
         if warmup is None:
             warmup = _config.warmup
-        # Every argument is checked here, before the run: a value the core cannot take must not
-        # fail hours later, when the report is built.
-        checked_int("warmup", warmup)
-        checked_int("min_bytes", min_bytes, maximum=MAX_BYTES)
-        if not isinstance(boundary, str) or boundary not in _BOUNDARIES:
-            raise ValueError(f"boundary must be one of {', '.join(_BOUNDARIES)}; "
-                             f"got {brief(boundary)}")
-        checked_int("every", every, minimum=1)
-        checked_int("sample_bytes", sample_bytes, maximum=MAX_BYTES)
-        if gather_timeout is not None and (isinstance(gather_timeout, bool) or not isinstance(
-                gather_timeout, (int, float)) or not 0 <= gather_timeout <= 86400):
-            raise ValueError(f"gather_timeout must be seconds between 0 and 86400 or None, "
-                             f"got {brief(gather_timeout)}")
+        check_options(warmup=warmup, min_bytes=min_bytes, boundary=boundary, every=every,
+                      sample_bytes=sample_bytes, gather_timeout=gather_timeout)
         self.warmup = warmup
         self.min_bytes = min_bytes
-        # Optimizer steps per iteration (watch mode's boundary every N steps).
+        # Optimizer steps per iteration (run watch's boundary every N steps).
         self._every = every
         self._steps_seen = 0
         self._sample_bytes = sample_bytes
@@ -199,10 +91,10 @@ class Tracker:
         # (type, message) of the out-of-memory error that ended the run, for the report's
         # `oom` forensics. Never the exception: its traceback's frames hold the user's tensors.
         self._failure = None
-        self.stopped_in = None  # the iteration (from 1) run_iterations' body raised in
-        # Watch mode's (cell file, execution count) per boundary: rates per run of a cell.
+        self._stopped_in = None  # the iteration (from 1) _run_iterations' body raised in
+        # Cell watch's (cell file, execution count) per boundary: rates per run of a cell.
         self._cell_runs = []
-        # Watch mode's: called when another Tracker starts, so it steps aside instead of failing.
+        # Cell watch's: called when another Tracker starts, so it steps aside instead of failing.
         self._on_preempt = on_preempt
 
     # -- start and stop ------------------------------------------------------------------------
@@ -277,13 +169,13 @@ class Tracker:
         """Install the hooks and start recording (what ``with`` does on entry)."""
         global _active
         if _active is not None and _active._on_preempt is not None:
-            _active._on_preempt()  # watch mode steps aside for an explicit track()/check()
+            _active._on_preempt()  # cell watch steps aside for an explicit track()/check()
         if self._session is not None:
             raise RuntimeError("a Tracker can be used once; create a new one with torchleak.track()")
         # Said before the hook goes in: a warnings filter that raises leaves nothing installed.
-        problem = _frame_capture_warning() if self._capture_stacks else None
+        problem = _user_code.frame_capture_warning() if self._capture_stacks else None
         if problem is not None:
-            self.warn(problem)
+            self._warn(problem)
             warnings.warn(f"torchleak: {problem}", RuntimeWarning, stacklevel=3)
         _core.retry_deferred_removals()
         session = _core.Session(self._capture_stacks, self._sample_bytes)
@@ -302,7 +194,7 @@ class Tracker:
             if profiler_on:
                 msg = ("torch.profiler is active on this thread: torchleak records nothing "
                        "until it stops")
-                self.warn(msg)
+                self._warn(msg)
                 warnings.warn(msg, RuntimeWarning, stacklevel=3)
             self._find_job()
             self._cuda_history.start()
@@ -332,7 +224,7 @@ class Tracker:
                 session.pause()
                 msg = ("torch.profiler ran inside torchleak.track(): allocations made while it "
                        "was on were not recorded")
-                tracker.warn(msg)
+                tracker._warn(msg)
             return original_start()
 
         def on_profiler_stop():
@@ -409,7 +301,7 @@ class Tracker:
                     msg = ("another tool pushed a profiler state on top of torchleak's hook and "
                            "is still running: torchleak stopped recording and removes its hook "
                            "once that state is gone")
-                    self.warn(msg)
+                    self._warn(msg)
                     warnings.warn(msg, RuntimeWarning, stacklevel=3)
             if _active is self:
                 _active = None
@@ -425,7 +317,7 @@ class Tracker:
             if snapshot is not None:
                 self._allocator_view = _cuda.allocator_view(addresses)
         except Exception as error:  # noqa: BLE001
-            self.warn(f"the CUDA allocator's state could not be read at stop ({error!r}): CUDA "
+            self._warn(f"the CUDA allocator's state could not be read at stop ({error!r}): CUDA "
                       f"findings have no allocation site")
         finally:
             history.stop()
@@ -452,16 +344,16 @@ class Tracker:
         if self._on_boundary is not None:
             self._on_boundary(self)
 
-    def end_cell(self, cell_file, execution_count):
-        """Watch mode's boundary: the cell compiled as ``cell_file`` ran as ``execution_count``.
+    def _end_cell(self, cell_file, execution_count):
+        """Cell watch's boundary: the cell compiled as ``cell_file`` ran as ``execution_count``.
         A site's rate is then per run of its cell, and a re-run cell's site names every run."""
         if self._session is None or not self._session.active:
-            raise RuntimeError("end_cell() outside an active tracking session")
+            raise RuntimeError("_end_cell() outside an active tracking session")
         self._session.step()
         self._cell_runs.append((str(cell_file or ""), int(execution_count or 0)))
 
     @property
-    def last_iteration(self):
+    def _last_iteration(self):
         """Bytes the last iteration left alive (`born`), freed (`freed`) and all tracked live
         bytes (`live`), from the recorder's counts alone: no report is built."""
         if self._session is None:
@@ -478,7 +370,7 @@ class Tracker:
         self._report = None  # a final report built before it lacks the forensics
         return True
 
-    def warn(self, message):
+    def _warn(self, message):
         """Add a warning to the report (once)."""
         if message not in self._warnings:
             self._warnings.append(message)
@@ -491,7 +383,7 @@ class Tracker:
                 out.append(w)
         return out
 
-    def run_iterations(self, body, iterations, *, after_each=None, describe=str):
+    def _run_iterations(self, body, iterations, *, after_each=None, describe=str):
         """Call ``body()`` ``iterations`` times, ending an iteration after each, and
         ``after_each(k)`` after iteration k (1-based). An exception from ``body`` (an OOM, a bug,
         KeyboardInterrupt) stops the loop, is noted in the report's warnings (its message as
@@ -508,8 +400,8 @@ class Tracker:
                     message = f"<{type(exc).__name__} whose message could not be read>"
                 # Counted from 1, as the curve and the progress line count; a bare
                 # KeyboardInterrupt (Stop) has no message to follow a colon.
-                self.stopped_in = k + 1
-                self.warn(f"stopped in iteration {k + 1} of {iterations} by "
+                self._stopped_in = k + 1
+                self._warn(f"stopped in iteration {k + 1} of {iterations} by "
                           f"{type(exc).__name__}" + (f": {message}" if message else ""))
                 self.note_failure(exc)
                 return exc
@@ -544,22 +436,27 @@ class Tracker:
         return self._session is not None and self._session.active
 
     @property
-    def started(self):
+    def _started(self):
         """Whether recording ever started (a report can be built)."""
         return self._session is not None
 
     # -- report -------------------------------------------------------------------------------
-    def report(self, *, warmup=None, paths=True, roots=None, _grown_paths_only=False,
-               _failure=None, _shapes=True):
+    def report(self, *, warmup=None, paths=True, roots=None):
         """The report of what was recorded so far (or of the whole run after the block).
 
         With ``paths`` (the default) every finding gets its retaining path from a named root.
         ``roots`` ({name: object}) adds roots of the caller's own, tried before every other:
         objects no global or live frame names (a test's fixtures, a trainer's model).
-        (Watch mode's ledger asks for paths of the findings that grew in the last cell only;
-        torchleak.watch()'s checks for no dtype and shape, which cost a scan of the heap.)
         When an out-of-memory error ended the run, the report has its ``oom`` forensics.
         """
+        return self._build_report(warmup=warmup, paths=paths, roots=roots)
+
+    def _build_report(self, *, warmup=None, paths=True, roots=None, grown_paths_only=False,
+                      failure=None, shapes=True):
+        """report(), with what torchleak's own front ends ask for besides: paths only for the
+        findings that grew in the last iteration (the %leakwatch ledger), no dtype and shape
+        (torchleak.watch()'s checks mid-run: finding tensors costs a scan of the heap), and the
+        out-of-memory error a cell raised (`failure`) for a report built before it is noted."""
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         # Checked here: a bad argument reaching the binding would make pybind11 print the
@@ -571,19 +468,19 @@ class Tracker:
         given = _roots.given(roots)
         # The whole run's final report is kept; one with a partial explanation or roots of the
         # caller's is not.
-        final = (warmup is None and not self.active and not _grown_paths_only and _failure is None
-                 and not given and _shapes)
-        failure = _out_of_memory.describe(_failure) if _failure is not None else self._failure
+        final = (warmup is None and not self.active and not grown_paths_only and failure is None
+                 and not given and shapes)
+        failure = _out_of_memory.describe(failure) if failure is not None else self._failure
         if self._job_report is not None and final:
             return self._job_report
         if self._report is not None and final:
             return self._report
-        library, packages = _library_prefixes(), _package_prefixes()
+        library, packages = _user_code.library_prefixes(), _user_code.package_prefixes()
         roots = given + _roots.collect(library, packages) if paths else []
         history = self._cuda_history
         if self.active:
             # Only while history records: listing the live device blocks walks them all, a
-            # cost watch mode's checks must not pay on a machine without CUDA.
+            # cost run watch's checks must not pay on a machine without CUDA.
             external_stacks = (history.stacks_now(self._session.stackless_device_blocks())
                                if history.recording else {})
             view_devices, live_blocks = [], []
@@ -601,23 +498,23 @@ class Tracker:
             config=cfg,
             capacities=_devices.capacities(),
             warnings=self._all_warnings(),
-            frame_filter=_core.FrameFilter(library, packages, _cell_files()),
+            frame_filter=_core.FrameFilter(library, packages, _user_code.cell_files()),
             roots=roots,
             explain=bool(paths),
             external_stacks=external_stacks,
             boundary_runs=self._cell_runs if self._boundary == "cell" else [],
             parameter_owners=_roots.parameter_owners(roots) if paths else [],
-            explain_grown_only=bool(_grown_paths_only),
+            explain_grown_only=bool(grown_paths_only),
             privateuse1_backend=_devices.privateuse1_name(),
             out_of_memory=failure,
-            describe_tensors=bool(_shapes),
+            describe_tensors=bool(shapes),
             allocator_view_devices=view_devices,
             allocator_live_blocks=live_blocks,
             **(_torch_caches.evidence() if paths else {}),
         )
         del roots, given
         report = Report(text)
-        _add_source_lines(report.to_dict())
+        _user_code.add_source_lines(report.to_dict())
         if final:
             self._report = report
         return report
@@ -653,7 +550,7 @@ def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=Tru
     """
     if not callable(fn):
         raise TypeError(f"check() needs a callable, got {type(fn).__name__}")
-    checked_int("iterations", iterations, minimum=1)
+    check_options(iterations=iterations)
     if warmup is None:
         warmup = min(_config.warmup, iterations - 1)
     checked_int("warmup", warmup, maximum=iterations - 1)
@@ -661,7 +558,7 @@ def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=Tru
                       boundary="repeat")
     _roots.given(roots)  # a bad mapping fails before the run, not after it
     with tracker:
-        failure = tracker.run_iterations(lambda: fn(*args, **kwargs), iterations)
+        failure = tracker._run_iterations(lambda: fn(*args, **kwargs), iterations)
     report = tracker.report(roots=roots)
     if failure is not None:
         _out_of_memory.attach(failure, report)

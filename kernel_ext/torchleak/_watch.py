@@ -13,6 +13,7 @@ import time
 import warnings
 
 from ._job import DEFAULT_GATHER_TIMEOUT, rank_path
+from ._arguments import check_options
 from ._config import brief
 from ._report import OUTPUT_EXTENSIONS, save_each, writable_path
 from ._tracking import Tracker
@@ -35,11 +36,7 @@ class Watch:
     def __init__(self, *, every=1, on_leak=None, json="torchleak-watch.json", html=None,
                  sample_bytes=DEFAULT_SAMPLE_BYTES, warmup=None, min_bytes=0, budget=0.005,
                  gather_timeout=DEFAULT_GATHER_TIMEOUT, redact=False):
-        if on_leak is not None and not callable(on_leak):
-            raise TypeError(f"on_leak must be callable, got {type(on_leak).__name__}")
-        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1:
-            raise ValueError(f"budget must be a fraction of the run's time in (0, 1], "
-                             f"got {budget!r}")
+        check_options(on_leak=on_leak, budget=budget)
         for (name, ends), path in zip(OUTPUT_EXTENSIONS.items(), (json, html)):
             if path is not None and (not isinstance(path, str) or not path.lower().endswith(ends)):
                 raise ValueError(f"{name} must be a path ending in {' or '.join(ends)}, "
@@ -52,6 +49,7 @@ class Watch:
         self.tracker = Tracker(warmup=warmup, min_bytes=min_bytes, every=every,
                                sample_bytes=sample_bytes, gather_timeout=gather_timeout,
                                on_boundary=self._after_boundary)
+        self._every = every
         self._on_leak = on_leak
         # Absolute now: a run that changes directory still writes where it was asked to.
         self._paths = [os.path.abspath(p) for p in (json, html) if p]
@@ -103,7 +101,7 @@ class Watch:
         begun = time.perf_counter()
         try:
             self.checks += 1
-            quick = tracker.report(paths=False, _shapes=False)
+            quick = tracker._build_report(paths=False, shapes=False)
             new = [f for f in quick.leaks if _key(f) not in self._announced]
             if new:
                 self._announce(tracker.report(), {_key(f) for f in new})
@@ -115,7 +113,7 @@ class Watch:
 
     def _announce(self, report, keys):
         written = self._write(report)
-        unit, per = _unit(report, self.tracker)
+        unit, per = _unit(report, self._every)
         for f in report.leaks:
             if _key(f) not in keys:
                 continue
@@ -142,7 +140,7 @@ class Watch:
         return written
 
     def _save_final(self):
-        if self.save_at_end and self.tracker.started and self._paths:
+        if self.save_at_end and self.tracker._started and self._paths:
             self._write(self.tracker.report())
 
 
@@ -150,10 +148,10 @@ def _key(finding):
     return (finding.site_text, finding.get("device"))
 
 
-def _unit(report, tracker):
-    """Rates said per optimizer step when iterations are groups of them."""
+def _unit(report, every):
+    """Rates said per optimizer step when iterations are groups of `every` of them."""
     if report.to_dict().get("boundary") == "optimizer_step":
-        return "step", tracker._every
+        return "step", every
     return "iteration", 1
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torchleak
-from torchleak import _core, _tracking
+from torchleak import _core, _tracking, _user_code
 from torchleak.render import RENDERERS
 
 
@@ -38,13 +38,13 @@ def test_the_site_is_read_without_the_gil_on_this_interpreter():
 @pytest.fixture
 def capture_broken(monkeypatch):
     """Frame capture failing as it would on an interpreter with no known layout."""
-    monkeypatch.setattr(_tracking, "_capture_problem", None)
+    monkeypatch.setattr(_user_code, "_capture_problem", None)
     _core._disable_frame_capture_for_testing(True)
     try:
         yield
     finally:
         _core._disable_frame_capture_for_testing(False)
-        _tracking._capture_problem = None
+        _user_code._capture_problem = None
 
 
 def _leaky_step(kept):

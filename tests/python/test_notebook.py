@@ -153,8 +153,8 @@ def test_watch_mode_skips_the_report_for_a_cell_that_changed_nothing(shell, monk
     # The <= 20 ms per trivial cell goal: the recorder's counts decide, no report is built.
     from torchleak import _tracking
     built = []
-    original = _tracking.Tracker.report
-    monkeypatch.setattr(_tracking.Tracker, "report",
+    original = _tracking.Tracker._build_report  # report() goes through it too
+    monkeypatch.setattr(_tracking.Tracker, "_build_report",
                         lambda self, **kw: built.append(kw) or original(self, **kw))
     run(shell, "%leakwatch on")
     before = len(ledger(shell))

@@ -365,8 +365,8 @@ def test_module_kinds_are_remembered_without_keeping_a_module_alive():
     import types
     import weakref
     from torchleak import _roots
-    from torchleak._tracking import _library_prefixes, _package_prefixes
-    library, packages = _library_prefixes(), _package_prefixes()
+    from torchleak._user_code import library_prefixes, package_prefixes
+    library, packages = library_prefixes(), package_prefixes()
 
     def load(name, path):
         """A module in sys.modules, classified, and a weak reference to it (no local of this

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torchleak
-from torchleak import _tracking
+from torchleak import _user_code
 
 KiB = 1 << 10
 
@@ -47,8 +47,8 @@ def somepkg(tmp_path, monkeypatch):
         path = site / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
-    prefixes = _tracking._package_prefixes()
-    monkeypatch.setattr(_tracking, "_package_prefixes", lambda: prefixes + (str(site) + "/",))
+    prefixes = _user_code.package_prefixes()
+    monkeypatch.setattr(_user_code, "package_prefixes", lambda: prefixes + (str(site) + "/",))
     monkeypatch.syspath_prepend(str(site))
     yield site
     for name in [m for m in sys.modules if m == "somepkg" or m.startswith("somepkg.")]:
@@ -118,7 +118,7 @@ def test_a_cache_inside_a_package_is_named_by_the_packages_globals(somepkg):
 
 def test_the_frame_rule_classifies_installed_packages_as_library_code(somepkg):
     from torchleak import _core
-    library, packages = _tracking._library_prefixes(), _tracking._package_prefixes()
+    library, packages = _user_code.library_prefixes(), _user_code.package_prefixes()
     rule = _core.FrameFilter(library, packages, {})
     assert rule.classify(str(somepkg / "somepkg" / "ops.py")) == (False, None)
     assert rule.classify(torch.__file__) == (False, None)

@@ -6,6 +6,7 @@ framework adapters (huggingface.py, lightning.py) only translate their events in
 import os
 import warnings
 
+from .._arguments import check_options
 from .._job import rank_path
 from .._out_of_memory import attach
 from .._report import save_each
@@ -21,12 +22,8 @@ class TrainingRunTracking:
     is first confirmed."""
 
     def __init__(self, *, warmup, check_every, min_bytes, save, on_leak, log):
-        if check_every is not None and (type(check_every) is not int or check_every < 1):
-            raise ValueError(f"check_every must be an int >= 1 or None, got {check_every!r}")
-        if on_leak is not None and not callable(on_leak):
-            raise TypeError(f"on_leak must be callable, got {type(on_leak).__name__}")
-        # Checked now: a bad value must fail the set-up, not the end of a run of hours.
-        Tracker(warmup=warmup, min_bytes=min_bytes)
+        check_options(check_every=check_every, on_leak=on_leak, warmup=warmup,
+                      min_bytes=min_bytes)
         self._options = {"warmup": warmup, "min_bytes": min_bytes}
         self._check_every = check_every
         self._save = bool(save)
@@ -64,7 +61,7 @@ class TrainingRunTracking:
         # A verdict without paths (nor the heap scan for dtype and shape) is the recorder's
         # counts and a fit per site: cheap enough to take every `check_every` steps. The paths
         # are walked only once a leak is confirmed.
-        if not self.tracker.report(paths=False, _shapes=False).leaks:
+        if not self.tracker._build_report(paths=False, shapes=False).leaks:
             return
         self.leak_confirmed_at = step
         report = self.tracker.report()

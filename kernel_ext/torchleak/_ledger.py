@@ -1,0 +1,75 @@
+"""The %leakwatch ledger: after a cell run, one line of what the cell changed, as net bytes per
+holder (the names the user wrote): what it left alive and what it freed, so a fix can be
+confirmed (the cell that clears a list shows the bytes it gave back). A cell that replaced what
+it holds (``y = ...`` re-run) changed nothing and says nothing."""
+
+from .render.format import format_bytes
+
+HOLDERS_SHOWN = 5
+
+
+class CellLedger:
+    """Remembers, per site, the holders its growth had: what shrinks has no path any more (it is
+    gone), and is credited to the holder it had when it grew."""
+
+    def __init__(self):
+        self._holders = {}
+
+    def forget(self):
+        self._holders = {}
+
+    def line(self, report, cell, freed, threshold):
+        """The ledger line for cell run `cell`, or None when it changed less than `threshold`
+        bytes. `report` covers the last iteration's growth (None when the cell only freed,
+        `freed` bytes by the recorder's count)."""
+        net = {}
+        for f in report.findings if report is not None else []:
+            series = f.series or []
+            delta = series[-1] - (series[-2] if len(series) > 1 else 0) if series else 0
+            if delta == 0:
+                continue
+            name = _holder(f)
+            key = _site(f)
+            if name is not None:
+                self._holders.setdefault(key, set()).add(name)
+            elif len(self._holders.get(key, ())) == 1:
+                (name,) = self._holders[key]
+            if f.get("retention") == "cycle":
+                continue  # garbage the next collection frees, not something the cell keeps
+            net[name or ""] = net.get(name or "", 0) + delta
+        if report is None:
+            net[""] = -freed
+        left = sorted(((h or "<unknown>", b) for h, b in net.items() if b >= threshold),
+                      key=lambda kv: -kv[1])
+        gave = sorted(((h, -b) for h, b in net.items() if h and -b >= threshold),
+                      key=lambda kv: -kv[1])
+        released = -sum(b for b in net.values() if b < 0)
+        parts = []
+        if left:
+            holders = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in left[:HOLDERS_SHOWN])
+            parts.append(f"left {format_bytes(sum(b for _, b in left))} alive: {holders}")
+        if released >= threshold:
+            named = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in gave[:HOLDERS_SHOWN])
+            parts.append(f"freed {format_bytes(released)}" + (f": {named}" if named else ""))
+        if not parts:
+            return None
+        text = f"torchleak: In [{cell}] " + "; ".join(parts)
+        leaks = [f for f in report.leaks if f.site.get("cell") == cell] if report is not None else []
+        if leaks:
+            text += f" ({len(leaks)} leak(s): %leakreport for details)"
+        return text
+
+
+def _holder(finding):
+    """Who keeps a finding's bytes, by the name the user wrote: its growing container, else its
+    path's root (``y``, ``model``, ``Out[7]``); None when no path was found."""
+    holder = (finding.get("holder") or {}).get("path_text")
+    if holder:
+        return holder
+    path = finding.get("path") or []
+    return path[0]["label"] if path else None
+
+
+def _site(finding):
+    site = finding.get("site") or {}
+    return (site.get("file"), site.get("line"), site.get("function"), finding.get("device"))
