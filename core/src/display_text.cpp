@@ -164,6 +164,49 @@ std::string projectionText(const DeviceTimeline& d, int iterations, BoundaryKind
            (remaining == 1 ? "" : "s");
 }
 
+std::string deviceText(const DeviceTimeline& d, int iterations, BoundaryKind boundary) {
+    std::string line =
+        d.device + ": " +
+        formatBytes(d.allocated.empty() ? 0.0 : static_cast<double>(d.allocated.back())) +
+        " tracked live at the end";
+    if (d.leak_bytes_per_iteration > 0) {
+        line += ", leaking ";
+        line += formatBytes(static_cast<double>(d.leak_bytes_per_iteration));
+        line += " per ";
+        line += iterationNoun(boundary);
+        if (std::string projection = projectionText(d, iterations, boundary); !projection.empty()) {
+            line += "; " + projection;
+        }
+    }
+    if (d.verdict == "fragmentation") {
+        line += "; fragmentation (" +
+                std::to_string(static_cast<int>(std::lround(d.fragmentation_ratio * 100.0))) +
+                "% reserved but unused)";
+    }
+    return line;
+}
+
+std::string tensorText(const std::string& dtype, const std::vector<int64_t>& shape) {
+    std::string text = dtype + " [";
+    for (size_t i = 0; i < shape.size(); ++i) {
+        if (i > 0) {
+            text += ", ";
+        }
+        text += std::to_string(shape[i]);
+    }
+    return text + "]";
+}
+
+std::string pathTensorText(const TensorInfo& tensor) {
+    std::string text = tensorText(tensor.dtype, tensor.shape);
+    text += " ";
+    text += formatBytes(static_cast<double>(tensor.nbytes));
+    if (tensor.site) {
+        text += ", allocated at " + siteText(*tensor.site);
+    }
+    return text;
+}
+
 std::string headline(const Report& report) {
     size_t leakSites = std::count_if(report.findings.begin(), report.findings.end(),
                                      [](const Finding& f) { return f.verdict == Verdict::Leak; });

@@ -155,7 +155,8 @@ json deviceJson(const DeviceTimeline& d, int iterations, BoundaryKind boundary) 
             {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
             {"verdict", d.verdict},
             {"fragmentation_ratio", d.fragmentation_ratio},
-            {"projection_text", projectionText(d, iterations, boundary)}};
+            {"projection_text", projectionText(d, iterations, boundary)},
+            {"text", deviceText(d, iterations, boundary)}};
 }
 
 DeviceTimeline deviceFrom(const json& d) {
@@ -239,12 +240,16 @@ json outOfMemoryJson(const OutOfMemoryReport& oom, const Report& r) {
                          {"site", s.site},
                          {"live_bytes", s.live_bytes},
                          {"count", s.count},
-                         {"bytes_per_iteration", s.bytes_per_iteration}});
+                         {"bytes_per_iteration", s.bytes_per_iteration},
+                         {"size_text", formatBytes(static_cast<double>(s.live_bytes)) + " in " +
+                                           std::to_string(s.count) + " block(s)"}});
     }
     json holders = json::array();
     for (const OutOfMemoryHolder& h : oom.by_holder) {
-        holders.push_back(
-            {{"holder", h.holder}, {"live_bytes", h.live_bytes}, {"findings", h.findings}});
+        holders.push_back({{"holder", h.holder},
+                           {"live_bytes", h.live_bytes},
+                           {"findings", h.findings},
+                           {"size_text", formatBytes(static_cast<double>(h.live_bytes))}});
     }
     return {{"device", oom.device},
             {"error", oom.error},
@@ -309,6 +314,9 @@ json findingJson(const Finding& f, const Report& r) {
     fj["device"] = f.device;
     fj["dtype"] = optionalJson(f.dtype);
     fj["shape"] = optionalJson(f.shape);
+    if (f.shape) {
+        fj["tensor_text"] = tensorText(f.dtype.value_or(""), *f.shape);
+    }
     fj["autograd_node"] = optionalJson(f.autograd_node);
     if (f.allocated_inside) {
         fj["allocated_inside"] = frameJson(*f.allocated_inside, false);
@@ -329,7 +337,8 @@ json findingJson(const Finding& f, const Report& r) {
                 {"shape", p.tensor->shape},
                 {"device", p.tensor->device},
                 {"nbytes", p.tensor->nbytes},
-                {"site", p.tensor->site ? frameJson(*p.tensor->site, true) : json(nullptr)}};
+                {"site", p.tensor->site ? frameJson(*p.tensor->site, true) : json(nullptr)},
+                {"text", pathTensorText(*p.tensor)}};
         }
         fj["path"].push_back(std::move(step));
     }

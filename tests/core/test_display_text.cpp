@@ -124,3 +124,39 @@ TEST_CASE("A long retaining path is elided in its middle, at step boundaries") {
     const std::string longRoot = std::string(90, 'n') + ".items";
     REQUIRE(shortPath(longRoot) == std::string(90, 'n') + ".\u2026");
 }
+
+TEST_CASE("deviceText: one line with the live bytes, the leak, the projection, fragmentation") {
+    DeviceTimeline d;
+    d.device = "cuda:0";
+    d.allocated = {0, 1 << 20, 2 << 20};
+    REQUIRE(deviceText(d, 3) == "cuda:0: 2.0 MiB tracked live at the end");
+    d.leak_bytes_per_iteration = 1 << 20;
+    d.capacity_bytes = 10ull << 20;
+    d.projected_oom_iteration = 10;
+    REQUIRE(deviceText(d, 3, BoundaryKind::Cell) ==
+            "cuda:0: 2.0 MiB tracked live at the end, leaking 1.0 MiB per cell run; at 1.0 MiB "
+            "per cell run, cuda:0 is full in ~7 cell runs");
+    d.leak_bytes_per_iteration = 0;
+    d.verdict = "fragmentation";
+    d.fragmentation_ratio = 0.416;
+    REQUIRE(deviceText(d, 3) ==
+            "cuda:0: 2.0 MiB tracked live at the end; fragmentation (42% reserved but unused)");
+    DeviceTimeline empty;
+    empty.device = "cpu";
+    REQUIRE(deviceText(empty, 0) == "cpu: 0 B tracked live at the end");
+}
+
+TEST_CASE("tensorText and pathTensorText") {
+    REQUIRE(tensorText("float32", {256, 1024}) == "float32 [256, 1024]");
+    REQUIRE(tensorText("int64", {}) == "int64 []");
+    TensorInfo t;
+    t.dtype = "bfloat16";
+    t.shape = {4};
+    t.nbytes = 1536;
+    REQUIRE(pathTensorText(t) == "bfloat16 [4] 1.5 KiB");
+    Frame site;
+    site.file = "train.py";
+    site.line = 16;
+    t.site = site;
+    REQUIRE(pathTensorText(t) == "bfloat16 [4] 1.5 KiB, allocated at train.py:16");
+}

@@ -1,8 +1,8 @@
 #pragma once
 // The display strings the core knows, written once here and emitted into the JSON (`site.text`,
-// a device's `projection_text`, `summary.headline` and
-// `summary.empty_text`) so that every view (text, HTML, the
-// notebook widget) shows the same words instead of deriving its own.
+// a device's `text` and `projection_text`, a finding's `tensor_text`, a path tensor's `text`,
+// the out-of-memory lists' `size_text`, `summary.headline` and `summary.empty_text`) so that
+// every view (text, HTML, the notebook widget) shows the same words instead of deriving its own.
 
 #include "torchleak/causes.h"
 #include "torchleak/model.h"
@@ -43,6 +43,19 @@ const char* iterationNoun(BoundaryKind boundary);
 std::string projectionText(const DeviceTimeline& device,
                            int iterations,
                            BoundaryKind boundary = BoundaryKind::Explicit);
+
+// A device's line: "cuda:0: 1.2 GiB tracked live at the end, leaking 2.0 MiB per iteration; at
+// 2.0 MiB per iteration, cuda:0 is full in ~9,582 iterations; fragmentation (40% reserved but
+// unused)".
+std::string deviceText(const DeviceTimeline& device,
+                       int iterations,
+                       BoundaryKind boundary = BoundaryKind::Explicit);
+
+// "float32 [256, 1024]": a dtype and shape as every view prints them.
+std::string tensorText(const std::string& dtype, const std::vector<int64_t>& shape);
+
+// A tensor met on a retaining path: "float32 [256, 1024] 1.0 MiB, allocated at train.py:16".
+std::string pathTensorText(const TensorInfo& tensor);
 
 // The count line every view prints: "2 leak(s), 3 other finding(s)", or with causes that span
 // several sites, "1 leak (4 allocation sites), 3 other finding(s)".
