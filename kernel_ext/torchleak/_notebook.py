@@ -24,7 +24,7 @@ from ._ledger import CellLedger
 from ._tracebacks import from_code, show_from_code
 from ._widget import make_widget
 from .render.bundle import report_bundle, report_metadata
-from .render.format import escape, format_bytes
+from .render.format import escape, format_bytes, iteration_unit, progress_text
 
 USAGE = {
     "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [-o NAME] [--json PATH] [--html PATH] [--redact]",
@@ -142,6 +142,14 @@ def _live_data(data):
     return out
 
 
+def _with_text(progress, data):
+    """The progress with its line (`text`) as format.progress_text words it: the widget and the
+    saved report's renderer show that line, not one of their own."""
+    if not progress:
+        return progress
+    return {**progress, "text": progress_text(progress, iteration_unit(data))}
+
+
 class _LiveDisplay:
     """One display per report: a widget (if available) updated in place while the cell runs,
     throttled, then the final bundle without it. A saved notebook keeps no widget state by
@@ -162,6 +170,7 @@ class _LiveDisplay:
         self.last = 0.0
 
     def show(self, data, progress=None):
+        progress = _with_text(progress, data)
         live = _live_data(data)
         self.widget = make_widget(live, progress)
         self.handle = display(report_bundle(live, widget=self.widget, progress=progress),
@@ -175,11 +184,12 @@ class _LiveDisplay:
         self.last = time.monotonic()
         if self.widget is not None:
             self.widget.report = _live_data(data)
-            self.widget.progress = progress or {}
+            self.widget.progress = _with_text(progress, data) or {}
 
     def finish(self, data, progress=None):
         """The final report, in place of the live one; the widget's model is closed.
         `progress` (done) gives the run's line: "20 iterations in 12.1 s"."""
+        progress = _with_text(progress, data)
         bundle, metadata = report_bundle(data, progress=progress), report_metadata(progress)
         if self.handle is not None:
             self.handle.update(bundle, metadata=metadata, raw=True)

@@ -51,6 +51,19 @@ def fixture(name):
     return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
 
 
+def as_sent(report):
+    """A report as the kernel sends it: written by the core, with every line it derives (a
+    cause group per cause, the out-of-memory lists' sizes) for what a test changed."""
+    from torchleak import _core
+    return json.loads(_core.normalize_report(json.dumps(report)))
+
+
+def progress_as_sent(progress, report):
+    """A check's progress as the kernel sends it: with Python's line for it."""
+    from torchleak import _notebook
+    return _notebook._with_text(progress, report)
+
+
 def test_leaks_first_warnings_shown_and_open_rows_survive_a_redraw(browser):
     report = fixture("hostile.json")
     report["findings"].reverse()  # whatever order arrives, sorting by verdict puts leaks first
@@ -82,6 +95,8 @@ def test_an_out_of_memory_report_leads_with_its_forensics(browser):
         "by_holder": [{"holder": "<img src=x onerror=alert(1)>", "live_bytes": 3 << 20,
                        "findings": [0]}],
         "text": "Out of memory on cuda:0 in iteration 9 (8 complete before it): ..."}
+    report = as_sent(report)
+    report["oom"]["text"] = "Out of memory on cuda:0 in iteration 9 (8 complete before it): ..."
     page = mount(browser, report)
     view = page.locator("[data-testid=torchleak-widget]")
     box = view.locator("[data-testid=oom]")
@@ -102,7 +117,7 @@ def test_a_clean_run_says_no_leak(browser):
     report = fixture("leaky_loop.json")
     report["findings"] = [f for f in report["findings"] if f["verdict"] != "leak"]
     report["causes"] = []
-    page = mount(browser, report)
+    page = mount(browser, as_sent(report))
     assert page.locator("[data-testid=no-leak]").text_content().startswith("No leak.")
     assert page.locator("[data-testid=cause]").count() == 0
     page.close()
@@ -208,13 +223,15 @@ def test_a_fix_copies_its_code_and_prose_is_never_copied(browser):
 
 def test_progress_is_a_bar_with_rate_and_a_stop_button_then_a_run_line(browser):
     report = fixture("leaky_loop.json")
-    page = mount(browser, report, progress={"k": 5, "n": 20, "elapsed": 2.5, "remaining": 7.5})
+    page = mount(browser, report, progress=progress_as_sent(
+        {"k": 5, "n": 20, "elapsed": 2.5, "remaining": 7.5}, report))
     progress = page.locator("[data-testid=progress]")
-    assert "5/20 [2.5 s<7.5 s, 2.0 it/s]" in progress.text_content()
+    assert "5/20 iterations [2.5 s<7.5 s, 2.0 it/s]" in progress.text_content()  # Python's line
     assert page.locator("[role=progressbar]").get_attribute("aria-valuenow") == "5"
     page.locator("[data-testid=stop]").click()
     assert page.evaluate("() => window.tlInterrupts") == 1
-    page.evaluate("() => window.tlModel.set('progress', {k: 20, n: 20, elapsed: 12.1, done: true})")
+    done = progress_as_sent({"k": 20, "n": 20, "elapsed": 12.1, "done": True}, report)
+    page.evaluate("(done) => window.tlModel.set('progress', done)", done)
     assert page.locator("[data-testid=run-line]").text_content() == "20 iterations in 12.1 s (1.7 it/s)"
     assert page.locator("[data-testid=stop]").count() == 0
     page.close()

@@ -370,7 +370,9 @@ def test_a_live_view_updates_in_place_and_sends_no_live_blocks(shell):
     for k in range(1, 30):
         live.update(report, {"k": k, "n": 30})
     assert len(shell.display_pub.outputs) == before + 1
-    assert live.widget.progress == {"k": 29, "n": 30}
+    progress = live.widget.progress
+    assert (progress["k"], progress["n"]) == (29, 30)
+    assert progress["text"].startswith("29/30 iterations [")  # format.progress_text's line
     assert all("live_blocks" not in f for f in live.widget.report["findings"])
     # The end replaces the display once, with the whole report.
     live.finish(report, {"k": 30, "n": 30, "done": True})

@@ -50,8 +50,15 @@ def test_views_show_the_cores_strings_instead_of_deriving_their_own(view):
     leak["site"]["text"] = "LEAK-SITE-FROM-CORE"
     warmup["site"]["text"] = "WARMUP-SITE-FROM-CORE"
     data["causes"][0]["text"] = "CAUSE-FROM-CORE"
+    [alone] = data["cause_groups"]
+    assert alone["causes"] == [0]
+    alone["text"] = "CAUSE-FROM-CORE"  # a cause alone is its group's line (display_text.h)
     data["summary"]["headline"] = "HEADLINE-FROM-CORE"
-    data["devices"][0]["projection_text"] = "PROJECTION-FROM-CORE"
+    data["devices"][0]["text"] = "DEVICE-LINE-FROM-CORE"
+    for f in data["findings"]:
+        for step in f.get("path") or []:
+            if step.get("tensor"):
+                step["tensor"]["text"] = "PATH-TENSOR-FROM-CORE"
     out = RENDERERS[view](data)
     assert "CAUSE-FROM-CORE" in out
     if view != "plain":  # plain text lists the first findings only
@@ -60,8 +67,9 @@ def test_views_show_the_cores_strings_instead_of_deriving_their_own(view):
         assert "LEAK-SITE-FROM-CORE" in out
     if view != "page":  # the page has its own counts table, not the headline
         assert "HEADLINE-FROM-CORE" in out
-    if view in ("text", "notebook"):
-        assert "PROJECTION-FROM-CORE" in out
+    if view != "plain":  # the few plain lines name no device and draw no path
+        assert "DEVICE-LINE-FROM-CORE" in out
+        assert "PATH-TENSOR-FROM-CORE" in out
 
 
 @pytest.mark.parametrize("view", sorted(RENDERERS))

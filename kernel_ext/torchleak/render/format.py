@@ -79,24 +79,22 @@ def escape(value):
     return html.escape(str(value), quote=True)
 
 
-def tensor_text(tensor):
-    """`float32 [256, 1024] 1.0 MiB, allocated at train.py:16`."""
-    text = (f"{tensor.get('dtype')} {list(tensor.get('shape') or [])} "
-            f"{format_bytes(tensor.get('nbytes'))}")
-    if tensor.get("site"):
-        text += f", allocated at {site_text(tensor['site'])}"
-    return text
-
-
 def step_what(step):
-    """What a path step reaches: the tensor's description, or the object's type."""
-    return tensor_text(step["tensor"]) if step.get("tensor") else step.get("type", "")
+    """What a path step reaches: the core's words for its tensor (`float32 [256, 1024] 1.0 MiB,
+    allocated at train.py:16`), or the object's type."""
+    tensor = step.get("tensor")
+    return tensor.get("text") or "tensor" if tensor else step.get("type", "")
 
 
 def finding_tensor(finding):
-    """`float32 [256, 1024]`, or None when no tensor describes the finding's blocks."""
-    shape = finding.get("shape")
-    return f"{finding.get('dtype')} {list(shape)}" if shape is not None else None
+    """The core's `float32 [256, 1024]`, or None when no tensor describes the finding's
+    blocks."""
+    return finding.get("tensor_text")
+
+
+def device_text(device):
+    """The core's line for a device (live bytes, leak, projection, fragmentation)."""
+    return device.get("text") or device.get("device", "")
 
 
 def leaks_and_others(data):
@@ -142,12 +140,11 @@ def progress_text(progress, unit="iteration"):
 
 
 def oom_parts(oom, limit=5):
-    """The out-of-memory section's lists as the views print them: [(holder, bytes text)] and
-    [(site text, bytes and block count)], biggest first."""
-    holders = [(h.get("holder", ""), format_bytes(h.get("live_bytes", 0)))
+    """The out-of-memory section's lists as the views print them, in the core's words:
+    [(holder, its size)] and [(site text, its size and block count)], biggest first."""
+    holders = [(h.get("holder", ""), h.get("size_text", ""))
                for h in (oom.get("by_holder") or [])[:limit]]
-    sites = [(s.get("site", ""), f"{format_bytes(s.get('live_bytes', 0))} in "
-              f"{s.get('count', 0)} block(s)") for s in (oom.get("by_site") or [])[:limit]]
+    sites = [(s.get("site", ""), s.get("size_text", "")) for s in (oom.get("by_site") or [])[:limit]]
     return holders, sites
 
 

@@ -2,9 +2,8 @@
 sanitizer (inline ``style=`` attributes only, the growth curve as an SVG data-URI ``<img>``,
 retaining paths as nested ``<details>``), so saved and exported notebooks keep it."""
 
-import base64
-
-from .format import (LEAKS_SHOWN, allocated_inside_text, cause_groups, empty_text, escape as _e,
+from .chart import curve_svg, svg_img
+from .format import (LEAKS_SHOWN, allocated_inside_text, cause_groups, device_text, empty_text, escape as _e,
                      format_bytes, iteration_unit, fix_html, job_lines, oom_parts, path_code, progress_text, site_text,
                      step_what)
 
@@ -13,49 +12,6 @@ _MUTED = 'style="color:var(--jp-ui-font-color2,#888)"'
 
 _VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
                     "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
-
-
-def curve_svg(series_by_name, *, width=420, height=140, projection=None, at=None):
-    """A small line chart: {name: (values, colour)}; an optional dashed projection line. `at` is
-    the iteration of each point when a long run's history was thinned (else point i is
-    iteration i)."""
-    values = [v for vals, _ in series_by_name.values() for v in vals]
-    top = max(values + [1])
-    points_n = max((len(vals) for vals, _ in series_by_name.values()), default=0)
-    at = list(at) if at and len(at) == points_n else list(range(points_n))
-    n = at[-1] + 1 if at else 0
-    pad = 28
-    inner_w, inner_h = width - pad - 6, height - 22
-
-    def xy(i, v):
-        return pad + (inner_w * at[i] / max(n - 1, 1)), 6 + inner_h * (1 - v / top)
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
-             f'<line x1="{pad}" y1="{6 + inner_h}" x2="{width - 6}" y2="{6 + inner_h}" stroke="#999"/>',
-             f'<line x1="{pad}" y1="6" x2="{pad}" y2="{6 + inner_h}" stroke="#999"/>',
-             f'<text x="2" y="12" fill="#555">{_e(format_bytes(top))}</text>',
-             f'<text x="{pad}" y="{height - 2}" fill="#555">iteration 1</text>',
-             f'<text x="{width - 60}" y="{height - 2}" fill="#555">{n}</text>']
-    for name, (vals, colour) in series_by_name.items():
-        if not vals:
-            continue
-        points = " ".join("{:.1f},{:.1f}".format(*xy(i, v)) for i, v in enumerate(vals))
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}">'
-                     f'<title>{_e(name)}</title></polyline>')
-    if projection is not None and points_n > 1:
-        slope, intercept = projection
-        last = points_n - 1
-        (x1, y1), (x2, y2) = xy(0, max(intercept, 0)), xy(last, max(intercept + slope * at[last], 0))
-        parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
-                     f'stroke="#c0392b" stroke-dasharray="4 3"/>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def svg_img(svg, alt):
-    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
-    return f'<img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}">'
 
 
 def _path_details(finding):
@@ -75,16 +31,12 @@ def _path_details(finding):
             f'{holder_text}</summary>{"".join(rows)}</details>')
 
 
-def _device(d, at=None):
+def _device(d, at=None, unit="iteration"):
     series = {"allocated": (d.get("allocated") or [], "#2c7fb8")}
     if d.get("reserved") and d.get("reserved") != d.get("allocated"):
         series["reserved"] = (d["reserved"], "#999999")
-    line = f'<div><b>{_e(d["device"])}</b>: {_e(format_bytes((d.get("allocated") or [0])[-1]))} tracked live'
-    if d.get("projection_text"):
-        line += "; " + _e(d["projection_text"])
-    if d.get("verdict") == "fragmentation":
-        line += f'; fragmentation ({d.get("fragmentation_ratio", 0) * 100:.0f}% reserved but unused)'
-    return [line + "</div>", svg_img(curve_svg(series, at=at), f"memory of {d['device']} per iteration")]
+    return [f"<div>{_e(device_text(d))}</div>",
+            svg_img(curve_svg(series, at=at, unit=unit), f"memory of {d['device']} per {unit}")]
 
 
 def _finding_row(f):
@@ -160,7 +112,7 @@ def render(data, *, progress=None):
         parts.append(f'<details data-testid="more-causes"><summary>show {len(groups) - LEAKS_SHOWN} '
                      f'more leak(s)</summary>{"".join(groups[LEAKS_SHOWN:])}</details>')
     for d in data.get("devices", []):
-        parts.extend(_device(d, data.get("series_iterations")))
+        parts.extend(_device(d, data.get("series_iterations"), unit))
     if findings:
         # Many findings scroll inside a box of capped height, not down the notebook.
         parts.append('<div data-testid="findings-box" style="max-height:32em;overflow:auto">'

@@ -1,21 +1,10 @@
 """The saved report page (``report.save("r.html")``): self-contained HTML, no scripts, no network,
 every string escaped."""
 
-from .format import (allocated_inside_text, cause_groups, empty_text, escape as _e, finding_tensor,
-                     fix_html, format_bytes, oom_parts, path_code, site_text, step_what)
-
-
-def _sparkline(values, width=220, height=40, color="#c0392b"):
-    if not values:
-        return ""
-    hi = max(max(values), 1)
-    n = len(values)
-    step = width / max(n - 1, 1)
-    points = " ".join(f"{i * step:.1f},{height - 2 - (v / hi) * (height - 4):.1f}"
-                      for i, v in enumerate(values))
-    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-            f'role="img" aria-label="live bytes per iteration">'
-            f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}"/></svg>')
+from .chart import sparkline
+from .format import (allocated_inside_text, cause_groups, device_text, empty_text, escape as _e,
+                     finding_tensor, fix_html, format_bytes, iteration_unit, oom_parts, path_code,
+                     site_text, step_what)
 
 
 _CSS = """
@@ -30,22 +19,16 @@ details{margin:4px 0} .oom{background:#fdecea;border-left:4px solid #c0392b;padd
 """
 
 
-def _devices(devices):
-    parts = ["<h2>Devices</h2><table><tr><th>device</th><th>tracked live bytes</th>"
-             "<th>curve</th><th>leak / iteration</th><th>projected full at</th></tr>"]
+def _devices(devices, at, unit):
+    parts = ["<h2>Devices</h2><table><tr><th>curve</th><th>device</th></tr>"]
     for d in devices:
-        alloc = d.get("allocated") or [0]
-        oom = d.get("projected_oom_iteration")
-        parts.append(
-            f"<tr><td>{_e(d['device'])}</td><td class=\"num\">{_e(format_bytes(alloc[-1]))}</td>"
-            f"<td>{_sparkline(alloc, color='#2c7fb8')}</td>"
-            f"<td class=\"num\">{_e(format_bytes(d.get('leak_bytes_per_iteration', 0)))}</td>"
-            f"<td class=\"num\">{_e('iteration ' + format(oom, ',') if oom is not None else '-')}</td></tr>")
+        parts.append(f"<tr><td>{sparkline(d.get('allocated') or [], colour='#2c7fb8', at=at, unit=unit)}"
+                     f"</td><td>{_e(device_text(d))}</td></tr>")
     parts.append("</table>")
     return parts
 
 
-def _finding_row(f):
+def _finding_row(f, at, unit):
     verdict_cls = "leak" if f["verdict"] == "leak" else ""
     stack_items = "".join(
         f"<li><code>{_e(site_text(fr))}</code> in {_e(fr.get('function'))}"
@@ -78,7 +61,7 @@ def _finding_row(f):
             f"<td><code>{_e(site_text(f['site']))}</code><br>{_e(f['site'].get('function'))}</td>"
             f"<td class=\"num\">{_e(format_bytes(f['bytes_per_iteration']))}</td>"
             f"<td class=\"num\">{_e(format_bytes(f['total_bytes']))}</td>"
-            f"<td>{_sparkline(f.get('series') or [])}</td><td>{''.join(details)}</td></tr>")
+            f"<td>{sparkline(f.get('series') or [], at=at, unit=unit)}</td><td>{''.join(details)}</td></tr>")
 
 
 def _job(job):
@@ -86,7 +69,7 @@ def _job(job):
     parts = [f"<h2>Ranks ({_e(job.get('world_size'))})</h2><table data-testid=\"ranks\">"
              "<tr><th>rank</th><th>status</th><th>curve</th><th>summary</th></tr>"]
     for rank in job.get("ranks", []):
-        curves = "".join(_sparkline(d.get("allocated") or [], color="#2c7fb8")
+        curves = "".join(sparkline(d.get("allocated") or [], colour="#2c7fb8")
                          for d in rank.get("devices", []))
         parts.append(f"<tr><td>{_e(rank.get('rank'))}</td><td>{_e(rank.get('status'))}</td>"
                      f"<td>{curves}</td><td>{_e(rank.get('text'))}</td></tr>")
@@ -108,10 +91,10 @@ def _oom(oom):
     return parts
 
 
-def _cause_item(cause, findings):
+def _cause_item(cause, findings, unit):
     sites = "".join(
         f"<li><code>{_e(site_text(findings[i]['site']))}</code> "
-        f"{_e(format_bytes(findings[i]['bytes_per_iteration']))} per iteration</li>"
+        f"{_e(format_bytes(findings[i]['bytes_per_iteration']))} per {_e(unit)}</li>"
         for i in cause["findings"])
     return (f"<li class=\"leak\">{_e(cause['text'])} [{_e(cause.get('severity'))}]"
             f"<div>fix: {_e(cause.get('suggestion'))}</div><ul>{sites}</ul></li>")
@@ -120,10 +103,11 @@ def _cause_item(cause, findings):
 def render(data):
     findings = data.get("findings", [])
     summary = data.get("summary", {})
+    unit, at = iteration_unit(data), data.get("series_iterations")
     parts = ["<!DOCTYPE html><html><head><meta charset=\"utf-8\">",
              "<title>torchleak report</title>", f"<style>{_CSS}</style></head><body>",
              "<h1>torchleak report</h1>",
-             f"<p class=\"muted\">{_e(data.get('iterations', 0))} iterations ({_e(data.get('boundary'))} "
+             f"<p class=\"muted\">{_e(data.get('iterations', 0))} {_e(unit)}s ({_e(data.get('boundary'))} "
              f"boundaries, warm-up {_e(data.get('warmup', 0))}), torch "
              f"{_e(data.get('torch_version'))}, Python {_e(data.get('python_version'))}. "
              f"Score {_e(summary.get('score', 100))}/100 ({_e(summary.get('grade', 'A'))}).</p>"]
@@ -134,16 +118,16 @@ def render(data):
     if data.get("sampling"):
         parts.append(f"<p class=\"muted\">sampled: {_e(data['sampling'].get('text'))}</p>")
     if data.get("devices"):
-        parts.extend(_devices(data["devices"]))
+        parts.extend(_devices(data["devices"], at, unit))
     if data.get("ranks"):
         parts.extend(_job(data["ranks"]))
     if data.get("causes"):
         parts.append("<h2>Leaks</h2><ol>")
         for group, members in cause_groups(data):
             if len(members) == 1:
-                parts.append(_cause_item(members[0], findings))
+                parts.append(_cause_item(members[0], findings, unit))
                 continue
-            inner = "".join(_cause_item(cause, findings) for cause in members)
+            inner = "".join(_cause_item(cause, findings, unit) for cause in members)
             parts.append(f"<li class=\"leak\">{_e(group.get('text'))} [{_e(group.get('severity'))}]"
                          f"<details><summary>the {len(members)} leaks</summary><ol>{inner}</ol>"
                          f"</details></li>")
@@ -152,9 +136,9 @@ def render(data):
     if empty_text(data):
         parts.append(f"<p>{_e(empty_text(data))}</p>")
     if findings:
-        parts.append("<table><tr><th>verdict</th><th>site</th><th class=\"num\">per iteration</th>"
+        parts.append(f"<table><tr><th>verdict</th><th>site</th><th class=\"num\">per {_e(unit)}</th>"
                      "<th class=\"num\">live</th><th>curve</th><th>details</th></tr>")
-        parts.extend(_finding_row(f) for f in findings)
+        parts.extend(_finding_row(f, at, unit) for f in findings)
         parts.append("</table>")
     recs = summary.get("recommendations", [])
     if recs:

@@ -2,7 +2,7 @@
 
 import os
 
-from .format import (allocated_inside_text, cause_groups, empty_text, finding_tensor,
+from .format import (allocated_inside_text, cause_groups, device_text, empty_text, finding_tensor,
                      format_bytes, iteration_unit, job_lines, keeper_text, leaks_and_others,
                      oom_parts, short_path, site_text, step_what)
 
@@ -26,17 +26,6 @@ def _is_tool_frame(frame):
     """torchleak's own frames and the runpy trampoline: kept in JSON, hidden in text."""
     name = frame.get("file") or ""
     return name.startswith(_PACKAGE_DIR) or name == "<frozen runpy>"
-
-
-def _device_line(d, unit):
-    alloc = d.get("allocated") or [0]
-    line = f"{d['device']}: {format_bytes(alloc[-1])} tracked live at the end"
-    rate = d.get("leak_bytes_per_iteration", 0)
-    if rate > 0:
-        line += f", leaking {format_bytes(rate)} per {unit}"
-        if d.get("projection_text"):
-            line += "; " + d["projection_text"]
-    return line
 
 
 def _path_lines(path, limit=14):
@@ -163,7 +152,7 @@ def render(data):
     if data.get("oom"):
         out.extend(_oom_lines(data["oom"]))
     for d in data.get("devices", []):
-        out.append("  " + _device_line(d, unit))
+        out.append("  " + device_text(d))
     if data.get("ranks"):
         out.append(f"  job of {data['ranks'].get('world_size')} ranks:")
         out.extend(f"    {line}" for line in job_lines(data))

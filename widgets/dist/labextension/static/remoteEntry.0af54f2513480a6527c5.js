@@ -43,7 +43,7 @@ const FINDING = {
   ranks_text: "string",
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
-           tensor: { dtype: "string", shape: ["number"], nbytes: "number", site: SITE } }],
+           tensor: { text: "string" } }],
   stack: [{ text: "string", function: "string", source: "string", user: "boolean" }],
 };
 const REPORT = {
@@ -52,13 +52,12 @@ const REPORT = {
   summary: { headline: "string", empty_text: "string" },
   sampling: { text: "string" },
   ranks: { world_size: "number", ranks: [{ text: "string" }], skew_text: ["string"] },
-  oom: { text: "string", by_holder: [{ holder: "string", live_bytes: "number" }],
-         by_site: [{ site: "string", live_bytes: "number", count: "number" }] },
+  oom: { text: "string", by_holder: [{ holder: "string", size_text: "string" }],
+         by_site: [{ site: "string", size_text: "string" }] },
   causes: [{ text: "string", severity: "string", suggestion: "string", findings: ["number"] }],
   cause_groups: [{ text: "string", severity: "string", container: "string", causes: ["number"] }],
-  devices: [{ device: "string", allocated: ["number"], reserved: ["number"], peak: ["number"],
-              leak_bytes_per_iteration: "number", projection_text: "string", verdict: "string",
-              fragmentation_ratio: "number" }],
+  devices: [{ device: "string", text: "string", allocated: ["number"], reserved: ["number"],
+              peak: ["number"], leak_bytes_per_iteration: "number" }],
   findings: [FINDING],
 };
 
@@ -164,11 +163,12 @@ function fittedSlope(at, values) {
 // element takes the width it is given.
 // A long run's history is a thinned grid: `seriesIterations` gives each point's iteration
 // (absent when every boundary was kept, point i being iteration i).
-function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
+// `noun` is the core's word for an iteration (report.iteration_unit). `rateIsPerCellRun`: the
+// leak's rate is per run of the leaking cell while the curve has a point per run of any cell.
+function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsPerCellRun) {
   const alloc = device.allocated || [];
   const reserved = device.reserved || [];
   const peak = device.peak || [];
-  const noun = unit === "cell" ? "cell run" : "iteration";
   const showPeak = peak.length && peak.some((v, i) => v > (alloc[i] || 0));
   const showReserved = reserved.length && reserved.some((v, i) => v !== alloc[i]);
   const showTrend = leakRate > 0 && alloc.length > 1;
@@ -213,11 +213,11 @@ function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
   if (showReserved) svg.appendChild(line(reserved, "reserved"));
   svg.appendChild(line(alloc, "alloc"));
   if (showTrend) {
-    // Through the last point. Per iteration the rate is the curve's own slope; in watch mode it
-    // is per run of the leaking cell, while the curve has a point per run of any cell, so the
-    // line takes the curve's fitted slope (at the leak's rate it ended far from the data).
+    // Through the last point. Per iteration the rate is the curve's own slope; per cell run
+    // it is not, so the line takes the curve's fitted slope (at the leak's rate it ended far
+    // from the data).
     const last = alloc.length - 1;
-    const slope = unit === "cell" ? fittedSlope(at, alloc) : leakRate;
+    const slope = rateIsPerCellRun ? fittedSlope(at, alloc) : leakRate;
     const end = alloc[last];
     const start = end - slope * (at[last] - at[0]);
     const trend = svgEl("line", { class: "trend", x1: x(0), y1: y(Math.max(start, 0)), x2: x(last), y2: y(end) });
@@ -239,7 +239,7 @@ function drawCurve(device, leakRate, iterations, unit, seriesIterations) {
     const it = Math.round(((px - pad) / (width - pad - 8)) * Math.max(n - 1, 1));
     let i = 0; // the last point taken at or before that iteration
     while (i + 1 < at.length && at[i + 1] <= it) i++;
-    readout.textContent = `${unit === "cell" ? "cell run" : "iteration"} ${(at[i] ?? i) + 1}: ${formatBytes(alloc[i] || 0)}` +
+    readout.textContent = `${noun} ${(at[i] ?? i) + 1}: ${formatBytes(alloc[i] || 0)}` +
       (peak[i] > (alloc[i] || 0) ? `, peak ${formatBytes(peak[i])}` : "");
   });
   svg.addEventListener("mouseleave", () => { readout.textContent = ""; });
@@ -269,8 +269,7 @@ function pathTree(finding) {
   for (const step of finding.path || []) {
     const row = el("div", { class: "tl-step", "data-testid": "path-step" });
     const t = step.tensor;
-    const what = t ? `${t.dtype} [${(t.shape || []).join(", ")}] ${formatBytes(t.nbytes)}` +
-      (t.site ? `, allocated at ${siteText(t.site)}` : "") : step.type || "";
+    const what = t ? t.text || "tensor" : step.type || "";
     row.appendChild(el("b", {}, step.label));
     row.appendChild(document.createTextNode(` ${step.kind} ${what}`));
     if (step.note) row.appendChild(el("span", { class: "tl-note" }, ` (${step.note})`));
@@ -347,8 +346,8 @@ function oomBox(oom) {
   const box = el("div", { class: "tl-oom", "data-testid": "oom" });
   box.appendChild(el("b", { class: "tl-verdict-leak" }, "OUT OF MEMORY "));
   box.appendChild(document.createTextNode(oom.text || ""));
-  const lists = [["live by holder", (oom.by_holder || []).map((h) => [h.holder, formatBytes(h.live_bytes)])],
-                 ["by site", (oom.by_site || []).map((s) => [s.site, `${formatBytes(s.live_bytes)} in ${s.count} block(s)`])]];
+  const lists = [["live by holder", (oom.by_holder || []).map((h) => [h.holder, h.size_text || ""])],
+                 ["by site", (oom.by_site || []).map((s) => [s.site, s.size_text || ""])]];
   for (const [title, rows] of lists) {
     if (!rows.length) continue;
     const line = el("div", { class: "tl-note", "data-testid": "oom-list" }, `${title}: `);
@@ -362,16 +361,14 @@ function oomBox(oom) {
   return box;
 }
 
-function progressLine(progress, model, unit) {
+// The line itself is Python's (format.progress_text, sent as `progress.text`); the view draws
+// the bar and the button around it.
+function progressLine(progress, model) {
   const box = el("div", { class: "tl-progress", "data-testid": "progress" });
-  const k = Number(progress.k || 0), n = Number(progress.n || 0), elapsed = Number(progress.elapsed || 0);
-  const rate = elapsed > 0 ? k / elapsed : 0;
-  const rateText = rate >= 1 || rate === 0 ? `${rate.toFixed(1)} it/s` : `${(1 / rate).toFixed(1)} s/it`;
+  const k = Number(progress.k || 0), n = Number(progress.n || 0);
   if (progress.done) {
-    const text = progress.stopped
-      ? `stopped after ${k} of ${n} ${unit}s, ${elapsed.toFixed(1)} s`
-      : `${k} ${unit}${k === 1 ? "" : "s"} in ${elapsed.toFixed(1)} s (${rateText})`;
-    box.appendChild(el("span", { "data-testid": "run-line" }, text));
+    // A notebook saved before progress carried its line still says how far the run got.
+    box.appendChild(el("span", { "data-testid": "run-line" }, progress.text || `${k}/${n}`));
     return box;
   }
   const bar = el("span", { class: "tl-bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": String(n), "aria-valuenow": String(k) });
@@ -379,7 +376,7 @@ function progressLine(progress, model, unit) {
   fill.style.width = `${n ? (100 * k) / n : 0}%`;
   bar.appendChild(fill);
   box.appendChild(bar);
-  box.appendChild(el("span", {}, ` ${k}/${n} [${elapsed.toFixed(1)} s<${Number(progress.remaining || 0).toFixed(1)} s, ${rateText}]`));
+  box.appendChild(el("span", {}, ` ${progress.text || `${k}/${n}`}`));
   const kernel = model && model.widget_manager && model.widget_manager.kernel;
   if (kernel && typeof kernel.interrupt === "function") {
     const stop = el("button", { class: "tl-stop", "data-testid": "stop", type: "button", title: "interrupt the kernel: the report of the iterations so far is kept" }, "Stop");
@@ -431,21 +428,21 @@ function revealCell(number, host, line) {
   return false;
 }
 
-// Leaks first when sorting by verdict, not the alphabet's order.
-const PROGRESS = { k: "number", n: "number", elapsed: "number", remaining: "number",
-                   done: "boolean", stopped: "boolean" };
+// A check's progress: k of n done, and the line Python wrote for it.
+const PROGRESS = { k: "number", n: "number", done: "boolean", text: "string" };
 
 // How many leaks and finding rows are drawn before "show N more" (LEAKS_SHOWN: as the static
 // views, torchleak/render/format.py).
 const LEAKS_SHOWN = 3;
 const ROWS_SHOWN = 25;
 
+// Leaks first when sorting by verdict, not the alphabet's order.
 const VERDICT_RANK = { leak: 0, fragmentation: 1, plateau: 2, warmup: 3, transient: 4 };
 
 const COLUMNS = [
   ["verdict", (f) => -(VERDICT_RANK[f.verdict] ?? 5)],
   ["site", (f) => siteText(f.site)],
-  ["per iteration", (f) => f.bytes_per_iteration],
+  ["per", (f) => f.bytes_per_iteration], // "per iteration", "per cell run": the report's unit
   ["live", (f) => f.total_bytes],
   ["holder", (f) => (f.holder ? f.holder.path_text : f.path_text || "")],
 ];
@@ -503,7 +500,7 @@ function render({ model, el: host }) {
     head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} ${report.iteration_unit || "iteration"}(s)`));
     root.appendChild(head);
     if (problem) root.appendChild(el("div", { class: "tl-warning", "data-testid": "report-problem" }, problem));
-    if (progress.n) root.appendChild(progressLine(progress, model, report.iteration_unit || "iteration"));
+    if (progress.n) root.appendChild(progressLine(progress, model));
     if (report.oom) root.appendChild(oomBox(report.oom));
     for (const warning of report.warnings || []) {
       root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
@@ -554,13 +551,10 @@ function render({ model, el: host }) {
     }
     for (const device of report.devices || []) {
       const box = el("div", { class: "tl-device", "data-testid": "growth-curve" });
-      let text = `${device.device}: ${formatBytes((device.allocated || [0]).slice(-1)[0])} tracked live`;
       const rate = device.leak_bytes_per_iteration || 0;
-      if (device.projection_text) text += ` — ${device.projection_text}`;
-      if (device.verdict === "fragmentation") text += ` — fragmentation (${((device.fragmentation_ratio || 0) * 100).toFixed(0)}% reserved but unused)`;
-      box.appendChild(el("div", {}, text));
-      box.appendChild(drawCurve(device, rate, report.iterations || 0, report.boundary === "cell" ? "cell" : "iteration",
-                                report.series_iterations));
+      box.appendChild(el("div", {}, device.text || device.device || ""));
+      box.appendChild(drawCurve(device, rate, report.iterations || 0, report.iteration_unit || "iteration",
+                                report.series_iterations, report.boundary === "cell"));
       root.appendChild(box);
     }
     const table = el("table", { class: "tl-table", "data-testid": "findings" });
@@ -568,7 +562,8 @@ function render({ model, el: host }) {
     COLUMNS.forEach(([name], i) => {
       const th = el("th", { "data-testid": `sort-${i}`, title: "sort", tabindex: "0", role: "button",
                             "aria-sort": i === sortBy ? (descending ? "descending" : "ascending") : "none" },
-                    name + (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
+                    (name === "per" ? `per ${report.iteration_unit || "iteration"}` : name) +
+                    (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
       const sort = () => { descending = sortBy === i ? !descending : true; sortBy = i; focusAfterDraw = `sort-${i}`; draw(); };
       th.addEventListener("click", sort);
       onActivate(th, sort);
