@@ -248,16 +248,11 @@ def test_frees_after_the_session_is_gone_are_safe():
     assert tracker.report().leaks == []
 
 
-@pytest.fixture
-def shell(ipython):
-    return ipython
-
-
-def test_notebook_output_cache(shell):
-    run(shell, "import torch")
+def test_notebook_output_cache(ipython):
+    run(ipython, "import torch")
     with torchleak.track() as tracker:
         for _ in range(3):
-            run(shell, "torch.ones(256, 1024)")  # displayed: kept in Out[n]
+            run(ipython, "torch.ones(256, 1024)")  # displayed: kept in Out[n]
             torchleak.step()
     # three runs of the same cell are one site that grows, held by the output cache
     (leak,) = tracker.report().leaks
@@ -267,17 +262,17 @@ def test_notebook_output_cache(shell):
     assert "%reset -f out" in leak.suggestion
 
 
-def test_what_reset_out_leaves_in_ipythons_hidden_namespace_is_the_output_cache(shell):
+def test_what_reset_out_leaves_in_ipythons_hidden_namespace_is_the_output_cache(ipython):
     # %reset -f out clears Out and the user's _, __ and ___, but IPython keeps copies of the
     # last three outputs in user_ns_hidden. They were named "InteractiveShell._instance.
     # user_ns_hidden grows" with "call ...reset()" as the fix; now they are the output cache
     # and the fix, run as written, frees them.
-    run(shell, "import torch")
+    run(ipython, "import torch")
     with torchleak.track() as tracker:
         for _ in range(3):
-            run(shell, "torch.ones(256, 1024)")
+            run(ipython, "torch.ones(256, 1024)")
             torchleak.step()
-        run(shell, "%reset -f out")
+        run(ipython, "%reset -f out")
         torchleak.step()
         report = tracker.report().to_dict()
         held = [f for f in report["findings"] if f["verdict"] == "leak"]
@@ -286,15 +281,15 @@ def test_what_reset_out_leaves_in_ipythons_hidden_namespace_is_the_output_cache(
         assert all("output cache" in c["text"] for c in report["causes"])
         [code] = {f["fix_code"] for f in held}
         assert code == "get_ipython().user_ns_hidden.update(_='', __='', ___='')"
-        assert run(shell, code).success
+        assert run(ipython, code).success
         torchleak.step()
     assert tracker.report().leaks == []
 
 
-def test_last_exception_keeps_the_failed_frame(shell):
-    run(shell, "import torch\ndef train_step():\n    x = torch.ones(1024, 1024)\n    raise ValueError('bad batch')\n")
+def test_last_exception_keeps_the_failed_frame(ipython):
+    run(ipython, "import torch\ndef train_step():\n    x = torch.ones(1024, 1024)\n    raise ValueError('bad batch')\n")
     with torchleak.track() as tracker:
-        run(shell, "train_step()")
+        run(ipython, "train_step()")
         torchleak.step()
     report = tracker.report()
     (finding,) = [f for f in report.findings if f.total_bytes == 4 * MiB]
@@ -304,27 +299,27 @@ def test_last_exception_keeps_the_failed_frame(shell):
     assert "sys.last_value" in finding.suggestion
 
 
-def test_the_last_exception_fix_frees_what_ipython_keeps_too(shell):
+def test_the_last_exception_fix_frees_what_ipython_keeps_too(ipython):
     """IPython's traceback printer keeps the traceback a second time (InteractiveTB.tb): the
     fix clears both, and memory still held after clearing only sys.last_* is still named as
     the last exception's, not "C++ only" or a cycle."""
-    run(shell, "import torch\ndef train_step():\n    x = torch.ones(1024, 1024)\n    raise ValueError('bad batch')\n")
+    run(ipython, "import torch\ndef train_step():\n    x = torch.ones(1024, 1024)\n    raise ValueError('bad batch')\n")
     with torchleak.track() as tracker:
-        run(shell, "train_step()")
+        run(ipython, "train_step()")
         torchleak.step()
         (finding,) = [f for f in tracker.report().findings if f.total_bytes == 4 * MiB]
         assert "InteractiveTB.tb" in finding.path[0]["note"]
         fix = finding.suggestion.split("`")[1]
         assert "get_ipython().InteractiveTB.tb = None" in fix
 
-        run(shell, "import sys; sys.last_value = sys.last_traceback = sys.last_exc = None")
+        run(ipython, "import sys; sys.last_value = sys.last_traceback = sys.last_exc = None")
         torchleak.step()
         (still,) = [f for f in tracker.report().findings if f.total_bytes == 4 * MiB]
         assert still.path_text == "<last exception> frame train_step: local 'x'"
         assert still.retention == "reachable"
         assert still.path[0]["note"].startswith("kept by IPython's InteractiveTB.tb")
 
-        assert run(shell, fix).success
+        assert run(ipython, fix).success
         torchleak.step()
         left = [f for f in tracker.report().findings if f.total_bytes == 4 * MiB]
         assert not left, [(f.path_text, f.path) for f in left]
