@@ -58,7 +58,7 @@ test-integrations test-distributed test-notebooks test-browser: test-%: install
 # The platform matrix (tests/matrix/run.py): torchleak built against other CPython and torch
 # versions, each cell in a uv environment of its own under build/matrix with torch from the
 # package index, running tests/python and the visible leak-case suite. `make test` runs the two
-# corners, newest and oldest; `make test-matrix-full` every cell of the README's table.
+# corners, newest and oldest; `make test-matrix-full` every cell of docs/platforms.md's table.
 MATRIX_CORNERS := 3.13:2.15.0 3.10:2.11.0
 MATRIX_CELLS := $(MATRIX_CORNERS) 3.12:2.11.0 3.12:2.12.1 3.12:2.14.1 3.11:2.15.0 3.13:2.13.0
 MATRIX ?= $(MATRIX_CORNERS)

@@ -3,7 +3,7 @@ with many related leaks (fifty lists in one object), a leak 26 attributes deep, 
 stopped with its Stop button. In each: the views stay short and inside their output, Stop keeps
 the partial report and shows the cell's own traceback, the reports come back after save, kernel
 shutdown and reopen, and every view reads in the light and the dark theme. Screenshots go to
-tests/browser/artifacts (the README's come from here)."""
+tests/browser/artifacts (the README's and docs/notebook.md's come from here)."""
 import re
 
 import nbformat

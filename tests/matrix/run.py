@@ -202,7 +202,7 @@ def describe(result):
 
 
 def markdown_table(results):
-    """The README's table of what was run: one row per cell, newest Python first."""
+    """The table of what was run (README, docs/platforms.md): one row per cell, newest Python first."""
     rows = ["| Python | torch | tests/python | leak cases (site accuracy) | result |",
             "| --- | --- | --- | --- | --- |"]
     ordered = sorted(results, key=lambda r: (
