@@ -136,12 +136,22 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
     page.wait_for_function(f"(v) => ({PROGRESS})(v) >= 3", arg=handle, timeout=120_000)
     # The live view updates in place: a stack opened now stays open three updates later (live
     # updates carry no paths: those are walked once, at the end).
-    stop_view.locator("[data-testid=stack] summary").first.click()
+    # A click that lands while the view redraws (four times a second) may hit the row being
+    # replaced: the test makes sure the row is open before it counts the updates after.
+    # Rows re-sort as verdicts firm up mid-run, so the row opened need not stay first: only it
+    # was opened, so a stack open later is that one.
+    is_open = "(v) => [...v.querySelectorAll('[data-testid=stack]')].some((s) => s.open)"
+    for _ in range(3):
+        stop_view.locator("[data-testid=stack] summary").first.click()
+        if stop_view.evaluate(is_open):
+            break
+        page.wait_for_timeout(100)
+    assert stop_view.evaluate(is_open)
     opened_at = stop_view.evaluate(PROGRESS)
     page.wait_for_function(f"(v) => ({PROGRESS})(v) >= {opened_at + 3}", arg=handle,
                            timeout=120_000)
     assert stop_view.evaluate("el => el.isConnected")
-    assert stop_view.locator("[data-testid=stack]").first.evaluate("el => el.open")
+    assert stop_view.evaluate(is_open)
     stop_view.locator("[data-testid=stop]").click()
     page.wait_for_function(ALL_NUMBERED, timeout=120_000)
     # One live view per cell, then its final report: 2 + 2 + 2, where every update used to

@@ -24,7 +24,7 @@ def curve_svg(series_by_name, *, width=420, height=140, projection=None, at=None
     def xy(i, v):
         return pad + (inner_w * at[i] / max(n - 1, 1)), top_margin + inner_h * (1 - v / top)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+    parts = [f'<svg width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10" '
              f'role="img" aria-label="{_e(label)} per {_e(unit)}">']
     if axes:
@@ -58,5 +58,8 @@ def sparkline(values, *, colour="#c0392b", at=None, unit="iteration"):
 
 
 def svg_img(svg, alt):
+    """The chart as an image: an SVG file names its namespace (inline in HTML it needs none, and
+    the saved page links nowhere)."""
+    svg = svg.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1)
     data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
     return f'<img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}">'
