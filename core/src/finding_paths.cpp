@@ -181,15 +181,10 @@ ReportBuilder::splitFinding(const FindingDraft& whole,
         return {};
     }
     const std::vector<FindingBlock>& blocks = whole.blocks;
-    std::vector<HeldBlock> held;
-    held.reserve(blocks.size());
-    for (const FindingBlock& b : blocks) {
-        held.push_back(HeldBlock{b.birth, b.weight, b.sequence, b.block});
-    }
     SiteSeries series = acc->series;
     series.at = d_at;
     std::vector<HolderPart> parts =
-        splitByHolder(held, holders, series, d_inputs.warmup, d_inputs.config);
+        splitByHolder(blocks, holders, series, d_inputs.warmup, d_inputs.config);
     std::vector<FindingDraft> drafts;
     for (HolderPart& part : parts) {
         Finding f = whole.finding;

@@ -26,7 +26,7 @@ uint32_t iterationOf(const std::vector<uint32_t>& at, size_t b) {
 }
 
 // What the part's blocks alive now had alive at each boundary.
-SiteSeries survivorSeries(const std::vector<HeldBlock>& blocks,
+SiteSeries survivorSeries(const std::vector<FindingBlock>& blocks,
                           const std::vector<size_t>& mine,
                           const SiteSeries& site) {
     const size_t n = site.bytes.size();
@@ -37,7 +37,7 @@ SiteSeries survivorSeries(const std::vector<HeldBlock>& blocks,
     s.oldest.assign(n, kNoBirth);
     std::vector<int64_t> added(n + 1, 0);
     for (size_t k : mine) {
-        const HeldBlock& block = blocks[k];
+        const FindingBlock& block = blocks[k];
         size_t first = firstBoundaryOf(site.at, n, block.birth);
         if (first >= n) {
             continue; // born after the last boundary: in no point yet
@@ -62,7 +62,7 @@ SiteSeries survivorSeries(const std::vector<HeldBlock>& blocks,
     return s;
 }
 
-double medianWeight(const std::vector<HeldBlock>& blocks, const std::vector<size_t>& mine) {
+double medianWeight(const std::vector<FindingBlock>& blocks, const std::vector<size_t>& mine) {
     std::vector<double> w;
     for (size_t k : mine) {
         w.push_back(static_cast<double>(blocks[k].weight));
@@ -79,7 +79,7 @@ double medianWeight(const std::vector<HeldBlock>& blocks, const std::vector<size
 // growing container too, whose curve would otherwise stop one block short. Such a name's
 // blocks go to the growing part whose blocks are most like them in size. On entry each part's
 // `blocks` are its sampled blocks.
-void foldNewestIntoGrowing(const std::vector<HeldBlock>& blocks,
+void foldNewestIntoGrowing(const std::vector<FindingBlock>& blocks,
                            std::vector<HolderPart>& parts,
                            std::vector<std::pair<uint64_t, size_t>>& sampled,
                            uint32_t newest) {
@@ -153,7 +153,7 @@ double nearestHolderErrorRate(std::vector<std::pair<uint64_t, std::string>> samp
     return worst;
 }
 
-std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
+std::vector<HolderPart> splitByHolder(const std::vector<FindingBlock>& blocks,
                                       const std::unordered_map<uintptr_t, BlockHolder>& holders,
                                       const SiteSeries& site,
                                       int warmup,
@@ -164,8 +164,8 @@ std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
     // (sequence, part) of the sampled blocks, for the nearest-neighbour rule.
     std::vector<std::pair<uint64_t, size_t>> sampled;
     size_t named = 0;
-    for (const HeldBlock& block : blocks) {
-        auto it = holders.find(block.ptr);
+    for (const FindingBlock& block : blocks) {
+        auto it = holders.find(block.block);
         if (it == holders.end()) {
             continue;
         }
@@ -183,7 +183,7 @@ std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
     }
     // The site's newest blocks: in cell watch the last boundary may end another cell's run.
     uint32_t newest = 0;
-    for (const HeldBlock& block : blocks) {
+    for (const FindingBlock& block : blocks) {
         newest = std::max(newest, block.birth);
     }
     foldNewestIntoGrowing(blocks, parts, sampled, newest);

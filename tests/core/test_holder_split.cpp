@@ -9,7 +9,7 @@ namespace {
 // A site that keeps, per iteration, one block of `a` bytes in `first` and one of `b` bytes in
 // `second` (both growing lists), for `n` iterations: its blocks, their holders and its curve.
 struct TwoHolderSite {
-    std::vector<HeldBlock> blocks;
+    std::vector<FindingBlock> blocks;
     std::unordered_map<uintptr_t, BlockHolder> holders;
     SiteSeries series;
 };
@@ -21,10 +21,10 @@ TwoHolderSite twoHolders(int n, uint64_t a, uint64_t b, const char* second = "va
     for (int i = 0; i < n; ++i) {
         auto birth = static_cast<uint32_t>(i);
         uintptr_t pa = 0x1000 + 0x100 * static_cast<uintptr_t>(seq);
-        s.blocks.push_back({birth, a, seq++, pa});
+        s.blocks.push_back({birth, a, seq++, pa, a});
         s.holders[pa] = {"train_outs", true};
         uintptr_t pb = 0x1000 + 0x100 * static_cast<uintptr_t>(seq);
-        s.blocks.push_back({birth, b, seq++, pb});
+        s.blocks.push_back({birth, b, seq++, pb, b});
         s.holders[pb] = {second, true};
         live += static_cast<int64_t>(a + b);
         s.series.bytes.push_back(live);
@@ -70,7 +70,7 @@ TEST_CASE("Blocks outside the path sample go with their nearest sampled neighbou
     // Only the first and last iterations' blocks were walked.
     std::unordered_map<uintptr_t, BlockHolder> sample;
     for (size_t k : {size_t{0}, size_t{1}, size_t{18}, size_t{19}}) {
-        sample[s.blocks[k].ptr] = s.holders[s.blocks[k].ptr];
+        sample[s.blocks[k].block] = s.holders[s.blocks[k].block];
     }
     auto parts = splitByHolder(s.blocks, sample, s.series, 2, {});
     REQUIRE(parts.size() == 2);
@@ -85,13 +85,14 @@ TwoHolderSite keepAndState(int n, uint32_t stateBirth) {
     TwoHolderSite s;
     for (int i = 0; i < n; ++i) {
         auto ptr = static_cast<uintptr_t>(0x9000 + i);
-        s.blocks.push_back({static_cast<uint32_t>(i), 1024, static_cast<uint64_t>(2 * i), ptr});
+        s.blocks.push_back(
+            {static_cast<uint32_t>(i), 1024, static_cast<uint64_t>(2 * i), ptr, 1024});
         s.holders[ptr] = {"keep", true};
         s.series.bytes.push_back(4096 + 1024 * (i + 1));
         s.series.born.push_back(1024 + (static_cast<uint32_t>(i) <= stateBirth ? 4096 : 0));
         s.series.oldest.push_back(0);
     }
-    s.blocks.push_back({stateBirth, 4096, 2 * stateBirth + 1, 0x1});
+    s.blocks.push_back({stateBirth, 4096, 2 * stateBirth + 1, 0x1, 4096});
     s.holders[0x1] = {"state", false};
     return s;
 }
@@ -116,7 +117,7 @@ TEST_CASE("A name holding only the newest block is the loop's current value, not
     REQUIRE(splitByHolder(s.blocks, s.holders, s.series, 2, {}).empty());
     // With a second list, the newest block joins the one whose blocks are its size.
     TwoHolderSite two = twoHolders(n, 512 * 1024, 128 * 1024);
-    two.holders[two.blocks[2 * n - 2].ptr] = {"t", false};
+    two.holders[two.blocks[2 * n - 2].block] = {"t", false};
     auto parts = splitByHolder(two.blocks, two.holders, two.series, 2, {});
     REQUIRE(parts.size() == 2);
     REQUIRE(partNamed(parts, "train_outs").series.bytes.back() == n * 512 * 1024);
@@ -126,15 +127,15 @@ TEST_CASE("A name holding only the newest block is the loop's current value, not
 TEST_CASE("Freed memory that kept growing is not split: its holder cannot be told now") {
     // An epoch-end list was cleared (its history is gone), and two steady names remain.
     SiteSeries series;
-    std::vector<HeldBlock> blocks;
+    std::vector<FindingBlock> blocks;
     std::unordered_map<uintptr_t, BlockHolder> holders;
     for (int i = 0; i < 12; ++i) {
         series.bytes.push_back(2048 + 1000 * i);
         series.born.push_back(2048);
         series.oldest.push_back(0);
     }
-    blocks.push_back({0, 1024, 0, 0x1});
-    blocks.push_back({0, 1024, 1, 0x2});
+    blocks.push_back({0, 1024, 0, 0x1, 1024});
+    blocks.push_back({0, 1024, 1, 0x2, 1024});
     holders[0x1] = {"a", false};
     holders[0x2] = {"b", false};
     REQUIRE(splitByHolder(blocks, holders, series, 2, {}).empty());

@@ -5,6 +5,7 @@
 // kept in `train_outs` and the one kept in `val_outs` are two leaks with two fixes.
 
 #include "torchleak/config.h"
+#include "torchleak/finding_blocks.h"
 #include "torchleak/verdict.h"
 
 #include <cstdint>
@@ -14,14 +15,6 @@
 #include <vector>
 
 namespace torchleak {
-
-// A block of the site alive when the report is built.
-struct HeldBlock {
-    uint32_t birth = 0;    // the iteration it was allocated in
-    uint64_t weight = 0;   // the bytes it stands for (a sampled small block: sample_bytes)
-    uint64_t sequence = 0; // its allocation's position in the run
-    uintptr_t ptr = 0;
-};
 
 // Who keeps a block whose retaining path was found: holderName() (retention.h), and whether
 // that is a container growing with the iterations.
@@ -51,7 +44,8 @@ struct HolderPart {
 // their own. 0 for fewer than two blocks.
 double nearestHolderErrorRate(std::vector<std::pair<uint64_t, std::string>> sampled);
 
-std::vector<HolderPart> splitByHolder(const std::vector<HeldBlock>& blocks,
+// `blocks`: the site's blocks alive when the report is built (a block's bytes are its weight).
+std::vector<HolderPart> splitByHolder(const std::vector<FindingBlock>& blocks,
                                       const std::unordered_map<uintptr_t, BlockHolder>& holders,
                                       const SiteSeries& site,
                                       int warmup,
