@@ -26,26 +26,14 @@ ActiveSessionClaim::ActiveSessionClaim(const void* session) : d_session(session)
 }
 
 ActiveSessionClaim::~ActiveSessionClaim() {
-    release();
-}
-
-void ActiveSessionClaim::release() noexcept {
     if (d_session != nullptr) {
-        const void* self = std::exchange(d_session, nullptr);
+        const void* self = d_session;
         g_active.compare_exchange_strong(self, nullptr);
     }
 }
 
 ActiveSessionClaim::ActiveSessionClaim(ActiveSessionClaim&& other) noexcept
     : d_session(std::exchange(other.d_session, nullptr)) {}
-
-ActiveSessionClaim& ActiveSessionClaim::operator=(ActiveSessionClaim&& other) noexcept {
-    if (this != &other) {
-        release();
-        d_session = std::exchange(other.d_session, nullptr);
-    }
-    return *this;
-}
 
 TrackingSession::TrackingSession(bool captureStacks, uint64_t sampleBytes)
     : d_recorder(std::make_shared<AllocationRecorder>()), d_captureStacks(captureStacks) {

@@ -24,13 +24,13 @@ class ActiveSessionClaim {
     // Throws StateError when another session holds the claim.
     explicit ActiveSessionClaim(const void* session);
     ~ActiveSessionClaim();
+    // Moved into the session once its hook is installed; never reassigned.
     ActiveSessionClaim(ActiveSessionClaim&& other) noexcept;
-    ActiveSessionClaim& operator=(ActiveSessionClaim&& other) noexcept;
+    ActiveSessionClaim& operator=(ActiveSessionClaim&&) = delete;
     ActiveSessionClaim(const ActiveSessionClaim&) = delete;
     ActiveSessionClaim& operator=(const ActiveSessionClaim&) = delete;
 
   private:
-    void release() noexcept;
     const void* d_session;
 };
 
