@@ -461,8 +461,7 @@ class Tracker:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         # Checked here: a bad argument reaching the binding would make pybind11 print the
         # repr() of every argument, every root object's user __repr__ included.
-        if warmup is not None:
-            checked_int("warmup", warmup)
+        check_options(warmup=warmup)
         if type(paths) is not bool:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
         given = _roots.given(roots)

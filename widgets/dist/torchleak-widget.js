@@ -484,7 +484,8 @@ function render({ model, el: host }) {
     const summary = report.summary || {};
     const head = el("div", { class: "tl-head" });
     head.appendChild(el("b", {}, "torchleak"));
-    head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} ${report.iteration_unit || "iteration"}(s)`));
+    const unit = report.iteration_unit || "iteration"; // the core's word: "iteration", "cell run"
+    head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} ${unit}(s)`));
     root.appendChild(head);
     if (problem) root.appendChild(el("div", { class: "tl-warning", "data-testid": "report-problem" }, problem));
     if (progress.n) root.appendChild(progressLine(progress, model));
@@ -540,8 +541,8 @@ function render({ model, el: host }) {
       const box = el("div", { class: "tl-device", "data-testid": "growth-curve" });
       const rate = device.leak_bytes_per_iteration || 0;
       box.appendChild(el("div", {}, device.text || device.device || ""));
-      box.appendChild(drawCurve(device, rate, report.iterations || 0, report.iteration_unit || "iteration",
-                                report.series_iterations, report.boundary === "cell"));
+      box.appendChild(drawCurve(device, rate, report.iterations || 0, unit, report.series_iterations,
+                                report.boundary === "cell"));
       root.appendChild(box);
     }
     const table = el("table", { class: "tl-table", "data-testid": "findings" });
@@ -549,7 +550,7 @@ function render({ model, el: host }) {
     COLUMNS.forEach(([name], i) => {
       const th = el("th", { "data-testid": `sort-${i}`, title: "sort", tabindex: "0", role: "button",
                             "aria-sort": i === sortBy ? (descending ? "descending" : "ascending") : "none" },
-                    (name === "per" ? `per ${report.iteration_unit || "iteration"}` : name) +
+                    (name === "per" ? `per ${unit}` : name) +
                     (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
       const sort = () => { descending = sortBy === i ? !descending : true; sortBy = i; focusAfterDraw = `sort-${i}`; draw(); };
       th.addEventListener("click", sort);

@@ -7,12 +7,10 @@ import base64
 from .format import escape as _e, format_bytes
 
 
-def curve_svg(series_by_name, *, width=420, height=140, projection=None, at=None,
-              unit="iteration", axes=True, label="live bytes"):
-    """A line chart: {name: (values, colour)}; an optional dashed projection line (slope,
-    intercept). `at` is the iteration of each point when a long run's history was thinned (else
-    point i is iteration i); `unit` is the core's word for one ("iteration", "cell run").
-    Without `axes`, a sparkline: the lines alone, for a table cell."""
+def curve_svg(series_by_name, *, width=420, height=140, at=None, unit="iteration", axes=True):
+    """A line chart: {name: (values, colour)}. `at` is the iteration of each point when a long
+    run's history was thinned (else point i is iteration i); `unit` is the core's word for one
+    ("iteration", "cell run"). Without `axes`, a sparkline: the lines alone, for a table cell."""
     values = [v for vals, _ in series_by_name.values() for v in vals]
     top = max(values + [1])
     points_n = max((len(vals) for vals, _ in series_by_name.values()), default=0)
@@ -26,10 +24,11 @@ def curve_svg(series_by_name, *, width=420, height=140, projection=None, at=None
 
     parts = [f'<svg width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10" '
-             f'role="img" aria-label="{_e(label)} per {_e(unit)}">']
+             f'role="img" aria-label="live bytes per {_e(unit)}">']
     if axes:
-        parts += [f'<line x1="{pad}" y1="{6 + inner_h}" x2="{width - 6}" y2="{6 + inner_h}" stroke="#999"/>',
-                  f'<line x1="{pad}" y1="6" x2="{pad}" y2="{6 + inner_h}" stroke="#999"/>',
+        bottom = top_margin + inner_h
+        parts += [f'<line x1="{pad}" y1="{bottom}" x2="{width - 6}" y2="{bottom}" stroke="#999"/>',
+                  f'<line x1="{pad}" y1="{top_margin}" x2="{pad}" y2="{bottom}" stroke="#999"/>',
                   f'<text x="2" y="12" fill="#555">{_e(format_bytes(top))}</text>',
                   f'<text x="{pad}" y="{height - 2}" fill="#555">{_e(unit)} 1</text>',
                   f'<text x="{width - 60}" y="{height - 2}" fill="#555">{n}</text>']
@@ -39,12 +38,6 @@ def curve_svg(series_by_name, *, width=420, height=140, projection=None, at=None
         points = " ".join("{:.1f},{:.1f}".format(*xy(i, v)) for i, v in enumerate(vals))
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}">'
                      f'<title>{_e(name)}</title></polyline>')
-    if projection is not None and points_n > 1:
-        slope, intercept = projection
-        last = points_n - 1
-        (x1, y1), (x2, y2) = xy(0, max(intercept, 0)), xy(last, max(intercept + slope * at[last], 0))
-        parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
-                     f'stroke="#c0392b" stroke-dasharray="4 3"/>')
     parts.append("</svg>")
     return "".join(parts)
 
