@@ -8,16 +8,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
-DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format
+DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format nodejs
 PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy \
-	"jupyterlab>=4,<5" "notebook>=7,<8" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
+	"jupyterlab==4.5.11" "notebook==7.5.8" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
 	xeus-python playwright uv ruff
 CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: test-matrix test-matrix-full demo test test-core test-device test-python test-widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean \
-	test-api test-integrations test-distributed test-notebooks test-browser
+.PHONY: test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean \
+	test-api test-integrations test-distributed test-notebooks test-browser lab-newest
 
 demo: install
 	@echo "== a training loop that keeps every step's loss with its graph =="
@@ -46,7 +46,7 @@ test-device: install
 # Lightning (the pinned extras); tests/distributed: torchrun jobs of 2 and 3 ranks (gloo on
 # 127.0.0.1, bounded timeouts); tests/notebooks: nbclient on
 # ipykernel and xeus-python; tests/browser: JupyterLab 4 and Notebook 7 in headless Chromium.
-test-python: install
+test-python: install lab-newest
 	$(PY) -m pytest -q tests/python tests/integrations tests/distributed tests/notebooks tests/browser
 
 # One target per test folder, for working on one tier (test-python runs them all at once).
@@ -54,6 +54,15 @@ test-api: install
 	$(PY) -m pytest -q tests/python
 test-integrations test-distributed test-notebooks test-browser: test-%: install
 	$(PY) -m pytest -q tests/$*
+test-browser: lab-newest
+
+# The newest JupyterLab 4 and Notebook 7 releases, beside the pinned ones in .venv: the browser
+# tier draws saved reports there with the committed lab extension. Upgraded on every run (uv
+# resolves against the index each time, and keeps what is current).
+LAB_NEWEST := build/lab-newest
+lab-newest: venv
+	test -x $(LAB_NEWEST)/bin/python || $(PY) -m uv venv -q --python $(PY) $(LAB_NEWEST)
+	$(PY) -m uv pip install -q --python $(LAB_NEWEST)/bin/python --upgrade "jupyterlab>=4,<5" "notebook>=7,<8"
 
 # The platform matrix (tests/matrix/run.py): torchleak built against other CPython and torch
 # versions, each cell in a uv environment of its own under build/matrix with torch from the
@@ -68,9 +77,14 @@ test-matrix: debian-packages venv
 test-matrix-full:
 	$(MAKE) test-matrix MATRIX="$(MATRIX_CELLS)"
 
-# The committed widget bundle and lab extension must match their sources.
-test-widgets:
-	$(PYTHON) widgets/build.py --check
+# The committed widget bundle and lab extension must match their sources: --check builds them
+# again (JupyterLab's builder, against the pinned JupyterLab, with Node) and compares.
+test-widgets: debian-packages venv
+	$(PY) widgets/build.py --check
+
+# After editing widgets/src or widgets/labextension: writes widgets/dist, to be committed.
+widgets: debian-packages venv
+	$(PY) widgets/build.py
 
 lab: install
 	$(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 --allow-root notebooks/tour.ipynb

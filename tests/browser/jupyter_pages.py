@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 
+import nbformat
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -59,16 +60,20 @@ FRONT_ENDS = {
 
 
 @contextlib.contextmanager
-def serve(front_end, root):
+def serve(front_end, root, python=sys.executable, jupyter_path=None):
     """A Jupyter server on 127.0.0.1 (a free port, a token) serving `root` with `front_end`;
-    yields (base URL, token). Its log is root/server.log."""
+    yields (base URL, token). Its log is root/server.log. `python`: the environment whose
+    Jupyter serves (by default this one, where torchleak is installed); `jupyter_path`: a data
+    folder searched first (its labextensions/ are loaded)."""
     args, _ = FRONT_ENDS[front_end]
     port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".jupyter"),
                JUPYTER_RUNTIME_DIR=str(root / ".runtime"), IPYTHONDIR=str(root / ".ipython"))
+    if jupyter_path is not None:
+        env["JUPYTER_PATH"] = str(jupyter_path)
     log = open(root / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", *args, "--no-browser", "--ServerApp.ip=127.0.0.1",
+        [str(python), "-m", "jupyter", *args, "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -97,6 +102,13 @@ def serve(front_end, root):
 
 def page_url(front_end, base, token, name, workspace="default"):
     return base + FRONT_ENDS[front_end][1].format(workspace=workspace, name=name) + f"?token={token}"
+
+
+def saved_report_output(report):
+    """A notebook output as torchleak leaves it: the report under its MIME type, drawn by the
+    lab extension, with a plain-text stand-in."""
+    return nbformat.v4.new_output("display_data", data={
+        "application/vnd.torchleak.report+json": report, "text/plain": "torchleak report"})
 
 
 def save_and_shut_down(page):

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from jupyter_pages import (ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, ROOT,
-                           save_and_shut_down, serve)
+                           save_and_shut_down, saved_report_output, serve)
 
 
 @pytest.fixture(scope="module")
@@ -121,11 +121,6 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     reopened.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
                       "{theme: 'JupyterLab Light'})")
     reopened.close()
-
-
-def saved_report_output(report):
-    return nbformat.v4.new_output("display_data", data={
-        "application/vnd.torchleak.report+json": report, "text/plain": "torchleak report"})
 
 
 def test_malformed_and_huge_saved_reports_never_blank_the_notebook(lab, browser):
