@@ -145,11 +145,13 @@ CXX_SOURCES = $$(find core kernel_ext/src tests/core tests/device -name '*.h' -o
 
 format:
 	clang-format -i $(CXX_SOURCES)
+	$(PY) -m ruff format .
 
 # The one .clang-format holds for every C++ file; ruff (pyproject's [tool.ruff]) for every
 # Python file.
 test-format: debian-packages venv
 	clang-format --dry-run --Werror $(CXX_SOURCES)
+	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 
 clean:

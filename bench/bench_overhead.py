@@ -43,8 +43,7 @@ torch.manual_seed(0)
 
 
 def transformer_workload():
-    layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024,
-                                             dropout=0.0, batch_first=True)
+    layer = torch.nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024, dropout=0.0, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False)
     head = torch.nn.Linear(256, 256)
     params = list(model.parameters()) + list(head.parameters())
@@ -57,6 +56,7 @@ def transformer_workload():
         loss = torch.nn.functional.mse_loss(head(model(x)), target)
         loss.backward()
         opt.step()
+
     return step
 
 
@@ -69,6 +69,7 @@ def small_ops_workload():
         for _ in range(2000):
             acc = (acc + b) * 0.5
         return acc
+
     return step
 
 
@@ -105,8 +106,7 @@ def run_mode(mode, step, iterations, warmup, capture_stacks=True):
 def small_transformer_workload():
     """(c): a smaller training step (tens of ms), so a run long enough for watch mode to judge
     it (past its warm-up, checks on the clock) fits in the benchmark."""
-    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512,
-                                             dropout=0.0, batch_first=True)
+    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512, dropout=0.0, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randn(16, 64, 128)
@@ -115,6 +115,7 @@ def small_transformer_workload():
         opt.zero_grad(set_to_none=True)
         model(x).square().mean().backward()
         opt.step()
+
     return step
 
 
@@ -138,8 +139,7 @@ def training_run(mode, step, steps):
             for _ in range(steps):
                 step()
             counts["judging"] = w.overhead
-        counts.update(checks=w.checks, events=w.tracker.events / steps,
-                      skipped=w.tracker.skipped_events / steps)
+        counts.update(checks=w.checks, events=w.tracker.events / steps, skipped=w.tracker.skipped_events / steps)
     return (time.perf_counter() - t0) / steps, counts
 
 
@@ -154,7 +154,7 @@ def interleaved_runs(step, rounds, steps):
     counts = {"track": [], "watch": []}
     for k in range(rounds):
         this_round = {}
-        for mode in modes[k % 3:] + modes[:k % 3]:
+        for mode in modes[k % 3 :] + modes[: k % 3]:
             seconds, n = training_run(mode, step, steps)
             samples[mode].append(seconds)
             this_round[mode] = seconds
@@ -186,6 +186,7 @@ def interleaved(step, modes, rounds, iterations, warmup):
 
 def walk_benchmark(repeats=5):
     from torchleak import _core
+
     heap = [[(i,), {"k": [i]}] for i in range(250_000)]
     tensors = [torch.empty(4) for _ in range(10_000)]
     leaf = torch.ones(4, requires_grad=True)
@@ -221,6 +222,7 @@ def notebook_benchmark(rounds, cells=20):
     from IPython.core.displaypub import CapturingDisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
+
     cfg = Config()
     cfg.HistoryManager.hist_file = ":memory:"
     shell = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
@@ -254,17 +256,17 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
-    modes = [("untracked", ("untracked", True)), ("torchleak", ("torchleak", True)),
-             ("tracemalloc", ("tracemalloc", True))]
-    t_med, t_ratios, t_events = interleaved(transformer_workload(), modes, args.rounds,
-                                            iterations=4, warmup=1)
+    modes = [
+        ("untracked", ("untracked", True)),
+        ("torchleak", ("torchleak", True)),
+        ("tracemalloc", ("tracemalloc", True)),
+    ]
+    t_med, t_ratios, t_events = interleaved(transformer_workload(), modes, args.rounds, iterations=4, warmup=1)
     small_modes = modes + [("torchleak, no stacks", ("torchleak", False))]
-    s_med, s_ratios, s_events = interleaved(small_ops_workload(), small_modes, args.rounds * 2,
-                                            iterations=20, warmup=2)
+    s_med, s_ratios, s_events = interleaved(small_ops_workload(), small_modes, args.rounds * 2, iterations=20, warmup=2)
 
     c_steps = 150
-    c_med, c_ratios, c_counts = interleaved_runs(small_transformer_workload(), args.rounds * 2,
-                                                 c_steps)
+    c_med, c_ratios, c_counts = interleaved_runs(small_transformer_workload(), args.rounds * 2, c_steps)
 
     def c_median(mode, key):
         return statistics.median(n[key] for n in c_counts[mode])
@@ -273,8 +275,9 @@ def main():
     e2e_stacks = (s_med["torchleak"] - s_med["untracked"]) / events_small * 1e9
     e2e_nostacks = (s_med["torchleak, no stacks"] - s_med["untracked"]) / events_small * 1e9
     # Depth 20 is about what a training loop inside a notebook or a Lightning loop has.
-    hook_stacks = statistics.median(deep_call(20, lambda: _testing.recorder_event_cost_ns(200_000, True))
-                                    for _ in range(5))
+    hook_stacks = statistics.median(
+        deep_call(20, lambda: _testing.recorder_event_cost_ns(200_000, True)) for _ in range(5)
+    )
     hook_nostacks = statistics.median(_testing.recorder_event_cost_ns(200_000, False) for _ in range(5))
 
     walk_s, collect_s, heap_objects, walk_stats = walk_benchmark()
@@ -285,66 +288,87 @@ def main():
 
     def pct(ratios):
         """Median and minimum over rounds of the overhead against the same round's untracked run."""
-        return (f"{(statistics.median(ratios) - 1) * 100:+.1f}% median, "
-                f"{(min(ratios) - 1) * 100:+.1f}% min")
+        return f"{(statistics.median(ratios) - 1) * 100:+.1f}% median, {(min(ratios) - 1) * 100:+.1f}% min"
 
     rows = [
         ("(a) transformer step, untracked", f"{t_med['untracked'] * 1e3:.1f} ms", ""),
-        ("(a) transformer step, torchleak", f"{t_med['torchleak'] * 1e3:.1f} ms",
-         pct(t_ratios["torchleak"])),
-        ("(a) transformer step, tracemalloc", f"{t_med['tracemalloc'] * 1e3:.1f} ms",
-         pct(t_ratios["tracemalloc"])),
+        ("(a) transformer step, torchleak", f"{t_med['torchleak'] * 1e3:.1f} ms", pct(t_ratios["torchleak"])),
+        ("(a) transformer step, tracemalloc", f"{t_med['tracemalloc'] * 1e3:.1f} ms", pct(t_ratios["tracemalloc"])),
         ("(b) 2000 small ops, untracked", f"{s_med['untracked'] * 1e3:.2f} ms", ""),
-        ("(b) 2000 small ops, torchleak", f"{s_med['torchleak'] * 1e3:.2f} ms",
-         pct(s_ratios["torchleak"])),
-        ("(b) 2000 small ops, torchleak without stacks", f"{s_med['torchleak, no stacks'] * 1e3:.2f} ms",
-         pct(s_ratios["torchleak, no stacks"])),
-        ("(b) 2000 small ops, tracemalloc", f"{s_med['tracemalloc'] * 1e3:.2f} ms",
-         pct(s_ratios["tracemalloc"])),
-        (f"(c) training run of {c_steps} steps, untracked", f"{c_med['untracked'] * 1e3:.2f} ms",
-         "per step (2-layer transformer, d=128, batch 16, seq 64)"),
-        ("(c) training run, torchleak.track()", f"{c_med['track'] * 1e3:.2f} ms",
-         pct(c_ratios["track"])),
-        ("(c) training run, torchleak.watch() (defaults)", f"{c_med['watch'] * 1e3:.2f} ms",
-         pct(c_ratios["watch"])),
-        ("(c) of which verdicts (watch's own clock)", f"{c_median('watch', 'judging') * 100:.2f}%",
-         f"of run time, median; {c_median('watch', 'checks'):.0f} verdict(s) per run"),
-        ("(c) allocation events per step, track() / watch()",
-         f"{c_median('track', 'events'):.0f} / {c_median('watch', 'events'):.0f}",
-         f"watch() skipped {c_median('watch', 'skipped'):.0f} per step by sampling (no stack, "
-         f"no table entry)"),
+        ("(b) 2000 small ops, torchleak", f"{s_med['torchleak'] * 1e3:.2f} ms", pct(s_ratios["torchleak"])),
+        (
+            "(b) 2000 small ops, torchleak without stacks",
+            f"{s_med['torchleak, no stacks'] * 1e3:.2f} ms",
+            pct(s_ratios["torchleak, no stacks"]),
+        ),
+        ("(b) 2000 small ops, tracemalloc", f"{s_med['tracemalloc'] * 1e3:.2f} ms", pct(s_ratios["tracemalloc"])),
+        (
+            f"(c) training run of {c_steps} steps, untracked",
+            f"{c_med['untracked'] * 1e3:.2f} ms",
+            "per step (2-layer transformer, d=128, batch 16, seq 64)",
+        ),
+        ("(c) training run, torchleak.track()", f"{c_med['track'] * 1e3:.2f} ms", pct(c_ratios["track"])),
+        ("(c) training run, torchleak.watch() (defaults)", f"{c_med['watch'] * 1e3:.2f} ms", pct(c_ratios["watch"])),
+        (
+            "(c) of which verdicts (watch's own clock)",
+            f"{c_median('watch', 'judging') * 100:.2f}%",
+            f"of run time, median; {c_median('watch', 'checks'):.0f} verdict(s) per run",
+        ),
+        (
+            "(c) allocation events per step, track() / watch()",
+            f"{c_median('track', 'events'):.0f} / {c_median('watch', 'events'):.0f}",
+            f"watch() skipped {c_median('watch', 'skipped'):.0f} per step by sampling (no stack, no table entry)",
+        ),
         ("(c) watch() vs track(), same round", "", pct(c_ratios["watch vs track"])),
-        ("allocation events per (a) step / (b) iteration",
-         f"{t_events['torchleak']:.0f} / {events_small:.0f}", ""),
+        ("allocation events per (a) step / (b) iteration", f"{t_events['torchleak']:.0f} / {events_small:.0f}", ""),
         ("per event, end to end on (b), with stacks", f"{e2e_stacks:.0f} ns", "incl. c10 bookkeeping"),
         ("per event, end to end on (b), without stacks", f"{e2e_nostacks:.0f} ns", "incl. c10 bookkeeping"),
         ("per event, hook work, stacks at depth 20", f"{hook_stacks:.0f} ns", "capture+intern+table"),
         ("per event, hook work, no stacks", f"{hook_nostacks:.0f} ns", "intern+table"),
-        (f"path walk: {heap_objects:,} gc objects, 10^4 tensors, 10^5 nodes", f"{walk_s * 1e3:.1f} ms",
-         f"visited {walk_stats['python_objects']:,} objects, {walk_stats['tensors']:,} tensors, "
-         f"{walk_stats['autograd_nodes']:,} nodes"),
+        (
+            f"path walk: {heap_objects:,} gc objects, 10^4 tensors, 10^5 nodes",
+            f"{walk_s * 1e3:.1f} ms",
+            f"visited {walk_stats['python_objects']:,} objects, {walk_stats['tensors']:,} tensors, "
+            f"{walk_stats['autograd_nodes']:,} nodes",
+        ),
         ("gc.collect() over the same heap (reference)", f"{collect_s * 1e3:.1f} ms", ""),
-        ("notebook: watch mode's cost per trivial cell", ms(watch_ms),
-         f"median; min {min(watch_ms):.1f} ms (goal <= 20 ms)"),
-        ("notebook: %%leakcheck fixed cost (-n 1, trivial body)", ms(check_ms),
-         f"median; min {min(check_ms):.1f} ms (goal <= 50 ms)"),
+        (
+            "notebook: watch mode's cost per trivial cell",
+            ms(watch_ms),
+            f"median; min {min(watch_ms):.1f} ms (goal <= 20 ms)",
+        ),
+        (
+            "notebook: %%leakcheck fixed cost (-n 1, trivial body)",
+            ms(check_ms),
+            f"median; min {min(check_ms):.1f} ms (goal <= 50 ms)",
+        ),
     ]
     width = max(len(r[0]) for r in rows)
-    print(f"torchleak overhead — torch {torch.__version__}, Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs, {args.rounds} interleaved rounds ((b), (c): {args.rounds * 2}); "
-          f"overheads are per-round ratios to the untracked run")
+    print(
+        f"torchleak overhead — torch {torch.__version__}, Python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs, {args.rounds} interleaved rounds ((b), (c): {args.rounds * 2}); "
+        f"overheads are per-round ratios to the untracked run"
+    )
     print(f"{'measure':<{width}}  {'value':>14}  vs untracked / note")
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>14}  {note}")
-    results = {"transformer_s": t_med, "small_ops_s": s_med, "training_run_s": c_med,
-               "training_run_ratios": c_ratios, "training_run_counts": c_counts,
-               "ratios": {"transformer": t_ratios, "small_ops": s_ratios}, "events": {"transformer": t_events,
-               "small_ops": s_events}, "ns_per_event": {"end_to_end_stacks": e2e_stacks,
-               "end_to_end_no_stacks": e2e_nostacks, "hook_stacks_depth20": hook_stacks,
-               "hook_no_stacks": hook_nostacks},
-               "notebook_ms": {"watch_per_trivial_cell": watch_ms, "leakcheck_fixed": check_ms},
-               "walk": {"seconds": walk_s, "gc_collect_seconds": collect_s, "heap_objects": heap_objects,
-                        "stats": walk_stats}}
+    results = {
+        "transformer_s": t_med,
+        "small_ops_s": s_med,
+        "training_run_s": c_med,
+        "training_run_ratios": c_ratios,
+        "training_run_counts": c_counts,
+        "ratios": {"transformer": t_ratios, "small_ops": s_ratios},
+        "events": {"transformer": t_events, "small_ops": s_events},
+        "ns_per_event": {
+            "end_to_end_stacks": e2e_stacks,
+            "end_to_end_no_stacks": e2e_nostacks,
+            "hook_stacks_depth20": hook_stacks,
+            "hook_no_stacks": hook_nostacks,
+        },
+        "notebook_ms": {"watch_per_trivial_cell": watch_ms, "leakcheck_fixed": check_ms},
+        "walk": {"seconds": walk_s, "gc_collect_seconds": collect_s, "heap_objects": heap_objects, "stats": walk_stats},
+    }
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2)

@@ -45,6 +45,7 @@ def _rss_mib(field="VmRSS"):
 def _measure_report(fn):
     """Seconds and extra peak MiB of fn()."""
     import gc
+
     gc.collect()
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
@@ -61,6 +62,7 @@ def _measure_report(fn):
 def scenario_blocks(n):
     import torch
     import torchleak
+
     keep = []
     with torchleak.track() as t:
         for _ in range(4):
@@ -75,6 +77,7 @@ def scenario_blocks(n):
 def scenario_iterations(n):
     import torch
     import torchleak
+
     keep = []
     early = late = None
     with torchleak.track() as t:
@@ -93,13 +96,21 @@ def scenario_iterations(n):
     leak = full.findings[0]
     assert leak.verdict == "leak" and leak.bytes_per_iteration == 8, (leak.verdict, leak.bytes_per_iteration)
     assert quick.iterations == n
-    return {"seconds_no_paths": quick_s, "mib_no_paths": quick_mib, "seconds": full_s, "mib": full_mib,
-            "kept_points": len(leak.series), "step_us_early": early * 1e6, "step_us_late": late * 1e6}
+    return {
+        "seconds_no_paths": quick_s,
+        "mib_no_paths": quick_mib,
+        "seconds": full_s,
+        "mib": full_mib,
+        "kept_points": len(leak.series),
+        "step_us_early": early * 1e6,
+        "step_us_late": late * 1e6,
+    }
 
 
 def scenario_rnn(n):
     import torch
     import torchleak
+
     with torchleak.track() as t:
         for _ in range(3):
             w = torch.randn(8, 8, requires_grad=True)
@@ -115,6 +126,7 @@ def scenario_rnn(n):
 def scenario_chains(n):
     import torch
     import torchleak
+
     keep = []
     with torchleak.track() as t:
         for _ in range(4):
@@ -133,8 +145,8 @@ def scenario_load(n):
     import tempfile
 
     from torchleak import Report
-    fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures",
-                           "leaky_loop.json")
+
+    fixture = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "leaky_loop.json")
     with open(fixture, encoding="utf-8") as fh:
         report = json.load(fh)
     findings = []
@@ -155,6 +167,7 @@ def scenario_load(n):
         def plain():
             with open(path, "rb") as fh:
                 return json.loads(fh.read())
+
         data, _, json_mib = _measure_report(plain)
         del data
         loaded, seconds, mib = _measure_report(lambda: Report.load(path))
@@ -166,6 +179,7 @@ def scenario_watch(n):
     from IPython.core.displaypub import CapturingDisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
+
     cfg = Config()
     cfg.HistoryManager.hist_file = ":memory:"
     shell = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
@@ -195,13 +209,20 @@ def _plain(shell, per_cell):
     return plain
 
 
-SCENARIOS = {"blocks": scenario_blocks, "iterations": scenario_iterations, "rnn": scenario_rnn,
-             "chains": scenario_chains, "watch": scenario_watch, "load": scenario_load}
+SCENARIOS = {
+    "blocks": scenario_blocks,
+    "iterations": scenario_iterations,
+    "rnn": scenario_rnn,
+    "chains": scenario_chains,
+    "watch": scenario_watch,
+    "load": scenario_load,
+}
 
 
 def run_one(name, n):
-    out = subprocess.run([sys.executable, __file__, "--one", name, str(n)], capture_output=True,
-                         text=True, timeout=900, check=False)
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", name, str(n)], capture_output=True, text=True, timeout=900, check=False
+    )
     if out.returncode != 0:
         raise SystemExit(f"scenario {name} {n} failed:\n{out.stdout}\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -218,9 +239,16 @@ def main():
         print(json.dumps(SCENARIOS[name](int(n))))
         return
 
-    plan = [("blocks", 250_000), ("blocks", 1_000_000), ("iterations", 10_000),
-            ("iterations", 100_000), ("rnn", 40_000), ("chains", 30_000), ("watch", 100_000),
-            ("load", 40_000)]
+    plan = [
+        ("blocks", 250_000),
+        ("blocks", 1_000_000),
+        ("iterations", 10_000),
+        ("iterations", 100_000),
+        ("rnn", 40_000),
+        ("chains", 30_000),
+        ("watch", 100_000),
+        ("load", 40_000),
+    ]
     results = {f"{name} {n}": [] for name, n in plan}
     for _ in range(args.rounds):  # interleaved: machine noise hits every scenario alike
         for name, n in plan:
@@ -243,43 +271,75 @@ def main():
     load_per_json = [r["mib"] / max(r["json_mib"], 1.0) for r in results["load 40000"]]
     watch_ratio = [r["ms_many_alive"] / max(r["ms_few_alive"], 1e-3) for r in results["watch 100000"]]
     rows = [
-        ("report, 2.5*10^5 live blocks: s / extra MiB", med_min("blocks 250000", "seconds"),
-         med_max("blocks 250000", "mib")),
-        ("report, 10^6 live blocks: s / extra MiB", med_min("blocks 1000000", "seconds"),
-         med_max("blocks 1000000", "mib") + "  (goal <= 1 s, <= 200 MB)"),
-        ("  time ratio 10^6 / 2.5*10^5 blocks (linear: 4)",
-         f"{statistics.median(linear):.2f} (min {min(linear):.2f})", ""),
-        ("report(paths=False), 10^4 iterations: s / MiB", med_min("iterations 10000", "seconds_no_paths"),
-         med_max("iterations 10000", "mib_no_paths")),
-        ("report(paths=False), 10^5 iterations: s / MiB", med_min("iterations 100000", "seconds_no_paths"),
-         med_max("iterations 100000", "mib_no_paths")),
-        ("report(), 10^5 iterations: s / MiB", med_min("iterations 100000", "seconds"),
-         med_max("iterations 100000", "mib")),
-        ("  points kept of 10^4 / 10^5 iterations",
-         f"{col('iterations 10000', 'kept_points')[0]} / {col('iterations 100000', 'kept_points')[0]}",
-         "(bounded: at most 514)"),
-        ("step at iteration 10^3 / at 10^5: us",
-         f"{statistics.median(col('iterations 100000', 'step_us_early')):.1f} / "
-         f"{statistics.median(col('iterations 100000', 'step_us_late')):.1f}",
-         f"ratio {statistics.median(step_ratio):.2f} median, {min(step_ratio):.2f} min (flat: 1)"),
-        ("report, RNN of 40,000 steps: s / extra MiB", med_min("rnn 40000", "seconds"),
-         med_max("rnn 40000", "mib")),
-        ("report, 4 chains of 30,000 nodes: s / extra MiB", med_min("chains 30000", "seconds"),
-         med_max("chains 30000", "mib")),
-        (f"Report.load, {statistics.median(col('load 40000', 'file_mib')):.0f} MiB file: s / extra MiB",
-         med_min("load 40000", "seconds"), med_max("load 40000", "mib")),
-        ("  load's extra memory / file size; / json.loads'",
-         f"{statistics.median(load_per_file):.2f} (max {max(load_per_file):.2f})",
-         f"{statistics.median(load_per_json):.2f} median, {max(load_per_json):.2f} max "
-         "(json.loads alone: 1)"),
-        ("watch mode per cell, few / 10^5 tensors alive: ms",
-         f"{statistics.median(col('watch 100000', 'ms_few_alive')):.1f} / "
-         f"{statistics.median(col('watch 100000', 'ms_many_alive')):.1f}",
-         f"ratio {statistics.median(watch_ratio):.2f} median, {min(watch_ratio):.2f} min (flat: 1)"),
+        (
+            "report, 2.5*10^5 live blocks: s / extra MiB",
+            med_min("blocks 250000", "seconds"),
+            med_max("blocks 250000", "mib"),
+        ),
+        (
+            "report, 10^6 live blocks: s / extra MiB",
+            med_min("blocks 1000000", "seconds"),
+            med_max("blocks 1000000", "mib") + "  (goal <= 1 s, <= 200 MB)",
+        ),
+        (
+            "  time ratio 10^6 / 2.5*10^5 blocks (linear: 4)",
+            f"{statistics.median(linear):.2f} (min {min(linear):.2f})",
+            "",
+        ),
+        (
+            "report(paths=False), 10^4 iterations: s / MiB",
+            med_min("iterations 10000", "seconds_no_paths"),
+            med_max("iterations 10000", "mib_no_paths"),
+        ),
+        (
+            "report(paths=False), 10^5 iterations: s / MiB",
+            med_min("iterations 100000", "seconds_no_paths"),
+            med_max("iterations 100000", "mib_no_paths"),
+        ),
+        (
+            "report(), 10^5 iterations: s / MiB",
+            med_min("iterations 100000", "seconds"),
+            med_max("iterations 100000", "mib"),
+        ),
+        (
+            "  points kept of 10^4 / 10^5 iterations",
+            f"{col('iterations 10000', 'kept_points')[0]} / {col('iterations 100000', 'kept_points')[0]}",
+            "(bounded: at most 514)",
+        ),
+        (
+            "step at iteration 10^3 / at 10^5: us",
+            f"{statistics.median(col('iterations 100000', 'step_us_early')):.1f} / "
+            f"{statistics.median(col('iterations 100000', 'step_us_late')):.1f}",
+            f"ratio {statistics.median(step_ratio):.2f} median, {min(step_ratio):.2f} min (flat: 1)",
+        ),
+        ("report, RNN of 40,000 steps: s / extra MiB", med_min("rnn 40000", "seconds"), med_max("rnn 40000", "mib")),
+        (
+            "report, 4 chains of 30,000 nodes: s / extra MiB",
+            med_min("chains 30000", "seconds"),
+            med_max("chains 30000", "mib"),
+        ),
+        (
+            f"Report.load, {statistics.median(col('load 40000', 'file_mib')):.0f} MiB file: s / extra MiB",
+            med_min("load 40000", "seconds"),
+            med_max("load 40000", "mib"),
+        ),
+        (
+            "  load's extra memory / file size; / json.loads'",
+            f"{statistics.median(load_per_file):.2f} (max {max(load_per_file):.2f})",
+            f"{statistics.median(load_per_json):.2f} median, {max(load_per_json):.2f} max (json.loads alone: 1)",
+        ),
+        (
+            "watch mode per cell, few / 10^5 tensors alive: ms",
+            f"{statistics.median(col('watch 100000', 'ms_few_alive')):.1f} / "
+            f"{statistics.median(col('watch 100000', 'ms_many_alive')):.1f}",
+            f"ratio {statistics.median(watch_ratio):.2f} median, {min(watch_ratio):.2f} min (flat: 1)",
+        ),
     ]
     width = max(len(r[0]) for r in rows)
-    print(f"torchleak at scale — {args.rounds} rounds, each scenario in a fresh process; "
-          f"median (min) of time, median (max) of memory")
+    print(
+        f"torchleak at scale — {args.rounds} rounds, each scenario in a fresh process; "
+        f"median (min) of time, median (max) of memory"
+    )
     print(f"{'measure':<{width}}  {'value':>24}  memory / note")
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>24}  {note}")

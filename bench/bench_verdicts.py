@@ -37,8 +37,7 @@ CASES = os.path.join(HERE, "..", "..", "shared", "leak-cases")
 
 # -- clean loops ---------------------------------------------------------------------------------
 def transformer(torch):
-    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256,
-                                             dropout=0.1, batch_first=True)
+    layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, dropout=0.1, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
     head = torch.nn.Linear(128, 10)
     opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=1e-3)
@@ -50,15 +49,25 @@ def transformer(torch):
         loss = torch.nn.functional.cross_entropy(head(model(x).mean(1)), y)
         loss.backward()
         opt.step()
+
     return step, 150, False
 
 
 def cnn(torch):
     nn = torch.nn
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                          nn.Flatten(), nn.Linear(32, 10))
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
@@ -67,6 +76,7 @@ def cnn(torch):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+
     return step, 100, False
 
 
@@ -84,6 +94,7 @@ def rnn(torch):
         opt.zero_grad()
         loss.backward()
         opt.step()
+
     return step, 100, False
 
 
@@ -100,6 +111,7 @@ def kv_cache(torch):
             values = torch.cat([vv for _, vv in cache])
             attn = torch.softmax(tokens[:, :64] @ keys.T / 8.0, dim=-1) @ values
             attn.sum().item()
+
     return step, 120, True
 
 
@@ -120,6 +132,7 @@ def dataloader(torch):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+
     return step, 120, False
 
 
@@ -135,17 +148,25 @@ def batch_sizes(torch):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(last["x"]), last["y"]).backward()
         opt.step()
+
     return step, 200, False
 
 
-LOOPS = {"transformer": transformer, "cnn": cnn, "rnn": rnn, "kv-cache": kv_cache,
-         "dataloader": dataloader, "batch-sizes": batch_sizes}
+LOOPS = {
+    "transformer": transformer,
+    "cnn": cnn,
+    "rnn": rnn,
+    "kv-cache": kv_cache,
+    "dataloader": dataloader,
+    "batch-sizes": batch_sizes,
+}
 
 
 def _clean_runs(name, seeds, mode):
     """One child process per loop and mode: (runs, false alarms, looks, what was called)."""
     import torch
     import torchleak
+
     torch.set_num_threads(1)
     alarms, looks, called = 0, 0, []
     for seed in seeds:
@@ -165,8 +186,7 @@ def _clean_runs(name, seeds, mode):
             else:
                 report = torchleak.check(step, iterations=20, warmup=2)
                 looks += 1
-                leaks = [f"{f.site_text} held by {(f.get('holder') or {}).get('path_text')}"
-                         for f in report.leaks]
+                leaks = [f"{f.site_text} held by {(f.get('holder') or {}).get('path_text')}" for f in report.leaks]
         if leaks:
             alarms += 1
             called.append(f"seed {seed}: {leaks[0]}")
@@ -189,15 +209,18 @@ def _alloc_line(path):
 def _time_to_verdict(path, most):
     """The smallest k (iterations past warm-up) at which check() calls the ALLOC line a leak."""
     import torchleak
+
     case = _load_case(path)
     line = _alloc_line(path)
     for k in range(1, most + 1):
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            report = torchleak.check(case.iteration, case.make(),
-                                     iterations=case.WARMUP + k, warmup=case.WARMUP)
-        if any(f.site.get("line") == line and os.path.samefile(f.site.get("file", ""), path)
-               for f in report.leaks if os.path.exists(f.site.get("file", ""))):
+            report = torchleak.check(case.iteration, case.make(), iterations=case.WARMUP + k, warmup=case.WARMUP)
+        if any(
+            f.site.get("line") == line and os.path.samefile(f.site.get("file", ""), path)
+            for f in report.leaks
+            if os.path.exists(f.site.get("file", ""))
+        ):
             return k
     return None
 
@@ -228,8 +251,13 @@ def _child(args):
 
 
 def _run_child(extra, timeout):
-    out = subprocess.run([sys.executable, os.path.abspath(__file__)] + extra, capture_output=True,
-                         text=True, timeout=timeout, check=False)
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__)] + extra,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(extra)} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

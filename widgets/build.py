@@ -17,6 +17,7 @@
 The output is committed: installing torchleak needs no Node. Building and checking it need
 Node and the packages in ``widgets/labextension/yarn.lock`` (``jlpm install`` fetches them).
 """
+
 import importlib.metadata
 import json
 import pathlib
@@ -57,7 +58,8 @@ def check_jupyterlab():
             f"widgets/build.py: the lab extension is built against JupyterLab {pinned} (the "
             f"Makefile's pin, @jupyterlab/builder {pinned}); this Python ({sys.executable}) has "
             f"{'no JupyterLab' if installed is None else 'JupyterLab ' + installed}: run it "
-            "with the virtualenv's Python after `make venv`")
+            "with the virtualenv's Python after `make venv`"
+        )
 
 
 def build_lab_extension():
@@ -65,25 +67,25 @@ def build_lab_extension():
     widgets/dist/labextension from widgets/labextension and dist/torchleak-widget.js."""
     check_jupyterlab()
     if shutil.which("node") is None:
-        raise SystemExit("widgets/build.py: building the lab extension needs Node.js (Debian's "
-                         "nodejs package)")
+        raise SystemExit("widgets/build.py: building the lab extension needs Node.js (Debian's nodejs package)")
     bin_dir = pathlib.Path(sys.executable).parent
     jlpm = shutil.which("jlpm", path=str(bin_dir)) or shutil.which("jlpm")
     if jlpm is None:
         raise SystemExit("widgets/build.py: no jlpm (JupyterLab's yarn) beside this Python")
-    steps = [([jlpm, "install", "--immutable"], "jlpm install"),
-             ([sys.executable, "-m", "jupyter", "labextension", "build", str(EXTENSION)],
-              "jupyter labextension build")]
+    steps = [
+        ([jlpm, "install", "--immutable"], "jlpm install"),
+        ([sys.executable, "-m", "jupyter", "labextension", "build", str(EXTENSION)], "jupyter labextension build"),
+    ]
     for command, name in steps:
         run = subprocess.run(command, cwd=EXTENSION, capture_output=True, text=True)
         if run.returncode != 0:
-            raise SystemExit(f"widgets/build.py: {name} failed ({run.returncode}):\n"
-                             + (run.stdout + run.stderr)[-4000:])
+            raise SystemExit(
+                f"widgets/build.py: {name} failed ({run.returncode}):\n" + (run.stdout + run.stderr)[-4000:]
+            )
 
 
 def files_under(folder):
-    return {str(p.relative_to(folder)): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def check():
@@ -102,8 +104,7 @@ def check():
         try:
             WIDGET.write_text(widget_module(), encoding="utf-8")
             build_lab_extension()
-            built, kept = files_under(LAB_OUTPUT), (
-                files_under(committed_lab) if committed_lab.exists() else {})
+            built, kept = files_under(LAB_OUTPUT), (files_under(committed_lab) if committed_lab.exists() else {})
         finally:
             shutil.rmtree(LAB_OUTPUT, ignore_errors=True)
             if committed_lab.exists():
@@ -113,11 +114,12 @@ def check():
             else:
                 WIDGET.unlink(missing_ok=True)
     stale += ["labextension/" + name for name in sorted(set(built) ^ set(kept))]
-    stale += ["labextension/" + name for name in sorted(set(built) & set(kept))
-              if built[name] != kept[name]]
+    stale += ["labextension/" + name for name in sorted(set(built) & set(kept)) if built[name] != kept[name]]
     if stale:
-        print("widgets/dist is out of date (" + ", ".join(stale) + "): run .venv/bin/python "
-              "widgets/build.py", file=sys.stderr)
+        print(
+            "widgets/dist is out of date (" + ", ".join(stale) + "): run .venv/bin/python widgets/build.py",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

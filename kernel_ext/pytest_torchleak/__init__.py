@@ -25,16 +25,22 @@ import pytest
 
 MARKER = "no_tensor_leak"
 DEFAULTS = {"iterations": 5, "warmup": 1, "min_bytes": 0}
-_USAGE = ("usage: @pytest.mark.no_tensor_leak(iterations=5, warmup=1, min_bytes=0) "
-          "with 1 <= iterations, 0 <= warmup < iterations")
+_USAGE = (
+    "usage: @pytest.mark.no_tensor_leak(iterations=5, warmup=1, min_bytes=0) "
+    "with 1 <= iterations, 0 <= warmup < iterations"
+)
 _REPORT_DIR = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("torchleak", "tensor-leak checks (torchleak)")
-    group.addoption("--torchleak-report", metavar="DIR", default=None, dest="torchleak_report",
-                    help="save a JSON and an HTML torchleak report into DIR for every test that "
-                         "leaks tensors")
+    group.addoption(
+        "--torchleak-report",
+        metavar="DIR",
+        default=None,
+        dest="torchleak_report",
+        help="save a JSON and an HTML torchleak report into DIR for every test that leaks tensors",
+    )
 
 
 def pytest_configure(config):
@@ -42,7 +48,8 @@ def pytest_configure(config):
         "markers",
         f"{MARKER}(iterations=5, warmup=1, min_bytes=0): run the test body `iterations` times "
         "under torchleak tracking (the first `warmup` runs are not judged) and fail the test "
-        "when tensors leak")
+        "when tensors leak",
+    )
     directory = config.getoption("torchleak_report", None)
     if directory is not None:
         directory = os.path.abspath(directory)
@@ -67,8 +74,10 @@ def _marker_options(marker):
         if type(value) is not int or value < 0:
             raise _MarkerError(f"{name} must be an int >= 0, got {value!r}")
     if options["iterations"] < 1 or options["warmup"] >= options["iterations"]:
-        raise _MarkerError(f"needs 1 <= iterations and warmup < iterations, got "
-                           f"iterations={options['iterations']}, warmup={options['warmup']}")
+        raise _MarkerError(
+            f"needs 1 <= iterations and warmup < iterations, got "
+            f"iterations={options['iterations']}, warmup={options['warmup']}"
+        )
     return options
 
 
@@ -89,16 +98,19 @@ def pytest_pyfunc_call(pyfuncitem):
         pytest.fail(f"@pytest.mark.{MARKER}: {exc}\n{_USAGE}", pytrace=False)
     function = pyfuncitem.obj
     if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
-        pytest.fail(f"@pytest.mark.{MARKER} runs plain test functions; {pyfuncitem.name} is "
-                    "async", pytrace=False)
+        pytest.fail(f"@pytest.mark.{MARKER} runs plain test functions; {pyfuncitem.name} is async", pytrace=False)
     names = pyfuncitem._fixtureinfo.argnames  # what pytest's own pytest_pyfunc_call passes
     funcargs = {name: pyfuncitem.funcargs[name] for name in names}
     import torchleak
 
     # A lambda, not check(function, **funcargs): a fixture may be called `iterations`.
-    report = torchleak.check(lambda: function(**funcargs), iterations=options["iterations"],
-                             warmup=options["warmup"], min_bytes=options["min_bytes"],
-                             roots=_fixture_roots(funcargs))
+    report = torchleak.check(
+        lambda: function(**funcargs),
+        iterations=options["iterations"],
+        warmup=options["warmup"],
+        min_bytes=options["min_bytes"],
+        roots=_fixture_roots(funcargs),
+    )
     _fail_if_leaking(pyfuncitem, report)
     return True
 
@@ -106,8 +118,7 @@ def pytest_pyfunc_call(pyfuncitem):
 def _fixture_roots(funcargs):
     """The test's fixtures by name: what a fixture holds is named `model.cache[3]`, not
     "outside the named roots" (pytest keeps fixture values in its own objects)."""
-    return {name: value for name, value in funcargs.items()
-            if name not in ("request", "assert_no_tensor_leak")}
+    return {name: value for name, value in funcargs.items() if name not in ("request", "assert_no_tensor_leak")}
 
 
 def _fail_if_leaking(item, report):
@@ -124,6 +135,7 @@ def _fail_if_leaking(item, report):
 
 def _save(item, report):
     from torchleak._report import save_each
+
     directory = item.config.stash.get(_REPORT_DIR, None)
     if directory is None:
         return [], []
@@ -132,8 +144,7 @@ def _save(item, report):
     # [a b] (one readable stem) apart.
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", item.nodeid).strip("_")[:160] or "test"
     stem = f"{readable}-{hashlib.sha1(item.nodeid.encode('utf-8')).hexdigest()[:8]}"
-    saved, failed = save_each(report, [os.path.join(directory, f"{stem}.torchleak.{ext}")
-                                       for ext in ("json", "html")])
+    saved, failed = save_each(report, [os.path.join(directory, f"{stem}.torchleak.{ext}") for ext in ("json", "html")])
     return saved, [(path, exc.strerror or str(exc)) for path, exc in failed]
 
 
@@ -144,12 +155,22 @@ def assert_no_tensor_leak(request):
     when tensors leak, and returns the report otherwise."""
     import torchleak
 
-    def check(fn, *args, iterations=DEFAULTS["iterations"], warmup=DEFAULTS["warmup"],
-              min_bytes=DEFAULTS["min_bytes"], **kwargs):
+    def check(
+        fn,
+        *args,
+        iterations=DEFAULTS["iterations"],
+        warmup=DEFAULTS["warmup"],
+        min_bytes=DEFAULTS["min_bytes"],
+        **kwargs,
+    ):
         __tracebackhide__ = True  # the failure points at the test's line
-        report = torchleak.check(lambda: fn(*args, **kwargs), iterations=iterations,
-                                 warmup=warmup, min_bytes=min_bytes,
-                                 roots=_fixture_roots(request.node.funcargs))
+        report = torchleak.check(
+            lambda: fn(*args, **kwargs),
+            iterations=iterations,
+            warmup=warmup,
+            min_bytes=min_bytes,
+            roots=_fixture_roots(request.node.funcargs),
+        )
         _fail_if_leaking(request.node, report)
         return report
 

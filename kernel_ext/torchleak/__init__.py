@@ -20,17 +20,32 @@ from ._report import Finding, Report
 from ._tracking import Tracker, check, step, track
 from ._watch import DEFAULT_SAMPLE_BYTES, Watch, watch
 
-__all__ = ["DEFAULT_SAMPLE_BYTES", "Finding", "Report", "Tracker", "Watch", "check", "config",
-           "step", "track", "watch", "__version__"]
+__all__ = [
+    "DEFAULT_SAMPLE_BYTES",
+    "Finding",
+    "Report",
+    "Tracker",
+    "Watch",
+    "check",
+    "config",
+    "step",
+    "track",
+    "watch",
+    "__version__",
+]
 
 
 def load_ipython_extension(shell):
     """`%load_ext torchleak`: the %%leakcheck, %leakwatch, %leakreport and %leakconfig magics."""
     from ._notebook import load_ipython_extension as load
+
     load(shell)
 
 
 def unload_ipython_extension(shell):
     from ._notebook import unload_ipython_extension as unload
+
     unload(shell)
+
+
 __version__ = "0.1.0"

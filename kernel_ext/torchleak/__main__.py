@@ -40,13 +40,15 @@ import threading
 import traceback
 import types
 
-USAGE = ("usage: python -m torchleak run [--json PATH] [--html PATH] [--fail-on-leak] "
-         "[--warmup K] [--min-bytes N] [--quiet] [--redact]\n"
-         "           [--watch] [--every N] [--sample-bytes N] [--gather-timeout S] "
-         "script.py [SCRIPT_ARGS...]\n"
-         "       (torchleak's options before the script; everything after it is the script's)\n"
-         "       python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]\n"
-         "       python -m torchleak install-kernel [--user]")
+USAGE = (
+    "usage: python -m torchleak run [--json PATH] [--html PATH] [--fail-on-leak] "
+    "[--warmup K] [--min-bytes N] [--quiet] [--redact]\n"
+    "           [--watch] [--every N] [--sample-bytes N] [--gather-timeout S] "
+    "script.py [SCRIPT_ARGS...]\n"
+    "       (torchleak's options before the script; everything after it is the script's)\n"
+    "       python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]\n"
+    "       python -m torchleak install-kernel [--user]"
+)
 
 EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_SCRIPT_FAILED = 0, 1, 2, 3
 
@@ -80,8 +82,9 @@ def _run_parser():
     for flag in ("--fail-on-leak", "--quiet", "--watch", "--redact"):
         parser.add_argument(flag, action="store_true")
     for option, (key, read) in _VALUED.items():
-        parser.add_argument(option, dest=key, metavar="VALUE",
-                            type=lambda value, option=option, read=read: read(option, value))
+        parser.add_argument(
+            option, dest=key, metavar="VALUE", type=lambda value, option=option, read=read: read(option, value)
+        )
     parser.add_argument("script", nargs="?")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     return parser
@@ -91,12 +94,19 @@ def parse_run_args(argv):
     """(script, its arguments, torchleak's options) of `run`: torchleak's options stand before
     the script and everything after it is the script's, untouched."""
     args = _run_parser().parse_args(argv)
-    opts = {"json": args.json, "html": args.html, "fail_on_leak": args.fail_on_leak,
-            "warmup": 0 if args.warmup is None else args.warmup,
-            "min_bytes": args.min_bytes or 0, "quiet": args.quiet, "watch": args.watch,
-            "every": 1 if args.every is None else args.every,
-            "sample_bytes": args.sample_bytes, "gather_timeout": args.gather_timeout,
-            "redact": args.redact}
+    opts = {
+        "json": args.json,
+        "html": args.html,
+        "fail_on_leak": args.fail_on_leak,
+        "warmup": 0 if args.warmup is None else args.warmup,
+        "min_bytes": args.min_bytes or 0,
+        "quiet": args.quiet,
+        "watch": args.watch,
+        "every": 1 if args.every is None else args.every,
+        "sample_bytes": args.sample_bytes,
+        "gather_timeout": args.gather_timeout,
+        "redact": args.redact,
+    }
     script, script_args = args.script, list(args.script_args)
     if script is None:
         raise UsageError("no script given")
@@ -107,6 +117,7 @@ def parse_run_args(argv):
     if not opts["watch"] and (opts["every"] != 1 or opts["sample_bytes"] is not None):
         raise UsageError("--every and --sample-bytes belong to --watch")
     from torchleak._report import OUTPUT_EXTENSIONS
+
     for key, extensions in OUTPUT_EXTENSIONS.items():
         if opts[key] is not None:
             # Checked with the rank torchrun gives this process; the merged report's name too.
@@ -149,6 +160,7 @@ def _output_path(option, path, extensions):
     """Checked before the script runs, and made absolute against the directory the command ran
     in, whatever the script's chdir does."""
     from torchleak._report import writable_path
+
     try:
         return writable_path(path, extensions)
     except ValueError as exc:
@@ -170,6 +182,7 @@ def run(argv):
     import torchleak
     from torchleak import _job
     from torchleak._tracebacks import from_code
+
     # Defaults that live with the API, known once torchleak is imported (parsing does not
     # import torch: a usage error comes back at once).
     if opts["gather_timeout"] is None:
@@ -192,15 +205,20 @@ def run(argv):
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     sys.modules["__main__"] = module
     if opts["watch"]:
-        recording = torchleak.watch(every=opts["every"], warmup=opts["warmup"],
-                                    min_bytes=opts["min_bytes"], json=opts["json"],
-                                    html=opts["html"], gather_timeout=None,
-                                    sample_bytes=opts["sample_bytes"], redact=opts["redact"])
+        recording = torchleak.watch(
+            every=opts["every"],
+            warmup=opts["warmup"],
+            min_bytes=opts["min_bytes"],
+            json=opts["json"],
+            html=opts["html"],
+            gather_timeout=None,
+            sample_bytes=opts["sample_bytes"],
+            redact=opts["redact"],
+        )
         recording.save_at_end = False
         tracker = recording.tracker
     else:
-        recording = tracker = torchleak.track(warmup=opts["warmup"], min_bytes=opts["min_bytes"],
-                                              gather_timeout=None)
+        recording = tracker = torchleak.track(warmup=opts["warmup"], min_bytes=opts["min_bytes"], gather_timeout=None)
     real_exit = os._exit
     # A child the script forks runs this same code when it exits: it is not the run, and its
     # report would print twice and overwrite the parent's --json.
@@ -214,9 +232,9 @@ def run(argv):
         status = EXIT_SCRIPT_FAILED if code else EXIT_OK
         try:
             tracker.stop()
-            report = _finish(tracker, opts,
-                             f"the script called os._exit({code})" if code else None,
-                             opts["gather_timeout"])
+            report = _finish(
+                tracker, opts, f"the script called os._exit({code})" if code else None, opts["gather_timeout"]
+            )
             if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
                 status = EXIT_LEAK
         finally:
@@ -238,8 +256,7 @@ def run(argv):
                             print(exc.code, file=sys.stderr)  # as Python prints sys.exit("msg")
                 except BaseException as exc:  # noqa: BLE001 - the script's failure, reported below
                     # From the script's own frame on, as `python script.py` would print it.
-                    traceback.print_exception(type(exc), exc,
-                                              from_code(exc.__traceback__, code))
+                    traceback.print_exception(type(exc), exc, from_code(exc.__traceback__, code))
                     script_exit = 1
                     tracker.note_failure(exc)  # an out-of-memory error: the report says why
                     failure = _job.describe_failure(exc)
@@ -257,8 +274,7 @@ def run(argv):
                 interrupted = True
                 status = EXIT_SCRIPT_FAILED
                 failure = failure or "interrupted while the report was built"
-                message = ("interrupted (Ctrl-C) while retaining paths were walked: the report "
-                           "is saved without them")
+                message = "interrupted (Ctrl-C) while retaining paths were walked: the report is saved without them"
                 print(f"torchleak: {message}", file=sys.stderr, flush=True)
                 with _interrupts_held():
                     tracker._warn(message)
@@ -273,17 +289,19 @@ def run(argv):
         if status == EXIT_SCRIPT_FAILED and given and not terminated.note:
             # The usual cause: torchleak's option written after the script, as before the
             # convention; the script's own parser then refused it.
-            print(f"torchleak: the script failed after it was given {', '.join(given)}, "
-                  f"torchleak's option{'s' if len(given) > 1 else ''} too: torchleak's options "
-                  f"go before the script (python -m torchleak run [options] {script} "
-                  f"[its arguments])", file=sys.stderr)
+            print(
+                f"torchleak: the script failed after it was given {', '.join(given)}, "
+                f"torchleak's option{'s' if len(given) > 1 else ''} too: torchleak's options "
+                f"go before the script (python -m torchleak run [options] {script} "
+                f"[its arguments])",
+                file=sys.stderr,
+            )
         # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
         # still running within seconds: rank 0 waits less for the others.
         timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
         # A SIGTERM that comes while the ranks wait for each other shortens that wait too.
         with _interrupts_held() if interrupted else contextlib.nullcontext():
-            report = _finish(tracker, opts, failure, timeout,
-                             hurry=lambda: terminated.note is not None)
+            report = _finish(tracker, opts, failure, timeout, hurry=lambda: terminated.note is not None)
     if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
         status = EXIT_LEAK
     return status
@@ -306,9 +324,9 @@ def _interrupts_held():
 def _save_each(report, paths, redact):
     """Write every requested output, even when one fails, and say on stderr which failed."""
     from torchleak._report import save_each
+
     for path, exc in save_each(report, paths, redact=redact)[1]:
-        print(f"torchleak: could not write {path}: {exc.strerror or exc}", file=sys.stderr,
-              flush=True)
+        print(f"torchleak: could not write {path}: {exc.strerror or exc}", file=sys.stderr, flush=True)
 
 
 def _exit_forked_child(real_exit, code):
@@ -332,8 +350,7 @@ class _TerminationSignal:
         self.stops_script = False  # while the script runs, SIGTERM raises SystemExit in it
 
     def __enter__(self):
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL):
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             self._previous = signal.signal(signal.SIGTERM, self._on_signal)
         return self
 
@@ -354,6 +371,7 @@ def _finish(tracker, opts, failure, timeout, hurry=None):
     first. Returns the report the exit status is judged on: the merged one on rank 0, the
     rank's own elsewhere."""
     from torchleak import _job
+
     own = tracker.report()
     job = tracker.job
     if job is None:
@@ -362,8 +380,7 @@ def _finish(tracker, opts, failure, timeout, hurry=None):
         rank = os.environ.get("RANK", "0") if os.environ.get("WORLD_SIZE", "1") != "1" else "0"
         if not opts["quiet"]:
             print(own, flush=True)
-        _save_each(own, [_job.rank_path(opts[key], rank) for key in ("json", "html") if opts[key]],
-                   opts["redact"])
+        _save_each(own, [_job.rank_path(opts[key], rank) for key in ("json", "html") if opts[key]], opts["redact"])
         return own
     exchange = tracker.gather(failure=failure, timeout=timeout, hurry=hurry)
     merged = exchange.merged
@@ -387,8 +404,7 @@ def _finish(tracker, opts, failure, timeout, hurry=None):
         where = f"merged at rank 0 in part ({exchange.note}); the whole report is kept on its own"
     else:
         where = f"not merged ({exchange.note}); this rank's report is kept on its own"
-    print(f"torchleak: rank {job.rank}: {own.summary.get('headline', '')}; {where}",
-          flush=True)
+    print(f"torchleak: rank {job.rank}: {own.summary.get('headline', '')}; {where}", flush=True)
     return own
 
 
@@ -424,6 +440,7 @@ def parse_diff_args(argv):
 def diff(argv):
     (before_path, after_path), opts = parse_diff_args(argv)
     from torchleak._report import _write_atomically, read_report_file
+
     texts = []
     for path in (before_path, after_path):
         try:
@@ -433,6 +450,7 @@ def diff(argv):
     import json
 
     from torchleak import _core
+
     try:
         result = _core.diff_reports(texts[0], texts[1], opts["tolerance"] / 100)
     except _core.ReportSchemaError as exc:
@@ -442,11 +460,9 @@ def diff(argv):
     print(data["text"])
     if opts["json"]:
         try:
-            _write_atomically(opts["json"], json.dumps(data, indent=2, ensure_ascii=False)
-                              .encode("utf-8"))
+            _write_atomically(opts["json"], json.dumps(data, indent=2, ensure_ascii=False).encode("utf-8"))
         except OSError as exc:  # as for run: said, and the status still tells the verdict
-            print(f"torchleak: could not write {opts['json']}: {exc.strerror or exc}",
-                  file=sys.stderr)
+            print(f"torchleak: could not write {opts['json']}: {exc.strerror or exc}", file=sys.stderr)
     return EXIT_LEAK if data["regressed"] else EXIT_OK
 
 
@@ -458,9 +474,17 @@ def install_kernel(argv):
     import json
     import tempfile
     from jupyter_client.kernelspec import KernelSpecManager
+
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
-                 "--ext=torchleak", "--IPKernelApp.exec_lines=%leakwatch on"],
+        "argv": [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            "--ext=torchleak",
+            "--IPKernelApp.exec_lines=%leakwatch on",
+        ],
         "display_name": "Python 3 (torchleak)",
         "language": "python",
         "metadata": {"debugger": True},
@@ -472,8 +496,7 @@ def install_kernel(argv):
         with open(os.path.join(tmp, "kernel.json"), "w", encoding="utf-8") as fh:
             json.dump(spec, fh, indent=2)
         user = argv == ["--user"]
-        path = KernelSpecManager().install_kernel_spec(tmp, "torchleak", user=user,
-                                                       prefix=None if user else sys.prefix)
+        path = KernelSpecManager().install_kernel_spec(tmp, "torchleak", user=user, prefix=None if user else sys.prefix)
     print(f"installed kernelspec 'torchleak' in {path}")
     return EXIT_OK
 

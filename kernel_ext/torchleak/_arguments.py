@@ -22,10 +22,12 @@ def _boundary(value):
 
 
 def _gather_timeout(value):
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not 0 <= value <= MAX_GATHER_SECONDS):
-        raise ValueError(f"gather_timeout must be seconds between 0 and {MAX_GATHER_SECONDS} or "
-                         f"None, got {brief(value)}")
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_GATHER_SECONDS
+    ):
+        raise ValueError(
+            f"gather_timeout must be seconds between 0 and {MAX_GATHER_SECONDS} or None, got {brief(value)}"
+        )
 
 
 def _on_leak(value):
@@ -40,8 +42,7 @@ def _check_every(value):
 
 def _budget(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"budget must be a fraction of the run's time in (0, 1], "
-                         f"got {brief(value)}")
+        raise ValueError(f"budget must be a fraction of the run's time in (0, 1], got {brief(value)}")
 
 
 _CHECKS = {

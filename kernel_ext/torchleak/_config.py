@@ -20,8 +20,7 @@ def checked_int(name, value, minimum=0, maximum=MAX_COUNT):
     """`value` if it is an int in [minimum, maximum]; else a ValueError that shows the value
     only when it is a number (never a user object's __repr__, which may be anything)."""
     if type(value) is not int or not minimum <= value <= maximum:
-        raise ValueError(f"{name} must be an int between {minimum:,} and {maximum:,}, "
-                         f"got {brief(value)}")
+        raise ValueError(f"{name} must be an int between {minimum:,} and {maximum:,}, got {brief(value)}")
     return value
 
 
@@ -60,8 +59,7 @@ class Config:
             if _TYPES.get(key) == "patterns":
                 patterns = [value] if isinstance(value, str) else value
                 if not isinstance(patterns, (list, tuple)):
-                    raise ValueError(f"{key} needs a pattern or a list of patterns, "
-                                     f"got {brief(value)}")
+                    raise ValueError(f"{key} needs a pattern or a list of patterns, got {brief(value)}")
                 trial.set(key, "")
                 for pattern in patterns:
                     _check_pattern(pattern)
@@ -83,8 +81,7 @@ class Config:
         elif key in _TYPES:
             self.set(**{key: value})
         else:
-            raise AttributeError(f"torchleak.config has no setting {key!r} "
-                                 f"(settings: {', '.join(_TYPES)})")
+            raise AttributeError(f"torchleak.config has no setting {key!r} (settings: {', '.join(_TYPES)})")
 
     def allow(self, *patterns):
         """Add allow-list globs matched against a finding's site (file:line), function,

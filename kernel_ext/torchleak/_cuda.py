@@ -17,15 +17,16 @@ import torch
 
 # Native frames: `_record_memory_history()`'s default (stacks="all") records C++ frames
 # beside the Python ones. They are never a site.
-_NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx",
-                    ".inl", ".so")
+_NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl", ".so")
 _NO_SITES = "CUDA findings are grouped by device and autograd node, without a line"
 
 
 def history_available():
-    return bool(torch.cuda.is_available()
-                and hasattr(torch.cuda.memory, "_record_memory_history")
-                and hasattr(torch.cuda.memory, "_snapshot"))
+    return bool(
+        torch.cuda.is_available()
+        and hasattr(torch.cuda.memory, "_record_memory_history")
+        and hasattr(torch.cuda.memory, "_snapshot")
+    )
 
 
 def _first_line(error):
@@ -33,7 +34,7 @@ def _first_line(error):
 
 
 def _allocator_backend():
-    """"native", "cudaMallocAsync" (PYTORCH_CUDA_ALLOC_CONF=backend:...), or None if torch does
+    """ "native", "cudaMallocAsync" (PYTORCH_CUDA_ALLOC_CONF=backend:...), or None if torch does
     not say."""
     try:
         return str(torch._C._cuda_getAllocatorBackend())
@@ -101,12 +102,12 @@ class CudaHistory:
     """torch's CUDA memory-history recording during one tracked run."""
 
     def __init__(self):
-        self.warnings = []      # what the report must say; read by the Tracker
-        self._on = False        # recording was on while tracking (torchleak's or the user's)
-        self._started = False   # torchleak turned it on, so torchleak turns it off
-        self._user_calls = []   # the user's own _record_memory_history calls: "on" / "off"
-        self._original = None   # torch's _record_memory_history while it is watched
-        self._cache = {}        # (address, sequence) -> frames: blocks looked up mid-run
+        self.warnings = []  # what the report must say; read by the Tracker
+        self._on = False  # recording was on while tracking (torchleak's or the user's)
+        self._started = False  # torchleak turned it on, so torchleak turns it off
+        self._user_calls = []  # the user's own _record_memory_history calls: "on" / "off"
+        self._original = None  # torch's _record_memory_history while it is watched
+        self._cache = {}  # (address, sequence) -> frames: blocks looked up mid-run
 
     def _warn(self, message):
         if message not in self.warnings:
@@ -124,21 +125,23 @@ class CudaHistory:
             return
         backend = _allocator_backend()
         if backend not in (None, "native"):
-            self._warn(f"CUDA allocation sites are unavailable: the {backend} allocator "
-                       f"backend (PYTORCH_CUDA_ALLOC_CONF) records no history; {_NO_SITES}")
+            self._warn(
+                f"CUDA allocation sites are unavailable: the {backend} allocator "
+                f"backend (PYTORCH_CUDA_ALLOC_CONF) records no history; {_NO_SITES}"
+            )
             return
         enabled = _history_enabled()
         if isinstance(enabled, Exception):
-            self._warn(f"CUDA allocation sites are unavailable: {_first_line(enabled)}; "
-                       f"{_NO_SITES}")
+            self._warn(f"CUDA allocation sites are unavailable: {_first_line(enabled)}; {_NO_SITES}")
             return
         if not enabled:
             try:
-                torch.cuda.memory._record_memory_history(enabled="state", context="state",
-                                                         stacks="python")
+                torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python")
             except (RuntimeError, TypeError, ValueError) as error:
-                self._warn(f"CUDA allocation sites are unavailable: torch could not record "
-                           f"memory history ({_first_line(error)}); {_NO_SITES}")
+                self._warn(
+                    f"CUDA allocation sites are unavailable: torch could not record "
+                    f"memory history ({_first_line(error)}); {_NO_SITES}"
+                )
                 return
             self._started = True
         self._on = True
@@ -171,9 +174,11 @@ class CudaHistory:
         self._on = False
         still_on = _history_enabled() is True
         if "off" in self._user_calls or not still_on:
-            self._warn("CUDA memory-history recording was turned off inside the tracked block "
-                       "(torch.cuda.memory._record_memory_history(enabled=None)): CUDA blocks "
-                       "allocated after that have no allocation site")
+            self._warn(
+                "CUDA memory-history recording was turned off inside the tracked block "
+                "(torch.cuda.memory._record_memory_history(enabled=None)): CUDA blocks "
+                "allocated after that have no allocation site"
+            )
         users_now = bool(self._user_calls) and self._user_calls[-1] == "on"
         if self._started and still_on and not users_now:
             try:
@@ -188,8 +193,7 @@ class CudaHistory:
         try:
             return torch.cuda.memory._snapshot()
         except (RuntimeError, TypeError, ValueError) as error:
-            self._warn(f"the CUDA memory snapshot could not be read ({_first_line(error)}): "
-                       f"{_NO_SITES}")
+            self._warn(f"the CUDA memory snapshot could not be read ({_first_line(error)}): {_NO_SITES}")
             return None
 
     def read_snapshot(self, snapshot):
@@ -198,8 +202,9 @@ class CudaHistory:
         started with context=None records no stacks)."""
         stacks, active, addresses = _read_snapshot(snapshot)
         if active and not stacks:
-            self._warn("the CUDA memory history that was on recorded no stacks (started with "
-                       f"context=None?): {_NO_SITES}")
+            self._warn(
+                f"the CUDA memory history that was on recorded no stacks (started with context=None?): {_NO_SITES}"
+            )
         return stacks, addresses
 
     def stacks_now(self, live_blocks):
@@ -261,11 +266,13 @@ class GraphReplays:
     def warning(self):
         if not self.count:
             return None
-        return (f"CUDA graphs were replayed {self.count} time(s) while tracking "
-                f"(torch.compile(mode=\"reduce-overhead\") or torch.cuda.graph): a replay's "
-                f"outputs live in the graph's memory pool and are made without an allocation, "
-                f"so torchleak does not see them and keeping them does not show as a leak; the "
-                f"pool itself counts in the device's reserved bytes")
+        return (
+            f"CUDA graphs were replayed {self.count} time(s) while tracking "
+            f'(torch.compile(mode="reduce-overhead") or torch.cuda.graph): a replay\'s '
+            f"outputs live in the graph's memory pool and are made without an allocation, "
+            f"so torchleak does not see them and keeping them does not show as a leak; the "
+            f"pool itself counts in the device's reserved bytes"
+        )
 
 
 _observed = False
@@ -289,5 +296,11 @@ def observe_out_of_memory(callback):
     return True
 
 
-__all__ = ["CudaHistory", "GraphReplays", "allocator_view", "block_stacks", "history_available",
-           "observe_out_of_memory"]
+__all__ = [
+    "CudaHistory",
+    "GraphReplays",
+    "allocator_view",
+    "block_stacks",
+    "history_available",
+    "observe_out_of_memory",
+]

@@ -50,6 +50,7 @@ class Job:
             if world_size < 2:
                 return None
             from torch.distributed import distributed_c10d
+
             return cls(dist.get_rank(), world_size, distributed_c10d._get_default_store())
         except Exception:  # noqa: BLE001 - a group being torn down: not a job we can use
             return None
@@ -87,8 +88,17 @@ def _keys(job):
 HURRY_SECONDS = 10.0
 
 
-def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOUT, hurry=None,
-             hurry_seconds=HURRY_SECONDS, max_post_bytes=None):
+def exchange(
+    job,
+    report,
+    *,
+    status="ok",
+    note="",
+    timeout=DEFAULT_GATHER_TIMEOUT,
+    hurry=None,
+    hurry_seconds=HURRY_SECONDS,
+    max_post_bytes=None,
+):
     """Post this rank's report; on rank 0, wait up to ``timeout`` seconds for the others' and
     merge; elsewhere, wait a little longer than that for rank 0 to say whether this rank's
     report is in the merge. ``hurry``: a callable that turns true when the job is being stopped
@@ -96,8 +106,7 @@ def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOU
     sake: a store that is gone (rank 0's process died) leaves each rank with its own report."""
     rank_keys, merged_key = _keys(job)
     _exchanges[job.rank] = _exchanges.get(job.rank, 0) + 1
-    post, sent_note = _post(job, report, status, note,
-                            MAX_POST_BYTES if max_post_bytes is None else max_post_bytes)
+    post, sent_note = _post(job, report, status, note, MAX_POST_BYTES if max_post_bytes is None else max_post_bytes)
     try:
         _put(job.store, rank_keys[job.rank], post)
     except Exception as exc:  # noqa: BLE001 - the store's own errors: it is unreachable
@@ -106,8 +115,7 @@ def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOU
         # Rank 0 may use its whole timeout waiting for a rank that will never come, then merge:
         # the others wait a little longer than that before keeping their reports on their own.
         patience = timeout + max(5.0, timeout / 4)
-        if _wait_for(job.store, [merged_key], time.monotonic() + patience, hurry,
-                     hurry_seconds + 5.0) != [merged_key]:
+        if _wait_for(job.store, [merged_key], time.monotonic() + patience, hurry, hurry_seconds + 5.0) != [merged_key]:
             return Exchange(None, False, f"rank 0 did not merge within {patience:g} s")
         return _confirmation(job, merged_key, sent_note)
     arrived = _wait_for(job.store, rank_keys, time.monotonic() + timeout, hurry, hurry_seconds)
@@ -115,8 +123,14 @@ def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOU
     inputs, versions = [], {}
     for r, key in enumerate(rank_keys):
         if key not in arrived:
-            inputs.append((r, None, "missing", "not posted before the job was stopped (SIGTERM)"
-                           if stopped else f"timed out after {timeout:g} s"))
+            inputs.append(
+                (
+                    r,
+                    None,
+                    "missing",
+                    "not posted before the job was stopped (SIGTERM)" if stopped else f"timed out after {timeout:g} s",
+                )
+            )
             continue
         try:
             posted = json.loads(_take(job.store, key))
@@ -128,8 +142,10 @@ def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOU
             inputs.append((r, None, "missing", f"its report could not be read: {exc}"))
     merged = Report(_core.merge_rank_reports(inputs, job.world_size, _config.snapshot()))
     # Each rank learns whether its own report is in the merge, and if not, rank 0's reason.
-    said = {str(r["rank"]): {"merged": r["status"] != "missing", "note": r.get("note", "")}
-            for r in merged.to_dict()["ranks"]["ranks"]}
+    said = {
+        str(r["rank"]): {"merged": r["status"] != "missing", "note": r.get("note", "")}
+        for r in merged.to_dict()["ranks"]["ranks"]
+    }
     for r, version in versions.items():
         if not said[str(r)]["merged"] and version != _version():
             said[str(r)]["note"] += f" (that rank runs torchleak {version}, rank 0 {_version()})"
@@ -138,8 +154,12 @@ def exchange(job, report, *, status="ok", note="", timeout=DEFAULT_GATHER_TIMEOU
     except Exception:  # noqa: BLE001 - the others fall back to their own reports
         pass
     mine = said.get("0", {})
-    return Exchange(merged, bool(mine.get("merged")), "" if mine.get("merged") else
-                    mine.get("note", ""), complete=bool(mine.get("merged")) and not sent_note)
+    return Exchange(
+        merged,
+        bool(mine.get("merged")),
+        "" if mine.get("merged") else mine.get("note", ""),
+        complete=bool(mine.get("merged")) and not sent_note,
+    )
 
 
 def _post(job, report, status, note, max_bytes):
@@ -149,8 +169,9 @@ def _post(job, report, status, note, max_bytes):
     summary_note = ""
     if len(text) > max_bytes:
         text, summary_note = _summary(report, len(text), max_bytes)
-    return json.dumps({"status": status, "note": note, "report": text,
-                       "version": _version(), "world_size": job.world_size}), summary_note
+    return json.dumps(
+        {"status": status, "note": note, "report": text, "version": _version(), "world_size": job.world_size}
+    ), summary_note
 
 
 def _version():
@@ -163,11 +184,14 @@ def _summary(report, size, max_bytes):
     warnings, so the merged report says which rank sent less than all."""
     data = report.to_dict()
     findings = data.get("findings", [])
-    leaks = sorted((f for f in findings if f.get("verdict") == "leak"),
-                   key=lambda f: -(f.get("bytes_per_iteration") or 0))
+    leaks = sorted(
+        (f for f in findings if f.get("verdict") == "leak"), key=lambda f: -(f.get("bytes_per_iteration") or 0)
+    )
     data["findings"] = []
-    note = (f"this rank's report ({size / 2**20:.0f} MiB) is over the "
-            f"{max_bytes / 2**20:g} MiB a rank sends; rank 0 got a summary")
+    note = (
+        f"this rank's report ({size / 2**20:.0f} MiB) is over the "
+        f"{max_bytes / 2**20:g} MiB a rank sends; rank 0 got a summary"
+    )
     budget = max_bytes - len(json.dumps(data)) - len(note) - 200
     kept = []
     for finding in leaks:
@@ -180,8 +204,7 @@ def _summary(report, size, max_bytes):
         return None, note + " of nothing (even its curves do not fit)"
     note += f" of {len(kept)} of its {len(findings)} findings (its largest leaks)"
     data["findings"] = kept
-    data["warnings"] = list(data.get("warnings", [])) + [note + "; the whole report is in its "
-                                                            "own file"]
+    data["warnings"] = list(data.get("warnings", [])) + [note + "; the whole report is in its own file"]
     return json.dumps(data), note
 
 
@@ -189,7 +212,7 @@ def _put(store, key, value):
     """``value`` under ``key`` in parts of at most PART_BYTES: the parts first, then the head
     that counts them, so a reader that sees the head finds every part."""
     data = value.encode()
-    parts = [data[i:i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
+    parts = [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
     for i, part in enumerate(parts):
         store.set(f"{key}/{i}", part)
     store.set(key, json.dumps({"parts": len(parts), "bytes": len(data)}))
@@ -219,8 +242,7 @@ def _confirmation(job, merged_key, sent_note):
     except Exception:  # noqa: BLE001 - another torchleak version's answer, or none
         return Exchange(None, False, "rank 0 did not say whether it merged this rank's report")
     if not merged:
-        return Exchange(None, False, f"rank 0 could not merge it: {reason}" if reason
-                        else "rank 0 could not merge it")
+        return Exchange(None, False, f"rank 0 could not merge it: {reason}" if reason else "rank 0 could not merge it")
     return Exchange(None, True, sent_note, complete=not sent_note)
 
 
@@ -248,7 +270,7 @@ def _wait_for(store, keys, deadline, hurry=None, hurry_seconds=HURRY_SECONDS):
 
 
 def describe_failure(exc):
-    """"RuntimeError: boom": the exception's type and first line, for the merged report."""
+    """ "RuntimeError: boom": the exception's type and first line, for the merged report."""
     try:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     except Exception:  # noqa: BLE001 - a user __str__ that raises

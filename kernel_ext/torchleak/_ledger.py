@@ -39,10 +39,8 @@ class CellLedger:
             net[name or ""] = net.get(name or "", 0) + delta
         if report is None:
             net[""] = -freed
-        left = sorted(((h or "<unknown>", b) for h, b in net.items() if b >= threshold),
-                      key=lambda kv: -kv[1])
-        gave = sorted(((h, -b) for h, b in net.items() if h and -b >= threshold),
-                      key=lambda kv: -kv[1])
+        left = sorted(((h or "<unknown>", b) for h, b in net.items() if b >= threshold), key=lambda kv: -kv[1])
+        gave = sorted(((h, -b) for h, b in net.items() if h and -b >= threshold), key=lambda kv: -kv[1])
         released = -sum(b for b in net.values() if b < 0)
         parts = []
         if left:

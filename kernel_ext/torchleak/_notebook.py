@@ -63,9 +63,9 @@ def _int_at_least(minimum, maximum=10**9):
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(
-                f"expected a number between {minimum} and {maximum:,}, got {value}")
+            raise argparse.ArgumentTypeError(f"expected a number between {minimum} and {maximum:,}, got {value}")
         return value
+
     return parse
 
 
@@ -79,6 +79,7 @@ def _size(text):
 def _check_outputs(args, magic):
     """--json and --html checked before the cell runs, not after it."""
     from ._report import OUTPUT_EXTENSIONS, writable_path
+
     for option, extensions in OUTPUT_EXTENSIONS.items():
         path = getattr(args, option)
         if path is not None:
@@ -116,8 +117,10 @@ def _live_data(data):
     if not isinstance(findings, list):
         return data
     out = dict(data)
-    out["findings"] = [{k: v for k, v in f.items() if k != "live_blocks"} if isinstance(f, dict)
-                       else f for f in findings[:LIVE_FINDINGS]]
+    out["findings"] = [
+        {k: v for k, v in f.items() if k != "live_blocks"} if isinstance(f, dict) else f
+        for f in findings[:LIVE_FINDINGS]
+    ]
     if len(findings) <= LIVE_FINDINGS:
         return out
     kept = range(LIVE_FINDINGS)
@@ -136,9 +139,11 @@ def _live_data(data):
     if "cause_groups" in data:
         out["cause_groups"] = groups
     out.pop("oom", None)  # the finished report's, with every finding it names
-    out["warnings"] = [*data.get("warnings", []),
-                       f"while the cell runs: the first {LIVE_FINDINGS} of {len(findings)} "
-                       f"findings; the finished report lists every one"]
+    out["warnings"] = [
+        *data.get("warnings", []),
+        f"while the cell runs: the first {LIVE_FINDINGS} of {len(findings)} "
+        f"findings; the finished report lists every one",
+    ]
     return out
 
 
@@ -173,8 +178,12 @@ class _LiveDisplay:
         progress = _with_text(progress, data)
         live = _live_data(data)
         self.widget = make_widget(live, progress)
-        self.handle = display(report_bundle(live, widget=self.widget, progress=progress),
-                              metadata=report_metadata(progress), raw=True, display_id=True)
+        self.handle = display(
+            report_bundle(live, widget=self.widget, progress=progress),
+            metadata=report_metadata(progress),
+            raw=True,
+            display_id=True,
+        )
 
     def due(self):
         """Whether a live update is due (a few per second); building one costs a report."""
@@ -204,8 +213,8 @@ class _LiveDisplay:
 class LeakMagics(Magics):
     def __init__(self, shell):
         super().__init__(shell)
-        self.watch = None          # the Tracker of %leakwatch, while on
-        self.watch_report = None   # its last report, kept after %leakwatch off
+        self.watch = None  # the Tracker of %leakwatch, while on
+        self.watch_report = None  # its last report, kept after %leakwatch off
         self._ledger = CellLedger()  # what %leakwatch shows after a cell
         self._callbacks = []
 
@@ -223,10 +232,8 @@ class LeakMagics(Magics):
         parser.add_argument("--html", default=None)
         parser.add_argument("--redact", action="store_true")
         args = parser.parse_args(_split("leakcheck", line))
-        if args.output is not None and not (args.output.isidentifier()
-                                            and not keyword.iskeyword(args.output)):
-            raise UsageError(f"-o needs a Python name, not {args.output!r}\n"
-                             f"usage: {USAGE['leakcheck']}")
+        if args.output is not None and not (args.output.isidentifier() and not keyword.iskeyword(args.output)):
+            raise UsageError(f"-o needs a Python name, not {args.output!r}\nusage: {USAGE['leakcheck']}")
         _check_outputs(args, "leakcheck")
         warmup = config.warmup if args.warmup is None else args.warmup
         if warmup >= args.n:
@@ -246,20 +253,28 @@ class LeakMagics(Magics):
         def after_each(k):
             if live.due():
                 elapsed = time.monotonic() - started
-                live.update(tracker.report(paths=False).to_dict(),
-                            {"k": k, "n": args.n, "elapsed": elapsed,
-                             "remaining": elapsed / k * (args.n - k)})
+                live.update(
+                    tracker.report(paths=False).to_dict(),
+                    {"k": k, "n": args.n, "elapsed": elapsed, "remaining": elapsed / k * (args.n - k)},
+                )
 
         try:
             with tracker:
-                live.show(tracker.report(paths=False).to_dict(),
-                          {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0})
-                failure = tracker._run_iterations(run_cell, args.n, after_each=after_each,
-                                                 describe=self._in_cell_names)
+                live.show(
+                    tracker.report(paths=False).to_dict(), {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0}
+                )
+                failure = tracker._run_iterations(run_cell, args.n, after_each=after_each, describe=self._in_cell_names)
             report = tracker.report()
-            live.finish(report.to_dict(),
-                        {"k": tracker.iterations, "n": args.n, "done": True,
-                         "elapsed": time.monotonic() - started, "stopped": failure is not None})
+            live.finish(
+                report.to_dict(),
+                {
+                    "k": tracker.iterations,
+                    "n": args.n,
+                    "done": True,
+                    "elapsed": time.monotonic() - started,
+                    "stopped": failure is not None,
+                },
+            )
             if args.output is not None:
                 # Like %timeit -o: the Report (data only, no tensors) under the user's name.
                 self.shell.user_ns[args.output] = report
@@ -272,9 +287,11 @@ class LeakMagics(Magics):
             # by itself (the magic's frames hide themselves too).
             _out_of_memory.attach(failure, report)
             if hasattr(failure, "add_note"):
-                failure.add_note(f"torchleak: %%leakcheck stopped in iteration "
-                                 f"{tracker._stopped_in} of {args.n} of In [{self._current_cell()}]; "
-                                 f"the report above covers the iterations before it")
+                failure.add_note(
+                    f"torchleak: %%leakcheck stopped in iteration "
+                    f"{tracker._stopped_in} of {args.n} of In [{self._current_cell()}]; "
+                    f"the report above covers the iterations before it"
+                )
             show_from_code(self.shell, failure, code)
             raise failure.with_traceback(from_code(failure.__traceback__, code))
         return None
@@ -299,8 +316,9 @@ class LeakMagics(Magics):
         except SyntaxError as exc:
             where = f"In [{number}], line {exc.lineno}" if exc.lineno else f"In [{number}]"
             code_line = f"\n    {exc.text.strip()}" if (exc.text or "").strip() else ""
-            raise UsageError(f"the cell does not compile: {exc.msg} ({where}){code_line}\n"
-                             f"usage: {USAGE['leakcheck']}") from None
+            raise UsageError(
+                f"the cell does not compile: {exc.msg} ({where}){code_line}\nusage: {USAGE['leakcheck']}"
+            ) from None
 
     def _current_cell(self):
         """The In [n] of the running cell: the newest number IPython compiled a cell under
@@ -345,9 +363,11 @@ class LeakMagics(Magics):
         data = report.to_dict()
         live = tracker._last_iteration["live"]
         leaks = len(data.get("causes") or [])
-        return (f"torchleak: watch mode is on: {tracker.iterations} cell run(s) recorded, "
-                f"{format_bytes(live)} tracked live, {leaks} leak(s) so far"
-                + (" (%leakreport for details)" if leaks else ""))
+        return (
+            f"torchleak: watch mode is on: {tracker.iterations} cell run(s) recorded, "
+            f"{format_bytes(live)} tracked live, {leaks} leak(s) so far"
+            + (" (%leakreport for details)" if leaks else "")
+        )
 
     def _register_events(self):
         if self._callbacks:
@@ -413,8 +433,9 @@ class LeakMagics(Magics):
                 return
             # The ledger names holders and sums bytes: no dtype or shape, whose heap scan of
             # every Python object was four fifths of a watched cell's cost (23 of 28 ms).
-            report = (self.watch._build_report(grown_paths_only=True, shapes=False)
-                      if totals["born"] >= threshold else None)
+            report = (
+                self.watch._build_report(grown_paths_only=True, shapes=False) if totals["born"] >= threshold else None
+            )
             self._show_ledger(report, cell, totals["freed"], threshold)
         except Exception as exc:  # noqa: BLE001
             print(f"torchleak: watch mode stopped after an internal error: {exc}")
@@ -427,8 +448,10 @@ class LeakMagics(Magics):
         text = self._ledger.line(report, cell, freed, threshold)
         if text is None:
             return
-        html = ('<div data-testid="torchleak-ledger" style="font-family:sans-serif;font-size:12px;'
-                'color:var(--jp-ui-font-color2,#555)">' + escape(text) + "</div>")
+        html = (
+            '<div data-testid="torchleak-ledger" style="font-family:sans-serif;font-size:12px;'
+            'color:var(--jp-ui-font-color2,#555)">' + escape(text) + "</div>"
+        )
         display({"text/plain": text, "text/html": html}, raw=True)
 
     # -- %leakreport --------------------------------------------------------------------------

@@ -6,16 +6,21 @@ import re
 
 import torch
 
-_OOM_TYPES = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
-                               getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None),
-                               MemoryError) if isinstance(t, type))
+_OOM_TYPES = tuple(
+    t
+    for t in (
+        getattr(torch, "OutOfMemoryError", None),
+        getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None),
+        MemoryError,
+    )
+    if isinstance(t, type)
+)
 # CPU allocation failures that older code paths raise as a plain RuntimeError.
 _OOM_WORDS = ("out of memory", "not enough memory")
 # What names a CUDA failure, the caching allocator's ("CUDA out of memory. Tried to allocate
 # ... GPU 0 has a total capacity ...") and the ones it never sees: "CUDA error: out of memory"
 # from a kernel launch or context creation, cuBLAS/cuDNN workspaces, NCCL buffers.
-_CUDA_WORDS = re.compile(r"\bCUDA\b|\bcu(BLAS|DNN|FFT|SPARSE|SOLVER)\b|\bNCCL\b|\bGPU \d+\b",
-                         re.IGNORECASE)
+_CUDA_WORDS = re.compile(r"\bCUDA\b|\bcu(BLAS|DNN|FFT|SPARSE|SOLVER)\b|\bNCCL\b|\bGPU \d+\b", re.IGNORECASE)
 _GPU_INDEX = re.compile(r"\bGPU (\d+)\b|\bcuda:(\d+)\b")
 
 
@@ -42,7 +47,7 @@ def describe(exc):
 
 
 def failing_device(message):
-    """"cuda:N" when the message is a CUDA failure (N from "GPU N" or "cuda:N", else the
+    """ "cuda:N" when the message is a CUDA failure (N from "GPU N" or "cuda:N", else the
     current device), "" otherwise."""
     if not _CUDA_WORDS.search(message):
         return ""

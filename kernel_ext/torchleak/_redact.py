@@ -20,10 +20,20 @@ import site
 import sysconfig
 
 # Where installed code lives: a path under one of these is public (torch/nn/modules/module.py).
-_LIBRARY_DIRS = sorted({os.path.abspath(p) for p in
-                        [*site.getsitepackages(), site.getusersitepackages(),
-                         sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"]]
-                        if p}, key=len, reverse=True)
+_LIBRARY_DIRS = sorted(
+    {
+        os.path.abspath(p)
+        for p in [
+            *site.getsitepackages(),
+            site.getusersitepackages(),
+            sysconfig.get_paths()["stdlib"],
+            sysconfig.get_paths()["purelib"],
+        ]
+        if p
+    },
+    key=len,
+    reverse=True,
+)
 # A string key as the core labels it: ['k'] or ["k"] (a key that is an object reads otherwise).
 _STRING_KEY = re.compile(r"""^\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]$""")
 # A shape written into a sentence: "the 64×10 tensors".
@@ -70,8 +80,7 @@ class _Redaction:
         if not self.replaced:
             pattern = None
         else:
-            pattern = re.compile("|".join(
-                re.escape(w) for w in sorted(self.replaced, key=len, reverse=True)))
+            pattern = re.compile("|".join(re.escape(w) for w in sorted(self.replaced, key=len, reverse=True)))
 
         def sentence(text):
             if not isinstance(text, str):
@@ -79,6 +88,7 @@ class _Redaction:
             if pattern is not None:
                 text = pattern.sub(lambda m: self.replaced[m.group()], text)
             return _SHAPE_IN_TEXT.sub("<shape>", text)
+
         return sentence
 
 
@@ -132,4 +142,5 @@ def redact(data, project=None):
             entry["holder"] = sentence(entry.get("holder"))
     # The core writes its sentences again from the redacted fields and checks the result.
     from . import _core
+
     return json.loads(_core.normalize_report(json.dumps(out)))

@@ -44,8 +44,10 @@ class Finding:
         return site_text(self._data.get("site"))
 
     def __repr__(self):
-        return (f"<Finding {self.verdict} at {self.site_text}: "
-                f"{format_bytes(self.bytes_per_iteration)}/iteration, {self.count} blocks>")
+        return (
+            f"<Finding {self.verdict} at {self.site_text}: "
+            f"{format_bytes(self.bytes_per_iteration)}/iteration, {self.count} blocks>"
+        )
 
 
 class Report:
@@ -64,6 +66,7 @@ class Report:
         """Parse and validate a saved report (str or UTF-8 bytes; the C++ schema checks every
         field)."""
         from . import _core
+
         normalized = _core.normalize_report(text)
         del text  # a large report's text is let go before its Python objects are made
         return cls(normalized)
@@ -130,6 +133,7 @@ class Report:
         working directory, or to site-packages; any other hashed) and string dictionary keys
         (hashed); with the verdicts, rates, sizes, roles and the paths' structure."""
         from ._redact import redact
+
         return Report(redact(self._data, project))
 
     def save(self, path, redact=False):
@@ -148,8 +152,7 @@ class Report:
         elif ext in (".pickle", ".pkl"):
             content = pickle.dumps(self.to_memory_snapshot())
         else:
-            raise ValueError(f"cannot tell the format of {path!r}: use a .json, .html or "
-                             f".pickle file name")
+            raise ValueError(f"cannot tell the format of {path!r}: use a .json, .html or .pickle file name")
         _write_atomically(path, content.encode("utf-8") if isinstance(content, str) else content)
         return path
 
@@ -164,8 +167,10 @@ class Report:
         return _text.render(self._data)
 
     def __repr__(self):
-        return (f"<torchleak.Report: {len(self.leaks)} leak(s), {len(self.findings)} finding(s), "
-                f"{self.iterations} iterations>")
+        return (
+            f"<torchleak.Report: {len(self.leaks)} leak(s), {len(self.findings)} finding(s), "
+            f"{self.iterations} iterations>"
+        )
 
     def to_html(self):
         return _page.render(self._data)
@@ -193,6 +198,7 @@ def writable_path(path, extensions=SAVE_EXTENSIONS):
     will use it, by creating and removing a file there (os.access answers yes to root in
     /proc, a read-only mount or a full disk's quota). ValueError says what is wrong."""
     from ._config import brief
+
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"a report path is a str, got {brief(path)}")
     path = os.path.abspath(os.fspath(path))
@@ -204,13 +210,11 @@ def writable_path(path, extensions=SAVE_EXTENSIONS):
     if os.path.isdir(path):
         raise ValueError(f"{path!r} is a directory")
     try:
-        fd, trial = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".trial",
-                                     dir=directory)
+        fd, trial = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".trial", dir=directory)
         os.close(fd)
         os.unlink(trial)
     except OSError as exc:
-        raise ValueError(f"{path!r}: cannot write in {directory!r} "
-                         f"({exc.strerror or exc})") from None
+        raise ValueError(f"{path!r}: cannot write in {directory!r} ({exc.strerror or exc})") from None
     return path
 
 

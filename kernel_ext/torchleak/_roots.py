@@ -54,7 +54,7 @@ def _caches_for(library_prefixes, package_prefixes):
 
 
 def _file_kind(path, library_prefixes, package_prefixes):
-    """"user", "package" (an installed third-party package) or "library" (torch, the standard
+    """ "user", "package" (an installed third-party package) or "library" (torch, the standard
     library, torchleak, code with no file): the frame rule's classes, longest prefix winning."""
     _caches_for(library_prefixes, package_prefixes)
     kind = _kind_cache.get(path)
@@ -77,8 +77,12 @@ def _module_kind(modname, module, library_prefixes, package_prefixes):
     if cached is not None and cached[0]() is module:
         return cached[1], (_module_dict(module) if cached[1] else None)
     kind, namespace = None, None
-    if module is not None and modname != "__main__" and not modname.startswith("torchleak") \
-            and types.ModuleType in type(module).__mro__:  # else a proxy: reading it runs code
+    if (
+        module is not None
+        and modname != "__main__"
+        and not modname.startswith("torchleak")
+        and types.ModuleType in type(module).__mro__
+    ):  # else a proxy: reading it runs code
         namespace = _module_dict(module)
         path = namespace.get("__file__") if type(namespace) is dict else None
         if isinstance(path, str):
@@ -127,9 +131,14 @@ def _add_failed_frame_roots(roots, keepers):
         for name, value in list(frame.f_locals.items()):
             if _is_module(value):
                 continue
-            roots.append((f"<last exception> frame {code.co_name}: local '{name}'", "frame",
-                          f"kept by {' and '.join(names)} ({os.path.basename(code.co_filename)}:"
-                          f"{t.tb_lineno})", value))
+            roots.append(
+                (
+                    f"<last exception> frame {code.co_name}: local '{name}'",
+                    "frame",
+                    f"kept by {' and '.join(names)} ({os.path.basename(code.co_filename)}:{t.tb_lineno})",
+                    value,
+                )
+            )
 
 
 def given(mapping):
@@ -159,8 +168,9 @@ def _hidden_output_cache(shell):
         value = hidden.get(name)
         if value is None or isinstance(value, str) or value is shell.user_ns.get(name):
             continue
-        roots.append((f"get_ipython().user_ns_hidden[{name!r}]", "root",
-                      "IPython's hidden copy of the output cache", value))
+        roots.append(
+            (f"get_ipython().user_ns_hidden[{name!r}]", "root", "IPython's hidden copy of the output cache", value)
+        )
     return roots
 
 
@@ -188,8 +198,7 @@ def collect(library_prefixes, package_prefixes):
             # Notebook machinery last, so `losses` beats `Out[3]` for the same tensor. Each
             # output is its own root, named as the user sees it; `_3` and `_` are aliases.
             if name == "Out" and isinstance(value, dict):
-                late[:0] = [(f"Out[{k}]", "root", "IPython output cache", v)
-                            for k, v in list(value.items())]
+                late[:0] = [(f"Out[{k}]", "root", "IPython output cache", v) for k, v in list(value.items())]
             elif name.startswith("_"):
                 if not name[1:].isdigit():
                     late.append((name, "root", "IPython output cache", value))
@@ -266,10 +275,16 @@ def collect(library_prefixes, package_prefixes):
     jit_state = sys.modules.get("torch.jit._state")
     unit = getattr(jit_state, "_python_cu", None) if jit_state is not None else None
     if unit is not None:
-        roots.append(("torch.jit._state._python_cu", "root",
-                      "TorchScript's global compilation unit: every function torch.jit.trace or "
-                      "torch.jit.script compiles (a traced module's methods too) stays in it, "
-                      "with its constants, until the process ends", unit))
+        roots.append(
+            (
+                "torch.jit._state._python_cu",
+                "root",
+                "TorchScript's global compilation unit: every function torch.jit.trace or "
+                "torch.jit.script compiles (a traced module's methods too) stays in it, "
+                "with its constants, until the process ends",
+                unit,
+            )
+        )
     return roots
 
 
@@ -291,14 +306,20 @@ def parameter_owners(roots, limit=100_000):
     if module_type is None:
         return []
     owners, seen = [], set()
-    stack = [(label, value) for label, kind, _note, value in roots
-             if kind in ("root", "frame") and module_type in type(value).__mro__]
+    stack = [
+        (label, value)
+        for label, kind, _note, value in roots
+        if kind in ("root", "frame") and module_type in type(value).__mro__
+    ]
     # A script's own globals (__main__'s namespace, prefix ""), not the modules' namespaces:
     # library globals would cost a walk of every model a package keeps.
     for prefix, kind, _note, namespace in roots:
         if kind == "namespace" and prefix == "" and type(namespace) is dict:
-            stack.extend((name, value) for name, value in list(namespace.items())
-                         if type(name) is str and module_type in type(value).__mro__)
+            stack.extend(
+                (name, value)
+                for name, value in list(namespace.items())
+                if type(name) is str and module_type in type(value).__mro__
+            )
     while stack and len(seen) < limit:
         label, module = stack.pop()
         if id(module) in seen:
@@ -310,13 +331,14 @@ def parameter_owners(roots, limit=100_000):
         described = f"{label} ({_class_name(type(module))})"
         parameters = state.get("_parameters")
         if type(parameters) is dict:
-            owners.extend((p, described, f"{label}.{name}" if str(name).isidentifier()
-                           else f"{label}[{name!r}]")
-                          for name, p in parameters.items() if p is not None)
+            owners.extend(
+                (p, described, f"{label}.{name}" if str(name).isidentifier() else f"{label}[{name!r}]")
+                for name, p in parameters.items()
+                if p is not None
+            )
         children = state.get("_modules")
         if type(children) is dict:
             for name, child in children.items():
                 if isinstance(name, str) and child is not None and module_type in type(child).__mro__:
                     stack.append((f"{label}[{name}]" if name.isdigit() else f"{label}.{name}", child))
     return owners
-

@@ -4,6 +4,7 @@ Memory that no Python object reaches is named after one of torch's caches only w
 that the cache is involved: an autocast region open now with its cast cache on, frames that
 torch._dynamo compiled in this process, functions in TorchScript's compilation unit. Nothing
 here imports a module the user has not imported, and nothing changes torch's state."""
+
 import sys
 
 import torch

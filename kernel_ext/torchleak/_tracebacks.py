@@ -21,8 +21,12 @@ def show_from_code(shell, failure, code):
     no frame, so no tensor, alive."""
     import sys
 
-    if getattr(shell, "custom_exceptions", None) != () or not hasattr(shell, "_showtraceback") \
-            or not hasattr(shell, "InteractiveTB") or not hasattr(shell, "set_custom_exc"):
+    if (
+        getattr(shell, "custom_exceptions", None) != ()
+        or not hasattr(shell, "_showtraceback")
+        or not hasattr(shell, "InteractiveTB")
+        or not hasattr(shell, "set_custom_exc")
+    ):
         return
     ours = id(failure)
 
@@ -35,8 +39,7 @@ def show_from_code(shell, failure, code):
             sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb
             if sys.version_info >= (3, 12):
                 sys.last_exc = value
-            self._showtraceback(etype, value,
-                                self.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=0))
+            self._showtraceback(etype, value, self.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=0))
         except Exception:  # noqa: BLE001 - whatever went wrong, IPython shows it as it would
             # IPython's own display of it, exactly as without the handler.
             self.showtraceback((etype, value, tb), running_compiled_code=True)

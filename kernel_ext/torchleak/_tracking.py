@@ -42,8 +42,7 @@ def _on_cuda_out_of_memory(device, segment_bytes, limit_bytes, device_free):
         index = int(device)
         allocated = int(torch.cuda.memory_allocated(index))
         reserved = int(torch.cuda.memory_reserved(index))
-        session.note_out_of_memory(f"cuda:{index}", _devices.privateuse1_name(), -1,
-                                   allocated, reserved)
+        session.note_out_of_memory(f"cuda:{index}", _devices.privateuse1_name(), -1, allocated, reserved)
     except Exception:  # noqa: BLE001 - see above
         pass
 
@@ -56,13 +55,29 @@ class Tracker:
     with gradient accumulation can mark their own boundaries.
     """
 
-    def __init__(self, *, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto",
-                 on_preempt=None, every=1, sample_bytes=0, gather_timeout=None,
-                 on_boundary=None):
+    def __init__(
+        self,
+        *,
+        warmup=None,
+        min_bytes=0,
+        capture_stacks=True,
+        boundary="auto",
+        on_preempt=None,
+        every=1,
+        sample_bytes=0,
+        gather_timeout=None,
+        on_boundary=None,
+    ):
         if warmup is None:
             warmup = _config.warmup
-        check_options(warmup=warmup, min_bytes=min_bytes, boundary=boundary, every=every,
-                      sample_bytes=sample_bytes, gather_timeout=gather_timeout)
+        check_options(
+            warmup=warmup,
+            min_bytes=min_bytes,
+            boundary=boundary,
+            every=every,
+            sample_bytes=sample_bytes,
+            gather_timeout=gather_timeout,
+        )
         self.warmup = warmup
         self.min_bytes = min_bytes
         # Optimizer steps per iteration (run watch's boundary every N steps).
@@ -108,14 +123,16 @@ class Tracker:
             if self.note_failure(exc):
                 _out_of_memory.attach(exc, self.report())
         except Exception as error:  # noqa: BLE001
-            warnings.warn(f"torchleak could not build the report of this out-of-memory "
-                          f"error: {error}", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"torchleak could not build the report of this out-of-memory error: {error}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if self._gather_timeout is not None and self._job is not None:
             try:
                 self.gather(failure=exc)
             except Exception as error:  # noqa: BLE001 - the job's own error goes first
-                warnings.warn(f"torchleak could not gather the ranks' reports: {error}",
-                              RuntimeWarning, stacklevel=2)
+                warnings.warn(f"torchleak could not gather the ranks' reports: {error}", RuntimeWarning, stacklevel=2)
         return False
 
     # -- torch.distributed ------------------------------------------------------------------
@@ -155,8 +172,7 @@ class Tracker:
             timeout = self._gather_timeout
         if timeout is None:
             timeout = _job.DEFAULT_GATHER_TIMEOUT
-        self.exchange = _job.exchange(self._job, own, status=status, note=note,
-                                      timeout=timeout, hurry=hurry)
+        self.exchange = _job.exchange(self._job, own, status=status, note=note, timeout=timeout, hurry=hurry)
         self._job_report = self.exchange.merged
         return self.exchange
 
@@ -192,8 +208,7 @@ class Tracker:
         # From here on the hook is in: whatever fails takes it out again before raising.
         try:
             if profiler_on:
-                msg = ("torch.profiler is active on this thread: torchleak records nothing "
-                       "until it stops")
+                msg = "torch.profiler is active on this thread: torchleak records nothing until it stops"
                 self._warn(msg)
                 warnings.warn(msg, RuntimeWarning, stacklevel=3)
             self._find_job()
@@ -219,20 +234,27 @@ class Tracker:
 
         def on_profiler_start():
             session = tracker._session
-            if (session is not None and session.active and not session.paused
-                    and threading.get_ident() == tracker._thread):
+            if (
+                session is not None
+                and session.active
+                and not session.paused
+                and threading.get_ident() == tracker._thread
+            ):
                 session.pause()
-                msg = ("torch.profiler ran inside torchleak.track(): allocations made while it "
-                       "was on were not recorded")
+                msg = "torch.profiler ran inside torchleak.track(): allocations made while it was on were not recorded"
                 tracker._warn(msg)
             return original_start()
 
         def on_profiler_stop():
             result = original_stop()
             session = tracker._session
-            if (session is not None and session.active and session.paused
-                    and threading.get_ident() == tracker._thread
-                    and not _core.profiler_state_installed()):
+            if (
+                session is not None
+                and session.active
+                and session.paused
+                and threading.get_ident() == tracker._thread
+                and not _core.profiler_state_installed()
+            ):
                 session.resume()
             return result
 
@@ -298,9 +320,11 @@ class Tracker:
                     session.step()
                 self._read_cuda_state()
                 if session.stop() == "deferred":
-                    msg = ("another tool pushed a profiler state on top of torchleak's hook and "
-                           "is still running: torchleak stopped recording and removes its hook "
-                           "once that state is gone")
+                    msg = (
+                        "another tool pushed a profiler state on top of torchleak's hook and "
+                        "is still running: torchleak stopped recording and removes its hook "
+                        "once that state is gone"
+                    )
                     self._warn(msg)
                     warnings.warn(msg, RuntimeWarning, stacklevel=3)
             if _active is self:
@@ -317,8 +341,10 @@ class Tracker:
             if snapshot is not None:
                 self._allocator_view = _cuda.allocator_view(addresses)
         except Exception as error:  # noqa: BLE001
-            self._warn(f"the CUDA allocator's state could not be read at stop ({error!r}): CUDA "
-                      f"findings have no allocation site")
+            self._warn(
+                f"the CUDA allocator's state could not be read at stop ({error!r}): CUDA "
+                f"findings have no allocation site"
+            )
         finally:
             history.stop()
 
@@ -401,8 +427,10 @@ class Tracker:
                 # Counted from 1, as the curve and the progress line count; a bare
                 # KeyboardInterrupt (Stop) has no message to follow a colon.
                 self._stopped_in = k + 1
-                self._warn(f"stopped in iteration {k + 1} of {iterations} by "
-                          f"{type(exc).__name__}" + (f": {message}" if message else ""))
+                self._warn(
+                    f"stopped in iteration {k + 1} of {iterations} by "
+                    f"{type(exc).__name__}" + (f": {message}" if message else "")
+                )
                 self.note_failure(exc)
                 return exc
             self.step()
@@ -451,8 +479,7 @@ class Tracker:
         """
         return self._build_report(warmup=warmup, paths=paths, roots=roots)
 
-    def _build_report(self, *, warmup=None, paths=True, roots=None, grown_paths_only=False,
-                      failure=None, shapes=True):
+    def _build_report(self, *, warmup=None, paths=True, roots=None, grown_paths_only=False, failure=None, shapes=True):
         """report(), with what torchleak's own front ends ask for besides: paths only for the
         findings that grew in the last iteration (the %leakwatch ledger), no dtype and shape
         (torchleak.watch()'s checks mid-run: finding tensors costs a scan of the heap), and the
@@ -467,8 +494,7 @@ class Tracker:
         given = _roots.given(roots)
         # The whole run's final report is kept; one with a partial explanation or roots of the
         # caller's is not.
-        final = (warmup is None and not self.active and not grown_paths_only and failure is None
-                 and not given and shapes)
+        final = warmup is None and not self.active and not grown_paths_only and failure is None and not given and shapes
         failure = _out_of_memory.describe(failure) if failure is not None else self._failure
         if self._job_report is not None and final:
             return self._job_report
@@ -480,8 +506,7 @@ class Tracker:
         if self.active:
             # Only while history records: listing the live device blocks walks them all, a
             # cost run watch's checks must not pay on a machine without CUDA.
-            external_stacks = (history.stacks_now(self._session.stackless_device_blocks())
-                               if history.recording else {})
+            external_stacks = history.stacks_now(self._session.stackless_device_blocks()) if history.recording else {}
             view_devices, live_blocks = [], []
         else:
             external_stacks = self._cuda_stacks or {}
@@ -519,16 +544,22 @@ class Tracker:
         return report
 
 
-def track(*, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto",
-          gather_timeout=_job.DEFAULT_GATHER_TIMEOUT):
+def track(
+    *, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto", gather_timeout=_job.DEFAULT_GATHER_TIMEOUT
+):
     """Track tensor allocations in a ``with`` block; see :class:`Tracker`.
 
     In a torch.distributed job (a process group of two or more ranks initialised while
     tracking), the ranks' reports are gathered to rank 0 when the block ends and merged:
     rank 0 waits at most ``gather_timeout`` seconds for the others (None: no gathering), and
     its ``report()`` is then the job's. Every rank must run the block."""
-    return Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
-                   boundary=boundary, gather_timeout=gather_timeout)
+    return Tracker(
+        warmup=warmup,
+        min_bytes=min_bytes,
+        capture_stacks=capture_stacks,
+        boundary=boundary,
+        gather_timeout=gather_timeout,
+    )
 
 
 def step():
@@ -538,8 +569,7 @@ def step():
     _active.step()
 
 
-def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=True, roots=None,
-          **kwargs):
+def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=True, roots=None, **kwargs):
     """Run ``fn(*args, **kwargs)`` ``iterations`` times, each run an iteration, and report.
 
     The first ``warmup`` runs are recorded but not judged. ``roots`` ({name: object}) names
@@ -553,8 +583,7 @@ def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=Tru
     if warmup is None:
         warmup = min(_config.warmup, iterations - 1)
     checked_int("warmup", warmup, maximum=iterations - 1)
-    tracker = Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks,
-                      boundary="repeat")
+    tracker = Tracker(warmup=warmup, min_bytes=min_bytes, capture_stacks=capture_stacks, boundary="repeat")
     _roots.given(roots)  # a bad mapping fails before the run, not after it
     with tracker:
         failure = tracker._run_iterations(lambda: fn(*args, **kwargs), iterations)

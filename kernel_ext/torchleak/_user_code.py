@@ -72,6 +72,7 @@ def add_source_lines(data):
     fix the core can write as code from that line gets it (`fix_code`, an added field)."""
     import json
     import linecache
+
     for finding in data.get("findings", []):
         site = finding.get("site") or {}
         try:
@@ -82,8 +83,7 @@ def add_source_lines(data):
             site["source"] = line.strip()
         if finding.get("verdict") == "leak":
             # Without its live-block list (up to 4,096 entries the rule never reads).
-            code = _core.fix_code(json.dumps(
-                {k: v for k, v in finding.items() if k != "live_blocks"}))
+            code = _core.fix_code(json.dumps({k: v for k, v in finding.items() if k != "live_blocks"}))
             if code:
                 finding["fix_code"] = code
 
@@ -99,9 +99,11 @@ def frame_capture_warning():
     if problem is None:
         return None
     version = ".".join(map(str, sys.version_info[:3]))
-    return (f"allocation sites are unavailable on {sys.implementation.name} {version}: "
-            f"{problem}; findings are grouped by device and autograd node only, and their "
-            f"site reads \"no Python stack\" (retaining paths and verdicts are unaffected)")
+    return (
+        f"allocation sites are unavailable on {sys.implementation.name} {version}: "
+        f"{problem}; findings are grouped by device and autograd node only, and their "
+        f'site reads "no Python stack" (retaining paths and verdicts are unaffected)'
+    )
 
 
 _capture_problem = None  # (problem or None,) once checked

@@ -33,22 +33,37 @@ class Watch:
     so far (or of the whole run after ``stop()``).
     """
 
-    def __init__(self, *, every=1, on_leak=None, json="torchleak-watch.json", html=None,
-                 sample_bytes=DEFAULT_SAMPLE_BYTES, warmup=None, min_bytes=0, budget=0.005,
-                 gather_timeout=DEFAULT_GATHER_TIMEOUT, redact=False):
+    def __init__(
+        self,
+        *,
+        every=1,
+        on_leak=None,
+        json="torchleak-watch.json",
+        html=None,
+        sample_bytes=DEFAULT_SAMPLE_BYTES,
+        warmup=None,
+        min_bytes=0,
+        budget=0.005,
+        gather_timeout=DEFAULT_GATHER_TIMEOUT,
+        redact=False,
+    ):
         check_options(on_leak=on_leak, budget=budget)
         for (name, ends), path in zip(OUTPUT_EXTENSIONS.items(), (json, html)):
             if path is not None and (not isinstance(path, str) or not path.lower().endswith(ends)):
-                raise ValueError(f"{name} must be a path ending in {' or '.join(ends)}, "
-                                 f"got {brief(path)}")
+                raise ValueError(f"{name} must be a path ending in {' or '.join(ends)}, got {brief(path)}")
             if path is not None:  # now, not at the first leak hours later
                 try:
                     writable_path(path.replace("{rank}", "0"), ends)
                 except ValueError as exc:
                     raise ValueError(f"{name} {exc}") from None
-        self.tracker = Tracker(warmup=warmup, min_bytes=min_bytes, every=every,
-                               sample_bytes=sample_bytes, gather_timeout=gather_timeout,
-                               on_boundary=self._after_boundary)
+        self.tracker = Tracker(
+            warmup=warmup,
+            min_bytes=min_bytes,
+            every=every,
+            sample_bytes=sample_bytes,
+            gather_timeout=gather_timeout,
+            on_boundary=self._after_boundary,
+        )
         self._every = every
         self._on_leak = on_leak
         # Absolute now: a run that changes directory still writes where it was asked to.
@@ -120,21 +135,21 @@ class Watch:
             self._announced.add(_key(f))
             holder = (f.get("holder") or {}).get("path_text") or f.get("path_text") or "unknown"
             rate = f.bytes_per_iteration / per
-            line = (f"torchleak: leak confirmed after {report.iterations} "
-                    f"iterations: {f.site_text} held by {holder}, +{format_bytes(rate)} per "
-                    f"{unit}" + (f"; report: {written[0]}" if written else ""))
+            line = (
+                f"torchleak: leak confirmed after {report.iterations} "
+                f"iterations: {f.site_text} held by {holder}, +{format_bytes(rate)} per "
+                f"{unit}" + (f"; report: {written[0]}" if written else "")
+            )
             self.leaks.append(line)
             logger.warning(line)
         if self._on_leak is not None:
             try:
                 self._on_leak(report)
             except Exception as error:  # noqa: BLE001 - a user callback must not stop the run
-                warnings.warn(f"torchleak.watch: on_leak raised {type(error).__name__}: "
-                              f"{error}", RuntimeWarning)
+                warnings.warn(f"torchleak.watch: on_leak raised {type(error).__name__}: {error}", RuntimeWarning)
 
     def _write(self, report):
-        written, failed = save_each(report, [rank_path(p, self.tracker.rank) for p in self._paths],
-                                    redact=self._redact)
+        written, failed = save_each(report, [rank_path(p, self.tracker.rank) for p in self._paths], redact=self._redact)
         for path, error in failed:
             warnings.warn(f"torchleak.watch could not write {path}: {error}", RuntimeWarning)
         return written
@@ -155,9 +170,19 @@ def _unit(report, every):
     return "iteration", 1
 
 
-def watch(*, every=1, on_leak=None, json="torchleak-watch.json", html=None,
-          sample_bytes=DEFAULT_SAMPLE_BYTES, warmup=None, min_bytes=0, budget=0.005,
-          gather_timeout=DEFAULT_GATHER_TIMEOUT, redact=False):
+def watch(
+    *,
+    every=1,
+    on_leak=None,
+    json="torchleak-watch.json",
+    html=None,
+    sample_bytes=DEFAULT_SAMPLE_BYTES,
+    warmup=None,
+    min_bytes=0,
+    budget=0.005,
+    gather_timeout=DEFAULT_GATHER_TIMEOUT,
+    redact=False,
+):
     """Watch a whole training run: an iteration every ``every`` optimizer steps (or at each
     ``torchleak.step()``), blocks under ``sample_bytes`` sampled (0 records every block), and
     a verdict as the run goes, on at most ``budget`` of its time. When a leak is confirmed:
@@ -167,6 +192,15 @@ def watch(*, every=1, on_leak=None, json="torchleak-watch.json", html=None,
     With ``redact`` the files written are ``Report.redacted()`` (shapes, sources, absolute
     paths and string keys withheld); ``on_leak`` and ``report()`` get the whole report.
     """
-    return Watch(every=every, on_leak=on_leak, json=json, html=html, sample_bytes=sample_bytes,
-                 warmup=warmup, min_bytes=min_bytes, budget=budget, gather_timeout=gather_timeout,
-                 redact=redact)
+    return Watch(
+        every=every,
+        on_leak=on_leak,
+        json=json,
+        html=html,
+        sample_bytes=sample_bytes,
+        warmup=warmup,
+        min_bytes=min_bytes,
+        budget=budget,
+        gather_timeout=gather_timeout,
+        redact=redact,
+    )

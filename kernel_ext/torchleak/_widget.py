@@ -15,6 +15,7 @@ def make_widget(report_data, progress=None):
         return None
     global ReportWidget
     if "ReportWidget" not in globals():
+
         class ReportWidget(anywidget.AnyWidget):
             _esm = _BUNDLE.read_text(encoding="utf-8")
             report = traitlets.Dict({}).tag(sync=True)

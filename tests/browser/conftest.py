@@ -1,5 +1,6 @@
 """The browser tier's fixture: one headless Debian Chromium per module, through Playwright; every
 test that needs it is skipped where Chromium or Playwright is missing."""
+
 import os
 
 import pytest

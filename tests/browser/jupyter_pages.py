@@ -1,6 +1,7 @@
 """What the browser tests share (the `browser` fixture is in conftest.py): Debian's Chromium and
 its flags, where screenshots go, a Jupyter server of either front end on 127.0.0.1 with a
 token, and the probes a test runs in the page."""
+
 import contextlib
 import os
 import pathlib
@@ -18,8 +19,16 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "browser" / "artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
 
 def free_port():
     with socket.socket() as s:
@@ -32,10 +41,12 @@ ALL_NUMBERED = """() => {
     const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
     return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
 }"""
-KERNEL_READY = ("() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
-                "window.jupyterapp.shell.currentWidget.sessionContext && "
-                "window.jupyterapp.shell.currentWidget.sessionContext.session && "
-                "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel")
+KERNEL_READY = (
+    "() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
+    "window.jupyterapp.shell.currentWidget.sessionContext && "
+    "window.jupyterapp.shell.currentWidget.sessionContext.session && "
+    "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel"
+)
 # Counts every report view the page builds from now on, in window.tlRoots.
 COUNT_VIEWS = """() => {
     window.tlRoots = 0;
@@ -51,11 +62,16 @@ COUNT_VIEWS = """() => {
 # The two front ends: JupyterLab 4 and Notebook 7 (built from JupyterLab's parts, with its own
 # page per notebook). Each exposes its application object as window.jupyterapp for the tests.
 FRONT_ENDS = {
-    "lab": (["lab", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
-             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-            "/lab/workspaces/{workspace}/tree/{name}"),
-    "notebook": (["notebook", "--JupyterNotebookApp.expose_app_in_browser=True"],
-                 "/notebooks/{name}"),
+    "lab": (
+        [
+            "lab",
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        "/lab/workspaces/{workspace}/tree/{name}",
+    ),
+    "notebook": (["notebook", "--JupyterNotebookApp.expose_app_in_browser=True"], "/notebooks/{name}"),
 }
 
 
@@ -67,16 +83,33 @@ def serve(front_end, root, python=sys.executable, jupyter_path=None):
     folder searched first (its labextensions/ are loaded)."""
     args, _ = FRONT_ENDS[front_end]
     port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(root / ".jupyter"),
-               JUPYTER_RUNTIME_DIR=str(root / ".runtime"), IPYTHONDIR=str(root / ".ipython"))
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(root / ".jupyter"),
+        JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
+        IPYTHONDIR=str(root / ".ipython"),
+    )
     if jupyter_path is not None:
         env["JUPYTER_PATH"] = str(jupyter_path)
     log = open(root / "server.log", "w")
     proc = subprocess.Popen(
-        [str(python), "-m", "jupyter", *args, "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            str(python),
+            "-m",
+            "jupyter",
+            *args,
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--allow-root",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     try:
@@ -107,14 +140,14 @@ def page_url(front_end, base, token, name, workspace="default"):
 def saved_report_output(report):
     """A notebook output as torchleak leaves it: the report under its MIME type, drawn by the
     lab extension, with a plain-text stand-in."""
-    return nbformat.v4.new_output("display_data", data={
-        "application/vnd.torchleak.report+json": report, "text/plain": "torchleak report"})
+    return nbformat.v4.new_output(
+        "display_data", data={"application/vnd.torchleak.report+json": report, "text/plain": "torchleak report"}
+    )
 
 
 def save_and_shut_down(page):
     """Saves the page's notebook, waits until it is saved, and shuts its kernel down: what is
     drawn on reopening is what the file kept."""
     page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
-    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
-                           timeout=30_000)
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.shutdown()")

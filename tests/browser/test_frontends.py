@@ -4,13 +4,13 @@ stopped with its Stop button. In each: the views stay short and inside their out
 the partial report and shows the cell's own traceback, the reports come back after save, kernel
 shutdown and reopen, and every view reads in the light and the dark theme. Screenshots go to
 tests/browser/artifacts (the README's and docs/notebook.md's come from here)."""
+
 import re
 
 import nbformat
 import pytest
 
-from jupyter_pages import (ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, page_url,
-                           save_and_shut_down, serve)
+from jupyter_pages import ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, page_url, save_and_shut_down, serve
 
 SETUP = """%load_ext torchleak
 import time, torch
@@ -37,15 +37,18 @@ STOP = "%%leakcheck -n 200\nstopped.append(torch.ones(256))\ntime.sleep(0.1)"
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # k of a live view's "k/200" progress line.
-PROGRESS = ("(v) => { const p = v.querySelector('[data-testid=progress]'); "
-            "const m = p && /(\\d+)\\/200/.exec(p.textContent); return m ? +m[1] : -1; }")
+PROGRESS = (
+    "(v) => { const p = v.querySelector('[data-testid=progress]'); "
+    "const m = p && /(\\d+)\\/200/.exec(p.textContent); return m ? +m[1] : -1; }"
+)
 
 
 @pytest.fixture(scope="module", params=["lab", "notebook"])
 def front_end(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(request.param)
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    )
     nb.cells = [nbformat.v4.new_code_cell(source) for source in (SETUP, MANY, LONG, STOP)]
     nbformat.write(nb, root / "frontends.ipynb")
     with serve(request.param, root) as (base, token):
@@ -116,13 +119,15 @@ def check_links_copy_and_keys(page, many, stopped):
     assert page.evaluate(f"() => {notebook}.widgets.map(c => c.model.executionCount)") == runs
 
 
-def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_dark(
-        front_end, browser):
+def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_dark(front_end, browser):
     kind, url = front_end
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     # The clipboard is readable in a secure context (127.0.0.1 is one) once permitted.
-    context = browser.new_context(viewport={"width": 1280, "height": 1400}, device_scale_factor=1,
-                                  permissions=["clipboard-read", "clipboard-write"])
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 1400},
+        device_scale_factor=1,
+        permissions=["clipboard-read", "clipboard-write"],
+    )
     page = context.new_page()
     page.goto(url)
     page.wait_for_function(KERNEL_READY, timeout=120_000)
@@ -148,8 +153,7 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
         page.wait_for_timeout(100)
     assert stop_view.evaluate(is_open)
     opened_at = stop_view.evaluate(PROGRESS)
-    page.wait_for_function(f"(v) => ({PROGRESS})(v) >= {opened_at + 3}", arg=handle,
-                           timeout=120_000)
+    page.wait_for_function(f"(v) => ({PROGRESS})(v) >= {opened_at + 3}", arg=handle, timeout=120_000)
     assert stop_view.evaluate("el => el.isConnected")
     assert stop_view.evaluate(is_open)
     stop_view.locator("[data-testid=stop]").click()
@@ -175,10 +179,12 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
     if no.count():
         no.first.click()
     for theme in ("Light", "Dark"):
-        page.evaluate(f"() => window.jupyterapp.commands.execute('apputils:change-theme', "
-                      f"{{theme: 'JupyterLab {theme}'}})")
-        page.wait_for_function(f"() => document.body.dataset.jpThemeLight === "
-                               f"'{'true' if theme == 'Light' else 'false'}'", timeout=30_000)
+        page.evaluate(
+            f"() => window.jupyterapp.commands.execute('apputils:change-theme', {{theme: 'JupyterLab {theme}'}})"
+        )
+        page.wait_for_function(
+            f"() => document.body.dataset.jpThemeLight === '{'true' if theme == 'Light' else 'false'}'", timeout=30_000
+        )
         page.wait_for_timeout(500)
         colour = many.evaluate("el => getComputedStyle(el).color")
         if theme == "Dark":
@@ -186,8 +192,7 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
         for name, view in (("many", many), ("long-path", long), ("stopped", stop_view)):
             view.scroll_into_view_if_needed()
             view.screenshot(path=str(ARTIFACTS / f"{kind}-{name}-{theme.lower()}.png"))
-    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
-                  "{theme: 'JupyterLab Light'})")
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
 
     # Saved, the kernel shut down, the notebook reopened: the reports come back, drawn by
     # torchleak's extension from the saved MIME type.
@@ -202,8 +207,7 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
     check_long(long)
     stop_cell, stop_view = view_of(reopened, "-n 200")
     stop_view.scroll_into_view_if_needed()
-    assert re.match(r"stopped after \d+ of 200 iterations",
-                    stop_view.locator("[data-testid=run-line]").text_content())
+    assert re.match(r"stopped after \d+ of 200 iterations", stop_view.locator("[data-testid=run-line]").text_content())
     assert stop_view.locator("[data-testid=stop]").count() == 0
     assert reopened.locator("text=model not found").count() == 0
     many.screenshot(path=str(ARTIFACTS / f"{kind}-reopened.png"))

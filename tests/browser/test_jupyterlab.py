@@ -3,13 +3,22 @@ Chromium through Playwright; the widget must render (curve points, findings rows
 that opens on click), the saved report must come back after save, kernel shutdown and reopen,
 and the static fallback must render in an nbconvert HTML export.
 Screenshots go to tests/browser/artifacts (not committed)."""
+
 import shutil
 
 import nbformat
 import pytest
 
-from jupyter_pages import (ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, ROOT,
-                           save_and_shut_down, saved_report_output, serve)
+from jupyter_pages import (
+    ALL_NUMBERED,
+    ARTIFACTS,
+    COUNT_VIEWS,
+    KERNEL_READY,
+    ROOT,
+    save_and_shut_down,
+    saved_report_output,
+    serve,
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +34,14 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
     page.goto(f"{base}/lab/tree/tour.ipynb?token={token}")
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell && "
-                           "window.jupyterapp.shell.currentWidget && "
-                           "window.jupyterapp.shell.currentWidget.sessionContext && "
-                           "window.jupyterapp.shell.currentWidget.sessionContext.session && "
-                           "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
-                           timeout=120_000)
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.shell && "
+        "window.jupyterapp.shell.currentWidget && "
+        "window.jupyterapp.shell.currentWidget.sessionContext && "
+        "window.jupyterapp.shell.currentWidget.sessionContext.session && "
+        "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel",
+        timeout=120_000,
+    )
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
     # Done when every code cell has a number and none shows [*].
     page.wait_for_function(ALL_NUMBERED, timeout=240_000)
@@ -72,8 +83,9 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     saved.first.wait_for(timeout=60_000)
     # Cells out of view are not rendered (windowing): count the saved outputs in the model, and
     # ask the notebook's registry which type it draws them with.
-    reopened.wait_for_function("() => window.jupyterapp.shell.currentWidget && "
-                               "window.jupyterapp.shell.currentWidget.content.model")
+    reopened.wait_for_function(
+        "() => window.jupyterapp.shell.currentWidget && window.jupyterapp.shell.currentWidget.content.model"
+    )
     kept = reopened.evaluate("""() => {
         const nb = window.jupyterapp.shell.currentWidget.content;
         let n = 0;
@@ -110,16 +122,13 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
         no.first.click()
         no.first.wait_for(state="detached", timeout=10_000)
     first.screenshot(path=str(ARTIFACTS / "report-light.png"))
-    reopened.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
-                      "{theme: 'JupyterLab Dark'})")
-    reopened.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'",
-                               timeout=30_000)
+    reopened.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    reopened.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
     reopened.wait_for_timeout(500)
     colour = first.evaluate("el => getComputedStyle(el).color")
     assert colour != "rgb(34, 34, 34)", colour  # the dark theme's text colour, not the fallback
     first.screenshot(path=str(ARTIFACTS / "report-dark.png"))
-    reopened.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
-                      "{theme: 'JupyterLab Light'})")
+    reopened.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
     reopened.close()
 
 
@@ -127,6 +136,7 @@ def test_malformed_and_huge_saved_reports_never_blank_the_notebook(lab, browser)
     """Saved outputs are untrusted: a curve that is a string, a site that is not an object and a
     400,000-point curve each draw in their own output, and every cell after them is drawn."""
     import json
+
     base, token, root = lab
     good = json.loads((ROOT / "tests" / "fixtures" / "leaky_loop.json").read_text(encoding="utf-8"))
     string_curve = json.loads(json.dumps(good))
@@ -135,8 +145,9 @@ def test_malformed_and_huge_saved_reports_never_blank_the_notebook(lab, browser)
     bad_site["findings"][0]["site"] = "train.py:3"
     huge = json.loads(json.dumps(good))
     huge["devices"][0]["allocated"] = list(range(0, 400_000 * 4096, 4096))
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    )
     for report in (string_curve, bad_site, huge, "not a report", good):
         cell = nbformat.v4.new_code_cell("pass")
         cell.outputs = [saved_report_output(report)]
@@ -173,10 +184,16 @@ def test_malformed_and_huge_saved_reports_never_blank_the_notebook(lab, browser)
 def test_static_fallback_renders_in_an_nbconvert_html_export(tmp_path, browser):
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
+
     nb = nbformat.read(ROOT / "notebooks" / "tour.ipynb", as_version=4)
     # As JupyterLab saves by default: no widget state, so exports fall back to text/html.
-    NotebookClient(nb, kernel_name="python3", timeout=300, store_widget_state=False,
-                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=300,
+        store_widget_state=False,
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    ).execute()
     body, _ = HTMLExporter().from_notebook_node(nb)
     export = tmp_path / "tour.html"
     export.write_text(body, encoding="utf-8")
@@ -202,19 +219,19 @@ def test_a_live_leakcheck_updates_its_view_in_place(lab, browser):
     every update), a stack row opened mid-run closed again, and each update sent the report
     twice, live blocks and all. Now: one live view updated in place, then the final report."""
     base, token, root = lab
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    )
     nb.cells = [
-        nbformat.v4.new_code_cell("%load_ext torchleak\nimport time, torch\n"
-                                  "stores = {f's{i}': [] for i in range(50)}"),
-        nbformat.v4.new_code_cell("%%leakcheck -n 30\nfor kept in stores.values():\n"
-                                  "    kept.append(torch.ones(2560))\ntime.sleep(0.2)"),
+        nbformat.v4.new_code_cell("%load_ext torchleak\nimport time, torch\nstores = {f's{i}': [] for i in range(50)}"),
+        nbformat.v4.new_code_cell(
+            "%%leakcheck -n 30\nfor kept in stores.values():\n    kept.append(torch.ones(2560))\ntime.sleep(0.2)"
+        ),
     ]
     nbformat.write(nb, root / "live.ipynb")
     page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
     received = []
-    page.on("websocket", lambda ws: ws.on(
-        "framereceived", lambda frame: received.append(len(frame) if frame else 0)))
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda frame: received.append(len(frame) if frame else 0)))
     # A workspace of its own: the module's other tests left notebooks open in the default one.
     page.goto(f"{base}/lab/workspaces/live/tree/live.ipynb?token={token}")
     page.wait_for_function(KERNEL_READY, timeout=120_000)
@@ -229,17 +246,18 @@ def test_a_live_leakcheck_updates_its_view_in_place(lab, browser):
     panel = page.locator(".jp-NotebookPanel", has=page.locator("text=stores = {f's{i}'"))
     view = panel.locator(".jp-OutputArea-output [data-testid=torchleak-widget]").first
     view.wait_for(timeout=60_000)
-    progress = ("(view) => { const p = view.querySelector('[data-testid=progress]'); "
-                "if (!p) return -1; if (p.querySelector('[data-testid=run-line]')) return 30; "
-                "const m = /(\\d+)\\/30/.exec(p.textContent); return m ? +m[1] : -1; }")
+    progress = (
+        "(view) => { const p = view.querySelector('[data-testid=progress]'); "
+        "if (!p) return -1; if (p.querySelector('[data-testid=run-line]')) return 30; "
+        "const m = /(\\d+)\\/30/.exec(p.textContent); return m ? +m[1] : -1; }"
+    )
     handle = view.element_handle()
     page.wait_for_function(f"(v) => ({progress})(v) >= 1", arg=handle, timeout=60_000)
     opened_at = view.evaluate(progress)
     assert opened_at < 25, "the run ended before the test could open a row"
     view.locator("[data-testid=finding-row]").first.click()
     view.locator("[data-testid=stack] summary").first.click()
-    page.wait_for_function(f"(v) => ({progress})(v) >= {opened_at + 3}", arg=handle,
-                           timeout=60_000)
+    page.wait_for_function(f"(v) => ({progress})(v) >= {opened_at + 3}", arg=handle, timeout=60_000)
     if view.evaluate(progress) < 30:  # still running, three updates later, in the same view
         assert view.evaluate("el => el.isConnected")
         assert view.locator("[data-testid=stack]").first.evaluate("el => el.open")

@@ -3,6 +3,7 @@ the pinned ones it was built against: JupyterLab's builder makes a federated mod
 keep loading as JupyterLab moves on. `make lab-newest` puts the newest releases in
 build/lab-newest (no torchleak, no torch there: a saved report needs no kernel); the extension
 is handed to that server from widgets/dist/labextension, the files torchleak installs."""
+
 import json
 import shutil
 import subprocess
@@ -13,14 +14,19 @@ import pytest
 from jupyter_pages import ARTIFACTS, ROOT, page_url, saved_report_output, serve
 
 NEWEST = ROOT / "build" / "lab-newest" / "bin" / "python"
-PINNED = json.loads((ROOT / "widgets" / "labextension" / "package.json").read_text())[
-    "devDependencies"]["@jupyterlab/builder"]
+PINNED = json.loads((ROOT / "widgets" / "labextension" / "package.json").read_text())["devDependencies"][
+    "@jupyterlab/builder"
+]
 
 
 def version_in(python, package):
-    return subprocess.run([str(python), "-c", f"import importlib.metadata as m; "
-                           f"print(m.version('{package}'))"],
-                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    return subprocess.run(
+        [str(python), "-c", f"import importlib.metadata as m; print(m.version('{package}'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
 
 
 def newest_report():
@@ -35,8 +41,9 @@ def newest(request, tmp_path_factory):
     data = root / "data"
     shutil.copytree(ROOT / "widgets" / "dist" / "labextension", data / "labextensions" / "torchleak")
     report = newest_report()
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    )
     for saved in (report, "not a report"):
         cell = nbformat.v4.new_code_cell("pass")
         cell.outputs = [saved_report_output(saved)]
@@ -50,8 +57,10 @@ def newest(request, tmp_path_factory):
 def test_saved_reports_draw_in_the_newest_jupyterlab_and_notebook(newest, browser):
     front_end, url, root = newest
     lab_version = version_in(NEWEST, "jupyterlab")
-    print(f"{front_end}: JupyterLab {lab_version}, Notebook {version_in(NEWEST, 'notebook')} "
-          f"(the extension is built against {PINNED})")
+    print(
+        f"{front_end}: JupyterLab {lab_version}, Notebook {version_in(NEWEST, 'notebook')} "
+        f"(the extension is built against {PINNED})"
+    )
     page = browser.new_page(viewport={"width": 1280, "height": 2000}, device_scale_factor=1)
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -77,8 +86,10 @@ def test_saved_reports_draw_in_the_newest_jupyterlab_and_notebook(newest, browse
     page.wait_for_function("el => el.open", arg=tree.element_handle())
     holders = {f["holder"]["path_text"] for f in newest_report()["findings"] if f["holder"]}
     assert any(holder + "[" in tree.text_content() for holder in holders), holders
-    assert (views.nth(1).locator("[data-testid=report-problem]").text_content()
-            == "this report is not a JSON object: nothing to draw")
+    assert (
+        views.nth(1).locator("[data-testid=report-problem]").text_content()
+        == "this report is not a JSON object: nothing to draw"
+    )
     assert page.locator("[data-testid=render-error]").count() == 0
     assert page.locator(".jp-RenderedJSON").count() == 0  # drawn by torchleak, not as JSON
     assert not [e for e in errors if "torchleak" in e], errors

@@ -2,6 +2,7 @@
 the saved-report renderer both draw. Leaks first, warnings shown, opened rows survive a redraw,
 a clean run says so, the chart fits a narrow output, hostile text stays text, and a site link
 looks only in its own notebook."""
+
 import base64
 import copy
 import json
@@ -55,12 +56,14 @@ def as_sent(report):
     """A report as the kernel sends it: written by the core, with every line it derives (a
     cause group per cause, the out-of-memory lists' sizes) for what a test changed."""
     from torchleak import _core
+
     return json.loads(_core.normalize_report(json.dumps(report)))
 
 
 def progress_as_sent(progress, report):
     """A check's progress as the kernel sends it: with Python's line for it."""
     from torchleak import _notebook
+
     return _notebook._with_text(progress, report)
 
 
@@ -86,15 +89,23 @@ def test_leaks_first_warnings_shown_and_open_rows_survive_a_redraw(browser):
 def test_an_out_of_memory_report_leads_with_its_forensics(browser):
     report = fixture("leaky_loop.json")
     report["oom"] = {
-        "device": "cuda:0", "error": "OutOfMemoryError", "message": "CUDA out of memory",
-        "iteration": 8, "requested_bytes": 1 << 20, "allocated_bytes": 3 << 20,
-        "reserved_bytes": 4 << 20, "capacity_bytes": 4 << 20, "totals_from": "allocator",
-        "live_bytes": 3 << 20, "findings": [0],
-        "by_site": [{"finding": 0, "site": "train.py:42", "live_bytes": 3 << 20, "count": 3,
-                     "bytes_per_iteration": 1 << 20}],
-        "by_holder": [{"holder": "<img src=x onerror=alert(1)>", "live_bytes": 3 << 20,
-                       "findings": [0]}],
-        "text": "Out of memory on cuda:0 in iteration 9 (8 complete before it): ..."}
+        "device": "cuda:0",
+        "error": "OutOfMemoryError",
+        "message": "CUDA out of memory",
+        "iteration": 8,
+        "requested_bytes": 1 << 20,
+        "allocated_bytes": 3 << 20,
+        "reserved_bytes": 4 << 20,
+        "capacity_bytes": 4 << 20,
+        "totals_from": "allocator",
+        "live_bytes": 3 << 20,
+        "findings": [0],
+        "by_site": [
+            {"finding": 0, "site": "train.py:42", "live_bytes": 3 << 20, "count": 3, "bytes_per_iteration": 1 << 20}
+        ],
+        "by_holder": [{"holder": "<img src=x onerror=alert(1)>", "live_bytes": 3 << 20, "findings": [0]}],
+        "text": "Out of memory on cuda:0 in iteration 9 (8 complete before it): ...",
+    }
     report = as_sent(report)
     report["oom"]["text"] = "Out of memory on cuda:0 in iteration 9 (8 complete before it): ..."
     page = mount(browser, report)
@@ -149,8 +160,10 @@ def test_a_site_link_looks_only_in_its_own_notebook(browser):
     assert "no cell shows In [7]" in page.locator("[data-testid=cell-gone]").first.text_content()
     leak["site"]["cell"], leak["site"]["line"] = 2, 2
     page.evaluate("r => window.tlModel.set('report', r)", report)
-    page.evaluate("() => { window.tlSelected = 0; document.querySelector('#my-cell .jp-InputPrompt')"
-                  ".addEventListener('mousedown', () => { window.tlSelected += 1; }); }")
+    page.evaluate(
+        "() => { window.tlSelected = 0; document.querySelector('#my-cell .jp-InputPrompt')"
+        ".addEventListener('mousedown', () => { window.tlSelected += 1; }); }"
+    )
     page.locator("[data-testid=site-link]").first.click()
     assert page.locator("#my-cell[data-torchleak-highlight=true]").count() == 1
     assert page.evaluate("() => window.tlSelected") == 1  # selected as a click on its prompt
@@ -223,8 +236,9 @@ def test_a_fix_copies_its_code_and_prose_is_never_copied(browser):
 
 def test_progress_is_a_bar_with_rate_and_a_stop_button_then_a_run_line(browser):
     report = fixture("leaky_loop.json")
-    page = mount(browser, report, progress=progress_as_sent(
-        {"k": 5, "n": 20, "elapsed": 2.5, "remaining": 7.5}, report))
+    page = mount(
+        browser, report, progress=progress_as_sent({"k": 5, "n": 20, "elapsed": 2.5, "remaining": 7.5}, report)
+    )
     progress = page.locator("[data-testid=progress]")
     assert "5/20 iterations [2.5 s<7.5 s, 2.0 it/s]" in progress.text_content()  # Python's line
     assert page.locator("[role=progressbar]").get_attribute("aria-valuenow") == "5"
@@ -241,13 +255,21 @@ def merged_job_report():
     """What rank 0 writes for a job whose rank 1 leaks and whose rank 2 failed with a hostile
     message: the core's own merge of fixture reports."""
     from torchleak import _core
+
     leaky = json.dumps(fixture("leaky_loop.json"))
     clean = fixture("leaky_loop.json")
     clean["findings"] = [f for f in clean["findings"] if f["verdict"] != "leak"]
     clean["causes"] = []
-    return json.loads(_core.merge_rank_reports(
-        [(0, json.dumps(clean), "ok", ""), (1, leaky, "ok", ""),
-         (2, json.dumps(clean), "failed", "RuntimeError: <img src=x onerror=alert(1)>")], 3))
+    return json.loads(
+        _core.merge_rank_reports(
+            [
+                (0, json.dumps(clean), "ok", ""),
+                (1, leaky, "ok", ""),
+                (2, json.dumps(clean), "failed", "RuntimeError: <img src=x onerror=alert(1)>"),
+            ],
+            3,
+        )
+    )
 
 
 def test_a_merged_job_report_shows_its_ranks_and_where_each_leak_is(browser):
@@ -256,8 +278,7 @@ def test_a_merged_job_report_shows_its_ranks_and_where_each_leak_is(browser):
     ranks = view.locator("[data-testid=rank]")
     assert ranks.count() == 3
     assert "1 leak" in ranks.nth(1).text_content()
-    assert ranks.nth(2).text_content().endswith(
-        "the run failed: RuntimeError: <img src=x onerror=alert(1)>")
+    assert ranks.nth(2).text_content().endswith("the run failed: RuntimeError: <img src=x onerror=alert(1)>")
     assert page.locator("img").count() == 0  # the failure's markup stayed text
     assert "leak skew: rank 1 grows" in view.locator("[data-testid=ranks]").text_content()
     assert view.locator("[data-testid=ranks-text]").first.text_content() == "leaks on rank 1 only"
@@ -275,6 +296,7 @@ def live_report():
     import torch
 
     import torchleak
+
     losses = []
     w = torch.randn(64, 64, requires_grad=True)
     with torchleak.track(warmup=1) as tracker:
@@ -303,16 +325,23 @@ def malformed(change):
 
 
 MALFORMED = {
-    "curve is a string": (lambda r: r["devices"][0].update(allocated="1,2,3"),
-                          "devices[0].allocated is a string, not a list"),
-    "site is not an object": (lambda r: r["findings"][0].update(site="train.py:3"),
-                              "findings[0].site is a string, not an object"),
-    "findings is an object": (lambda r: r.update(findings={"0": {}}),
-                              "findings is an object, not a list"),
-    "numbers are strings": (lambda r: [f.update(total_bytes="<b>9</b>") for f in r["findings"]],
-                            "findings[0].total_bytes is a string, not a number"),
-    "a path step is a number": (lambda r: r["findings"][0]["path"].insert(0, 7),
-                                "findings[0].path[0] is a number, not an object"),
+    "curve is a string": (
+        lambda r: r["devices"][0].update(allocated="1,2,3"),
+        "devices[0].allocated is a string, not a list",
+    ),
+    "site is not an object": (
+        lambda r: r["findings"][0].update(site="train.py:3"),
+        "findings[0].site is a string, not an object",
+    ),
+    "findings is an object": (lambda r: r.update(findings={"0": {}}), "findings is an object, not a list"),
+    "numbers are strings": (
+        lambda r: [f.update(total_bytes="<b>9</b>") for f in r["findings"]],
+        "findings[0].total_bytes is a string, not a number",
+    ),
+    "a path step is a number": (
+        lambda r: r["findings"][0]["path"].insert(0, 7),
+        "findings[0].path[0] is a number, not an object",
+    ),
 }
 
 
@@ -442,9 +471,16 @@ def test_the_legend_is_above_the_lines_and_a_watch_trend_runs_along_the_data(bro
     runs = 25
     report.update(boundary="cell", iteration_unit="cell run", iterations=runs)
     allocated = [(1 + k // 3) * 262144 + 40 for k in range(runs)]
-    report["devices"] = [{"device": "cpu", "allocated": allocated, "reserved": allocated,
-                          "peak": [v + 4096 for v in allocated],
-                          "leak_bytes_per_iteration": 262144, "verdict": "leak"}]
+    report["devices"] = [
+        {
+            "device": "cpu",
+            "allocated": allocated,
+            "reserved": allocated,
+            "peak": [v + 4096 for v in allocated],
+            "leak_bytes_per_iteration": 262144,
+            "verdict": "leak",
+        }
+    ]
     page = mount(browser, report)
     svg = page.locator("[data-testid=growth-curve] svg")
     boxes = svg.evaluate("""svg => {

@@ -2,6 +2,7 @@
 so the device paths run on real tensors without a GPU. It runs in a pytest process of its own
 (`make test-device`): registering a device allocator changes how torchleak's hook listens to
 CPU events, which the other tiers must not see."""
+
 import gc
 import pathlib
 import sys

@@ -43,7 +43,8 @@ def _module(native):
     mod.current_device = native.current_device
     mod.set_device = lambda device: native.set_device(index_of(device))
     mod.get_device_properties = lambda device=None: DeviceProperties(
-        index_of(device), native.capacity(index_of(device)))
+        index_of(device), native.capacity(index_of(device))
+    )
     mod.memory_allocated = lambda device=None: native.memory_allocated(index_of(device))
     mod.memory_reserved = lambda device=None: native.memory_reserved(index_of(device))
     mod.empty_cache = lambda: [native.empty_cache(i) for i in range(native.device_count())] and None
@@ -65,10 +66,10 @@ def install():
     except ImportError as exc:
         raise RuntimeError(
             f"the fake accelerator is not built in {where}: run `make test-device` "
-            f"(or `make test`), which builds it ({exc})") from exc
+            f"(or `make test`), which builds it ({exc})"
+        ) from exc
     torch.utils.rename_privateuse1_backend(NAME)
     mod = _module(native)
     torch._register_device_module(NAME, mod)
-    torch.utils.generate_methods_for_privateuse1_backend(
-        for_tensor=True, for_module=True, for_storage=True)
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     return mod

@@ -1,5 +1,6 @@
 """Bad input on the device path, through the real hook: an allocator's reports that cannot be
 right must cost a warning at most, never a crash, a wrong verdict or a lost report."""
+
 import torch
 
 import torchleak
@@ -14,8 +15,7 @@ def test_frees_of_blocks_never_seen_change_nothing():
     with torchleak.track() as tracker:
         for i in range(4):
             kept.append(torch.ones(256).to("fakegpu"))
-            native.report_raw(0xDEAD0000 + i * 4096, -4096, native.memory_allocated(0),
-                              native.memory_reserved(0), 0)
+            native.report_raw(0xDEAD0000 + i * 4096, -4096, native.memory_allocated(0), native.memory_reserved(0), 0)
             native.report_raw(0xBEEF0000, -512, 0, 0, 1)  # on a device never used
             torchleak.step()
         del early  # its free arrives too: unknown to the recorder
@@ -36,8 +36,7 @@ def test_an_allocator_that_reports_no_totals_is_timed_by_tracked_bytes():
     device = device_of(report, "fakegpu:0")
     assert device["allocated"] == [MiB * (i + 1) for i in range(5)]
     assert device["reserved"] == device["allocated"]
-    assert any("fakegpu:0: its allocator reported totals that cannot be right" in w
-               for w in report.warnings)
+    assert any("fakegpu:0: its allocator reported totals that cannot be right" in w for w in report.warnings)
     assert report.leaks[0].bytes_per_iteration == MiB
 
 

@@ -1,6 +1,7 @@
 """Device memory on real tensors: leaks found with site and path, the caching reserve never
 called a leak, warm-up then flat is clean, several devices and the CPU in one report, and the
 projection against the device's capacity."""
+
 import json
 
 import pytest
@@ -32,8 +33,7 @@ def test_a_loss_kept_with_its_graph_on_the_device_is_a_leak_with_site_and_path()
     leaks = [f for f in report.leaks if f.device == "fakegpu:0"]
     assert leaks, str(report)
     sites = {f.site["line"] for f in leaks}
-    hidden_line = test_a_loss_kept_with_its_graph_on_the_device_is_a_leak_with_site_and_path \
-        .__code__.co_firstlineno + 6
+    hidden_line = test_a_loss_kept_with_its_graph_on_the_device_is_a_leak_with_site_and_path.__code__.co_firstlineno + 6
     assert hidden_line in sites
     assert all(f.site["file"] == __file__ for f in leaks)
     kept = next(f for f in leaks if f.site["line"] == hidden_line)
@@ -62,8 +62,7 @@ def test_a_reserve_that_grows_while_allocated_is_flat_is_never_a_leak():
     assert device["reserved"][-1] > device["reserved"][0]
     assert max(device["allocated"]) == 0
     assert native.memory_reserved(0) == device["reserved"][-1]
-    assert not findings_on(report, "fakegpu:0") or all(
-        f.verdict != "leak" for f in findings_on(report, "fakegpu:0"))
+    assert not findings_on(report, "fakegpu:0") or all(f.verdict != "leak" for f in findings_on(report, "fakegpu:0"))
     assert device["verdict"] in ("fragmentation", "ok")
     assert device["leak_bytes_per_iteration"] == 0
     assert not [f for f in report.leaks if f.device == "fakegpu:0"]
@@ -123,8 +122,7 @@ def test_the_projection_is_against_the_devices_capacity():
     expected = 10 + (64 * MiB - used + MiB - 1) // MiB
     assert device["projected_oom_iteration"] == expected
     remaining = expected - 10
-    assert device["projection_text"] == (f"at 1.0 MiB per iteration, fakegpu:0 is full in "
-                                         f"~{remaining} iterations")
+    assert device["projection_text"] == (f"at 1.0 MiB per iteration, fakegpu:0 is full in ~{remaining} iterations")
     assert device["projection_text"] in str(report)
 
 
@@ -185,8 +183,7 @@ def test_blocks_made_on_autograd_device_threads_are_sited_at_the_backward_call()
     assert "grads" in leak.holder["path_text"]
 
 
-def test_blocks_freed_on_a_thread_without_the_hook_are_reconciled_with_the_allocator(
-        monkeypatch):
+def test_blocks_freed_on_a_thread_without_the_hook_are_reconciled_with_the_allocator(monkeypatch):
     # CUDA sends a free to the hook only from threads that inherited it; a tensor made here and
     # dropped by a worker thread (NCCL's, a checkpoint writer) looked alive forever. At stop the
     # allocator's own view (CUDA: its snapshot's active blocks) says what it still holds; here
@@ -195,8 +192,11 @@ def test_blocks_freed_on_a_thread_without_the_hook_are_reconciled_with_the_alloc
     from torchleak import _cuda
 
     monkeypatch.setattr(_cuda.CudaHistory, "snapshot", lambda self: {})
-    monkeypatch.setattr(_cuda, "allocator_view", lambda addresses: (
-        ["fakegpu"], DEVICE.native.allocated_blocks(0) + DEVICE.native.allocated_blocks(1)))
+    monkeypatch.setattr(
+        _cuda,
+        "allocator_view",
+        lambda addresses: (["fakegpu"], DEVICE.native.allocated_blocks(0) + DEVICE.native.allocated_blocks(1)),
+    )
     handed_off = []
     kept = []
     with torchleak.track() as tracker:
@@ -204,14 +204,13 @@ def test_blocks_freed_on_a_thread_without_the_hook_are_reconciled_with_the_alloc
             kept.append(torch.empty(MiB // 2, dtype=torch.uint8, device="fakegpu:1"))  # a leak
             # A segment of its own each, growing: no freed address is handed out again (a
             # reuse would heal the stale block by itself and prove nothing).
-            handed_off.append(torch.empty((i + 1) * 2 * MiB, dtype=torch.uint8,
-                                          device="fakegpu:0"))
+            handed_off.append(torch.empty((i + 1) * 2 * MiB, dtype=torch.uint8, device="fakegpu:0"))
             worker = threading.Thread(target=handed_off.clear)  # the last reference dies there
             worker.start()
             worker.join(timeout=30)
             torchleak.step()
     report = tracker.report()
-    assert [(f.device, f.bytes_per_iteration) for f in report.leaks] == [
-        ("fakegpu:1", MiB // 2)], str(report)
-    assert any(w.startswith("fakegpu:0: 6 block(s) (42.0 MiB) were freed on a thread")
-               for w in report.warnings), report.warnings
+    assert [(f.device, f.bytes_per_iteration) for f in report.leaks] == [("fakegpu:1", MiB // 2)], str(report)
+    assert any(w.startswith("fakegpu:0: 6 block(s) (42.0 MiB) were freed on a thread") for w in report.warnings), (
+        report.warnings
+    )

@@ -1,6 +1,7 @@
 """Out-of-memory forensics on the fake device: attached to the exception, in the JSON's `oom`
 section, the text, the HTML and the notebook outputs; shown by %%leakcheck, %leakwatch and the
 CLI; and never at the cost of the report of the iterations seen."""
+
 import gc
 import os
 import pathlib
@@ -165,13 +166,13 @@ def test_leakcheck_shows_the_forensics_and_re_raises(ipython):
     ipython.run_line_magic("load_ext", "torchleak")
     ipython.user_ns["torch"] = torch
     ipython_shell.run(ipython, "kept = []")
-    result = ipython_shell.run(ipython, "%%leakcheck -n 40 -o r\n"
-                                        "kept.append(torch.empty(1 << 20, dtype=torch.uint8, device='fakegpu'))\n")
+    result = ipython_shell.run(
+        ipython, "%%leakcheck -n 40 -o r\nkept.append(torch.empty(1 << 20, dtype=torch.uint8, device='fakegpu'))\n"
+    )
     assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
     report = result.error_in_exec.torchleak_report
     assert report.oom["device"] == "fakegpu:0"
-    shown = [out for out in ipython.display_pub.outputs
-             if "application/vnd.torchleak.report+json" in out["data"]]
+    shown = [out for out in ipython.display_pub.outputs if "application/vnd.torchleak.report+json" in out["data"]]
     assert shown and shown[-1]["data"]["application/vnd.torchleak.report+json"]["oom"]["device"] == "fakegpu:0"
     assert 'data-testid="oom"' in shown[-1]["data"]["text/html"]
     assert "OUT OF MEMORY" in shown[-1]["data"]["text/plain"]
@@ -188,8 +189,9 @@ def test_leakwatch_shows_the_forensics_of_a_cell_that_dies_of_an_oom(ipython):
     before = len(ipython.display_pub.outputs)
     result = ipython_shell.run(ipython, "big = torch.empty(16 << 20, dtype=torch.uint8, device='fakegpu')")
     assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
-    shown = [out for out in ipython.display_pub.outputs[before:]
-             if "application/vnd.torchleak.report+json" in out["data"]]
+    shown = [
+        out for out in ipython.display_pub.outputs[before:] if "application/vnd.torchleak.report+json" in out["data"]
+    ]
     assert shown, "watch mode showed no forensics"
     oom = shown[-1]["data"]["application/vnd.torchleak.report+json"]["oom"]
     assert oom["device"] == "fakegpu:0"
@@ -208,11 +210,16 @@ def test_the_cli_prints_the_forensics_when_the_script_dies_of_an_oom(tmp_path):
         "history = []\n"
         "for step in range(100):\n"
         "    history.append(torch.empty(1 << 20, dtype=torch.uint8, device='fakegpu'))\n"
-        "    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).step()\n")
+        "    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).step()\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(HERE))
-    proc = subprocess.run([sys.executable, "-m", "torchleak", "run", "--json",
-                           str(tmp_path / "r.json"), str(script)], capture_output=True, text=True, env=env,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchleak", "run", "--json", str(tmp_path / "r.json"), str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 3, proc.stderr
     assert "torch.OutOfMemoryError" in proc.stderr
     assert "OUT OF MEMORY: Out of memory on fakegpu:0" in proc.stdout

@@ -12,8 +12,16 @@ from torchrun_job import SCRIPT, job_env, torchrun_command
 def torchrun(tmp_path):
     """Runs the DDP script under torchrun (with `-m torchleak run` unless told otherwise);
     never waits more than `timeout` seconds."""
+
     def run(nproc, *torchleak_args, timeout=180, cli=True, **knobs):
-        args = (["-m", "torchleak", "run", *torchleak_args, SCRIPT] if cli else [SCRIPT])
-        return subprocess.run(torchrun_command(nproc, *args), cwd=tmp_path, env=job_env(**knobs),
-                              capture_output=True, text=True, timeout=timeout)
+        args = ["-m", "torchleak", "run", *torchleak_args, SCRIPT] if cli else [SCRIPT]
+        return subprocess.run(
+            torchrun_command(nproc, *args),
+            cwd=tmp_path,
+            env=job_env(**knobs),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
     return run

@@ -1,5 +1,6 @@
 """torchrun -m torchleak run: every rank tracked, the reports merged at rank 0 (gloo, loopback,
 2 and 3 processes, a DDP model on random data)."""
+
 import json
 import os
 import signal
@@ -21,8 +22,9 @@ def leaks(data):
 
 
 def test_leak_on_one_rank_only_is_named_as_such(torchrun, tmp_path):
-    out = torchrun(2, "--json", str(tmp_path / "job.json"), "--html", str(tmp_path / "job.html"),
-                   "--fail-on-leak", LEAK_RANKS="1")
+    out = torchrun(
+        2, "--json", str(tmp_path / "job.json"), "--html", str(tmp_path / "job.html"), "--fail-on-leak", LEAK_RANKS="1"
+    )
     data = load(tmp_path / "job.json")
     assert data["ranks"]["world_size"] == 2
     [leak] = leaks(data)
@@ -71,8 +73,7 @@ def test_clean_job(torchrun, tmp_path):
 
 def test_a_rank_that_raises_mid_run(torchrun, tmp_path):
     started = time.monotonic()
-    out = torchrun(3, "--json", str(tmp_path / "job.json"), "--gather-timeout", "60",
-                   RAISE_RANK="2", LEAK_RANKS="1")
+    out = torchrun(3, "--json", str(tmp_path / "job.json"), "--gather-timeout", "60", RAISE_RANK="2", LEAK_RANKS="1")
     assert time.monotonic() - started < 150
     assert out.returncode != 0
     assert "rank 2 failed on purpose" in out.stderr
@@ -89,11 +90,17 @@ def test_a_rank_that_raises_mid_run(torchrun, tmp_path):
 def test_a_hung_rank_does_not_hold_back_the_others(tmp_path):
     """Rank 1 never finishes: rank 0 writes the merged report after the gather timeout,
     naming rank 1 as missing; then the job is stopped (torchrun would wait forever)."""
-    cmd = torchrun_command(2, "-m", "torchleak", "run", "--json",
-                           str(tmp_path / "job.json"), "--gather-timeout", "3", SCRIPT)
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=job_env(HANG_RANK="1"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    cmd = torchrun_command(
+        2, "-m", "torchleak", "run", "--json", str(tmp_path / "job.json"), "--gather-timeout", "3", SCRIPT
+    )
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=job_env(HANG_RANK="1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "job.json").exists() and time.monotonic() < deadline:
@@ -113,8 +120,7 @@ def test_a_hung_rank_does_not_hold_back_the_others(tmp_path):
 def test_track_inside_a_script_gathers_at_the_end(torchrun, tmp_path):
     """torchleak.track() around a script's own init_process_group ... destroy_process_group:
     rank 0's report() is the job's."""
-    out = torchrun(2, cli=False, TRACK_INSIDE="1", LEAK_RANKS="0",
-                   REPORT_PATH=str(tmp_path / "inside{rank}.json"))
+    out = torchrun(2, cli=False, TRACK_INSIDE="1", LEAK_RANKS="0", REPORT_PATH=str(tmp_path / "inside{rank}.json"))
     assert out.returncode == 0, out.stderr[-3000:]
     merged = load(tmp_path / "inside0.json")
     assert merged["ranks"]["world_size"] == 2

@@ -1,4 +1,5 @@
 """torchrun jobs for the distributed tier: loopback only, a free port each, bounded."""
+
 import os
 import socket
 import sys
@@ -14,9 +15,16 @@ def free_port():
 
 def torchrun_command(nproc, *args):
     """torchrun on the loopback interface only, with a port of its own."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-            "--master-addr=127.0.0.1", f"--master-port={free_port()}", "--max-restarts=0",
-            *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        "--max-restarts=0",
+        *args,
+    ]
 
 
 def job_env(**knobs):

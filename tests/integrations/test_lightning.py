@@ -17,8 +17,7 @@ from torchleak.integrations.lightning import TorchleakCallback
 class Regressor(pl.LightningModule):
     def __init__(self, keep_outputs=False, fail_at=None):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
-                                       torch.nn.Linear(64, 1))
+        self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
         self.keep_outputs = keep_outputs
         self.fail_at = fail_at
         self.training_outputs = []
@@ -39,15 +38,24 @@ class Regressor(pl.LightningModule):
 
 def loader():
     generator = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(512, 32, generator=generator),
-                                          torch.randn(512, 1, generator=generator))
+    data = torch.utils.data.TensorDataset(
+        torch.randn(512, 32, generator=generator), torch.randn(512, 1, generator=generator)
+    )
     return torch.utils.data.DataLoader(data, batch_size=16)
 
 
 def trainer_for(tmp_path, callback, steps, **kwargs):
-    return pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, callbacks=[callback],
-                      logger=CSVLogger(tmp_path, name="run"), enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, **kwargs)
+    return pl.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=CSVLogger(tmp_path, name="run"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
+    )
 
 
 def site_line():
@@ -69,8 +77,7 @@ def test_a_clean_run_has_no_leak_and_logs_through_lightning(tmp_path, caplog):
     report = callback.report
     assert report.iterations == 12 and report.leaks == []
     assert any("torchleak (train end): 0 leak(s)" in r.getMessage() for r in caplog.records)
-    assert {"torchleak/leaks": "0", "torchleak/leak_bytes_per_step": "0"}.items() <= \
-        logged_metrics(trainer)[-1].items()
+    assert {"torchleak/leaks": "0", "torchleak/leak_bytes_per_step": "0"}.items() <= logged_metrics(trainer)[-1].items()
     assert torchleak.Report.load(f"{trainer.log_dir}/torchleak-report.json").iterations == 12
     assert not _core.profiler_state_installed()
 
@@ -88,8 +95,7 @@ def test_kept_outputs_are_found_with_site_and_path(tmp_path, caplog):
     assert leak.site["file"] == __file__ and leak.site["line"] == site_line()
     assert ".training_outputs[" in leak.path_text
     assert "detach()" in leak.suggestion
-    assert any("training_outputs" in r.getMessage() and "fix:" in r.getMessage()
-               for r in caplog.records)
+    assert any("training_outputs" in r.getMessage() and "fix:" in r.getMessage() for r in caplog.records)
     last = logged_metrics(trainer)[-1]
     assert int(last["torchleak/leaks"]) >= 1 and int(last["torchleak/leak_bytes_per_step"]) > 0
 

@@ -1,12 +1,11 @@
 """The pytest plugin (pytest_torchleak, a pytest11 entry point), run through pytest's own
 pytester: the inner sessions are real pytest runs of the test files written here."""
 
-
 import pytest
 
 import torchleak
 
-LEAKY = '''
+LEAKY = """
 import pytest
 import torch
 
@@ -17,7 +16,7 @@ def test_keeps_losses():
     w = torch.randn(64, 64, requires_grad=True)
     loss = (w @ torch.randn(64, 256)).relu().sum()  # ALLOC
     kept.append(loss)
-'''
+"""
 
 
 def run_inline(pytester, source, *args):
@@ -40,7 +39,9 @@ def test_a_leaking_marked_test_fails_with_site_path_and_fix(pytester):
 
 
 def test_a_clean_marked_test_passes(pytester):
-    result = run_inline(pytester, '''
+    result = run_inline(
+        pytester,
+        """
 import pytest
 import torch
 
@@ -52,12 +53,15 @@ def test_logs_numbers():
     loss = (w @ torch.randn(64, 256)).relu().sum()
     loss.backward()
     log.append(loss.item())
-''')
+""",
+    )
     result.assert_outcomes(passed=1)
 
 
 def test_warm_up_is_not_a_leak_and_the_body_runs_iterations_times(pytester):
-    result = run_inline(pytester, '''
+    result = run_inline(
+        pytester,
+        """
 import pytest
 import torch
 
@@ -71,13 +75,16 @@ def test_fills_a_cache_once():
 
 def test_it_ran_four_times():
     assert len(calls) == 4
-''')
+""",
+    )
     result.assert_outcomes(passed=2)
 
 
 def test_what_a_fixture_holds_is_named_by_the_fixture(pytester):
     # GIVEN a fixture's list the test body appends graphs to; pytest, not the user, holds it
-    result = run_inline(pytester, '''
+    result = run_inline(
+        pytester,
+        """
 import pytest
 import torch
 
@@ -89,14 +96,17 @@ def history():
 def test_appends_to_fixture(history):
     x = torch.randn(128, 128, requires_grad=True)
     history.append((x * 2).sum())
-''')
+""",
+    )
     result.assert_outcomes(failed=1)
     # THEN the path starts at the fixture's name
     assert "history[" in result.stdout.str()
 
 
 def test_the_fixture_checks_a_callable_and_returns_the_report(pytester):
-    result = run_inline(pytester, '''
+    result = run_inline(
+        pytester,
+        """
 import torch
 
 kept = []
@@ -113,7 +123,8 @@ def test_clean(assert_no_tensor_leak):
 
 def test_leaky(assert_no_tensor_leak):
     assert_no_tensor_leak(leaky_step, iterations=5, warmup=1)
-''')
+""",
+    )
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert "test_leaky" in out and "tensors leaked across iterations" in out
@@ -125,7 +136,9 @@ KEEPS_LOSSES = "test_inner.py_test_keeps_losses-e08852b5"
 
 
 def test_report_dir_gets_json_and_html_of_each_leaking_test_only(pytester, tmp_path):
-    source = LEAKY + '''
+    source = (
+        LEAKY
+        + """
 @pytest.mark.parametrize("name", ["a/b", "a_b", "a b", "<x y>"])
 @pytest.mark.no_tensor_leak(iterations=4, warmup=1)
 def test_param(name):
@@ -134,7 +147,8 @@ def test_param(name):
 @pytest.mark.no_tensor_leak(iterations=3)
 def test_clean():
     torch.ones(10)
-'''
+"""
+    )
     out_dir = tmp_path / "reports"
     result = run_inline(pytester, source, f"--torchleak-report={out_dir}")
     result.assert_outcomes(failed=5, passed=1)
@@ -151,15 +165,20 @@ def test_clean():
     assert "saved: " in result.stdout.str()
 
 
-@pytest.mark.parametrize("marker, words", [
-    ("iterations=0", "iterations"),
-    ("warmup=5, iterations=5", "warmup < iterations"),
-    ("5", "keyword arguments only"),
-    ("iterations=3, repeat=2", "unknown argument(s) repeat"),
-    ("iterations='3'", "iterations must be an int"),
-])
+@pytest.mark.parametrize(
+    "marker, words",
+    [
+        ("iterations=0", "iterations"),
+        ("warmup=5, iterations=5", "warmup < iterations"),
+        ("5", "keyword arguments only"),
+        ("iterations=3, repeat=2", "unknown argument(s) repeat"),
+        ("iterations='3'", "iterations must be an int"),
+    ],
+)
 def test_a_bad_marker_fails_that_test_with_the_usage(pytester, marker, words):
-    result = run_inline(pytester, f'''
+    result = run_inline(
+        pytester,
+        f"""
 import pytest
 
 @pytest.mark.no_tensor_leak({marker})
@@ -168,14 +187,17 @@ def test_bad():
 
 def test_other():
     pass
-''')
+""",
+    )
     result.assert_outcomes(failed=1, passed=1)
     out = result.stdout.str()
     assert words in out and "usage: @pytest.mark.no_tensor_leak(" in out
 
 
 def test_a_failing_body_fails_with_its_own_error_and_restores_the_hooks(pytester):
-    result = run_inline(pytester, '''
+    result = run_inline(
+        pytester,
+        """
 import pytest
 import torch
 from torchleak import _core
@@ -189,7 +211,8 @@ def test_breaks_in_third_run():
 
 def test_after():
     assert not _core.profiler_state_installed()
-''')
+""",
+    )
     result.assert_outcomes(failed=1, passed=1)
     out = result.stdout.str()
     assert "AssertionError: third run" in out
@@ -207,13 +230,15 @@ def test_an_unusable_report_dir_is_a_usage_error(pytester, tmp_path):
 def test_the_plugin_loads_without_importing_torch(pytester):
     # A run of its own: the plugin is loaded by every pytest in the environment, and projects
     # that never ask for it must not pay for torch's import.
-    pytester.makepyfile(test_inner='''
+    pytester.makepyfile(
+        test_inner="""
 import sys
 
 def test_nothing_imported():
     assert "pytest_torchleak" in sys.modules
     assert "torch" not in sys.modules and "torchleak" not in sys.modules
-''')
+"""
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
 

@@ -16,6 +16,7 @@ Prints one line per cell and a table (also written to --results as JSON) with wh
 the exact interpreter and torch versions, the tier's pytest counts and the suite's score.
 Exits non-zero when any cell failed.
 """
+
 import argparse
 import glob
 import json
@@ -30,8 +31,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MATRIX_DIR = os.path.join(ROOT, "build", "matrix")
 # What the python tier imports besides torch and torchleak (pyproject's build requirements too:
 # the extension is built without isolation, against the cell's torch).
-TEST_PACKAGES = ["scikit-build-core>=0.10", "pybind11>=2.12", "pytest>=7", "ipython>=8", "numpy",
-                 "jupyter_client", "ipykernel", "nbformat", "anywidget>=0.9", "ipywidgets>=8"]
+TEST_PACKAGES = [
+    "scikit-build-core>=0.10",
+    "pybind11>=2.12",
+    "pytest>=7",
+    "ipython>=8",
+    "numpy",
+    "jupyter_client",
+    "ipykernel",
+    "nbformat",
+    "anywidget>=0.9",
+    "ipywidgets>=8",
+]
 CELL = re.compile(r"^(3\.\d+):(\d+\.\d+\.\d+)$")
 # At most this many failed tests are run again (more is no flake).
 MAX_RERUN = 3
@@ -47,16 +58,19 @@ def find_interpreter(version):
     if override:
         return override
     pyenv_root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    found = sorted(glob.glob(os.path.join(pyenv_root, "versions", f"{version}.*", "bin",
-                                          f"python{version}")),
-                   key=lambda p: [int(x) for x in re.findall(r"\d+", p.split("versions")[1])[:3]])
+    found = sorted(
+        glob.glob(os.path.join(pyenv_root, "versions", f"{version}.*", "bin", f"python{version}")),
+        key=lambda p: [int(x) for x in re.findall(r"\d+", p.split("versions")[1])[:3]],
+    )
     if found:
         return found[-1]
     on_path = shutil.which(f"python{version}")
     if on_path:
         return on_path
-    raise CellError(f"no Python {version} on this machine: install it (`pyenv install "
-                    f"{version}`) or set TORCHLEAK_PYTHON_{version.replace('.', '_')} to its path")
+    raise CellError(
+        f"no Python {version} on this machine: install it (`pyenv install "
+        f"{version}`) or set TORCHLEAK_PYTHON_{version.replace('.', '_')} to its path"
+    )
 
 
 def uv():
@@ -75,11 +89,11 @@ def run(cmd, log, *, timeout, env=None, cwd=ROOT):
     log.write(f"\n$ {' '.join(cmd)}\n")
     log.flush()
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) \
-            else (exc.stdout or "")
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         log.write(out + f"\n(timed out after {timeout} s)\n")
         return 124, out
     log.write(proc.stdout + proc.stderr)
@@ -104,21 +118,36 @@ def make_environment(python_version, torch_version, env_dir, log):
     if code != 0:
         raise CellError(f"uv could not create the environment with {interpreter}")
     python = os.path.join(env_dir, "bin", "python")
-    code, out = run([uv(), "pip", "install", "-q", "--python", python, f"torch=={torch_version}",
-                     *TEST_PACKAGES], log, timeout=1800)
+    code, out = run(
+        [uv(), "pip", "install", "-q", "--python", python, f"torch=={torch_version}", *TEST_PACKAGES], log, timeout=1800
+    )
     if code != 0:
-        raise CellError(f"torch=={torch_version} for Python {python_version} could not be "
-                        f"installed: {last_line(out)}")
+        raise CellError(f"torch=={torch_version} for Python {python_version} could not be installed: {last_line(out)}")
     with open(stamp, "w") as f:
         json.dump(wanted, f)
     return python
 
 
 def build(python, cell_dir, log):
-    code, out = run([uv(), "pip", "install", "-q", "--python", python, "--no-build-isolation",
-                     "--no-deps", "--reinstall-package", "torchleak",
-                     "-C", f"build-dir={os.path.join(cell_dir, 'build')}", "."],
-                    log, timeout=1800)
+    code, out = run(
+        [
+            uv(),
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            python,
+            "--no-build-isolation",
+            "--no-deps",
+            "--reinstall-package",
+            "torchleak",
+            "-C",
+            f"build-dir={os.path.join(cell_dir, 'build')}",
+            ".",
+        ],
+        log,
+        timeout=1800,
+    )
     if code != 0:
         raise CellError(f"the build failed: {last_line(out)}")
 
@@ -144,25 +173,39 @@ def run_cell(spec, leak_cases, log_dir):
     name = f"py{python_version}-torch{torch_version}"
     cell_dir = os.path.join(MATRIX_DIR, name)
     os.makedirs(cell_dir, exist_ok=True)
-    result = {"cell": spec, "python": None, "torch": None, "tier": None, "failed_tests": [],
-              "flaky_tests": [],
-              "leak_cases": None,
-              "ok": False, "error": None, "log": os.path.join(log_dir, name + ".log")}
+    result = {
+        "cell": spec,
+        "python": None,
+        "torch": None,
+        "tier": None,
+        "failed_tests": [],
+        "flaky_tests": [],
+        "leak_cases": None,
+        "ok": False,
+        "error": None,
+        "log": os.path.join(log_dir, name + ".log"),
+    }
     started = time.monotonic()
     with open(result["log"], "w") as log:
         try:
-            python = make_environment(python_version, torch_version,
-                                      os.path.join(cell_dir, "venv"), log)
+            python = make_environment(python_version, torch_version, os.path.join(cell_dir, "venv"), log)
             build(python, cell_dir, log)
-            code, out = run([python, "-c", "import sys, torch, torchleak; "
-                             "print('.'.join(map(str, sys.version_info[:3])), torch.__version__)"],
-                            log, timeout=300)
+            code, out = run(
+                [
+                    python,
+                    "-c",
+                    "import sys, torch, torchleak; print('.'.join(map(str, sys.version_info[:3])), torch.__version__)",
+                ],
+                log,
+                timeout=300,
+            )
             if code != 0:
                 raise CellError(f"torchleak does not import: {last_line(out)}")
             result["python"], result["torch"] = out.split()[-2:]
             env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-            code, out = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "tests/python"], log, timeout=1800, env=env)
+            code, out = run(
+                [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"], log, timeout=1800, env=env
+            )
             result["tier"] = pytest_counts(out)
             result["failed_tests"] = failed_tests(out)
             tier_ok = code == 0
@@ -170,20 +213,25 @@ def run_cell(spec, leak_cases, log_dir):
                 # A cell's tier runs for a quarter of an hour on a shared machine: a test that
                 # failed is run once more, alone. Passing then, it is reported as flaky (in the
                 # output and the results), not hidden; failing again, the cell fails.
-                code, _ = run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                   *result["failed_tests"]], log, timeout=900, env=env)
+                code, _ = run(
+                    [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *result["failed_tests"]],
+                    log,
+                    timeout=900,
+                    env=env,
+                )
                 if code == 0:
                     result["flaky_tests"], result["failed_tests"] = result["failed_tests"], []
                     tier_ok = True
             suite_ok = True
             if leak_cases:
-                code, out = run([python, os.path.join(leak_cases, "run.py")], log, timeout=1800,
-                                env=env)
+                code, out = run([python, os.path.join(leak_cases, "run.py")], log, timeout=1800, env=env)
                 score = re.search(r"(\d+) passed, (\d+) failed", out)
                 site = re.search(r"site accuracy: (\d+/\d+)", out)
-                result["leak_cases"] = {"passed": int(score[1]) if score else 0,
-                                        "failed": int(score[2]) if score else None,
-                                        "site_accuracy": site[1] if site else None}
+                result["leak_cases"] = {
+                    "passed": int(score[1]) if score else 0,
+                    "failed": int(score[2]) if score else None,
+                    "site_accuracy": site[1] if site else None,
+                }
                 suite_ok = code == 0 and score is not None and int(score[2]) == 0
             result["ok"] = tier_ok and suite_ok
             if not result["ok"]:
@@ -199,12 +247,17 @@ def describe(result):
     tier = result["tier"] or {}
     tier_text = ", ".join(f"{n} {w}" for w, n in tier.items()) or "not run"
     cases = result["leak_cases"]
-    cases_text = (f"{cases['passed']} passed, {cases['failed']} failed, site accuracy "
-                  f"{cases['site_accuracy']}" if cases else "not run")
+    cases_text = (
+        f"{cases['passed']} passed, {cases['failed']} failed, site accuracy {cases['site_accuracy']}"
+        if cases
+        else "not run"
+    )
     status = "ok" if result["ok"] else "FAILED"
-    line = (f"{result['cell']:>12}  {status:6}  Python {result['python'] or '?'}, torch "
-            f"{result['torch'] or '?'}: tests/python {tier_text}; leak cases {cases_text} "
-            f"({result['seconds']} s)")
+    line = (
+        f"{result['cell']:>12}  {status:6}  Python {result['python'] or '?'}, torch "
+        f"{result['torch'] or '?'}: tests/python {tier_text}; leak cases {cases_text} "
+        f"({result['seconds']} s)"
+    )
     if result["error"]:
         line += f"\n{'':14}{result['error']} — log: {os.path.relpath(result['log'], ROOT)}"
     # A failure on a CI machine is read from this output alone: the log stays on that machine.
@@ -217,31 +270,44 @@ def describe(result):
 
 def markdown_table(results):
     """The table of what was run (README, docs/platforms.md): one row per cell, newest Python first."""
-    rows = ["| Python | torch | tests/python | leak cases (site accuracy) | result |",
-            "| --- | --- | --- | --- | --- |"]
-    ordered = sorted(results, key=lambda r: (
-        [-int(x) for x in r["cell"].split(":")[0].split(".")],
-        [-int(x) for x in r["cell"].split(":")[1].split(".")]))
+    rows = [
+        "| Python | torch | tests/python | leak cases (site accuracy) | result |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    ordered = sorted(
+        results,
+        key=lambda r: (
+            [-int(x) for x in r["cell"].split(":")[0].split(".")],
+            [-int(x) for x in r["cell"].split(":")[1].split(".")],
+        ),
+    )
     for r in ordered:
         tier = r["tier"] or {}
         tier_text = ", ".join(f"{n} {w}" for w, n in tier.items()) or "not run"
         cases = r["leak_cases"]
-        cases_text = (f"{cases['passed']} passed, {cases['failed']} failed "
-                      f"({cases['site_accuracy']})" if cases else "not run")
-        rows.append(f"| {r['python'] or r['cell'].split(':')[0]} | {r['torch'] or r['cell'].split(':')[1]} "
-                    f"| {tier_text} | {cases_text} | {'ok' if r['ok'] else 'FAILED'} |")
+        cases_text = (
+            f"{cases['passed']} passed, {cases['failed']} failed ({cases['site_accuracy']})" if cases else "not run"
+        )
+        rows.append(
+            f"| {r['python'] or r['cell'].split(':')[0]} | {r['torch'] or r['cell'].split(':')[1]} "
+            f"| {tier_text} | {cases_text} | {'ok' if r['ok'] else 'FAILED'} |"
+        )
     return "\n".join(rows)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cells", nargs="*", metavar="PYTHON:TORCH")
-    parser.add_argument("--table", nargs="+", metavar="RESULTS",
-                        help="print the Markdown table of earlier runs' --results files")
+    parser.add_argument(
+        "--table", nargs="+", metavar="RESULTS", help="print the Markdown table of earlier runs' --results files"
+    )
     parser.add_argument("--results", metavar="PATH", help="write the results as JSON")
-    parser.add_argument("--leak-cases", metavar="DIR",
-                        default=os.path.join(os.path.dirname(ROOT), "shared", "leak-cases"),
-                        help="the leak-case suite (default ../shared/leak-cases)")
+    parser.add_argument(
+        "--leak-cases",
+        metavar="DIR",
+        default=os.path.join(os.path.dirname(ROOT), "shared", "leak-cases"),
+        help="the leak-case suite (default ../shared/leak-cases)",
+    )
     args = parser.parse_args(argv)
     if args.table:
         results = []
@@ -257,8 +323,7 @@ def main(argv=None):
         parser.error(f"cells are PYTHON:TORCH such as 3.13:2.15.0, got {', '.join(bad)}")
     leak_cases = args.leak_cases if os.path.exists(os.path.join(args.leak_cases, "run.py")) else None
     if leak_cases is None:
-        print(f"matrix: no leak-case suite at {args.leak_cases}: the cells run tests/python only",
-              flush=True)
+        print(f"matrix: no leak-case suite at {args.leak_cases}: the cells run tests/python only", flush=True)
     log_dir = os.path.join(MATRIX_DIR, "logs")
     os.makedirs(log_dir, exist_ok=True)
     results = []

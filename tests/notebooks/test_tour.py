@@ -1,5 +1,6 @@
 """Every notebook in notebooks/ runs top to bottom on ipykernel (python3) and xeus-python
 (xpython), and shows what it should: verdicts, sites (In [n], line m) and holders."""
+
 import pathlib
 
 import nbformat
@@ -21,8 +22,9 @@ def execute(path, kernel):
         if kernel not in KernelSpecManager().find_kernel_specs():
             pytest.skip(f"kernelspec {kernel!r} is not installed")
         nb = nbformat.read(path, as_version=4)
-        client = NotebookClient(nb, kernel_name=kernel, timeout=300, startup_timeout=120,
-                                resources={"metadata": {"path": str(path.parent)}})
+        client = NotebookClient(
+            nb, kernel_name=kernel, timeout=300, startup_timeout=120, resources={"metadata": {"path": str(path.parent)}}
+        )
         client.execute()
         _executed[key] = nb
     return _executed[key]
@@ -45,8 +47,11 @@ def leaks(report):
 
 def cell_number(nb, needle):
     """The execution count of the code cell whose source contains `needle`."""
-    (cell,) = [c for c in nb.cells if c.cell_type == "code" and needle in c.source
-               and "leakcheck" not in c.source.splitlines()[0]]
+    (cell,) = [
+        c
+        for c in nb.cells
+        if c.cell_type == "code" and needle in c.source and "leakcheck" not in c.source.splitlines()[0]
+    ]
     return cell.execution_count
 
 
@@ -54,8 +59,13 @@ def cell_number(nb, needle):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_top_to_bottom(path, kernel):
     nb = execute(path, kernel)
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error" and "raises-exception" not in c.metadata.get("tags", [])]
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "error" and "raises-exception" not in c.metadata.get("tags", [])
+    ]
     assert not errors, errors
 
 
@@ -65,8 +75,7 @@ def test_saved_reports_need_no_kernel_and_no_widget_state(kernel):
     text/html beside it, never a widget view (its model is gone once the kernel is) and never
     plain application/json (JupyterLab would show a JSON tree instead of the HTML)."""
     nb = execute(ROOT / "notebooks" / "tour.ipynb", kernel)
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-               if REPORT in o.get("data", {})]
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if REPORT in o.get("data", {})]
     assert len(outputs) >= 10
     for o in outputs:
         assert WIDGET not in o["data"] and "application/json" not in o["data"]
@@ -117,16 +126,22 @@ def test_tour_findings(kernel):
     out_cell = tagged(nb, "f-out").execution_count
     assert f"Out[{out_cell}]" in roots
     assert "<last exception> frame train_step: local 'batch'" in roots
-    ledger = [o["data"]["text/plain"] for o in tagged(nb, "f-out").outputs
-              if o.get("data", {}).get("text/plain", "").startswith("torchleak: In [")]
+    ledger = [
+        o["data"]["text/plain"]
+        for o in tagged(nb, "f-out").outputs
+        if o.get("data", {}).get("text/plain", "").startswith("torchleak: In [")
+    ]
     assert ledger and f"Out[{out_cell}] 1.0 MiB" in ledger[0]
     # The fix cell is the report's own fixes, line for line (before: `%reset -f out` and
     # sys.last_* = None, which freed nothing), and the memory is freed: the ledger says so,
     # and the report checked again has no leak left.
     fix = tagged(nb, "f-fix")
     assert sorted(fix.source.splitlines()) == sorted(f["fix_code"] for f in leaks(report))
-    freed = [o["data"]["text/plain"] for o in fix.outputs
-             if o.get("data", {}).get("text/plain", "").startswith("torchleak: In [")]
+    freed = [
+        o["data"]["text/plain"]
+        for o in fix.outputs
+        if o.get("data", {}).get("text/plain", "").startswith("torchleak: In [")
+    ]
     assert freed == [f"torchleak: In [{fix.execution_count}] freed 3.0 MiB"], fix.outputs
     assert leaks(report_of(tagged(nb, "f-recheck"))) == []
     assert leaks(report_of(tagged(nb, "f-fixed"))) == []

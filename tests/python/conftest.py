@@ -29,4 +29,5 @@ def shell(ipython):
     yield ipython
     ipython_shell.run(ipython, "%unload_ext torchleak")
     import torchleak
+
     torchleak.config.reset()

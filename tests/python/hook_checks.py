@@ -14,9 +14,11 @@ def nothing_left_installed():
     functions that tracking wraps (the autograd engine's entry, CUDA history recording) as
     they were."""
     assert not _core.profiler_state_installed()
-    wrapped = [(torch.autograd, "_engine_run_backward"),
-               (torch.cuda.memory, "_record_memory_history"),
-               (torch.cuda.CUDAGraph, "replay")]
+    wrapped = [
+        (torch.autograd, "_engine_run_backward"),
+        (torch.cuda.memory, "_record_memory_history"),
+        (torch.cuda.CUDAGraph, "replay"),
+    ]
     before = [getattr(module, name, None) for module, name in wrapped]
     yield
     for (module, name), original in zip(wrapped, before):

@@ -1,5 +1,6 @@
 """An in-process IPython shell for tests of the notebook paths, without a kernel (memray's
 way): in-memory history, a capturing display publisher, and no last exception left behind."""
+
 import contextlib
 import io
 import sys
@@ -9,6 +10,7 @@ def open_shell(ipython_dir):
     from IPython.core.displaypub import CapturingDisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
+
     InteractiveShell.clear_instance()
     cfg = Config()
     cfg.HistoryManager.hist_file = ":memory:"
@@ -17,6 +19,7 @@ def open_shell(ipython_dir):
 
 def close_shell(shell):
     from IPython.core.interactiveshell import InteractiveShell
+
     shell.reset()
     InteractiveShell.clear_instance()
     for name in ("last_value", "last_traceback", "last_type", "last_exc"):
@@ -46,5 +49,8 @@ def run(shell, source):
 
 def ledger(shell):
     """The lines watch mode's ledger has shown so far."""
-    return [o["data"]["text/plain"] for o in shell.display_pub.outputs
-            if o["data"].get("text/plain", "").startswith("torchleak: In [")]
+    return [
+        o["data"]["text/plain"]
+        for o in shell.display_pub.outputs
+        if o["data"].get("text/plain", "").startswith("torchleak: In [")
+    ]

@@ -2,6 +2,7 @@
 that cannot be written, a number the core cannot hold, a pattern that is no pattern, a report
 that is no report, a file that is no file. The attack run's reproducers, each of which used to
 be accepted and fail at the end of a run, block, or raise the wrong exception."""
+
 import json
 import os
 import subprocess
@@ -20,11 +21,13 @@ needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /pro
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "torchleak", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "torchleak", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 # -- output paths, before the run ----------------------------------------------------------------
+
 
 def test_watch_refuses_a_json_path_in_a_missing_directory_when_called(tmp_path):
     with pytest.raises(ValueError, match="no such directory"):
@@ -54,8 +57,7 @@ def test_the_cli_refuses_an_unwritable_json_before_the_script_runs(tmp_path):
 def test_leakcheck_refuses_its_outputs_before_the_cell_runs(shell, tmp_path):
     result = run(shell, "%%leakcheck -n 3 --json /nonexistent/x.json\nran = True")
     assert type(result.error_in_exec).__name__ == "UsageError"
-    assert "--json '/nonexistent/x.json': no such directory '/nonexistent'" in str(
-        result.error_in_exec)
+    assert "--json '/nonexistent/x.json': no such directory '/nonexistent'" in str(result.error_in_exec)
     assert "usage: %%leakcheck" in str(result.error_in_exec)
     assert "ran" not in shell.user_ns
     (tmp_path / "d.html").mkdir()
@@ -80,6 +82,7 @@ def test_a_good_output_path_leaves_nothing_behind_when_checked(tmp_path):
 
 # -- numbers the core cannot hold -----------------------------------------------------------------
 
+
 class LoudRepr:
     calls = 0
 
@@ -88,9 +91,17 @@ class LoudRepr:
         return "X" * 1_000_000
 
 
-@pytest.mark.parametrize("kwargs", [{"min_bytes": 2**70}, {"min_bytes": 1e19},
-                                    {"min_bytes": 2**63}, {"warmup": 2**40},
-                                    {"sample_bytes": 2**64}, {"every": 2**31}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"min_bytes": 2**70},
+        {"min_bytes": 1e19},
+        {"min_bytes": 2**63},
+        {"warmup": 2**40},
+        {"sample_bytes": 2**64},
+        {"every": 2**31},
+    ],
+)
 def test_track_and_watch_refuse_numbers_out_of_range_when_called(kwargs):
     name = next(iter(kwargs))
     if name in ("min_bytes", "warmup"):
@@ -143,7 +154,8 @@ def test_an_allow_that_is_no_pattern_is_a_value_error(allow):
 
 # -- reports that are no reports, files that are no files ------------------------------------------
 
-@pytest.mark.parametrize("version", ["1", "null", "[\"torchleak.report/1\"]", "{}", "true"])
+
+@pytest.mark.parametrize("version", ["1", "null", '["torchleak.report/1"]', "{}", "true"])
 def test_a_schema_version_of_the_wrong_type_is_a_report_schema_error(version, tmp_path):
     text = f'{{"schema_version": {version}}}'
     with pytest.raises(_core.ReportSchemaError, match="not a torchleak.report/1 document"):
@@ -167,6 +179,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
             torchleak.Report.load(fifo)
         except ValueError as exc:
             outcome.append(str(exc))
+
     reader = threading.Thread(target=load, daemon=True)
     reader.start()
     reader.join(timeout=30)
@@ -188,8 +201,7 @@ def test_a_device_is_refused_not_read_without_end():
 
 def test_a_report_loaded_from_a_file_is_the_report_written(tmp_path):
     path = tmp_path / "r.json"
-    report = torchleak.Report.load(os.path.join(os.path.dirname(__file__), "..", "fixtures",
-                                                "leaky_loop.json"))
+    report = torchleak.Report.load(os.path.join(os.path.dirname(__file__), "..", "fixtures", "leaky_loop.json"))
     report.save(path)
     again = torchleak.Report.load(path)
     assert json.loads(again.to_json()) == json.loads(report.to_json())

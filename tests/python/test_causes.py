@@ -1,5 +1,6 @@
 """One leak, one entry: a cause that leaks through several allocation sites is one cause in the
 JSON and one LEAK block in the text, with its sites listed under it."""
+
 import torch
 
 import torchleak
@@ -20,11 +21,11 @@ def test_a_loss_kept_with_its_graph_is_one_cause_across_its_sites():
     (cause,) = report.causes
     assert cause["keeper"] == "loss_history"
     assert cause["holder"]["path_text"] == "loss_history"
-    assert sorted(cause["findings"]) == sorted(
-        i for i, f in enumerate(report.findings) if f.verdict == "leak")
+    assert sorted(cause["findings"]) == sorted(i for i, f in enumerate(report.findings) if f.verdict == "leak")
     assert cause["bytes_per_iteration"] == sum(f.bytes_per_iteration for f in report.leaks)
-    assert cause["text"].endswith(f"loss_history keeps every iteration's autograd graph, across "
-                                  f"{len(report.leaks)} allocation sites")
+    assert cause["text"].endswith(
+        f"loss_history keeps every iteration's autograd graph, across {len(report.leaks)} allocation sites"
+    )
     assert "loss.detach() or loss.item()" in cause["suggestion"]
     assert {f.severity for f in report.leaks} == {cause["severity"]}
     text = str(report)

@@ -24,8 +24,9 @@ for i in range(6):
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "torchleak", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "torchleak", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_leaky_script_fails_with_fail_on_leak_and_writes_json(tmp_path):
@@ -75,12 +76,13 @@ def test_a_script_refusing_a_torchleak_option_gets_a_hint(tmp_path):
     proc = run_cli("run", str(script), "--json", "out.json", cwd=tmp_path)
     assert proc.returncode == 3
     assert "unrecognized arguments: --json out.json" in proc.stderr  # the script's own parser
-    assert ("torchleak: the script failed after it was given --json, torchleak's option too: "
-            "torchleak's options go before the script") in proc.stderr
+    assert (
+        "torchleak: the script failed after it was given --json, torchleak's option too: "
+        "torchleak's options go before the script"
+    ) in proc.stderr
     assert not (tmp_path / "out.json").exists()
     # A script that takes its own --json gets no hint.
-    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--json')\n"
-                      "p.parse_args()\n")
+    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--json')\np.parse_args()\n")
     proc = run_cli("run", "--quiet", str(script), "--json", "out.json", cwd=tmp_path)
     assert proc.returncode == 0 and "torchleak's options go before" not in proc.stderr
 
@@ -95,21 +97,24 @@ def test_failing_script_exits_3_and_still_reports(tmp_path):
     assert json.loads(out.read_text())["schema_version"] == "torchleak.report/1"
 
 
-@pytest.mark.parametrize("args", [
-    [],
-    ["frobnicate"],
-    ["run"],
-    ["run", "--json"],
-    ["run", "--warmup", "x", "s.py"],
-    ["run", "--bogus", "s.py"],
-    ["run", "does-not-exist.py"],
-    ["run", "--json", "missing-dir/r.json", "s.py"],   # checked before the script runs
-    ["run", "--json", "r.txt", "s.py"],                # unknown extension
-    ["run", "--html", ".", "s.py"],                    # a directory
-    ["run", "--warmup", str(10**12), "s.py"],
-    ["run", "--warmup", "-1", "s.py"],
-    ["run", "--every", "2", "s.py"],                   # belongs to --watch
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["frobnicate"],
+        ["run"],
+        ["run", "--json"],
+        ["run", "--warmup", "x", "s.py"],
+        ["run", "--bogus", "s.py"],
+        ["run", "does-not-exist.py"],
+        ["run", "--json", "missing-dir/r.json", "s.py"],  # checked before the script runs
+        ["run", "--json", "r.txt", "s.py"],  # unknown extension
+        ["run", "--html", ".", "s.py"],  # a directory
+        ["run", "--warmup", str(10**12), "s.py"],
+        ["run", "--warmup", "-1", "s.py"],
+        ["run", "--every", "2", "s.py"],  # belongs to --watch
+    ],
+)
 def test_bad_arguments_print_usage_and_exit_2(args, tmp_path):
     (tmp_path / "s.py").write_text("pass\n")
     proc = run_cli(*args, cwd=tmp_path)
@@ -162,7 +167,7 @@ def test_the_scripts_traceback_begins_at_the_script_not_at_torchleak(tmp_path):
     lines = proc.stderr.splitlines()
     start = lines.index("Traceback (most recent call last):")
     assert lines[start + 1].startswith(f'  File "{script}", line 3'), proc.stderr
-    assert "torchleak" not in "\n".join(lines[start:start + 4])
+    assert "torchleak" not in "\n".join(lines[start : start + 4])
     assert "KeyError: 'no such batch'" in proc.stderr
 
 
@@ -176,8 +181,13 @@ def test_sys_exit_with_a_message_shows_it(tmp_path):
 
 def test_the_installed_kernelspec_is_readable_by_other_users(tmp_path):
     env = dict(os.environ, JUPYTER_DATA_DIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-m", "torchleak", "install-kernel", "--user"],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchleak", "install-kernel", "--user"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     spec = tmp_path / "kernels" / "torchleak"
     assert (spec.stat().st_mode & 0o777) == 0o755
@@ -220,18 +230,19 @@ def test_ctrl_c_while_the_report_is_built_still_saves_it_without_paths(tmp_path)
     script.write_text(LEAKY)
     out, html = tmp_path / "out.json", tmp_path / "out.html"
     # Ctrl-C lands in the first (path-walking) report; the one without paths must still come.
-    code = ("import sys, torchleak._tracking as t, torchleak.__main__ as m\n"
-            "real, pressed = t.Tracker.report, []\n"
-            "def report(self, *a, **k):\n"
-            "    if k.get('paths', True) and not self.active and not pressed:\n"
-            "        pressed.append(1)\n"
-            "        raise KeyboardInterrupt\n"
-            "    return real(self, *a, **k)\n"
-            "t.Tracker.report = report\n"
-            f"sys.exit(m.main(['run', '--json', {str(out)!r}, "
-            f"'--html', {str(html)!r}, {str(script)!r}]))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
+    code = (
+        "import sys, torchleak._tracking as t, torchleak.__main__ as m\n"
+        "real, pressed = t.Tracker.report, []\n"
+        "def report(self, *a, **k):\n"
+        "    if k.get('paths', True) and not self.active and not pressed:\n"
+        "        pressed.append(1)\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(self, *a, **k)\n"
+        "t.Tracker.report = report\n"
+        f"sys.exit(m.main(['run', '--json', {str(out)!r}, "
+        f"'--html', {str(html)!r}, {str(script)!r}]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3, proc.stdout + proc.stderr  # the run did not finish cleanly
     assert "interrupted (Ctrl-C) while retaining paths were walked" in proc.stderr
     report = json.loads(out.read_text())

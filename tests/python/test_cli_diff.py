@@ -21,18 +21,19 @@ for i in range(8):
 """
 # The fix: losses keeps numbers. An added comment moves every line below it, the other leak
 # (grads) stays.
-AFTER = BEFORE.replace("losses.append(loss)  # keeps the scalar and its graph",
-                       "losses.append(loss.item())").replace(
-                           "for i in range(8):", "# fixed: numbers only\nfor i in range(8):")
+AFTER = BEFORE.replace("losses.append(loss)  # keeps the scalar and its graph", "losses.append(loss.item())").replace(
+    "for i in range(8):", "# fixed: numbers only\nfor i in range(8):"
+)
 # A change that leaks more: every step's activations too.
-WORSE = BEFORE.replace("    torchleak.step()",
-                       "    acts.append(torch.ones(512, 512))\n    torchleak.step()").replace(
-                           "losses, grads = [], []", "losses, grads, acts = [], [], []")
+WORSE = BEFORE.replace("    torchleak.step()", "    acts.append(torch.ones(512, 512))\n    torchleak.step()").replace(
+    "losses, grads = [], []", "losses, grads, acts = [], [], []"
+)
 
 
 def run_cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "torchleak", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "torchleak", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +86,18 @@ def test_undoing_a_fix_is_a_regression(reports):
     assert proc.returncode == 1 and "NEW" in proc.stdout
 
 
-@pytest.mark.parametrize("args, words", [
-    (["only.json"], "diff needs two report files, got 1"),
-    (["missing.json", "missing.json"], "cannot read missing.json"),
-    (["notareport.json", "notareport.json"], "not a torchleak report"),
-    (["{b}", "{b}", "--tolerance", "lots"], "--tolerance needs a percentage"),
-    (["{b}", "{b}", "--tolerance", "-5"], "--tolerance must be between 0 and 1000"),
-    (["{b}", "{b}", "--json", "out.txt"], "must end in .json"),
-    (["{b}", "{b}", "--colour"], "unknown option '--colour'"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["only.json"], "diff needs two report files, got 1"),
+        (["missing.json", "missing.json"], "cannot read missing.json"),
+        (["notareport.json", "notareport.json"], "not a torchleak report"),
+        (["{b}", "{b}", "--tolerance", "lots"], "--tolerance needs a percentage"),
+        (["{b}", "{b}", "--tolerance", "-5"], "--tolerance must be between 0 and 1000"),
+        (["{b}", "{b}", "--json", "out.txt"], "must end in .json"),
+        (["{b}", "{b}", "--colour"], "unknown option '--colour'"),
+    ],
+)
 def test_usage_errors_exit_2_with_the_usage(reports, tmp_path, args, words):
     (tmp_path / "notareport.json").write_text('{"schema_version": "something else"}')
     args = [a.format(b=reports["before"]) for a in args]

@@ -5,6 +5,7 @@ torch/csrc/cuda/Module.cpp, torch/cuda/memory.py; ../shared/research/cuda-static
 one global recording switch, isHistoryEnabled raising under the cudaMallocAsync backend,
 snapshots of segments and blocks, 2.15's per-block traceback, and an OOM observer called with
 (device, segment size, capacity or cap, free bytes)."""
+
 import pytest
 import torch
 
@@ -28,38 +29,68 @@ def test_cpu_build_never_touches_cuda():
 
 
 def test_block_stacks_from_a_snapshot():
-    snapshot = {"segments": [{
-        "address": 0x7f0000000000, "total_size": 6 << 20,
-        "blocks": [
-            {"size": 2 << 20, "state": "active_allocated", "frames": [
-                {"filename": "/venv/torch/nn/functional.py", "line": 2385, "name": "linear"},
-                {"filename": "/home/u/train.py", "line": 42, "name": "step"}]},
-            {"size": 2 << 20, "state": "inactive", "frames": []},
-            {"size": 2 << 20, "state": "active_allocated", "frames": [
-                {"filename": "/tmp/ipykernel_1/123.py", "line": 3, "name": "<module>"}]},
-        ]}]}
+    snapshot = {
+        "segments": [
+            {
+                "address": 0x7F0000000000,
+                "total_size": 6 << 20,
+                "blocks": [
+                    {
+                        "size": 2 << 20,
+                        "state": "active_allocated",
+                        "frames": [
+                            {"filename": "/venv/torch/nn/functional.py", "line": 2385, "name": "linear"},
+                            {"filename": "/home/u/train.py", "line": 42, "name": "step"},
+                        ],
+                    },
+                    {"size": 2 << 20, "state": "inactive", "frames": []},
+                    {
+                        "size": 2 << 20,
+                        "state": "active_allocated",
+                        "frames": [{"filename": "/tmp/ipykernel_1/123.py", "line": 3, "name": "<module>"}],
+                    },
+                ],
+            }
+        ]
+    }
     stacks = _cuda.block_stacks(snapshot)
-    assert set(stacks) == {0x7f0000000000, 0x7f0000000000 + (4 << 20)}
-    first = stacks[0x7f0000000000]
+    assert set(stacks) == {0x7F0000000000, 0x7F0000000000 + (4 << 20)}
+    first = stacks[0x7F0000000000]
     assert first[0] == ("/venv/torch/nn/functional.py", 2385, "linear")
     assert first[1] == ("/home/u/train.py", 42, "step")
     # The core classifies these frames with the rule it uses for the hook's own frames.
     frame_filter = _core.FrameFilter(["/venv/torch/"], [], {"/tmp/ipykernel_1/123.py": 7})
     assert frame_filter.classify(first[0][0]) == (False, None)
     assert frame_filter.classify(first[1][0]) == (True, None)
-    assert frame_filter.classify(stacks[0x7f0000000000 + (4 << 20)][0][0]) == (True, 7)
+    assert frame_filter.classify(stacks[0x7F0000000000 + (4 << 20)][0][0]) == (True, 7)
 
 
 def test_native_frames_recorded_by_the_default_history_are_never_sites():
     # _record_memory_history()'s default, stacks="all", puts C++ frames first; the core would
     # count their files (not under torch, the stdlib or site-packages) as user code.
-    snapshot = {"segments": [{"address": 0x1000, "blocks": [
-        {"size": 512, "state": "active_allocated", "frames": [
-            {"filename": "/pytorch/c10/cuda/CUDACachingAllocator.cpp", "line": 1200,
-             "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"},
-            {"filename": "??", "line": 0, "name": "PyObject_Call"},
-            {"filename": "/pytorch/aten/src/ATen/native/cuda/Blas.cu", "line": 3, "name": "gemm"},
-            USER_FRAME]}]}]}
+    snapshot = {
+        "segments": [
+            {
+                "address": 0x1000,
+                "blocks": [
+                    {
+                        "size": 512,
+                        "state": "active_allocated",
+                        "frames": [
+                            {
+                                "filename": "/pytorch/c10/cuda/CUDACachingAllocator.cpp",
+                                "line": 1200,
+                                "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+                            },
+                            {"filename": "??", "line": 0, "name": "PyObject_Call"},
+                            {"filename": "/pytorch/aten/src/ATen/native/cuda/Blas.cu", "line": 3, "name": "gemm"},
+                            USER_FRAME,
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     assert _cuda.block_stacks(snapshot) == {0x1000: [("/home/u/train.py", 42, "step")]}
 
 
@@ -78,8 +109,10 @@ class FakeCudaHistory:
     def _check(self):
         if self.backend != "native":
             # CUDAAllocator's default: TORCH_CHECK(false, name(), " does not yet support ...")
-            raise RuntimeError(f"{self.backend} does not yet support recordHistory. If you "
-                               "need it, please file an issue describing your use case.")
+            raise RuntimeError(
+                f"{self.backend} does not yet support recordHistory. If you "
+                "need it, please file an issue describing your use case."
+            )
 
     def is_enabled(self):
         self._check()
@@ -103,10 +136,8 @@ class FakeCudaHistory:
 def fake_cuda(monkeypatch):
     fake = FakeCudaHistory()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: fake.is_enabled(),
-                        raising=False)
-    monkeypatch.setattr(torch._C, "_cuda_getAllocatorBackend", lambda: fake.backend,
-                        raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: fake.is_enabled(), raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getAllocatorBackend", lambda: fake.backend, raising=False)
     monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", fake.record)
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda *a, **k: fake.snapshot())
     monkeypatch.setattr(_cuda, "_observed", True)  # no real observer to attach
@@ -121,8 +152,7 @@ def tracked_run():
 
 
 @pytest.mark.parametrize("backend_known", [True, False])
-def test_cuda_malloc_async_tracks_without_stacks_and_says_so(fake_cuda, monkeypatch,
-                                                               backend_known):
+def test_cuda_malloc_async_tracks_without_stacks_and_says_so(fake_cuda, monkeypatch, backend_known):
     fake_cuda.backend = "cudaMallocAsync"
     if not backend_known:  # a torch that does not name its backend: isHistoryEnabled raises
         monkeypatch.delattr(torch._C, "_cuda_getAllocatorBackend")
@@ -162,15 +192,13 @@ def test_the_user_stopping_the_history_inside_the_block_is_a_warning(fake_cuda):
 
 def test_a_history_without_context_is_a_warning(fake_cuda):
     fake_cuda.enabled = True  # the user's, started with context=None: blocks have no frames
-    fake_cuda.segments = [{"address": 0x1000, "blocks": [
-        {"size": 512, "state": "active_allocated", "frames": []}]}]
+    fake_cuda.segments = [{"address": 0x1000, "blocks": [{"size": 512, "state": "active_allocated", "frames": []}]}]
     tracker = tracked_run()
     assert any("recorded no stacks" in w for w in tracker.report().warnings)
 
 
 def test_mid_run_lookups_read_only_new_blocks(fake_cuda, monkeypatch):
-    monkeypatch.setattr(torch.cuda.memory, "_allocation_traceback",
-                        fake_cuda.allocation_traceback, raising=False)
+    monkeypatch.setattr(torch.cuda.memory, "_allocation_traceback", fake_cuda.allocation_traceback, raising=False)
     fake_cuda.tracebacks = {0xA0: [USER_FRAME], 0xB0: [USER_FRAME], 0xC0: [USER_FRAME]}
     history = _cuda.CudaHistory()
     history.start()
@@ -188,8 +216,9 @@ def test_mid_run_lookups_read_only_new_blocks(fake_cuda, monkeypatch):
 
 def test_mid_run_without_per_block_lookup_snapshots_only_for_new_blocks(fake_cuda, monkeypatch):
     monkeypatch.delattr(torch.cuda.memory, "_allocation_traceback", raising=False)
-    fake_cuda.segments = [{"address": 0xA0, "blocks": [
-        {"size": 16, "state": "active_allocated", "frames": [USER_FRAME]}]}]
+    fake_cuda.segments = [
+        {"address": 0xA0, "blocks": [{"size": 16, "state": "active_allocated", "frames": [USER_FRAME]}]}
+    ]
     history = _cuda.CudaHistory()
     history.start()
     try:
@@ -208,8 +237,9 @@ def test_the_oom_observer_reads_segment_and_capacity_as_what_they_are(fake_cuda,
     with pytest.raises(torch.OutOfMemoryError) as info:
         with torchleak.track():
             _tracking._on_cuda_out_of_memory(0, 20 * MiB, 80 * GiB, MiB)
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.00 MiB. GPU 0 "
-                                         "has a total capacity of 80.00 GiB")
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 3.00 MiB. GPU 0 has a total capacity of 80.00 GiB"
+            )
     oom = info.value.torchleak_report.oom
     assert oom["device"] == "cuda:0"
     assert "requested_bytes" not in oom or oom["requested_bytes"] is None  # not the segment
@@ -228,14 +258,15 @@ def test_the_oom_observer_never_raises(fake_cuda, monkeypatch):
         # replace the user's OutOfMemoryError
 
 
-@pytest.mark.parametrize("message, device", [
-    ("CUDA error: out of memory", "cuda:0"),
-    ("CUDA out of memory. Tried to allocate 2.00 MiB. GPU 3 has a total capacity of 79 GiB",
-     "cuda:3"),
-    ("CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle): cuBLAS out of memory",
-     "cuda:0"),
-    ("DefaultCPUAllocator: not enough memory: you tried to allocate 1099511627776 bytes", "cpu"),
-])
+@pytest.mark.parametrize(
+    "message, device",
+    [
+        ("CUDA error: out of memory", "cuda:0"),
+        ("CUDA out of memory. Tried to allocate 2.00 MiB. GPU 3 has a total capacity of 79 GiB", "cuda:3"),
+        ("CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle): cuBLAS out of memory", "cuda:0"),
+        ("DefaultCPUAllocator: not enough memory: you tried to allocate 1099511627776 bytes", "cpu"),
+    ],
+)
 def test_an_oom_no_allocator_reported_is_on_the_device_its_message_names(message, device):
     with pytest.raises(RuntimeError) as info:
         with torchleak.track():

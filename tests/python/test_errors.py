@@ -1,4 +1,5 @@
 """The one translation table from C++ exceptions to Python exceptions (kernel_ext/src/bindings/python.cpp)."""
+
 import json
 import os
 
@@ -7,14 +8,17 @@ import pytest
 from torchleak import _core, _testing
 
 
-@pytest.mark.parametrize("kind, exc_type", [
-    ("state", RuntimeError),
-    ("invalid", ValueError),
-    ("schema", _core.ReportSchemaError),
-    ("io", OSError),
-    ("base", RuntimeError),
-    ("std", RuntimeError),
-])
+@pytest.mark.parametrize(
+    "kind, exc_type",
+    [
+        ("state", RuntimeError),
+        ("invalid", ValueError),
+        ("schema", _core.ReportSchemaError),
+        ("io", OSError),
+        ("base", RuntimeError),
+        ("std", RuntimeError),
+    ],
+)
 def test_cpp_exceptions_become_these_python_exceptions(kind, exc_type):
     with pytest.raises(exc_type, match=r"from C\+\+|error"):
         _testing.raise_error(kind)
@@ -33,8 +37,7 @@ def test_bad_report_inputs_are_value_errors():
 
 
 def test_diff_of_bad_documents_or_tolerance_is_a_value_error():
-    with open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "empty.json"),
-              encoding="utf-8") as fh:
+    with open(os.path.join(os.path.dirname(__file__), "..", "fixtures", "empty.json"), encoding="utf-8") as fh:
         empty = fh.read()
     assert '"regressed":false' in _core.diff_reports(empty, empty)
     with pytest.raises(_core.ReportSchemaError):

@@ -1,5 +1,6 @@
 """Allocation stacks on every supported CPython, and a loud warning (never a silent
 `<unknown>:0` site) where they cannot be read."""
+
 import json
 import subprocess
 import sys
@@ -29,8 +30,7 @@ def test_the_site_is_read_without_the_gil_on_this_interpreter():
 
     report = torchleak.check(step, iterations=6, warmup=1)
     (leak,) = report.leaks
-    line = next(i for i, text in enumerate(open(__file__), 1) if "# ALLOC" in text
-                and "kept.append" in text)
+    line = next(i for i, text in enumerate(open(__file__), 1) if "# ALLOC" in text and "kept.append" in text)
     assert (leak.site["file"], leak.site["line"]) == (__file__, line)
     assert not any("allocation sites" in w for w in report.warnings)
 
@@ -75,6 +75,7 @@ def test_a_warnings_filter_that_raises_leaves_no_hook(capture_broken):
     # The warning is given before the hook is installed (the autouse fixture checks).
     with pytest.warns(RuntimeWarning):
         import warnings
+
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
             with pytest.raises(RuntimeWarning):
@@ -85,21 +86,28 @@ def test_a_warnings_filter_that_raises_leaves_no_hook(capture_broken):
 
 def test_the_cli_says_so_on_stderr(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch
         import torchleak
         kept = []
         for _ in range(6):
             kept.append(torch.randn(128, 128))
             torchleak.step()
-        """))
+        """)
+    )
     # Capture off before the CLI starts tracking, as on an interpreter with no frame layout.
-    launcher = ("import sys; from torchleak import _core; "
-                "_core._disable_frame_capture_for_testing(True); "
-                "from torchleak.__main__ import main; sys.exit(main(sys.argv[1:]))")
-    proc = subprocess.run([sys.executable, "-c", launcher, "run",
-                           "--json", str(tmp_path / "r.json"), str(script)],
-                          capture_output=True, text=True, timeout=120)
+    launcher = (
+        "import sys; from torchleak import _core; "
+        "_core._disable_frame_capture_for_testing(True); "
+        "from torchleak.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", launcher, "run", "--json", str(tmp_path / "r.json"), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "allocation sites are unavailable" in proc.stderr
     assert "<unknown>:0" not in proc.stdout + proc.stderr

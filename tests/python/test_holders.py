@@ -4,6 +4,7 @@ The two-holder case: one line allocates every output (a shared `fwd()`), one ite
 512 KiB output in `train_outs` and a 128 KiB one in `val_outs`. Each list is its own finding,
 cause and fix, in every place a user reads a verdict.
 """
+
 import json
 
 import pytest
@@ -27,7 +28,7 @@ def fwd(n):
 
 def one_iteration():
     train_outs.append(fwd(512).detach())  # 512 KiB
-    val_outs.append(fwd(128).detach())    # 128 KiB
+    val_outs.append(fwd(128).detach())  # 128 KiB
 
 
 @pytest.fixture(autouse=True)
@@ -97,8 +98,7 @@ def test_a_state_passed_inline_is_as_clean_as_one_bound_to_a_name():
     # holds) is not a leak: growth is the evidence, the path only the explanation.
     def make_state():
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                    torch.nn.Linear(128, 1))
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
         return model, torch.optim.SGD(model.parameters(), lr=0.01)
 
     def iteration(state):
@@ -118,15 +118,17 @@ def test_a_state_passed_inline_is_as_clean_as_one_bound_to_a_name():
 @pytest.fixture
 def shell(shell):
     """conftest's shell, with the one site and its two lists defined."""
-    run(shell, "w = torch.randn(256, 256)\n"
-               "def fwd(n):\n    return torch.relu(torch.ones(n, 256) @ w)\n"
-               "train_outs, val_outs = [], []")
+    run(
+        shell,
+        "w = torch.randn(256, 256)\n"
+        "def fwd(n):\n    return torch.relu(torch.ones(n, 256) @ w)\n"
+        "train_outs, val_outs = [], []",
+    )
     yield shell
     run(shell, "%leakwatch off")
 
 
 CELL = "train_outs.append(fwd(512).detach())\nval_outs.append(fwd(128).detach())"
-
 
 
 def _holders(findings):
@@ -147,14 +149,14 @@ def test_the_ledger_and_leakreport_name_each_holder(shell, tmp_path):
         cells.append(shell.execution_count)
         run(shell, CELL)
     lines = ledger(shell)
-    assert lines[-1] == (f"torchleak: In [{cells[-1]}] left 640.0 KiB alive: "
-                         "train_outs 512.0 KiB, val_outs 128.0 KiB"), lines
+    assert lines[-1] == (
+        f"torchleak: In [{cells[-1]}] left 640.0 KiB alive: train_outs 512.0 KiB, val_outs 128.0 KiB"
+    ), lines
     out = tmp_path / "nb.json"
     assert run(shell, f"%leakreport --json {out}").success
     report = json.loads(out.read_text())
     assert _holders(report["findings"]) == {"train_outs", "val_outs"}
-    rates = {f["holder"]["path_text"]: f["bytes_per_iteration"] for f in report["findings"]
-             if f["verdict"] == "leak"}
+    rates = {f["holder"]["path_text"]: f["bytes_per_iteration"] for f in report["findings"] if f["verdict"] == "leak"}
     assert rates == {"train_outs": 512 * KiB, "val_outs": 128 * KiB}
 
 
@@ -182,11 +184,15 @@ def test_the_list_that_keeps_every_run_is_the_holder_not_the_name_of_the_last(sh
     cells = []
     for _ in range(4):
         cells.append(shell.execution_count)
-        run(shell, "with torch.no_grad():\n    logits = model(torch.ones(256, 512))\n"
-                   "all_logits.append(logits)\nlogits_for_plot = logits[:8]")
+        run(
+            shell,
+            "with torch.no_grad():\n    logits = model(torch.ones(256, 512))\n"
+            "all_logits.append(logits)\nlogits_for_plot = logits[:8]",
+        )
         run(shell, "z = 1")
-    assert ledger(shell)[-1].startswith(
-        f"torchleak: In [{cells[-1]}] left 1000.0 KiB alive: all_logits 1000.0 KiB"), ledger(shell)
+    assert ledger(shell)[-1].startswith(f"torchleak: In [{cells[-1]}] left 1000.0 KiB alive: all_logits 1000.0 KiB"), (
+        ledger(shell)
+    )
     out = tmp_path / "nb.json"
     assert run(shell, f"%leakreport --json {out}").success
     report = json.loads(out.read_text())
@@ -205,8 +211,7 @@ def test_fifty_lists_filled_in_turn_are_fifty_leaks_one_group_and_one_score_entr
     assert all(f["bytes_per_iteration"] == 10 * KiB and f["count"] == 8 for f in leaks)
     [group] = data["cause_groups"]
     assert group["container"] == "buffers" and sorted(group["causes"]) == list(range(50))
-    assert group["text"].startswith("500.0 KiB per iteration: 50 lists in buffers grow every "
-                                     "iteration (buffers.l")
+    assert group["text"].startswith("500.0 KiB per iteration: 50 lists in buffers grow every iteration (buffers.l")
     assert len(data["summary"]["recommendations"]) == 1  # one leak for the score, not fifty
 
 
@@ -217,8 +222,9 @@ def test_a_loop_variable_naming_the_last_of_fifty_lists_is_a_leak_not_a_plateau(
     # holder, its blocks get paths of their own: a leak of one tensor per iteration.
     out = tmp_path / "r.json"
     run(shell, "import torch\nstores = {f's{i}': [] for i in range(50)}")
-    assert run(shell, f"%%leakcheck -n 8 --json {out}\nfor kept in stores.values():\n"
-                      f"    kept.append(torch.ones(2560))").success
+    assert run(
+        shell, f"%%leakcheck -n 8 --json {out}\nfor kept in stores.values():\n    kept.append(torch.ones(2560))"
+    ).success
     report = json.loads(out.read_text())
     assert {f["verdict"] for f in report["findings"]} == {"leak"}
     [kept] = [f for f in report["findings"] if f["holder"]["path_text"] == "kept"]

@@ -1,6 +1,7 @@
 """The exchange of a torch.distributed job's reports through its store, in one process: a
 HashStore stands for the job's TCPStore, threads for the ranks (the torchrun tests in
 tests/distributed run the real thing)."""
+
 import json
 import re
 import threading
@@ -25,6 +26,7 @@ def rank_report(keep=None):
     def body():
         if keep is not None:
             keep.append(torch.ones(64, 1024))
+
     return torchleak.check(body, iterations=6, warmup=1)
 
 
@@ -47,15 +49,22 @@ def in_threads(exchanges, **options):
 
 def run_ranks(world_size, store, posts, timeout=5.0):
     """Each rank in `posts` (rank -> (report, status, note)) exchanges in a thread of its own."""
-    return in_threads([(rank, _job.Job(rank, world_size, store), report,
-                        {"status": status, "note": note})
-                       for rank, (report, status, note) in posts.items()], timeout=timeout)
+    return in_threads(
+        [
+            (rank, _job.Job(rank, world_size, store), report, {"status": status, "note": note})
+            for rank, (report, status, note) in posts.items()
+        ],
+        timeout=timeout,
+    )
 
 
 def test_rank_zero_merges_and_the_others_are_told():
     kept = []
-    reports = {0: (rank_report(), "ok", ""), 1: (rank_report(kept), "ok", ""),
-               2: (rank_report(), "failed", "RuntimeError: <b>boom</b>")}
+    reports = {
+        0: (rank_report(), "ok", ""),
+        1: (rank_report(kept), "ok", ""),
+        2: (rank_report(), "failed", "RuntimeError: <b>boom</b>"),
+    }
     results = run_ranks(3, dist.HashStore(), reports)
     merged = results[0].merged.to_dict()
     assert results[1].confirmed and results[2].confirmed and results[1].merged is None
@@ -79,8 +88,9 @@ def test_a_sigterm_during_the_wait_shortens_it():
     stopping = threading.Event()
     threading.Timer(0.3, stopping.set).start()
     started = time.monotonic()
-    result = _job.exchange(_job.Job(0, 2, dist.HashStore()), rank_report(), timeout=60,
-                           hurry=stopping.is_set, hurry_seconds=0.5)
+    result = _job.exchange(
+        _job.Job(0, 2, dist.HashStore()), rank_report(), timeout=60, hurry=stopping.is_set, hurry_seconds=0.5
+    )
     assert time.monotonic() - started < 10
     [_, missing] = result.merged.to_dict()["ranks"]["ranks"]
     assert missing["status"] == "missing"
@@ -109,12 +119,15 @@ def test_an_unreadable_post_and_a_store_that_is_gone():
     assert not gone.confirmed and "unreachable" in gone.note
 
 
-@pytest.mark.parametrize("path, rank, expected", [
-    ("r{rank}.json", 2, "r2.json"),
-    ("out/job.json", 0, "out/job.json"),
-    ("out/job.json", 3, "out/job.rank3.json"),
-    ("job.html", "1", "job.rank1.html"),
-])
+@pytest.mark.parametrize(
+    "path, rank, expected",
+    [
+        ("r{rank}.json", 2, "r2.json"),
+        ("out/job.json", 0, "out/job.json"),
+        ("out/job.json", 3, "out/job.rank3.json"),
+        ("job.html", "1", "job.rank1.html"),
+    ],
+)
 def test_where_a_rank_writes_its_own_report(path, rank, expected):
     assert _job.rank_path(path, rank) == expected
 
@@ -137,8 +150,7 @@ class ForeignReport:
 
 def test_a_rank_whose_report_rank_zero_rejects_is_told_so_and_keeps_its_own():
     # It used to be told "merged at rank 0" and keep nothing.
-    results = run_ranks(2, dist.HashStore(), {0: (rank_report(), "ok", ""),
-                                              1: (ForeignReport(), "ok", "")})
+    results = run_ranks(2, dist.HashStore(), {0: (rank_report(), "ok", ""), 1: (ForeignReport(), "ok", "")})
     assert results[0].confirmed and results[0].complete
     assert not results[1].confirmed and not results[1].complete
     assert results[1].note.startswith("rank 0 could not merge it: its report could not be read")
@@ -162,8 +174,10 @@ def large_report(findings=400):
     data = report.to_dict()
     [leak] = [f for f in data["findings"] if f["verdict"] == "leak"]
     # Distinct sites: the merge keeps one finding per site and verdict.
-    data["findings"] = [dict(leak, verdict="plateau", text="x" * 20000,
-                             site=dict(leak["site"], line=10000 + i)) for i in range(findings)]
+    data["findings"] = [
+        dict(leak, verdict="plateau", text="x" * 20000, site=dict(leak["site"], line=10000 + i))
+        for i in range(findings)
+    ]
     data["findings"].append(leak)
     return torchleak.Report(json.dumps(data))
 
@@ -173,10 +187,9 @@ def tcp_store():
     """A real TCPStore on 127.0.0.1 (its server refuses values over 8 MiB, a HashStore does
     not), on a free port, every call bounded."""
     from datetime import timedelta
-    server = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False,
-                           timeout=timedelta(seconds=30))
-    yield lambda: dist.TCPStore("127.0.0.1", server.port, 1, is_master=False,
-                                timeout=timedelta(seconds=30))
+
+    server = dist.TCPStore("127.0.0.1", 0, 1, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    yield lambda: dist.TCPStore("127.0.0.1", server.port, 1, is_master=False, timeout=timedelta(seconds=30))
 
 
 def test_a_report_over_the_stores_8_mib_arrives_in_parts(tcp_store):
@@ -185,8 +198,9 @@ def test_a_report_over_the_stores_8_mib_arrives_in_parts(tcp_store):
     big = large_report(findings=500)
     assert len(big.to_json()) > 9 * 2**20
     keys, _ = _job._keys(_job.Job(1, 2, None))  # the keys of the exchange about to be made
-    results = in_threads([(0, _job.Job(0, 2, tcp_store()), rank_report()),
-                          (1, _job.Job(1, 2, tcp_store()), big)], timeout=20)
+    results = in_threads(
+        [(0, _job.Job(0, 2, tcp_store()), rank_report()), (1, _job.Job(1, 2, tcp_store()), big)], timeout=20
+    )
     assert results[1].confirmed and results[1].complete, results[1].note
     merged = results[0].merged.to_dict()
     assert [r["status"] for r in merged["ranks"]["ranks"]] == ["ok", "ok"]
@@ -201,29 +215,39 @@ def test_a_report_over_the_stores_8_mib_arrives_in_parts(tcp_store):
 def test_a_report_over_the_post_limit_sends_its_leaks_and_the_rank_keeps_the_whole():
     big = large_report(findings=200)
     store = dist.HashStore()
-    results = in_threads([(0, _job.Job(0, 2, store), rank_report()),
-                          (1, _job.Job(1, 2, store), big)], timeout=5, max_post_bytes=2**20)
+    results = in_threads(
+        [(0, _job.Job(0, 2, store), rank_report()), (1, _job.Job(1, 2, store), big)], timeout=5, max_post_bytes=2**20
+    )
     assert results[1].confirmed and not results[1].complete
     assert "rank 0 got a summary of 1 of its 201 findings (its largest leaks)" in results[1].note
     merged = results[0].merged.to_dict()
     [leak] = merged["findings"]
     assert leak["verdict"] == "leak" and leak["ranks"] == [1]
     [warning] = merged["warnings"]
-    assert re.fullmatch(r"rank 1: this rank's report \(\d+ MiB\) is over the 1 MiB a rank "
-                        r"sends; rank 0 got a summary of 1 of its 201 findings \(its largest "
-                        r"leaks\); the whole report is in its own file", warning), warning
+    assert re.fullmatch(
+        r"rank 1: this rank's report \(\d+ MiB\) is over the 1 MiB a rank "
+        r"sends; rank 0 got a summary of 1 of its 201 findings \(its largest "
+        r"leaks\); the whole report is in its own file",
+        warning,
+    ), warning
 
 
 def test_two_jobs_sharing_a_store_do_not_merge_each_others_ranks():
     store = dist.HashStore()
     kept = []
-    results = in_threads([(("a", 0), _job.Job(0, 2, store, run_id="a"), rank_report()),
-                          (("a", 1), _job.Job(1, 2, store, run_id="a"), rank_report(kept)),
-                          (("b", 0), _job.Job(0, 2, store, run_id="b"), rank_report()),
-                          (("b", 1), _job.Job(1, 2, store, run_id="b"), rank_report())],
-                         timeout=5)
-    leaking = {name: [f["ranks"] for f in results[name, 0].merged.to_dict()["findings"]
-                      if f["verdict"] == "leak"] for name in "ab"}
+    results = in_threads(
+        [
+            (("a", 0), _job.Job(0, 2, store, run_id="a"), rank_report()),
+            (("a", 1), _job.Job(1, 2, store, run_id="a"), rank_report(kept)),
+            (("b", 0), _job.Job(0, 2, store, run_id="b"), rank_report()),
+            (("b", 1), _job.Job(1, 2, store, run_id="b"), rank_report()),
+        ],
+        timeout=5,
+    )
+    leaking = {
+        name: [f["ranks"] for f in results[name, 0].merged.to_dict()["findings"] if f["verdict"] == "leak"]
+        for name in "ab"
+    }
     assert leaking == {"a": [[1]], "b": []}
 
 
@@ -242,19 +266,33 @@ class TrackerOfRank1:
         return self._exchange
 
 
-@pytest.mark.parametrize("exchange, keeps, says", [
-    (_job.Exchange(None, True), False, "; merged at rank 0\n"),
-    (_job.Exchange(None, True, "this rank's report (90 MiB) is over the 64 MiB a rank sends; "
-                   "rank 0 got a summary of 1 of its 9 findings", complete=False), True,
-     "; merged at rank 0 in part (this rank's report (90 MiB) is over the 64 MiB a rank sends; "
-     "rank 0 got a summary of 1 of its 9 findings); the whole report is kept on its own\n"),
-    (_job.Exchange(None, False, "rank 0 could not merge it: its report could not be read"),
-     True, "; not merged (rank 0 could not merge it: its report could not be read); this "
-           "rank's report is kept on its own\n"),
-])
-def test_the_cli_keeps_a_ranks_own_report_unless_all_of_it_was_merged(
-        tmp_path, capsys, exchange, keeps, says):
+@pytest.mark.parametrize(
+    "exchange, keeps, says",
+    [
+        (_job.Exchange(None, True), False, "; merged at rank 0\n"),
+        (
+            _job.Exchange(
+                None,
+                True,
+                "this rank's report (90 MiB) is over the 64 MiB a rank sends; "
+                "rank 0 got a summary of 1 of its 9 findings",
+                complete=False,
+            ),
+            True,
+            "; merged at rank 0 in part (this rank's report (90 MiB) is over the 64 MiB a rank sends; "
+            "rank 0 got a summary of 1 of its 9 findings); the whole report is kept on its own\n",
+        ),
+        (
+            _job.Exchange(None, False, "rank 0 could not merge it: its report could not be read"),
+            True,
+            "; not merged (rank 0 could not merge it: its report could not be read); this "
+            "rank's report is kept on its own\n",
+        ),
+    ],
+)
+def test_the_cli_keeps_a_ranks_own_report_unless_all_of_it_was_merged(tmp_path, capsys, exchange, keeps, says):
     from torchleak.__main__ import _finish
+
     opts = {"json": str(tmp_path / "job.json"), "html": None, "quiet": False, "redact": False}
     _finish(TrackerOfRank1(exchange), opts, None, 1.0)
     assert capsys.readouterr().out.endswith(says)

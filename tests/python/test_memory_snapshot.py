@@ -69,13 +69,25 @@ def test_a_clean_run_is_an_empty_snapshot_the_viewer_still_reads(tmp_path):
 
 def test_unlisted_blocks_become_one_block_that_says_so():
     frame = {"file": "train.py", "line": 7, "function": "step", "text": "train.py:7"}
-    data = {"iterations": 3, "findings": [{
-        "device": "cuda:1", "stack": [frame],
-        "live_blocks": [{"address": 4096, "size": 512, "iteration": 0, "sequence": 1},
-                        {"address": 8192, "size": 512, "iteration": 2, "sequence": 9}],
-        "live_blocks_unlisted": {"count": 5000, "bytes": 5000 * 512}},
-        {"device": "cpu", "stack": [frame],
-         "live_blocks": [{"address": 100, "size": 8, "iteration": 1, "sequence": 4}]}]}
+    data = {
+        "iterations": 3,
+        "findings": [
+            {
+                "device": "cuda:1",
+                "stack": [frame],
+                "live_blocks": [
+                    {"address": 4096, "size": 512, "iteration": 0, "sequence": 1},
+                    {"address": 8192, "size": 512, "iteration": 2, "sequence": 9},
+                ],
+                "live_blocks_unlisted": {"count": 5000, "bytes": 5000 * 512},
+            },
+            {
+                "device": "cpu",
+                "stack": [frame],
+                "live_blocks": [{"address": 100, "size": 8, "iteration": 1, "sequence": 4}],
+            },
+        ],
+    }
     snapshot = memory_snapshot.render(data)
     assert snapshot["torchleak"]["devices"] == {"1": "cuda:1", "2": "cpu"}
     assert [len(t) for t in snapshot["device_traces"]] == [0, 2, 1]

@@ -1,4 +1,5 @@
 """The IPython extension without a kernel: magics, MIME bundles, usage errors, unload."""
+
 import json
 import re
 import sys
@@ -67,11 +68,24 @@ def test_leakcheck_o_keeps_the_report_under_the_users_name(shell):
     assert leak.holder["path_text"] == "kept"
 
 
-@pytest.mark.parametrize("line", [
-    "-n 0", "-n 10000000000000", "--warmup 99999999999", "-n many", "--bogus", "--min-bytes lots",
-    "-n 3 --warmup 3", "--json", "-n '2",
-    "-o", "-o 1x", "-o class", "-o a.b",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "-n 0",
+        "-n 10000000000000",
+        "--warmup 99999999999",
+        "-n many",
+        "--bogus",
+        "--min-bytes lots",
+        "-n 3 --warmup 3",
+        "--json",
+        "-n '2",
+        "-o",
+        "-o 1x",
+        "-o class",
+        "-o a.b",
+    ],
+)
 def test_bad_leakcheck_options_are_usage_errors_with_the_usage_line(shell, line):
     result = run(shell, f"%%leakcheck {line}\nx = 1\n")
     assert not result.success
@@ -80,15 +94,18 @@ def test_bad_leakcheck_options_are_usage_errors_with_the_usage_line(shell, line)
     assert not _core.profiler_state_installed()
 
 
-@pytest.mark.parametrize("source, usage", [
-    ("%leakwatch on off", "%leakwatch [on|off|reset]"),
-    ("%leakwatch maybe", "%leakwatch [on|off|reset]"),
-    ("%leakreport --bogus", "%leakreport [--json PATH]"),
-    ("%leakreport", "%leakreport [--json PATH]"),
-    ("%leakconfig colour=red", "%leakconfig [KEY=VALUE"),
-    ("%leakconfig min_confidence=9", "%leakconfig [KEY=VALUE"),
-    ("%leakconfig warmup", "%leakconfig [KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "source, usage",
+    [
+        ("%leakwatch on off", "%leakwatch [on|off|reset]"),
+        ("%leakwatch maybe", "%leakwatch [on|off|reset]"),
+        ("%leakreport --bogus", "%leakreport [--json PATH]"),
+        ("%leakreport", "%leakreport [--json PATH]"),
+        ("%leakconfig colour=red", "%leakconfig [KEY=VALUE"),
+        ("%leakconfig min_confidence=9", "%leakconfig [KEY=VALUE"),
+        ("%leakconfig warmup", "%leakconfig [KEY=VALUE"),
+    ],
+)
 def test_other_magics_reject_bad_input_with_usage_errors(shell, source, usage):
     result = run(shell, source)
     assert type(result.error_in_exec).__name__ == "UsageError", result.output
@@ -97,6 +114,7 @@ def test_other_magics_reject_bad_input_with_usage_errors(shell, source, usage):
 
 def test_leakconfig_sets_values_and_validates_all_before_changing_any(shell):
     import torchleak
+
     assert run(shell, "%leakconfig min_leak_bytes_per_iteration=1MiB allow=kv_cache*").success
     assert torchleak.config.min_leak_bytes_per_iteration == 1 << 20
     assert torchleak.config.get("allow") == ["kv_cache*"]
@@ -125,7 +143,6 @@ def test_watch_mode_ledger_and_leakreport(shell, tmp_path):
     assert run(shell, "%leakreport").success
 
 
-
 def test_watch_mode_rates_a_rerun_cell_per_run_and_names_every_run(shell, tmp_path):
     # Defect 8: a cell re-run between others that adds 1 MiB each time grows 1 MiB per run of
     # that cell, not 1 MiB divided by every cell executed; its site names all its runs.
@@ -152,10 +169,10 @@ def test_watch_mode_rates_a_rerun_cell_per_run_and_names_every_run(shell, tmp_pa
 def test_watch_mode_skips_the_report_for_a_cell_that_changed_nothing(shell, monkeypatch):
     # The <= 20 ms per trivial cell goal: the recorder's counts decide, no report is built.
     from torchleak import _tracking
+
     built = []
     original = _tracking.Tracker._build_report  # report() goes through it too
-    monkeypatch.setattr(_tracking.Tracker, "_build_report",
-                        lambda self, **kw: built.append(kw) or original(self, **kw))
+    monkeypatch.setattr(_tracking.Tracker, "_build_report", lambda self, **kw: built.append(kw) or original(self, **kw))
     run(shell, "%leakwatch on")
     before = len(ledger(shell))
     for _ in range(3):
@@ -205,8 +222,11 @@ def test_leakcheck_inside_watch_mode_pauses_and_resumes_watching(shell):
 
 
 def test_an_exception_in_the_cell_still_reports_and_restores_the_hook(shell):
-    result = run(shell, "%%leakcheck -n 5\nkept = globals().setdefault('kept', [])\nkept.append(torch.ones(8, 1024))\n"
-                        "if len(kept) == 3:\n    raise RuntimeError('boom')\n")
+    result = run(
+        shell,
+        "%%leakcheck -n 5\nkept = globals().setdefault('kept', [])\nkept.append(torch.ones(8, 1024))\n"
+        "if len(kept) == 3:\n    raise RuntimeError('boom')\n",
+    )
     assert type(result.error_in_exec).__name__ == "RuntimeError"
     report = last_bundle(shell)[REPORT]
     assert report["iterations"] == 2
@@ -216,9 +236,11 @@ def test_an_exception_in_the_cell_still_reports_and_restores_the_hook(shell):
 
 def test_a_failing_body_shows_the_users_frames_and_names_cells_as_in_n(shell):
     import traceback
+
     number = shell.execution_count
-    result = run(shell, "%%leakcheck -n 4\nimport sys\n"
-                        "def f():\n    raise ValueError(sys._getframe().f_code.co_filename)\nf()\n")
+    result = run(
+        shell, "%%leakcheck -n 4\nimport sys\ndef f():\n    raise ValueError(sys._getframe().f_code.co_filename)\nf()\n"
+    )
     exc = result.error_in_exec
     assert type(exc).__name__ == "ValueError"
     # Below the magic's own raise (hidden from IPython's display) only the cell's frames.
@@ -226,8 +248,7 @@ def test_a_failing_body_shows_the_users_frames_and_names_cells_as_in_n(shell):
     assert files[-2:] == [files[-1]] * 2 and "torchleak" not in files[-1], files
     assert not any(name.endswith("_tracking.py") for name in files), files
     if sys.version_info >= (3, 11):  # exception notes (add_note) are 3.11's
-        assert any(f"In [{number}]" in note and "iteration 1 of 4" in note
-                   for note in getattr(exc, "__notes__", []))
+        assert any(f"In [{number}]" in note and "iteration 1 of 4" in note for note in getattr(exc, "__notes__", []))
     shown = "\n".join(shell.InteractiveTB.structured_traceback(type(exc), exc, exc.__traceback__))
     assert "_notebook.py" not in shown and "_tracking.py" not in shown
     # the report's warning names the cell as the user sees it, not the compiled file name
@@ -292,9 +313,12 @@ def test_unload_removes_every_hook_and_reload_does_not_double(shell):
 
 def test_torchleak_check_in_a_watched_notebook_preempts_watch_mode(shell):
     run(shell, "%leakwatch on")
-    result = run(shell, "import torchleak\nkept = []\n"
-                        "r = torchleak.check(lambda: kept.append(torch.ones(64, 1024)), iterations=4)\n"
-                        "assert len(r.leaks) == 1")
+    result = run(
+        shell,
+        "import torchleak\nkept = []\n"
+        "r = torchleak.check(lambda: kept.append(torch.ones(64, 1024)), iterations=4)\n"
+        "assert len(r.leaks) == 1",
+    )
     assert result.success, result.output
     run(shell, "y = 2")
     assert _core.profiler_state_installed()  # watching again after the cell
@@ -305,8 +329,11 @@ def test_torchleak_check_in_a_watched_notebook_preempts_watch_mode(shell):
 def test_magics_work_with_an_initialised_single_rank_process_group(shell, tmp_path):
     """A notebook that called init_process_group (one rank, as for FSDP-style code on one
     GPU): nothing is gathered, nothing waits, both magics report as usual."""
-    run(shell, "import torch.distributed as dist\n"
-               "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)")
+    run(
+        shell,
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)",
+    )
     try:
         assert run(shell, "dist.is_initialized() and dist.get_world_size() == 1").result
         out = tmp_path / "pg.json"
@@ -333,14 +360,17 @@ def test_a_report_holds_no_notebook_tensor_once_built_even_without_a_collection(
     # the next collection.
     run(shell, "import gc, weakref, torchleak\ngc.collect()\ngc.disable()")
     try:
-        result = run(shell, "kept = torch.ones(1024, 256)\n"
-                            "with torchleak.track() as tracker:\n"
-                            "    scratch = torch.ones(64)\n"
-                            "    torchleak.step()\n"
-                            "tracker.report(paths=True)\n"
-                            "ref = weakref.ref(kept)\n"
-                            "del kept\n"
-                            "assert ref() is None, [type(r).__name__ for r in gc.get_referrers(ref())]")
+        result = run(
+            shell,
+            "kept = torch.ones(1024, 256)\n"
+            "with torchleak.track() as tracker:\n"
+            "    scratch = torch.ones(64)\n"
+            "    torchleak.step()\n"
+            "tracker.report(paths=True)\n"
+            "ref = weakref.ref(kept)\n"
+            "del kept\n"
+            "assert ref() is None, [type(r).__name__ for r in gc.get_referrers(ref())]",
+        )
         assert result.success, result.output
     finally:
         run(shell, "gc.enable()")
@@ -354,6 +384,7 @@ def test_a_live_view_updates_in_place_and_sends_no_live_blocks(shell):
 
     import torchleak
     from torchleak import _notebook
+
     kept = []
     report = torchleak.check(lambda: kept.append(torch.ones(64, 1024)), iterations=4).to_dict()
     assert any(f.get("live_blocks") for f in report["findings"])
@@ -385,6 +416,7 @@ def test_a_live_view_updates_in_place_and_sends_no_live_blocks(shell):
 def test_a_live_update_is_bounded_and_still_a_valid_report(monkeypatch):
     from live_reports import fifty_lists_report
     from torchleak import _notebook
+
     data = fifty_lists_report()
     assert any(f.get("live_blocks") for f in data["findings"])
     whole = _notebook._live_data(data)
@@ -397,8 +429,9 @@ def test_a_live_update_is_bounded_and_still_a_valid_report(monkeypatch):
     assert all(0 <= i < 10 for c in live["causes"] for i in c["findings"])
     [group] = live["cause_groups"]
     assert sorted(group["causes"]) == list(range(10))
-    assert live["warnings"][-1] == ("while the cell runs: the first 10 of 50 findings; "
-                                    "the finished report lists every one")
+    assert live["warnings"][-1] == (
+        "while the cell runs: the first 10 of 50 findings; the finished report lists every one"
+    )
     # The core reads it back as a report: every index names what it has.
     back = json.loads(_core.normalize_report(json.dumps(live)))
     assert len(back["findings"]) == 10

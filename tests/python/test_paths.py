@@ -1,4 +1,5 @@
 """Retaining paths: why is this tensor still alive (issue 3)."""
+
 import dataclasses
 import gc
 import re
@@ -33,8 +34,7 @@ def test_loss_list_keeps_activations_through_the_graph():
     assert leak.retention == "reachable"
     assert leak.path_text.startswith("losses[4].grad_fn")
     assert {"grad_fn", "saved"} <= set(kinds(leak))
-    assert leak.holder == {"path_text": "losses", "path_short": "losses", "type": "list",
-                           "growth_per_iteration": 1.0}
+    assert leak.holder == {"path_text": "losses", "path_short": "losses", "type": "list", "growth_per_iteration": 1.0}
     assert "loss.detach() or loss.item()" in leak.suggestion
     last = leak.path[-1]
     assert last["tensor"]["shape"] == [256, 512] and last["tensor"]["dtype"] == "float32"
@@ -123,6 +123,7 @@ def test_closure_captured_by_a_forward_hook():
 
         def hook(module, inputs, output):
             buf.append(output.detach())
+
         return hook
 
     handle = model.register_forward_hook(make_hook())
@@ -144,7 +145,7 @@ def test_a_small_view_keeps_its_base_alive():
 
     def step():
         big = torch.randn(1024, 256)  # 1 MiB
-        keep.append(big[0])           # 1 KiB view of it
+        keep.append(big[0])  # 1 KiB view of it
 
     report = torchleak.check(step, iterations=5)
     (leak,) = report.leaks
@@ -160,6 +161,7 @@ def test_a_small_view_keeps_its_base_alive():
 def test_reference_cycle_freed_only_by_gc_collect():
     gc.disable()
     try:
+
         def step():
             node = {"t": torch.ones(256, 1024)}
             node["self"] = node  # a cycle, dropped at once
@@ -216,8 +218,9 @@ def test_a_report_built_after_the_holder_let_go_blames_no_one():
     assert leak.path == [] and leak.get("holder") is None
     assert "newcomers" not in report.to_json() and "C++" not in report.to_json()
     [warning] = report.to_dict()["warnings"]
-    assert warning.startswith("8 block(s) (2.0 MiB) alive when tracking stopped were freed "
-                              "before this report was built")
+    assert warning.startswith(
+        "8 block(s) (2.0 MiB) alive when tracking stopped were freed before this report was built"
+    )
     del newcomers
 
 
@@ -276,8 +279,9 @@ def test_what_reset_out_leaves_in_ipythons_hidden_namespace_is_the_output_cache(
         torchleak.step()
         report = tracker.report().to_dict()
         held = [f for f in report["findings"] if f["verdict"] == "leak"]
-        assert held and all(f["path"][0]["label"].startswith("get_ipython().user_ns_hidden[")
-                            for f in held), [f["path_text"] for f in held]
+        assert held and all(f["path"][0]["label"].startswith("get_ipython().user_ns_hidden[") for f in held), [
+            f["path_text"] for f in held
+        ]
         assert all("output cache" in c["text"] for c in report["causes"])
         [code] = {f["fix_code"] for f in held}
         assert code == "get_ipython().user_ns_hidden.update(_='', __='', ___='')"
@@ -327,6 +331,7 @@ def test_the_last_exception_fix_frees_what_ipython_keeps_too(ipython):
 
 def test_find_paths_directly_and_the_walk_keeps_nothing_alive():
     import weakref
+
     t = torch.ones(64, 64)
     holder = {"a": [t]}
     block = t.untyped_storage().data_ptr()
@@ -347,8 +352,7 @@ def test_the_walk_stops_when_it_meets_its_last_target_not_after_queueing_every_r
     kept = [torch.ones(4)]
     many = [torch.ones(1) for _ in range(100_000)]
     block = kept[0].untyped_storage().data_ptr()
-    paths, stats = _core.find_paths([("kept", "root", "", kept), ("many", "root", "", many)],
-                                    [block])
+    paths, stats = _core.find_paths([("kept", "root", "", kept), ("many", "root", "", many)], [block])
     assert paths[block][1] == "kept[0]"
     assert stats["python_objects"] <= 2, stats
     # The shortest path still wins over a root met first: the tensor itself, a root later on.
@@ -361,6 +365,7 @@ def test_module_kinds_are_remembered_without_keeping_a_module_alive():
     import weakref
     from torchleak import _roots
     from torchleak._user_code import library_prefixes, package_prefixes
+
     library, packages = library_prefixes(), package_prefixes()
 
     def load(name, path):
@@ -387,6 +392,7 @@ def test_module_kinds_are_remembered_without_keeping_a_module_alive():
 
 def test_a_namespace_root_is_one_root_per_global_without_dunders_or_modules():
     import types
+
     t = torch.ones(64, 64)
     block = t.untyped_storage().data_ptr()
     module = types.ModuleType("mypkg.cache")
@@ -485,8 +491,10 @@ def test_the_collector_never_runs_inside_the_walk():
     # can free what the walk is labelling; with the threshold at 1 any allocation would do it.
     t = torch.ones(64, 64)
     block = t.untyped_storage().data_ptr()
-    roots = [("holder", "root", "", {"a": [[t] for _ in range(200)]}),
-             ("other", "root", "", [object() for _ in range(2000)])]
+    roots = [
+        ("holder", "root", "", {"a": [[t] for _ in range(200)]}),
+        ("other", "root", "", [object() for _ in range(2000)]),
+    ]
     blocks = [block]
     seen = []
 
@@ -513,12 +521,15 @@ def test_the_collector_never_runs_inside_the_walk():
     assert gc.isenabled()
 
 
-@pytest.mark.parametrize("form, expected", [
-    ("sparse", r"kept\[\d\]\._(values|indices)\(\)"),
-    ("csr", r"kept\[\d\]\.(values|crow_indices|col_indices)\(\)"),
-    ("numpy", r"kept\[\d\]\.base"),
-    ("storage", r"kept\[\d\]"),
-])
+@pytest.mark.parametrize(
+    "form, expected",
+    [
+        ("sparse", r"kept\[\d\]\._(values|indices)\(\)"),
+        ("csr", r"kept\[\d\]\.(values|crow_indices|col_indices)\(\)"),
+        ("numpy", r"kept\[\d\]\.base"),
+        ("storage", r"kept\[\d\]"),
+    ],
+)
 def test_sparse_tensors_numpy_arrays_and_raw_storages_are_explained(form, expected):
     # Each keeps tensor memory through something that is not a plain tensor's storage: a sparse
     # tensor's values, an ndarray's base, an UntypedStorage. They read "held only from C++"
@@ -549,10 +560,13 @@ def test_the_fix_of_a_loss_kept_with_its_graph_is_a_line_of_code():
     def step():
         losses.append((torch.randn(32, 64) @ w).sum())
         acts.append(torch.tanh(torch.randn(32, 64) @ w))
+
     report = torchleak.check(step, iterations=6)
     codes = {f.get("fix_code") for f in report.leaks}
-    assert codes == {"losses.append((torch.randn(32, 64) @ w).sum().item())",
-                     "acts.append(torch.tanh(torch.randn(32, 64) @ w).detach())"}
+    assert codes == {
+        "losses.append((torch.randn(32, 64) @ w).sum().item())",
+        "acts.append(torch.tanh(torch.randn(32, 64) @ w).detach())",
+    }
     for code in codes:
         compile(code, "<fix>", "exec")  # runs as written
     text = str(report)

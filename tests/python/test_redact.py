@@ -2,6 +2,7 @@
 dtypes, source lines, notebook cell text, absolute paths and string keys from every output
 (JSON, text, HTML, the memory snapshot), keeps verdicts, rates, roles and the paths' structure,
 and validates and renders everywhere."""
+
 import json
 import os
 import pickle
@@ -40,8 +41,16 @@ def leaky_report(tmp_path, monkeypatch):
     return namespace["report"], project, namespace
 
 
-WITHHELD = ["acme-secret-project", "alice.", "@acme-secret.example", "41×37", "41, 37",
-            "float64", "SOURCE_MARKER", "torch.randn(41, 53"]
+WITHHELD = [
+    "acme-secret-project",
+    "alice.",
+    "@acme-secret.example",
+    "41×37",
+    "41, 37",
+    "float64",
+    "SOURCE_MARKER",
+    "torch.randn(41, 53",
+]
 
 
 def outputs(report, tmp_path):
@@ -51,8 +60,7 @@ def outputs(report, tmp_path):
         path = report.save(tmp_path / f"out.{ext}")
         with open(path, "rb") as fh:
             data = fh.read()
-        texts[f"saved {ext}"] = (repr(pickle.loads(data)) if ext == "pickle"
-                                 else data.decode("utf-8"))
+        texts[f"saved {ext}"] = repr(pickle.loads(data)) if ext == "pickle" else data.decode("utf-8")
     return texts
 
 
@@ -76,8 +84,7 @@ def test_a_redacted_report_keeps_verdicts_rates_roles_and_path_structure(leaky_r
     report, _, _ = leaky_report
     redacted = report.redacted()
     assert [f.verdict for f in redacted.findings] == [f.verdict for f in report.findings]
-    assert ([f.bytes_per_iteration for f in redacted.findings]
-            == [f.bytes_per_iteration for f in report.findings])
+    assert [f.bytes_per_iteration for f in redacted.findings] == [f.bytes_per_iteration for f in report.findings]
     (leak,), (whole,) = redacted.leaks, report.leaks
     assert [s["kind"] for s in leak.path] == [s["kind"] for s in whole.path]
     assert leak.site["file"] == "train_secret_model.py"  # relative to the project
@@ -101,8 +108,10 @@ def test_a_redacted_report_validates_and_loads_back(leaky_report, tmp_path):
 
 def test_a_file_outside_the_project_and_its_libraries_is_hashed(tmp_path):
     from torchleak._redact import redact
-    data = json.loads(torchleak.Report.load(os.path.join(
-        os.path.dirname(__file__), "..", "fixtures", "leaky_loop.json")).to_json())
+
+    data = json.loads(
+        torchleak.Report.load(os.path.join(os.path.dirname(__file__), "..", "fixtures", "leaky_loop.json")).to_json()
+    )
     data["findings"][0]["site"]["file"] = "/home/alice/elsewhere/secret.py"
     out = redact(data, project=str(tmp_path))
     assert out["findings"][0]["site"]["file"].startswith("<file ")
@@ -113,12 +122,30 @@ def test_the_cli_writes_redacted_reports_with_redact(tmp_path):
     project = tmp_path / "acme-secret-project"
     project.mkdir()
     script = project / "train_secret_model.py"
-    script.write_text(SCRIPT.replace("with torchleak.track(warmup=1) as tracker:", "if True:")
-                      .replace("        tracker.step()", "        torchleak.step()")
-                      .replace('report = tracker.report(roots={"customers": customers})\n', ""))
-    proc = subprocess.run([sys.executable, "-m", "torchleak", "run", "--quiet",
-                           "--redact", "--json", "r.json", "--html", "r.html", str(script)], cwd=project,
-                          capture_output=True, text=True, timeout=300)
+    script.write_text(
+        SCRIPT.replace("with torchleak.track(warmup=1) as tracker:", "if True:")
+        .replace("        tracker.step()", "        torchleak.step()")
+        .replace('report = tracker.report(roots={"customers": customers})\n', "")
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchleak",
+            "run",
+            "--quiet",
+            "--redact",
+            "--json",
+            "r.json",
+            "--html",
+            "r.html",
+            str(script),
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     for name in ("r.json", "r.html"):
         text = (project / name).read_text(encoding="utf-8")
@@ -128,8 +155,10 @@ def test_the_cli_writes_redacted_reports_with_redact(tmp_path):
 
 
 def test_the_magics_write_redacted_reports_with_redact(shell, tmp_path):
-    cell = ("%%leakcheck -n 4 --warmup 1 --redact --json {0}/c.json\n"
-            "kept.append(torch.randn(41, 37, dtype=torch.float64) * 2)  # CELL_TEXT_MARKER\n")
+    cell = (
+        "%%leakcheck -n 4 --warmup 1 --redact --json {0}/c.json\n"
+        "kept.append(torch.randn(41, 37, dtype=torch.float64) * 2)  # CELL_TEXT_MARKER\n"
+    )
     run(shell, "kept = []")
     result = run(shell, cell.format(tmp_path))
     assert result.error_in_exec is None, result.output
@@ -148,7 +177,8 @@ def test_a_key_too_long_for_a_short_path_leaks_no_part_of_itself():
 
     def step():
         store[secret].append(torch.ones(64, 1024))
+
     report = torchleak.check(step, iterations=6)
     assert report.leaks[0].suggestion.startswith("store[\u2026] grows by 1 per iteration")
     shared = report.redacted().to_json()
-    assert not any(secret[i:i + 8] in shared for i in range(len(secret) - 8))
+    assert not any(secret[i : i + 8] in shared for i in range(len(secret) - 8))

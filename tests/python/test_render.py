@@ -1,6 +1,7 @@
 """Every view of a report, from fixture reports (tests/fixtures, made by regenerate.py there):
 no tracking, no torch tensors. The views show the display strings the core wrote into the JSON
 (site.text, projection_text, summary.headline, summary.empty_text) and escape everything."""
+
 import copy
 import json
 import os
@@ -90,9 +91,11 @@ def test_the_text_report_of_a_leaky_loop():
     data = fixture("leaky_loop.json")
     leak = data["findings"][0]
     (cause,) = data["causes"]
-    assert cause["text"] == (f"{format.format_bytes(leak['bytes_per_iteration'])} per iteration: "
-                             f"val_history keeps every iteration's autograd graph, at "
-                             f"{leak['site']['text']}")
+    assert cause["text"] == (
+        f"{format.format_bytes(leak['bytes_per_iteration'])} per iteration: "
+        f"val_history keeps every iteration's autograd graph, at "
+        f"{leak['site']['text']}"
+    )
     assert f"LEAK  {cause['text']}  [{cause['severity']}]" in text
     assert f"why alive (reachable): {leak['path_text']}" in text
     assert "; " + data["devices"][0]["projection_text"] in text
@@ -135,8 +138,7 @@ def test_report_objects_render_through_the_same_modules(tmp_path):
     assert torchleak.Report.load(saved).to_dict() == report.to_dict()
 
 
-BYTE_VALUES = [0, 1, 1023, 1024, 1536, 1048575, 1048576, 2.5 * 2**20, 123456789, 2**40,
-               5e15, -1, -4096, 66564]
+BYTE_VALUES = [0, 1, 1023, 1024, 1536, 1048575, 1048576, 2.5 * 2**20, 123456789, 2**40, 5e15, -1, -4096, 66564]
 
 
 def test_one_byte_format_in_cpp_python_and_the_widget():
@@ -146,10 +148,13 @@ def test_one_byte_format_in_cpp_python_and_the_widget():
     if node is None:
         pytest.skip("node is not installed: the widget's formatter is not compared")
     bundle_js = pathlib.Path(torchleak.__file__).resolve().parent / "static" / "torchleak-widget.js"
-    script = (f"import {{ formatBytes }} from {json.dumps(bundle_js.as_uri())};"
-              f"console.log(JSON.stringify({json.dumps(BYTE_VALUES)}.map(formatBytes)));")
-    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True,
-                         text=True, timeout=60, check=True)
+    script = (
+        f"import {{ formatBytes }} from {json.dumps(bundle_js.as_uri())};"
+        f"console.log(JSON.stringify({json.dumps(BYTE_VALUES)}.map(formatBytes)));"
+    )
+    out = subprocess.run(
+        [node, "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60, check=True
+    )
     assert json.loads(out.stdout) == expected
 
 
@@ -168,6 +173,7 @@ def test_a_live_report_carries_the_display_strings():
 
 def torch_ones():
     import torch
+
     return torch.ones(64, 256)
 
 
@@ -179,8 +185,7 @@ def test_a_received_report_prints_only_what_it_contains(tmp_path):
     os.mkfifo(fifo)
     for finding, path in zip(data["findings"], ["/etc/passwd", str(fifo), "/dev/zero"]):
         finding["site"].pop("source", None)
-        finding["site"].update(file=path, line=1,
-                               function="evil\x1b]0;owned\x07\x1b[2J\rfake line\nLEAK")
+        finding["site"].update(file=path, line=1, function="evil\x1b]0;owned\x07\x1b[2J\rfake line\nLEAK")
         finding["stack"] = [dict(finding["site"])]
     path = tmp_path / "received.json"
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -196,9 +201,16 @@ def merged_job(note="RuntimeError: <script>alert('x')</script>"):
     clean = copy.deepcopy(leaky)
     clean["findings"] = [f for f in clean["findings"] if f["verdict"] != "leak"]
     clean["causes"] = []
-    return json.loads(_core.merge_rank_reports(
-        [(0, json.dumps(clean), "ok", ""), (1, json.dumps(leaky), "ok", ""),
-         (2, json.dumps(clean), "failed", note)], 3))
+    return json.loads(
+        _core.merge_rank_reports(
+            [
+                (0, json.dumps(clean), "ok", ""),
+                (1, json.dumps(leaky), "ok", ""),
+                (2, json.dumps(clean), "failed", note),
+            ],
+            3,
+        )
+    )
 
 
 @pytest.mark.parametrize("view", sorted(RENDERERS))
@@ -223,7 +235,7 @@ def test_a_merged_job_report_names_the_ranks_in_every_view(view):
 
 def test_the_text_report_of_a_merged_job_lists_every_rank():
     text = RENDERERS["text"](merged_job(note="RuntimeError: boom"))
-    job = text[text.index("  job of 3 ranks:"):].splitlines()
+    job = text[text.index("  job of 3 ranks:") :].splitlines()
     assert job[1].startswith("    rank 0: ") and ", no leak, peak " in job[1]
     assert job[3].endswith("; the run failed: RuntimeError: boom")
     assert job[4].startswith("    leak skew: rank 1 grows ")

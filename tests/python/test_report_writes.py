@@ -1,5 +1,6 @@
 """A report once written is never destroyed by a later failed write, and every requested output
 is written even when one fails."""
+
 import errno
 import json
 import os
@@ -72,14 +73,15 @@ def test_the_cli_writes_every_output_it_can_and_says_which_failed(tmp_path):
     json_path.write_text("the earlier run's report")
     # The JSON path becomes unwritable after the CLI checked it: its directory entry is a
     # directory now, so the rename onto it fails.
-    code = (f"import os, runpy, sys; sys.argv = ['torchleak', 'run', "
-            f"'--json', {str(json_path)!r}, '--html', {str(html)!r}, {str(script)!r}]; "
-            "import torchleak.__main__ as m; orig = m._finish\n"
-            "def finish(*a, **k):\n"
-            f"    os.remove({str(json_path)!r}); os.mkdir({str(json_path)!r}); return orig(*a, **k)\n"
-            "m._finish = finish; sys.exit(m.main())")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
+    code = (
+        f"import os, runpy, sys; sys.argv = ['torchleak', 'run', "
+        f"'--json', {str(json_path)!r}, '--html', {str(html)!r}, {str(script)!r}]; "
+        "import torchleak.__main__ as m; orig = m._finish\n"
+        "def finish(*a, **k):\n"
+        f"    os.remove({str(json_path)!r}); os.mkdir({str(json_path)!r}); return orig(*a, **k)\n"
+        "m._finish = finish; sys.exit(m.main())"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert f"torchleak: could not write {json_path}" in proc.stderr
     assert html.read_text().startswith("<!DOCTYPE html>")  # written all the same

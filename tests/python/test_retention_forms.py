@@ -3,6 +3,7 @@ text, the holder, the site (the line marked `# ALLOC`) and the fix.
 
 Each form leaks one tensor per iteration through one mechanism; the names the test function
 binds are the roots a user would have (locals of a live frame in user code)."""
+
 import asyncio
 import collections
 import dataclasses
@@ -42,6 +43,7 @@ def assert_form(leak, *, path, holder, site_of, fix, retention="reachable"):
 
 # -- containers --------------------------------------------------------------------------------
 
+
 def test_list_append():
     kept = []
 
@@ -66,8 +68,13 @@ def test_dict_of_lists():
     def step():
         store["train"].append(torch.ones(64, 256))  # ALLOC
 
-    assert_form(the_leak(step), path="store['train'][", holder="store['train']", site_of=step,
-                fix="store['train'] grows by 1 per iteration")
+    assert_form(
+        the_leak(step),
+        path="store['train'][",
+        holder="store['train']",
+        site_of=step,
+        fix="store['train'] grows by 1 per iteration",
+    )
 
 
 def test_defaultdict_of_lists():
@@ -76,8 +83,9 @@ def test_defaultdict_of_lists():
     def step():
         stats["grad_norm"].append(torch.ones(64, 256))  # ALLOC
 
-    assert_form(the_leak(step), path="stats['grad_norm'][", holder="stats['grad_norm']",
-                site_of=step, fix=".clear() it")
+    assert_form(
+        the_leak(step), path="stats['grad_norm'][", holder="stats['grad_norm']", site_of=step, fix=".clear() it"
+    )
 
 
 def test_deque_without_maxlen():
@@ -86,8 +94,7 @@ def test_deque_without_maxlen():
     def step():
         window.append(torch.ones(64, 256))  # ALLOC
 
-    assert_form(the_leak(step), path="window[", holder="window", site_of=step,
-                fix="collections.deque(maxlen=...)")
+    assert_form(the_leak(step), path="window[", holder="window", site_of=step, fix="collections.deque(maxlen=...)")
 
 
 def test_tuples_in_a_list():
@@ -102,6 +109,7 @@ def test_tuples_in_a_list():
 
 # -- objects -----------------------------------------------------------------------------------
 
+
 class Trainer:
     def __init__(self):
         self.history = []
@@ -112,8 +120,13 @@ class Trainer:
 
 def test_instance_attribute_list():
     trainer = Trainer()
-    assert_form(the_leak(trainer.step), path="trainer.history[", holder="trainer.history",
-                site_of=Trainer.step, fix="trainer.history grows")
+    assert_form(
+        the_leak(trainer.step),
+        path="trainer.history[",
+        holder="trainer.history",
+        site_of=Trainer.step,
+        fix="trainer.history grows",
+    )
 
 
 class Registry:
@@ -128,8 +141,13 @@ def test_class_attribute_list():
 
     try:
         # The module's own global outranks the test's local alias of it.
-        assert_form(the_leak(step), path="test_retention_forms.Registry.items[",
-                    holder="test_retention_forms.Registry.items", site_of=step, fix=".clear() it")
+        assert_form(
+            the_leak(step),
+            path="test_retention_forms.Registry.items[",
+            holder="test_retention_forms.Registry.items",
+            site_of=step,
+            fix=".clear() it",
+        )
     finally:
         Registry.items.clear()
 
@@ -145,8 +163,7 @@ def test_dataclass_field():
     def step():
         metric.values.append(torch.ones(64, 256))  # ALLOC
 
-    assert_form(the_leak(step), path="metric.values[", holder="metric.values", site_of=step,
-                fix=".clear() it")
+    assert_form(the_leak(step), path="metric.values[", holder="metric.values", site_of=step, fix=".clear() it")
 
 
 def test_module_attribute():
@@ -156,11 +173,11 @@ def test_module_attribute():
     def step():
         model.seen.append(torch.ones(64, 256))  # ALLOC
 
-    assert_form(the_leak(step), path="model.seen[", holder="model.seen", site_of=step,
-                fix=".clear() it")
+    assert_form(the_leak(step), path="model.seen[", holder="model.seen", site_of=step, fix=".clear() it")
 
 
 # -- functions ---------------------------------------------------------------------------------
+
 
 def make_recorder():
     buf = []
@@ -174,10 +191,10 @@ def make_recorder():
 def test_closure_variable():
     record = make_recorder()
     leak = the_leak(record)
-    assert_form(leak, path="record.<cell buf>[", holder="record.<cell buf>", site_of=record,
-                fix=".clear() it")
-    assert leak.path[1]["note"] == ("closure variable 'buf' of make_recorder.<locals>.record "
-                                    "(read it as __closure__[0].cell_contents)")
+    assert_form(leak, path="record.<cell buf>[", holder="record.<cell buf>", site_of=record, fix=".clear() it")
+    assert leak.path[1]["note"] == (
+        "closure variable 'buf' of make_recorder.<locals>.record (read it as __closure__[0].cell_contents)"
+    )
 
 
 def remember(seen=[]):  # noqa: B006 - the form under test
@@ -187,9 +204,13 @@ def remember(seen=[]):  # noqa: B006 - the form under test
 def test_mutable_default_argument():
     try:
         leak = the_leak(remember)
-        assert_form(leak, path="test_retention_forms.remember.__defaults__[0][",
-                    holder="test_retention_forms.remember.__defaults__[0]", site_of=remember,
-                    fix="a default argument is made once")
+        assert_form(
+            leak,
+            path="test_retention_forms.remember.__defaults__[0][",
+            holder="test_retention_forms.remember.__defaults__[0]",
+            site_of=remember,
+            fix="a default argument is made once",
+        )
     finally:
         remember.__defaults__[0].clear()
 
@@ -200,8 +221,13 @@ def append_to(store):
 
 def test_functools_partial_arguments():
     callback = functools.partial(append_to, [])
-    assert_form(the_leak(callback), path="callback.args[0][", holder="callback.args[0]",
-                site_of=append_to, fix="the functools.partial callback keeps the arguments")
+    assert_form(
+        the_leak(callback),
+        path="callback.args[0][",
+        holder="callback.args[0]",
+        site_of=append_to,
+        fix="the functools.partial callback keeps the arguments",
+    )
 
 
 def test_unbounded_lru_cache():
@@ -214,8 +240,13 @@ def test_unbounded_lru_cache():
     def step():
         causal_mask(next(sizes))
 
-    assert_form(the_leak(step), path="causal_mask<lru_cache entries>[",
-                holder="causal_mask<lru_cache entries>", site_of=causal_mask, fix="maxsize=N")
+    assert_form(
+        the_leak(step),
+        path="causal_mask<lru_cache entries>[",
+        holder="causal_mask<lru_cache entries>",
+        site_of=causal_mask,
+        fix="maxsize=N",
+    )
 
 
 def test_forward_hook_closure_on_a_module():
@@ -233,11 +264,11 @@ def test_forward_hook_closure_on_a_module():
         with torch.no_grad():
             model(x)  # ALLOC: the output is allocated inside, under this line
 
-    assert_form(the_leak(step), path="activations[", holder="activations", site_of=step,
-                fix=".clear() it")
+    assert_form(the_leak(step), path="activations[", holder="activations", site_of=step, fix=".clear() it")
 
 
 # -- exceptions, frames, generators -------------------------------------------------------------
+
 
 class Classifier(torch.nn.Module):
     def forward(self, x):
@@ -256,8 +287,9 @@ def test_exception_kept_with_its_traceback():
             failed_batches.append(exc)
 
     leak = the_leak(step)
-    assert_form(leak, path="failed_batches[", holder="failed_batches", site_of=Classifier.forward,
-                fix="keeps its traceback")
+    assert_form(
+        leak, path="failed_batches[", holder="failed_batches", site_of=Classifier.forward, fix="keeps its traceback"
+    )
     assert ".__traceback__.tb_next" in leak.path_text
     assert leak.path_text.endswith(".tb_frame.f_locals['logits']")
     assert leak.path[-1]["note"] == "local 'logits' in Classifier.forward"
@@ -320,8 +352,7 @@ def test_suspended_generator():
         pending.append(gen)
 
     leak = the_leak(step)
-    assert_form(leak, path="pending[", holder="pending", site_of=batches,
-                fix="suspended generator or coroutine")
+    assert_form(leak, path="pending[", holder="pending", site_of=batches, fix="suspended generator or coroutine")
     assert leak.path_text.endswith(".gi_frame.f_locals['buffer']")
     assert leak.path[-1]["note"] == "local 'buffer' in suspended generator batches"
 
@@ -342,8 +373,7 @@ def test_suspended_coroutine():
 
     try:
         leak = the_leak(step)
-        assert_form(leak, path="inflight[", holder="inflight", site_of=fetch,
-                    fix="suspended generator or coroutine")
+        assert_form(leak, path="inflight[", holder="inflight", site_of=fetch, fix="suspended generator or coroutine")
         assert leak.path_text.endswith(".cr_frame.f_locals['payload']")
     finally:
         for coro in inflight:
@@ -351,6 +381,7 @@ def test_suspended_coroutine():
 
 
 # -- autograd ----------------------------------------------------------------------------------
+
 
 def test_loss_kept_with_its_graph():
     w = torch.randn(256, 256, requires_grad=True)
@@ -362,8 +393,7 @@ def test_loss_kept_with_its_graph():
         losses.append(h.sum())
 
     leak = the_leak(step)
-    assert_form(leak, path="losses[", holder="losses", site_of=step,
-                fix="loss.detach() or loss.item()")
+    assert_form(leak, path="losses[", holder="losses", site_of=step, fix="loss.detach() or loss.item()")
     assert ".grad_fn" in leak.path_text and "._saved_result" in leak.path_text
 
 
@@ -375,8 +405,7 @@ def test_recurrent_state_not_detached():
         state["hidden"] = torch.tanh(state["hidden"] @ w)  # ALLOC
 
     leak = the_leak(step)
-    assert_form(leak, path="state['hidden'].grad_fn", holder=None, site_of=step,
-                fix="detach() the recurrent state")
+    assert_form(leak, path="state['hidden'].grad_fn", holder=None, site_of=step, fix="detach() the recurrent state")
 
 
 def test_grad_built_with_create_graph():
@@ -405,9 +434,11 @@ class KeepOutput(torch.autograd.Function):
 
 def test_custom_function_ctx_attribute_cycle():
     import gc
+
     x = torch.randn(64, 256, requires_grad=True)
     gc.disable()
     try:
+
         def step():
             KeepOutput.apply(x).sum()
 
@@ -415,8 +446,9 @@ def test_custom_function_ctx_attribute_cycle():
     finally:
         gc.enable()
         gc.collect()
-    assert_form(leak, path="<cycle: ", holder=None, site_of=KeepOutput.forward,
-                fix="ctx.save_for_backward()", retention="cycle")
+    assert_form(
+        leak, path="<cycle: ", holder=None, site_of=KeepOutput.forward, fix="ctx.save_for_backward()", retention="cycle"
+    )
 
 
 def test_small_view_keeps_its_big_base():
@@ -433,6 +465,7 @@ def test_small_view_keeps_its_big_base():
 
 # -- reference cycles, explained by their members ----------------------------------------------
 
+
 class Attention:
     def __init__(self):
         self.mask_cache = torch.ones(64, 256)  # ALLOC
@@ -444,6 +477,7 @@ class Attention:
 
 def run_without_gc(step):
     import gc
+
     gc.disable()
     try:
         return the_leak(step)
@@ -457,8 +491,14 @@ def test_cycle_through_a_bound_method_names_the_entry_and_the_edge():
         Attention()  # dropped at once, but the cycle keeps it until gc runs
 
     leak = run_without_gc(step)
-    assert_form(leak, path="<cycle: Attention>.score_fn.__self__.mask_cache", holder=None,
-                site_of=Attention.__init__, fix="keep a weakref.WeakMethod", retention="cycle")
+    assert_form(
+        leak,
+        path="<cycle: Attention>.score_fn.__self__.mask_cache",
+        holder=None,
+        site_of=Attention.__init__,
+        fix="keep a weakref.WeakMethod",
+        retention="cycle",
+    )
     assert "a reference cycle (<cycle: Attention> \u21c4 .score_fn.__self__)" in leak.suggestion
     assert "it stores a bound method of itself (.score_fn)" in leak.suggestion
     assert leak.path[2]["note"] == "back to the Attention the cycle started from: an edge to break"
@@ -467,6 +507,7 @@ def test_cycle_through_a_bound_method_names_the_entry_and_the_edge():
 def test_a_cycle_is_one_cause_named_by_its_entry():
     report_step = lambda: Attention()  # noqa: E731
     import gc
+
     gc.disable()
     try:
         report = torchleak.check(report_step, iterations=ITERATIONS)
@@ -475,8 +516,9 @@ def test_a_cycle_is_one_cause_named_by_its_entry():
         gc.collect()
     (cause,) = report.causes
     assert cause["keeper"] == "<cycle: Attention>"
-    assert cause["text"].startswith("64.0 KiB per iteration: a reference cycle of Attention "
-                                    "objects that only gc.collect() frees, at "), cause["text"]
+    assert cause["text"].startswith(
+        "64.0 KiB per iteration: a reference cycle of Attention objects that only gc.collect() frees, at "
+    ), cause["text"]
 
 
 class Pipeline:
@@ -488,9 +530,14 @@ class Pipeline:
 
 def test_cycle_through_a_closure_names_the_variable():
     leak = run_without_gc(lambda: Pipeline())
-    assert_form(leak, path="<cycle: Pipeline>.on_done.<cell pipeline>.buffer",
-                holder=None, site_of=Pipeline.__init__, fix="a closure refers back to it",
-                retention="cycle")
+    assert_form(
+        leak,
+        path="<cycle: Pipeline>.on_done.<cell pipeline>.buffer",
+        holder=None,
+        site_of=Pipeline.__init__,
+        fix="a closure refers back to it",
+        retention="cycle",
+    )
     assert "closure variable 'pipeline' of Pipeline.__init__.<locals>.<lambda>" in leak.suggestion
 
 
@@ -513,10 +560,15 @@ def test_a_hook_reachable_only_through_its_module_names_the_hooks_remedy():
             model(x)  # ALLOC: the output, kept by the hook's closure
 
     leak = the_leak(step)
-    holder = leak.path_text[:leak.path_text.index(".<cell seen>") + len(".<cell seen>")]
+    holder = leak.path_text[: leak.path_text.index(".<cell seen>") + len(".<cell seen>")]
     assert holder.startswith("model._forward_hooks[")  # the hook's id is the key
-    assert_form(leak, path="model._forward_hooks[", holder=holder, site_of=step,
-                fix="a hook registered on the module model (_forward_hooks)")
+    assert_form(
+        leak,
+        path="model._forward_hooks[",
+        holder=holder,
+        site_of=step,
+        fix="a hook registered on the module model (_forward_hooks)",
+    )
     assert "handle.remove()" in leak.suggestion and "module.training" in leak.suggestion
     assert ".<cell seen>[" in leak.path_text
 
@@ -532,14 +584,21 @@ def test_a_tensor_hooks_closure_kept_by_the_graph():
         kept_states[len(kept_states)] = h.sum().grad_fn  # the graph, and with it the hook
 
     leak = the_leak(step)
-    assert_form(leak, path="kept_states[", holder="kept_states", site_of=step,
-                fix="kept_states keeps autograd nodes (SumBackward0, a grad_fn)")
+    assert_form(
+        leak,
+        path="kept_states[",
+        holder="kept_states",
+        site_of=step,
+        fix="kept_states keeps autograd nodes (SumBackward0, a grad_fn)",
+    )
     hooks = [s for s in leak.path if s["label"] == "<tensor hooks>"]
     assert hooks and "kept by this autograd node in C++" in hooks[0]["note"], leak.path_text
     assert leak.path_text.endswith(".<cell scale>")
-    assert leak.path[-1]["note"] == ("closure variable 'scale' of test_a_tensor_hooks_closure_kept_by_"
-                                     "the_graph.<locals>.step.<locals>.<lambda> (read it as "
-                                     "__closure__[0].cell_contents)")
+    assert leak.path[-1]["note"] == (
+        "closure variable 'scale' of test_a_tensor_hooks_closure_kept_by_"
+        "the_graph.<locals>.step.<locals>.<lambda> (read it as "
+        "__closure__[0].cell_contents)"
+    )
 
 
 def test_hooks_along_a_chained_graph_get_the_hooks_fix():
@@ -553,8 +612,13 @@ def test_hooks_along_a_chained_graph_get_the_hooks_fix():
         state["h"] = h
 
     leak = the_leak(step)
-    assert_form(leak, path="state['h'].grad_fn", holder=None, site_of=step,
-                fix="a hook on the autograd graph (Tensor.register_hook")
+    assert_form(
+        leak,
+        path="state['h'].grad_fn",
+        holder=None,
+        site_of=step,
+        fix="a hook on the autograd graph (Tensor.register_hook",
+    )
     assert "<tensor hooks>" in leak.path_text
 
 
@@ -573,8 +637,7 @@ def test_what_a_saved_tensors_hook_packed_is_kept_by_the_graph():
         losses.append(out.sum())
 
     leak = the_leak(step)
-    assert_form(leak, path="losses[", holder="losses", site_of=pack_to_copy,
-                fix="loss.detach() or loss.item()")
+    assert_form(leak, path="losses[", holder="losses", site_of=pack_to_copy, fix="loss.detach() or loss.item()")
     assert leak.path[-1]["note"].startswith("what a torch.autograd.graph.saved_tensors_hooks pack")
     assert leak.retention == "reachable"
 
@@ -599,14 +662,20 @@ def test_a_holder_whose_owner_defines_reset_gets_that_remedy():
         metric.update(torch.ones(64, 256))  # ALLOC
 
     leak = the_leak(step)
-    assert_form(leak, path="metric.preds[", holder="metric.preds", site_of=step,
-                fix="call metric.reset() once its values are used")
+    assert_form(
+        leak,
+        path="metric.preds[",
+        holder="metric.preds",
+        site_of=step,
+        fix="call metric.reset() once its values are used",
+    )
     assert leak.path[0]["note"].endswith("its class defines reset()")
 
 
 def test_a_local_of_another_threads_frame():
     import queue
     import threading
+
     inbox = queue.Queue()
 
     def collector():
@@ -657,6 +726,7 @@ def test_a_loss_kept_after_backward_still_keeps_its_graphs_nodes():
 
 # -- owners in torch's C++ ---------------------------------------------------------------------
 
+
 @pytest.mark.filterwarnings("ignore:`torch.jit.trace")
 def test_a_function_traced_in_a_loop_is_kept_by_torchscripts_compilation_unit():
     kept = []  # the user keeps the traced functions too, but clearing this would not free them
@@ -670,8 +740,13 @@ def test_a_function_traced_in_a_loop_is_kept_by_torchscripts_compilation_unit():
         kept.append(torch.jit.trace(scaled, torch.ones(64, 256)))
 
     leak = the_leak(step)
-    assert_form(leak, path="torch.jit._state._python_cu<TorchScript constant of test_retention_forms.scaled>",
-                holder=None, site_of=step, fix="trace once, outside the loop")
+    assert_form(
+        leak,
+        path="torch.jit._state._python_cu<TorchScript constant of test_retention_forms.scaled>",
+        holder=None,
+        site_of=step,
+        fix="trace once, outside the loop",
+    )
     assert "global compilation unit" in leak.path[0]["note"]
     assert "constant of test_retention_forms.scaled's compiled graph" in leak.path[1]["note"]
 
@@ -694,9 +769,13 @@ def test_a_traced_module_is_one_torchscript_leak_with_what_its_check_kept():
     assert cause["keeper"] == "torch.jit._state._python_cu"
     findings = [report.findings[i] for i in cause["findings"]]
     biggest = findings[0]
-    assert_form(biggest,
-                path="torch.jit._state._python_cu<TorchScript constant of test_retention_forms.Scaler.forward>",
-                holder=None, site_of=Scaler.__init__, fix="trace once, outside the loop")
+    assert_form(
+        biggest,
+        path="torch.jit._state._python_cu<TorchScript constant of test_retention_forms.Scaler.forward>",
+        holder=None,
+        site_of=Scaler.__init__,
+        fix="trace once, outside the loop",
+    )
     # What the trace check computed is kept by the compiled function's executor, which no Python
     # object reaches: named by where it was allocated, not left as a bare "C++ only".
     for small in findings[1:]:
@@ -705,6 +784,7 @@ def test_a_traced_module_is_one_torchscript_leak_with_what_its_check_kept():
 
 
 # -- islands that a hook on an autograd node keeps (cycles through C++) ------------------------
+
 
 class GradCache:
     def __init__(self):
@@ -733,8 +813,14 @@ def test_a_partial_hook_whose_argument_keeps_the_graph_is_explained_from_the_hoo
 
     anchor = "<hook on MulBackward0: partial(on_backward, owner)>"
     leak = the_leak_at(step)
-    assert_form(leak, path=anchor + ".args[0].cache[0]", holder=None, site_of=step,
-                fix="Break it at " + anchor + ".args[0]", retention="cpp_only")
+    assert_form(
+        leak,
+        path=anchor + ".args[0].cache[0]",
+        holder=None,
+        site_of=step,
+        fix="Break it at " + anchor + ".args[0]",
+        retention="cpp_only",
+    )
     assert leak.path[2]["note"] == "argument 'owner' of partial(on_backward, owner)"
     assert "registered with grad_fn.register_hook on MulBackward0" in leak.path[0]["note"]
     assert "handle.remove()" in leak.suggestion
@@ -756,10 +842,18 @@ def test_a_prehook_closure_is_explained_from_the_hook_by_its_cell_name():
         y.grad_fn.register_prehook(refill)
 
     leak = the_leak_at(step)
-    anchor = ("<prehook on ExpBackward0: test_a_prehook_closure_is_explained_from_the_hook_by_"
-              "its_cell_name.<locals>.step.<locals>.refill>")
-    assert_form(leak, path=anchor + ".<cell store>['z']", holder=None, site_of=step,
-                fix="Break it at " + anchor + ".<cell store>", retention="cpp_only")
+    anchor = (
+        "<prehook on ExpBackward0: test_a_prehook_closure_is_explained_from_the_hook_by_"
+        "its_cell_name.<locals>.step.<locals>.refill>"
+    )
+    assert_form(
+        leak,
+        path=anchor + ".<cell store>['z']",
+        holder=None,
+        site_of=step,
+        fix="Break it at " + anchor + ".<cell store>",
+        retention="cpp_only",
+    )
     assert leak.path[1]["note"].startswith("closure variable 'store' of ")
     assert leak.path[1]["note"].endswith("(read it as __closure__[0].cell_contents)")
 
@@ -774,12 +868,19 @@ def test_a_tensor_hook_capturing_its_own_output_is_explained_from_the_hook():
 
     leak = the_leak_at(step)
     assert leak.path[0]["label"].startswith("<tensor hook on MulBackward0: ")
-    assert_form(leak, path=leak.path[0]["label"] + ".<cell seen>[0]", holder=None, site_of=step,
-                fix="capture a weakref.ref", retention="cpp_only")
+    assert_form(
+        leak,
+        path=leak.path[0]["label"] + ".<cell seen>[0]",
+        holder=None,
+        site_of=step,
+        fix="capture a weakref.ref",
+        retention="cpp_only",
+    )
     assert "Tensor.register_hook" in leak.path[0]["note"]
 
 
 # -- torch's own caches, named from evidence ---------------------------------------------------
+
 
 def test_models_built_inside_one_autocast_region_are_kept_by_its_cast_cache():
     x = torch.randn(64, 512)
@@ -791,8 +892,14 @@ def test_models_built_inside_one_autocast_region_are_kept_by_its_cast_cache():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         report = torchleak.check(sweep, iterations=ITERATIONS)
     (cast,) = [f for f in report.leaks if f.site["line"] == alloc_line(sweep)]
-    assert_form(cast, path="<torch.autocast weight-cast cache>", holder=None, site_of=sweep,
-                fix="cache_enabled=False", retention="cpp_only")
+    assert_form(
+        cast,
+        path="<torch.autocast weight-cast cache>",
+        holder=None,
+        site_of=sweep,
+        fix="cache_enabled=False",
+        retention="cpp_only",
+    )
     assert "region is open on cpu" in cast.path[0]["note"]
     # The parameters themselves are kept through the casts' graphs: the same cause.
     assert {f.path[0]["label"] for f in report.leaks} == {"<torch.autocast weight-cast cache>"}
@@ -815,6 +922,7 @@ def test_memory_kept_only_from_cpp_without_evidence_names_no_torch_cache():
 
 def test_checkpointed_regions_kept_with_their_graph_show_the_checkpoint_frame():
     from torch.utils.checkpoint import checkpoint
+
     layer = torch.nn.Linear(256, 256)
     outs = []
 
@@ -834,6 +942,7 @@ def test_checkpointed_regions_kept_with_their_graph_show_the_checkpoint_frame():
 
 # -- fixes that fit the holder -----------------------------------------------------------------
 
+
 def test_a_module_that_gains_a_submodule_per_iteration_gets_the_registry_fix():
     class Net(torch.nn.Module):
         pass
@@ -845,8 +954,7 @@ def test_a_module_that_gains_a_submodule_per_iteration_gets_the_registry_fix():
         net.add_module(f"layer_{next(names)}", torch.nn.Linear(128, 128))  # ALLOC
 
     leak = the_leak(step)
-    assert_form(leak, path="net.layer_", holder="net", site_of=step,
-                fix="net (Net) gains 1 submodule per iteration")
+    assert_form(leak, path="net.layer_", holder="net", site_of=step, fix="net (Net) gains 1 submodule per iteration")
     assert "delattr(net, name)" in leak.suggestion
     assert "set it to None" not in leak.suggestion
 
@@ -858,8 +966,9 @@ def test_a_module_dict_that_gains_entries_gets_its_own_removal_call():
     def step():
         heads[f"task{next(names)}"] = torch.nn.Linear(128, 128)  # ALLOC
 
-    assert_form(the_leak(step), path="heads.task", holder="heads", site_of=step,
-                fix="del heads[key] (or heads.pop(key))")
+    assert_form(
+        the_leak(step), path="heads.task", holder="heads", site_of=step, fix="del heads[key] (or heads.pop(key))"
+    )
 
 
 def test_a_static_model_is_a_route_not_a_holder():
@@ -886,8 +995,13 @@ def test_logits_kept_with_their_graph_are_worded_as_tensors_not_a_loss():
         all_logits.append(logits)
 
     leak = the_leak(step)
-    assert_form(leak, path="all_logits[", holder="all_logits", site_of=step,
-                fix="store .detach()ed copies of the 64\u00d710 tensors in all_logits")
+    assert_form(
+        leak,
+        path="all_logits[",
+        holder="all_logits",
+        site_of=step,
+        fix="store .detach()ed copies of the 64\u00d710 tensors in all_logits",
+    )
     assert "loss" not in leak.suggestion
 
 
@@ -901,11 +1015,13 @@ def test_grad_fns_kept_after_retain_graph_are_worded_as_nodes():
         kept.append(loss.grad_fn)
 
     leak = the_leak_at(step)
-    assert_form(leak, path="kept[", holder="kept", site_of=step,
-                fix="kept keeps autograd nodes (SumBackward0, a grad_fn)")
+    assert_form(
+        leak, path="kept[", holder="kept", site_of=step, fix="kept keeps autograd nodes (SumBackward0, a grad_fn)"
+    )
 
 
 # -- names instead of placeholders -------------------------------------------------------------
+
 
 def test_a_dict_keyed_by_a_parameter_names_the_entry_by_the_parameters_path():
     model = torch.nn.Sequential(torch.nn.Linear(64, 64))
@@ -915,8 +1031,13 @@ def test_a_dict_keyed_by_a_parameter_names_the_entry_by_the_parameters_path():
     def step():
         history.setdefault(model.fc.weight, []).append(torch.ones(64, 256))  # ALLOC
 
-    assert_form(the_leak(step), path="history[model.fc.weight][", holder="history[model.fc.weight]",
-                site_of=step, fix=".clear() it")
+    assert_form(
+        the_leak(step),
+        path="history[model.fc.weight][",
+        holder="history[model.fc.weight]",
+        site_of=step,
+        fix=".clear() it",
+    )
 
 
 def test_set_elements_are_numbered_and_the_set_is_the_holder():

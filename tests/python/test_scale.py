@@ -87,8 +87,9 @@ def test_frees_of_empty_tensors_leave_the_counts_alone():
     assert not report.leaks
 
 
-@pytest.mark.parametrize("at, message", [([0, 0, 1], "increasing"), ([0, 9], "below"),
-                                         ([-1, 0], "increasing"), ([0, 1.5], "integer")])
+@pytest.mark.parametrize(
+    "at, message", [([0, 0, 1], "increasing"), ([0, 9], "below"), ([-1, 0], "increasing"), ([0, 1.5], "integer")]
+)
 def test_a_loaded_report_checks_its_series_iterations(at, message):
     kept = []
     with torchleak.track() as t:

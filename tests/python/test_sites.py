@@ -1,5 +1,6 @@
 """The site is the user's line: installed third-party packages are library code like torch; the
 package's own line is kept as "allocated inside", and its module globals name what it caches."""
+
 import sys
 import textwrap
 
@@ -64,6 +65,7 @@ def line_of(path, marker):
 
 def test_a_package_call_is_sited_at_the_users_line_and_keeps_the_package_line(somepkg):
     from somepkg.ops import reshape_heads
+
     kept = []
 
     def step():
@@ -84,6 +86,7 @@ def test_a_package_call_is_sited_at_the_users_line_and_keeps_the_package_line(so
 
 def test_the_text_report_shows_the_users_frame_however_deep_the_package_calls_go(somepkg):
     from somepkg.ops import deep
+
     kept = []
 
     def step():
@@ -101,6 +104,7 @@ def test_the_text_report_shows_the_users_frame_however_deep_the_package_calls_go
 
 def test_a_cache_inside_a_package_is_named_by_the_packages_globals(somepkg):
     import importlib
+
     sizes = iter(range(64, 64 + 64 * 10, 64))
 
     def step():
@@ -118,6 +122,7 @@ def test_a_cache_inside_a_package_is_named_by_the_packages_globals(somepkg):
 
 def test_the_frame_rule_classifies_installed_packages_as_library_code(somepkg):
     from torchleak import _core
+
     library, packages = _user_code.library_prefixes(), _user_code.package_prefixes()
     rule = _core.FrameFilter(library, packages, {})
     assert rule.classify(str(somepkg / "somepkg" / "ops.py")) == (False, None)
@@ -125,12 +130,15 @@ def test_the_frame_rule_classifies_installed_packages_as_library_code(somepkg):
     assert rule.classify(__file__) == (True, None)
 
 
-@pytest.mark.parametrize("name", [
-    "<ipython-input-" + "7" * 200_000 + "-ab>",          # overflowed the regex's recursion
-    "<ipython-input-99999999999999999999-ab>",          # raised from stoi
-    "<ipython-input-12-" + "a" * 200_000 + ">",
-    "<ipython-input-->",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "<ipython-input-" + "7" * 200_000 + "-ab>",  # overflowed the regex's recursion
+        "<ipython-input-99999999999999999999-ab>",  # raised from stoi
+        "<ipython-input-12-" + "a" * 200_000 + ">",
+        "<ipython-input-->",
+    ],
+)
 def test_hostile_cell_file_names_neither_crash_nor_raise(name):
     code = compile("kept.append(torch.ones(64, 1024))", name, "exec")
     kept = []

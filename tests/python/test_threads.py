@@ -1,6 +1,7 @@
 """Every thread's CPU allocations reach the recorder (issue #15): threads the tracked code
 starts, frees on another thread, backward() on a worker, track() on a non-main thread. c10
 reports only to the allocating thread's PROFILER_STATE, so these ride the CPU allocator tap."""
+
 import threading
 
 import torch
@@ -80,6 +81,7 @@ def test_backward_on_a_worker_thread_is_seen():
             loss = torch.tanh(x @ w).sum()
             loss.backward()
             losses.append(loss)  # the classic leak, made on the worker
+
         in_thread(forward_backward)
 
     report = torchleak.check(step, iterations=5)

@@ -1,4 +1,5 @@
 """The evidence a report needs before it names one of torch's C++ caches as a keeper."""
+
 import collections
 import sys
 import types
@@ -32,5 +33,4 @@ def test_dynamo_counts_only_what_its_own_counters_say(monkeypatch):
 
 
 def test_evidence_is_what_the_report_builder_takes():
-    assert set(_torch_caches.evidence()) == {"autocast_devices", "dynamo_compiled_frames",
-                                             "torchscript_functions"}
+    assert set(_torch_caches.evidence()) == {"autocast_devices", "dynamo_compiled_frames", "torchscript_functions"}

@@ -75,8 +75,9 @@ def test_module_forward_reports_the_calling_user_line_with_module_frame_in_stack
     assert leak.site["line"] == line_of("# CALLS-MODEL")
     assert leak.bytes_per_iteration == 128 * 2048 * 4
     library = [f for f in leak.stack if not f["user"]]
-    assert any(f["file"].endswith("torch/nn/modules/linear.py") and f["function"] == "Linear.forward"
-               for f in library), leak.stack
+    assert any(
+        f["file"].endswith("torch/nn/modules/linear.py") and f["function"] == "Linear.forward" for f in library
+    ), leak.stack
     assert leak.stack[0]["file"].endswith("linear.py")  # innermost first
 
 
@@ -207,13 +208,16 @@ def test_step_outside_track_is_an_error():
         torchleak.step()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(iterations=0), "iterations"),
-    (dict(iterations=2.5), "iterations"),
-    (dict(iterations=5, warmup=5), "warmup"),
-    (dict(iterations=5, warmup=-1), "warmup"),
-    (dict(min_bytes=-3), "min_bytes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(iterations=0), "iterations"),
+        (dict(iterations=2.5), "iterations"),
+        (dict(iterations=5, warmup=5), "warmup"),
+        (dict(iterations=5, warmup=-1), "warmup"),
+        (dict(min_bytes=-3), "min_bytes"),
+    ],
+)
 def test_check_validates_its_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         torchleak.check(lambda: None, **kwargs)
@@ -230,8 +234,9 @@ def test_profiler_started_inside_track_works_and_the_gap_is_reported():
         for i in range(4):
             kept.append(torch.ones(256, 1024))  # 1 MiB per iteration
             if i == 1:
-                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                            profile_memory=True) as prof:
+                with torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+                ) as prof:
                     torch.ones(300, 300).sum()
                 assert _core.profiler_state_installed()  # torchleak stepped back in
             torchleak.step()
@@ -282,9 +287,8 @@ def test_report_save_and_load(tmp_path):
 
 
 def test_file_names_with_quotes_and_html_survive_json_and_are_escaped_in_html(tmp_path):
-    weird = tmp_path / 'we"ird <b>&amp; \'name\'.py'
-    weird.write_text("import torch\nkept = []\n"
-                     "def step():\n    kept.append(torch.ones(256, 256))\n")
+    weird = tmp_path / "we\"ird <b>&amp; 'name'.py"
+    weird.write_text("import torch\nkept = []\ndef step():\n    kept.append(torch.ones(256, 256))\n")
     module = runpy.run_path(str(weird))
     report = torchleak.check(module["step"], iterations=4)
     (leak,) = report.leaks
@@ -313,6 +317,7 @@ def test_many_small_allocations():
 
 def test_config_set_is_all_or_nothing_and_attributes_are_validated_at_once():
     from torchleak import config
+
     before = config.to_dict()
     for bad in (dict(warmup=3, min_bytes="1.2.3MiB"), dict(min_bytes=1e19), dict(warmup=2, min_confidence=7)):
         with pytest.raises(ValueError):

@@ -1,4 +1,5 @@
 """Verdicts from growth curves with real torch loops (issue 4)."""
+
 import functools
 import json
 
@@ -24,7 +25,7 @@ def test_a_1mib_leak_is_a_leak_by_the_fifth_iteration_after_warmup():
     def step():
         if not state:
             state.append(torch.zeros(2048, 1024))  # 8 MiB created once: warm-up
-        kept.append(torch.ones(256, 1024))          # 1 MiB per iteration: the leak
+        kept.append(torch.ones(256, 1024))  # 1 MiB per iteration: the leak
 
     report = torchleak.check(step, iterations=7, warmup=2)
     (leak,) = report.leaks
@@ -121,13 +122,16 @@ def test_min_leak_bytes_per_iteration_threshold():
     assert len(report.leaks) == 1
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"colour": "red"}, "unknown setting 'colour'"),
-    ({"min_confidence": 3}, "between 0 and 1"),
-    ({"min_leak_bytes_per_iteration": "lots"}, "not a size"),
-    ({"warmup": -2}, "warmup"),
-    ({"critical_bytes": None}, "needs a number"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"colour": "red"}, "unknown setting 'colour'"),
+        ({"min_confidence": 3}, "between 0 and 1"),
+        ({"min_leak_bytes_per_iteration": "lots"}, "not a size"),
+        ({"warmup": -2}, "warmup"),
+        ({"critical_bytes": None}, "needs a number"),
+    ],
+)
 def test_bad_settings_are_clear_value_errors(settings, message):
     with pytest.raises(ValueError, match=message):
         torchleak.config.set(**settings)

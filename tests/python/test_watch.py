@@ -1,4 +1,5 @@
 """torchleak.watch(): a long run watched as it goes, with sampling and a bounded history."""
+
 import json
 import logging
 import subprocess
@@ -13,8 +14,7 @@ MiB = 1 << 20
 
 
 def train(steps, leak=None, model=None):
-    model = model or torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                         torch.nn.Linear(128, 1))
+    model = model or torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(steps):
         loss = model(torch.randn(32, 64)).square().mean()
@@ -25,8 +25,7 @@ def train(steps, leak=None, model=None):
             leak(step, loss)
 
 
-def test_a_confirmed_leak_is_logged_written_and_passed_on_without_stopping_the_run(
-        tmp_path, caplog):
+def test_a_confirmed_leak_is_logged_written_and_passed_on_without_stopping_the_run(tmp_path, caplog):
     kept, calls, steps_done = [], [], []
     path = tmp_path / "watch.json"
 
@@ -109,14 +108,17 @@ def test_a_failing_callback_does_not_stop_the_run():
     assert len(kept) == 30 and len(w.leaks) == 1
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"every": 0}, "every must be an int between 1 and"),
-    ({"budget": 0}, "budget must be a fraction"),
-    ({"json": "out.txt"}, "json must be a path ending in .json"),
-    ({"html": "out.json"}, "html must be a path ending in .html"),
-    ({"on_leak": "print"}, "on_leak must be callable"),
-    ({"sample_bytes": -1}, "sample_bytes must be an int between 0 and"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"every": 0}, "every must be an int between 1 and"),
+        ({"budget": 0}, "budget must be a fraction"),
+        ({"json": "out.txt"}, "json must be a path ending in .json"),
+        ({"html": "out.json"}, "html must be a path ending in .html"),
+        ({"on_leak": "print"}, "on_leak must be callable"),
+        ({"sample_bytes": -1}, "sample_bytes must be an int between 0 and"),
+    ],
+)
 def test_bad_arguments(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         torchleak.watch(**kwargs)
@@ -138,9 +140,25 @@ print("finished all steps")
 def test_cli_watch(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, "-m", "torchleak", "run", "--watch",
-                          "--every", "2", "--json", str(tmp_path / "w.json"), "--quiet", str(script)],
-                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchleak",
+            "run",
+            "--watch",
+            "--every",
+            "2",
+            "--json",
+            str(tmp_path / "w.json"),
+            "--quiet",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     assert "finished all steps" in out.stdout
     [line] = [ln for ln in out.stderr.splitlines() if "leak confirmed" in ln]
@@ -149,16 +167,20 @@ def test_cli_watch(tmp_path):
     assert data["iterations"] == 20 and data["sampling"]["sample_bytes"] == 256 * 1024
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--every", "2"], "--every and --sample-bytes belong to --watch"),
-    (["--watch", "--every", "0"], "--every must be between 1"),
-    (["--watch", "--sample-bytes", "lots"], "--sample-bytes needs an integer"),
-    (["--gather-timeout", "-1"], "--gather-timeout must be between 0 and 86400"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--every", "2"], "--every and --sample-bytes belong to --watch"),
+        (["--watch", "--every", "0"], "--every must be between 1"),
+        (["--watch", "--sample-bytes", "lots"], "--sample-bytes needs an integer"),
+        (["--gather-timeout", "-1"], "--gather-timeout must be between 0 and 86400"),
+    ],
+)
 def test_cli_watch_usage_errors(tmp_path, args, message):
     script = tmp_path / "train.py"
     script.write_text("pass\n")
-    out = subprocess.run([sys.executable, "-m", "torchleak", "run", *args, str(script)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "torchleak", "run", *args, str(script)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2
     assert message in out.stderr and "usage:" in out.stderr

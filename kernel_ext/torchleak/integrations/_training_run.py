@@ -22,8 +22,7 @@ class TrainingRunTracking:
     is first confirmed."""
 
     def __init__(self, *, warmup, check_every, min_bytes, save, on_leak, log):
-        check_options(check_every=check_every, on_leak=on_leak, warmup=warmup,
-                      min_bytes=min_bytes)
+        check_options(check_every=check_every, on_leak=on_leak, warmup=warmup, min_bytes=min_bytes)
         self._options = {"warmup": warmup, "min_bytes": min_bytes}
         self._check_every = check_every
         self._save = bool(save)
@@ -40,8 +39,7 @@ class TrainingRunTracking:
     def start(self):
         if self.active:
             # The last run raised where no framework event said so: its tracking ends here.
-            self._log("warning", "torchleak: the previous run ended without train end; its "
-                                 "tracking stops now")
+            self._log("warning", "torchleak: the previous run ended without train end; its tracking stops now")
             self.tracker.stop()
         # A run that raised where no framework event said so (no `with callback:`), or a second
         # callback on the same trainer, must not leave every later tracking in the process
@@ -70,16 +68,17 @@ class TrainingRunTracking:
             try:
                 self._on_leak(report)
             except Exception as error:  # noqa: BLE001 - a user callback must not stop training
-                self._log("warning", f"torchleak: on_leak raised {type(error).__name__}: "
-                                     f"{error}; the run goes on")
+                self._log("warning", f"torchleak: on_leak raised {type(error).__name__}: {error}; the run goes on")
 
     def _step_aside(self):
         tracker = self.tracker
         if tracker is None or not tracker.active:
             return
-        message = ("torchleak: a training run's tracking was still on (the run raised without "
-                   "`with callback:`, or a second torchleak callback started); it stops now so "
-                   "the new tracking can start")
+        message = (
+            "torchleak: a training run's tracking was still on (the run raised without "
+            "`with callback:`, or a second torchleak callback started); it stops now so "
+            "the new tracking can start"
+        )
         self._log("warning", message)
         warnings.warn(message, RuntimeWarning, stacklevel=2)
         tracker.stop()
@@ -94,8 +93,9 @@ class TrainingRunTracking:
         self.report = self.tracker.report()
         if failed:
             attach(exc, self.report)
-        self._announce(self.report, output_dir, "train end" if exc is None else
-                       f"the run failed with {type(exc).__name__}")
+        self._announce(
+            self.report, output_dir, "train end" if exc is None else f"the run failed with {type(exc).__name__}"
+        )
         return self.report
 
     def _announce(self, report, output_dir, when):
@@ -120,9 +120,9 @@ class TrainingRunTracking:
             self._log("warning", f"torchleak: could not save the report in {output_dir!r}: {exc}")
             return []
         rank = self.tracker.rank
-        saved, failed = save_each(report, [
-            rank_path(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"), rank)
-            for ext in ("json", "html")])
+        saved, failed = save_each(
+            report, [rank_path(os.path.join(output_dir, f"{REPORT_NAME}.{ext}"), rank) for ext in ("json", "html")]
+        )
         for path, exc in failed:
             self._log("warning", f"torchleak: could not save {path}: {exc}")
         return saved
@@ -134,8 +134,9 @@ class TrackedRunCallback:
 
     def __init__(self, *, warmup, check_every, min_bytes, save, on_leak, log):
         super().__init__()  # the framework's Callback, next in the MRO
-        self._run = TrainingRunTracking(warmup=warmup, check_every=check_every,
-                                        min_bytes=min_bytes, save=save, on_leak=on_leak, log=log)
+        self._run = TrainingRunTracking(
+            warmup=warmup, check_every=check_every, min_bytes=min_bytes, save=save, on_leak=on_leak, log=log
+        )
 
     @property
     def report(self):

@@ -31,8 +31,9 @@ class TorchleakCallback(TrackedRunCallback, TrainerCallback):
     """
 
     def __init__(self, *, warmup=None, check_every=None, min_bytes=0, save=True, on_leak=None):
-        super().__init__(warmup=warmup, check_every=check_every, min_bytes=min_bytes, save=save,
-                         on_leak=on_leak, log=_log)
+        super().__init__(
+            warmup=warmup, check_every=check_every, min_bytes=min_bytes, save=save, on_leak=on_leak, log=_log
+        )
         self._output_dir = None
 
     def on_train_begin(self, args, state, control, **kwargs):

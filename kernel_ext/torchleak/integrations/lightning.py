@@ -34,8 +34,9 @@ class TorchleakCallback(TrackedRunCallback, Callback):
     """
 
     def __init__(self, *, warmup=None, check_every=None, min_bytes=0, save=True, on_leak=None):
-        super().__init__(warmup=warmup, check_every=check_every, min_bytes=min_bytes, save=save,
-                         on_leak=on_leak, log=_log)
+        super().__init__(
+            warmup=warmup, check_every=check_every, min_bytes=min_bytes, save=save, on_leak=on_leak, log=_log
+        )
         self._last_step = None
 
     def on_train_start(self, trainer, pl_module):
@@ -66,9 +67,9 @@ def _log_metrics(trainer, report):
     if report is None or trainer.logger is None:
         return
     per_step = sum(f.bytes_per_iteration for f in report.leaks)
-    trainer.logger.log_metrics({"torchleak/leaks": len(report.leaks),
-                                "torchleak/leak_bytes_per_step": per_step},
-                               step=trainer.global_step)
+    trainer.logger.log_metrics(
+        {"torchleak/leaks": len(report.leaks), "torchleak/leak_bytes_per_step": per_step}, step=trainer.global_step
+    )
 
 
 @rank_zero_only

@@ -16,7 +16,6 @@ them imports torch or the C++ core, so each is tested on fixture reports alone
 
 from . import bundle, memory_snapshot, notebook, page, plain, text
 
-RENDERERS = {"text": text.render, "page": page.render, "notebook": notebook.render,
-             "plain": plain.render}
+RENDERERS = {"text": text.render, "page": page.render, "notebook": notebook.render, "plain": plain.render}
 
 __all__ = ["RENDERERS", "bundle", "memory_snapshot", "notebook", "page", "plain", "text"]

@@ -35,8 +35,9 @@ def keeper_text(cause):
     """What keeps a cause's memory, as a line shows it: its holder's short path, else the
     core's keeper (a tensor keeping a graph, a site)."""
     holder = cause.get("holder")
-    return short_path(holder) if holder and holder.get("path_text") == cause.get("keeper") \
-        else cause.get("keeper") or ""
+    return (
+        short_path(holder) if holder and holder.get("path_text") == cause.get("keeper") else cause.get("keeper") or ""
+    )
 
 
 def path_code(owner):
@@ -55,8 +56,10 @@ def fix_html(finding):
         return ""
     out = f"<div>fix: {escape(finding['suggestion'])}</div>"
     if finding.get("fix_code"):
-        out += (f'<div data-testid="fix-code"><code style="overflow-wrap:anywhere">'
-                f"{escape(finding['fix_code'])}</code></div>")
+        out += (
+            f'<div data-testid="fix-code"><code style="overflow-wrap:anywhere">'
+            f"{escape(finding['fix_code'])}</code></div>"
+        )
     return out
 
 
@@ -113,10 +116,8 @@ def cause_groups(data):
     causes = data.get("causes") or []
     groups = data.get("cause_groups")
     if groups is None:
-        groups = [{"causes": [i], "text": c.get("text"), "severity": c.get("severity")}
-                  for i, c in enumerate(causes)]
-    return [(g, [causes[i] for i in g.get("causes", []) if 0 <= i < len(causes)])
-            for g in groups]
+        groups = [{"causes": [i], "text": c.get("text"), "severity": c.get("severity")} for i, c in enumerate(causes)]
+    return [(g, [causes[i] for i in g.get("causes", []) if 0 <= i < len(causes)]) for g in groups]
 
 
 def empty_text(data):
@@ -135,15 +136,13 @@ def progress_text(progress, unit="iteration"):
         if progress.get("stopped"):
             return f"stopped after {k} of {n} {unit}s, {elapsed:.1f} s"
         return f"{k} {unit}{'' if k == 1 else 's'} in {elapsed:.1f} s ({rate_text})"
-    return (f"{k}/{n} {unit}s [{elapsed:.1f} s<{float(progress.get('remaining', 0.0)):.1f} s, "
-            f"{rate_text}]")
+    return f"{k}/{n} {unit}s [{elapsed:.1f} s<{float(progress.get('remaining', 0.0)):.1f} s, {rate_text}]"
 
 
 def oom_parts(oom, limit=5):
     """The out-of-memory section's lists as the views print them, in the core's words:
     [(holder, its size)] and [(site text, its size and block count)], biggest first."""
-    holders = [(h.get("holder", ""), h.get("size_text", ""))
-               for h in (oom.get("by_holder") or [])[:limit]]
+    holders = [(h.get("holder", ""), h.get("size_text", "")) for h in (oom.get("by_holder") or [])[:limit]]
     sites = [(s.get("site", ""), s.get("size_text", "")) for s in (oom.get("by_site") or [])[:limit]]
     return holders, sites
 
@@ -152,5 +151,4 @@ def job_lines(data):
     """A merged torch.distributed report's lines as the core wrote them: one per rank, then
     how the ranks differ. Empty for a single process's report."""
     job = data.get("ranks") or {}
-    return ([rank.get("text", "") for rank in job.get("ranks", [])]
-            + list(job.get("skew_text", [])))
+    return [rank.get("text", "") for rank in job.get("ranks", [])] + list(job.get("skew_text", []))

@@ -34,18 +34,28 @@ def _device_indices(findings):
 
 
 def _frames(finding):
-    return [{"filename": fr.get("file") or "", "line": int(fr.get("line") or 0),
-             "name": fr.get("function") or ""} for fr in finding.get("stack") or []]
+    return [
+        {"filename": fr.get("file") or "", "line": int(fr.get("line") or 0), "name": fr.get("function") or ""}
+        for fr in finding.get("stack") or []
+    ]
 
 
 def _segment_of_one_block(device, address, size, frames):
-    block = {"address": address, "size": size, "requested_size": size,
-             "state": "active_allocated", "frames": frames}
-    segment = {"device": device, "address": address, "total_size": size,
-               "allocated_size": size, "active_size": size, "requested_size": size,
-               "stream": 0, "segment_type": "large" if size >= (1 << 20) else "small",
-               "segment_pool_id": (0, 0), "is_expandable": False, "frames": frames,
-               "blocks": [block]}
+    block = {"address": address, "size": size, "requested_size": size, "state": "active_allocated", "frames": frames}
+    segment = {
+        "device": device,
+        "address": address,
+        "total_size": size,
+        "allocated_size": size,
+        "active_size": size,
+        "requested_size": size,
+        "stream": 0,
+        "segment_type": "large" if size >= (1 << 20) else "small",
+        "segment_pool_id": (0, 0),
+        "is_expandable": False,
+        "frames": frames,
+        "blocks": [block],
+    }
     return segment
 
 
@@ -62,16 +72,18 @@ def render(data):
             listed.append((b["sequence"], device, b["address"], b["size"], frames))
         rest = finding.get("live_blocks_unlisted")
         if rest and rest.get("bytes"):
-            marker = {"filename": _UNLISTED_FILE, "line": 0,
-                      "name": f"{rest['count']:,} more live blocks of this site, not listed"}
+            marker = {
+                "filename": _UNLISTED_FILE,
+                "line": 0,
+                "name": f"{rest['count']:,} more live blocks of this site, not listed",
+            }
             unlisted.append((device, rest["bytes"], [marker] + frames))
     listed.sort(key=lambda entry: entry[0])
     segments = []
     traces = [[] for _ in range(max(indices.values(), default=-1) + 1)]
     for _, device, address, size, frames in listed:
         segments.append(_segment_of_one_block(device, address, size, frames))
-        traces[device].append({"action": "alloc", "addr": address, "size": size, "stream": 0,
-                               "frames": frames})
+        traces[device].append({"action": "alloc", "addr": address, "size": size, "stream": 0, "frames": frames})
     # The unlisted rest sits past every real address, each at an address of its own.
     address = max((a + s for _, _, a, s, _ in listed), default=0)
     for device, size, frames in unlisted:
@@ -79,6 +91,11 @@ def render(data):
         segments.append(_segment_of_one_block(device, address, size, frames))
         address += size
     segments.sort(key=lambda seg: (seg["device"], seg["address"]))
-    return {"segments": segments, "device_traces": traces,
-            "torchleak": {"devices": {str(i): name for name, i in indices.items()},
-                          "iterations": data.get("iterations", 0)}}
+    return {
+        "segments": segments,
+        "device_traces": traces,
+        "torchleak": {
+            "devices": {str(i): name for name, i in indices.items()},
+            "iterations": data.get("iterations", 0),
+        },
+    }

@@ -3,15 +3,35 @@ sanitizer (inline ``style=`` attributes only, the growth curve as an SVG data-UR
 retaining paths as nested ``<details>``), so saved and exported notebooks keep it."""
 
 from .chart import curve_svg, svg_img
-from .format import (LEAKS_SHOWN, allocated_inside_text, cause_groups, device_text, empty_text, escape as _e,
-                     format_bytes, iteration_unit, fix_html, job_lines, oom_parts, path_code, progress_text, site_text,
-                     step_what)
+from .format import (
+    LEAKS_SHOWN,
+    allocated_inside_text,
+    cause_groups,
+    device_text,
+    empty_text,
+    escape as _e,
+    format_bytes,
+    iteration_unit,
+    fix_html,
+    job_lines,
+    oom_parts,
+    path_code,
+    progress_text,
+    site_text,
+    step_what,
+)
 
 # Secondary text, in the theme's colour where JupyterLab gives one.
 _MUTED = 'style="color:var(--jp-ui-font-color2,#888)"'
 
-_VERDICT_COLOURS = {"leak": "#c0392b", "warmup": "#7f8c8d", "plateau": "#8e44ad",
-                    "transient": "#27ae60", "allowed": "#2980b9", "fragmentation": "#d35400"}
+_VERDICT_COLOURS = {
+    "leak": "#c0392b",
+    "warmup": "#7f8c8d",
+    "plateau": "#8e44ad",
+    "transient": "#27ae60",
+    "allowed": "#2980b9",
+    "fragmentation": "#d35400",
+}
 
 
 def _path_details(finding):
@@ -20,23 +40,30 @@ def _path_details(finding):
         return ""
     rows = []
     for step in path:
-        note = f' <span {_MUTED}>{_e(step["note"])}</span>' if step.get("note") else ""
-        rows.append(f'<div style="margin-left:12px;font-family:monospace;text-align:left">'
-                    f'<b>{_e(step.get("label"))}</b> <span {_MUTED}>{_e(step.get("kind"))}</span> '
-                    f'{_e(step_what(step))}{note}</div>')
+        note = f" <span {_MUTED}>{_e(step['note'])}</span>" if step.get("note") else ""
+        rows.append(
+            f'<div style="margin-left:12px;font-family:monospace;text-align:left">'
+            f"<b>{_e(step.get('label'))}</b> <span {_MUTED}>{_e(step.get('kind'))}</span> "
+            f"{_e(step_what(step))}{note}</div>"
+        )
     holder = finding.get("holder")
-    holder_text = (f' &middot; holder {path_code(holder)} '
-                   f'(+{holder["growth_per_iteration"]:.2g}/iteration)' if holder else "")
-    return (f'<details data-testid="path-tree"><summary>held by {path_code(finding)}'
-            f'{holder_text}</summary>{"".join(rows)}</details>')
+    holder_text = (
+        f" &middot; holder {path_code(holder)} (+{holder['growth_per_iteration']:.2g}/iteration)" if holder else ""
+    )
+    return (
+        f'<details data-testid="path-tree"><summary>held by {path_code(finding)}'
+        f"{holder_text}</summary>{''.join(rows)}</details>"
+    )
 
 
 def _device(d, at=None, unit="iteration"):
     series = {"allocated": (d.get("allocated") or [], "#2c7fb8")}
     if d.get("reserved") and d.get("reserved") != d.get("allocated"):
         series["reserved"] = (d["reserved"], "#999999")
-    return [f"<div>{_e(device_text(d))}</div>",
-            svg_img(curve_svg(series, at=at, unit=unit), f"memory of {d['device']} per {unit}")]
+    return [
+        f"<div>{_e(device_text(d))}</div>",
+        svg_img(curve_svg(series, at=at, unit=unit), f"memory of {d['device']} per {unit}"),
+    ]
 
 
 def _finding_row(f):
@@ -47,21 +74,25 @@ def _finding_row(f):
         source_html += f'<br><span style="color:var(--jp-ui-font-color2,#888)">{_e(allocated_inside_text(f))}</span>'
     fix = fix_html(f)
     if f.get("ranks_text"):
-        source_html += f'<br><b>{_e(f["ranks_text"])}</b>'
-    return (f'<tr data-testid="finding-row">'
-            f'<td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
-            f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> '
-            f'{_e(f["site"].get("function"))}'
-            f'{source_html}</td>'
-            f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["bytes_per_iteration"]))}/it</td>'
-            f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["total_bytes"]))}</td>'
-            f'<td style="padding:2px 6px;text-align:left">{_path_details(f)}{fix}</td></tr>')
+        source_html += f"<br><b>{_e(f['ranks_text'])}</b>"
+    return (
+        f'<tr data-testid="finding-row">'
+        f'<td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
+        f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> '
+        f"{_e(f['site'].get('function'))}"
+        f"{source_html}</td>"
+        f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["bytes_per_iteration"]))}/it</td>'
+        f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["total_bytes"]))}</td>'
+        f'<td style="padding:2px 6px;text-align:left">{_path_details(f)}{fix}</td></tr>'
+    )
 
 
 def _cause(cause, testid="cause"):
-    return (f'<div data-testid="{testid}" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
-            f'{_e(cause.get("text"))} <span {_MUTED}>[{_e(cause.get("severity"))}]</span>'
-            f'<br>fix: {_e(cause.get("suggestion"))}</div>')
+    return (
+        f'<div data-testid="{testid}" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
+        f"{_e(cause.get('text'))} <span {_MUTED}>[{_e(cause.get('severity'))}]</span>"
+        f"<br>fix: {_e(cause.get('suggestion'))}</div>"
+    )
 
 
 def _cause_group(group, members):
@@ -70,19 +101,23 @@ def _cause_group(group, members):
     if len(members) == 1:
         return _cause(members[0])
     inner = "".join(_cause(cause, "group-cause") for cause in members)
-    return (f'<div data-testid="cause-group" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
-            f'{_e(group.get("text"))} <span {_MUTED}>[{_e(group.get("severity"))}]</span>'
-            f'<details><summary>the {len(members)} leaks</summary>'
-            f'<div style="max-height:20em;overflow:auto;margin-left:12px">{inner}</div></details></div>')
+    return (
+        f'<div data-testid="cause-group" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
+        f"{_e(group.get('text'))} <span {_MUTED}>[{_e(group.get('severity'))}]</span>"
+        f"<details><summary>the {len(members)} leaks</summary>"
+        f'<div style="max-height:20em;overflow:auto;margin-left:12px">{inner}</div></details></div>'
+    )
 
 
 def render(data, *, progress=None):
     findings = data.get("findings", [])
     summary = data.get("summary", {})
     unit = iteration_unit(data)
-    head = (f'<div data-testid="torchleak-static" style="font-family:sans-serif;font-size:13px">'
-            f'<div><b>torchleak</b>: {_e(summary.get("headline", ""))} in '
-            f'{data.get("iterations", 0)} {_e(unit)}(s) ({_e(data.get("boundary"))} boundaries)')
+    head = (
+        f'<div data-testid="torchleak-static" style="font-family:sans-serif;font-size:13px">'
+        f"<div><b>torchleak</b>: {_e(summary.get('headline', ''))} in "
+        f"{data.get('iterations', 0)} {_e(unit)}(s) ({_e(data.get('boundary'))} boundaries)"
+    )
     if progress:
         head += " &middot; " + progress_text(progress, unit)
     parts = [head + "</div>"]
@@ -91,35 +126,48 @@ def render(data, *, progress=None):
         holders, sites = oom_parts(oom)
         lists = "".join(
             f"<br>{_e(title)}: " + ", ".join(f"<code>{_e(name)}</code> {_e(size)}" for name, size in rows)
-            for title, rows in (("live by holder", holders), ("by site", sites)) if rows)
-        parts.append('<div data-testid="oom" style="background:#fdecea;border-left:4px solid #c0392b;'
-                     f'padding:4px 8px"><b style="color:#c0392b">OUT OF MEMORY</b> {_e(oom.get("text"))}'
-                     f'{lists}</div>')
+            for title, rows in (("live by holder", holders), ("by site", sites))
+            if rows
+        )
+        parts.append(
+            '<div data-testid="oom" style="background:#fdecea;border-left:4px solid #c0392b;'
+            f'padding:4px 8px"><b style="color:#c0392b">OUT OF MEMORY</b> {_e(oom.get("text"))}'
+            f"{lists}</div>"
+        )
     for w in data.get("warnings", []):
         parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')
     if data.get("sampling"):
-        parts.append(f'<div style="color:var(--jp-ui-font-color2,#888)">sampled: '
-                     f'{_e(data["sampling"].get("text"))}</div>')
+        parts.append(
+            f'<div style="color:var(--jp-ui-font-color2,#888)">sampled: {_e(data["sampling"].get("text"))}</div>'
+        )
     if job_lines(data):
-        parts.append('<div data-testid="ranks">' + "".join(
-            f"<div>{_e(line)}</div>" for line in job_lines(data)) + "</div>")
+        parts.append(
+            '<div data-testid="ranks">' + "".join(f"<div>{_e(line)}</div>" for line in job_lines(data)) + "</div>"
+        )
     if not data.get("causes") and data.get("iterations"):
-        parts.append('<div data-testid="no-leak" style="color:var(--jp-success-color1,#2e7d32);'
-                     f'font-weight:bold">No leak. {_e(summary.get("headline", ""))}</div>')
+        parts.append(
+            '<div data-testid="no-leak" style="color:var(--jp-success-color1,#2e7d32);'
+            f'font-weight:bold">No leak. {_e(summary.get("headline", ""))}</div>'
+        )
     groups = [_cause_group(group, members) for group, members in cause_groups(data)]
     parts.extend(groups[:LEAKS_SHOWN])
     if len(groups) > LEAKS_SHOWN:
-        parts.append(f'<details data-testid="more-causes"><summary>show {len(groups) - LEAKS_SHOWN} '
-                     f'more leak(s)</summary>{"".join(groups[LEAKS_SHOWN:])}</details>')
+        parts.append(
+            f'<details data-testid="more-causes"><summary>show {len(groups) - LEAKS_SHOWN} '
+            f"more leak(s)</summary>{''.join(groups[LEAKS_SHOWN:])}</details>"
+        )
     for d in data.get("devices", []):
         parts.extend(_device(d, data.get("series_iterations"), unit))
     if findings:
         # Many findings scroll inside a box of capped height, not down the notebook.
-        parts.append('<div data-testid="findings-box" style="max-height:32em;overflow:auto">'
-                     '<table style="border-collapse:collapse"><tr><th style="text-align:left">verdict</th>'
-                     '<th style="text-align:left">site</th><th>growth</th><th>live</th>'
-                     '<th style="text-align:left">why alive</th></tr>'
-                     + "".join(_finding_row(f) for f in findings) + "</table></div>")
+        parts.append(
+            '<div data-testid="findings-box" style="max-height:32em;overflow:auto">'
+            '<table style="border-collapse:collapse"><tr><th style="text-align:left">verdict</th>'
+            '<th style="text-align:left">site</th><th>growth</th><th>live</th>'
+            '<th style="text-align:left">why alive</th></tr>'
+            + "".join(_finding_row(f) for f in findings)
+            + "</table></div>"
+        )
     if empty_text(data):
         parts.append(f"<div>{_e(empty_text(data))}</div>")
     parts.append("</div>")

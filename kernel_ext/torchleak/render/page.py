@@ -2,9 +2,21 @@
 every string escaped."""
 
 from .chart import sparkline
-from .format import (allocated_inside_text, cause_groups, device_text, empty_text, escape as _e,
-                     finding_tensor, fix_html, format_bytes, iteration_unit, oom_parts, path_code,
-                     site_text, step_what)
+from .format import (
+    allocated_inside_text,
+    cause_groups,
+    device_text,
+    empty_text,
+    escape as _e,
+    finding_tensor,
+    fix_html,
+    format_bytes,
+    iteration_unit,
+    oom_parts,
+    path_code,
+    site_text,
+    step_what,
+)
 
 
 _CSS = """
@@ -22,8 +34,10 @@ details{margin:4px 0} .oom{background:#fdecea;border-left:4px solid #c0392b;padd
 def _devices(devices, at, unit):
     parts = ["<h2>Devices</h2><table><tr><th>curve</th><th>device</th></tr>"]
     for d in devices:
-        parts.append(f"<tr><td>{sparkline(d.get('allocated') or [], colour='#2c7fb8', at=at, unit=unit)}"
-                     f"</td><td>{_e(device_text(d))}</td></tr>")
+        parts.append(
+            f"<tr><td>{sparkline(d.get('allocated') or [], colour='#2c7fb8', at=at, unit=unit)}"
+            f"</td><td>{_e(device_text(d))}</td></tr>"
+        )
     parts.append("</table>")
     return parts
 
@@ -33,11 +47,11 @@ def _finding_row(f, at, unit):
     stack_items = "".join(
         f"<li><code>{_e(site_text(fr))}</code> in {_e(fr.get('function'))}"
         f"{'' if fr.get('user', True) else ' <span class=muted>(library)</span>'}</li>"
-        for fr in f.get("stack", []))
-    details = [f"<div>{_e(f['count'])} block(s), {_e(finding_tensor(f) or 'storage')} "
-               f"on {_e(f['device'])}</div>"]
+        for fr in f.get("stack", [])
+    )
+    details = [f"<div>{_e(f['count'])} block(s), {_e(finding_tensor(f) or 'storage')} on {_e(f['device'])}</div>"]
     if f.get("ranks_text"):
-        details.append(f"<div class=\"ranks\">{_e(f['ranks_text'])}</div>")
+        details.append(f'<div class="ranks">{_e(f["ranks_text"])}</div>')
     if f.get("autograd_node"):
         details.append(f"<div>allocated in backward by <code>{_e(f['autograd_node'])}</code></div>")
     if allocated_inside_text(f):
@@ -47,46 +61,57 @@ def _finding_row(f, at, unit):
             f"<li><code>{_e(step.get('label'))}</code> <span class=muted>{_e(step.get('kind'))}</span> "
             f"{_e(step_what(step))}"
             f"{' &mdash; ' + _e(step['note']) if step.get('note') else ''}</li>"
-            for step in f["path"])
-        details.append(f"<div>held by {path_code(f)} "
-                       f"({_e(f.get('retention', 'unknown'))})</div>"
-                       f"<details><summary>retaining path</summary><ol>{steps}</ol></details>")
+            for step in f["path"]
+        )
+        details.append(
+            f"<div>held by {path_code(f)} "
+            f"({_e(f.get('retention', 'unknown'))})</div>"
+            f"<details><summary>retaining path</summary><ol>{steps}</ol></details>"
+        )
     if f.get("holder"):
         details.append(f"<div>holder {path_code(f['holder'])}</div>")
     if f.get("suggestion"):
         details.append(fix_html(f))
     if stack_items:
         details.append(f"<details><summary>stack</summary><ol>{stack_items}</ol></details>")
-    return (f"<tr><td class=\"{verdict_cls}\">{_e(f['verdict'])}</td>"
-            f"<td><code>{_e(site_text(f['site']))}</code><br>{_e(f['site'].get('function'))}</td>"
-            f"<td class=\"num\">{_e(format_bytes(f['bytes_per_iteration']))}</td>"
-            f"<td class=\"num\">{_e(format_bytes(f['total_bytes']))}</td>"
-            f"<td>{sparkline(f.get('series') or [], at=at, unit=unit)}</td><td>{''.join(details)}</td></tr>")
+    return (
+        f'<tr><td class="{verdict_cls}">{_e(f["verdict"])}</td>'
+        f"<td><code>{_e(site_text(f['site']))}</code><br>{_e(f['site'].get('function'))}</td>"
+        f'<td class="num">{_e(format_bytes(f["bytes_per_iteration"]))}</td>'
+        f'<td class="num">{_e(format_bytes(f["total_bytes"]))}</td>'
+        f"<td>{sparkline(f.get('series') or [], at=at, unit=unit)}</td><td>{''.join(details)}</td></tr>"
+    )
 
 
 def _job(job):
     """A torch.distributed job: one row per rank with its own curves, then the skew lines."""
-    parts = [f"<h2>Ranks ({_e(job.get('world_size'))})</h2><table data-testid=\"ranks\">"
-             "<tr><th>rank</th><th>status</th><th>curve</th><th>summary</th></tr>"]
+    parts = [
+        f'<h2>Ranks ({_e(job.get("world_size"))})</h2><table data-testid="ranks">'
+        "<tr><th>rank</th><th>status</th><th>curve</th><th>summary</th></tr>"
+    ]
     for rank in job.get("ranks", []):
-        curves = "".join(sparkline(d.get("allocated") or [], colour="#2c7fb8")
-                         for d in rank.get("devices", []))
-        parts.append(f"<tr><td>{_e(rank.get('rank'))}</td><td>{_e(rank.get('status'))}</td>"
-                     f"<td>{curves}</td><td>{_e(rank.get('text'))}</td></tr>")
+        curves = "".join(sparkline(d.get("allocated") or [], colour="#2c7fb8") for d in rank.get("devices", []))
+        parts.append(
+            f"<tr><td>{_e(rank.get('rank'))}</td><td>{_e(rank.get('status'))}</td>"
+            f"<td>{curves}</td><td>{_e(rank.get('text'))}</td></tr>"
+        )
     parts.append("</table>")
-    parts.extend(f"<p class=\"warn\">{_e(line)}</p>" for line in job.get("skew_text", []))
+    parts.extend(f'<p class="warn">{_e(line)}</p>' for line in job.get("skew_text", []))
     return parts
 
 
 def _oom(oom):
     holders, sites = oom_parts(oom, limit=10)
-    parts = ["<div class=\"oom\" data-testid=\"oom\"><h2>Out of memory</h2>",
-             f"<p>{_e(oom.get('text'))}</p>"]
+    parts = ['<div class="oom" data-testid="oom"><h2>Out of memory</h2>', f"<p>{_e(oom.get('text'))}</p>"]
     for title, rows in (("live by holder", holders), ("live by site", sites)):
         if rows:
-            parts.append(f"<h3>{_e(title)}</h3><table>" + "".join(
-                f"<tr><td><code>{_e(name)}</code></td><td class=\"num\">{_e(size)}</td></tr>"
-                for name, size in rows) + "</table>")
+            parts.append(
+                f"<h3>{_e(title)}</h3><table>"
+                + "".join(
+                    f'<tr><td><code>{_e(name)}</code></td><td class="num">{_e(size)}</td></tr>' for name, size in rows
+                )
+                + "</table>"
+            )
     parts.append("</div>")
     return parts
 
@@ -95,28 +120,34 @@ def _cause_item(cause, findings, unit):
     sites = "".join(
         f"<li><code>{_e(site_text(findings[i]['site']))}</code> "
         f"{_e(format_bytes(findings[i]['bytes_per_iteration']))} per {_e(unit)}</li>"
-        for i in cause["findings"])
-    return (f"<li class=\"leak\">{_e(cause['text'])} [{_e(cause.get('severity'))}]"
-            f"<div>fix: {_e(cause.get('suggestion'))}</div><ul>{sites}</ul></li>")
+        for i in cause["findings"]
+    )
+    return (
+        f'<li class="leak">{_e(cause["text"])} [{_e(cause.get("severity"))}]'
+        f"<div>fix: {_e(cause.get('suggestion'))}</div><ul>{sites}</ul></li>"
+    )
 
 
 def render(data):
     findings = data.get("findings", [])
     summary = data.get("summary", {})
     unit, at = iteration_unit(data), data.get("series_iterations")
-    parts = ["<!DOCTYPE html><html><head><meta charset=\"utf-8\">",
-             "<title>torchleak report</title>", f"<style>{_CSS}</style></head><body>",
-             "<h1>torchleak report</h1>",
-             f"<p class=\"muted\">{_e(data.get('iterations', 0))} {_e(unit)}s ({_e(data.get('boundary'))} "
-             f"boundaries, warm-up {_e(data.get('warmup', 0))}), torch "
-             f"{_e(data.get('torch_version'))}, Python {_e(data.get('python_version'))}. "
-             f"Score {_e(summary.get('score', 100))}/100 ({_e(summary.get('grade', 'A'))}).</p>"]
+    parts = [
+        '<!DOCTYPE html><html><head><meta charset="utf-8">',
+        "<title>torchleak report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>torchleak report</h1>",
+        f'<p class="muted">{_e(data.get("iterations", 0))} {_e(unit)}s ({_e(data.get("boundary"))} '
+        f"boundaries, warm-up {_e(data.get('warmup', 0))}), torch "
+        f"{_e(data.get('torch_version'))}, Python {_e(data.get('python_version'))}. "
+        f"Score {_e(summary.get('score', 100))}/100 ({_e(summary.get('grade', 'A'))}).</p>",
+    ]
     if data.get("oom"):
         parts.extend(_oom(data["oom"]))
     for w in data.get("warnings", []):
-        parts.append(f"<p class=\"warn\">{_e(w)}</p>")
+        parts.append(f'<p class="warn">{_e(w)}</p>')
     if data.get("sampling"):
-        parts.append(f"<p class=\"muted\">sampled: {_e(data['sampling'].get('text'))}</p>")
+        parts.append(f'<p class="muted">sampled: {_e(data["sampling"].get("text"))}</p>')
     if data.get("devices"):
         parts.extend(_devices(data["devices"], at, unit))
     if data.get("ranks"):
@@ -128,16 +159,20 @@ def render(data):
                 parts.append(_cause_item(members[0], findings, unit))
                 continue
             inner = "".join(_cause_item(cause, findings, unit) for cause in members)
-            parts.append(f"<li class=\"leak\">{_e(group.get('text'))} [{_e(group.get('severity'))}]"
-                         f"<details><summary>the {len(members)} leaks</summary><ol>{inner}</ol>"
-                         f"</details></li>")
+            parts.append(
+                f'<li class="leak">{_e(group.get("text"))} [{_e(group.get("severity"))}]'
+                f"<details><summary>the {len(members)} leaks</summary><ol>{inner}</ol>"
+                f"</details></li>"
+            )
         parts.append("</ol>")
     parts.append("<h2>Findings</h2>")
     if empty_text(data):
         parts.append(f"<p>{_e(empty_text(data))}</p>")
     if findings:
-        parts.append(f"<table><tr><th>verdict</th><th>site</th><th class=\"num\">per {_e(unit)}</th>"
-                     "<th class=\"num\">live</th><th>curve</th><th>details</th></tr>")
+        parts.append(
+            f'<table><tr><th>verdict</th><th>site</th><th class="num">per {_e(unit)}</th>'
+            '<th class="num">live</th><th>curve</th><th>details</th></tr>'
+        )
         parts.extend(_finding_row(f, at, unit) for f in findings)
         parts.append("</table>")
     recs = summary.get("recommendations", [])

@@ -2,16 +2,29 @@
 
 import os
 
-from .format import (allocated_inside_text, cause_groups, device_text, empty_text, finding_tensor,
-                     format_bytes, iteration_unit, job_lines, keeper_text, leaks_and_others,
-                     oom_parts, short_path, site_text, step_what)
+from .format import (
+    allocated_inside_text,
+    cause_groups,
+    device_text,
+    empty_text,
+    finding_tensor,
+    format_bytes,
+    iteration_unit,
+    job_lines,
+    keeper_text,
+    leaks_and_others,
+    oom_parts,
+    short_path,
+    site_text,
+    step_what,
+)
 
 _STACK_LINES = 6
 _GROUP_LINES = 10  # a group's causes listed one per line before "... and N more"
 
 # Control characters a received report may carry in any string (an ESC that recolours or
 # clears the terminal, a carriage return that overwrites a line): shown escaped, never sent.
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0a, 0x20), *range(0x7f, 0xa0)]}
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0A, 0x20), *range(0x7F, 0xA0)]}
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -32,8 +45,11 @@ def _path_lines(path, limit=14):
     """The chain from the root to the tensor, one step a line, long middles cut."""
     steps = list(path)
     if len(steps) > limit:
-        steps = steps[:limit // 2] + [{"kind": "elided", "label": "...",
-                                       "note": f"{len(path) - limit + 1} more steps"}] + steps[-(limit // 2 - 1):]
+        steps = (
+            steps[: limit // 2]
+            + [{"kind": "elided", "label": "...", "note": f"{len(path) - limit + 1} more steps"}]
+            + steps[-(limit // 2 - 1) :]
+        )
     lines = []
     for step in steps:
         note = f"  ({step['note']})" if step.get("note") else ""
@@ -62,9 +78,11 @@ def _stack_lines(stack):
 
 def _leak_block(f, unit, span=None):
     """A leak finding with no cause entry (a report from before causes existed)."""
-    return [f"LEAK  {format_bytes(f['bytes_per_iteration'])} per {unit} at "
-            f"{site_text(f['site'])} in {f['site'].get('function')}  [{f.get('severity')}]",
-            *_site_details(f, unit, span)]
+    return [
+        f"LEAK  {format_bytes(f['bytes_per_iteration'])} per {unit} at "
+        f"{site_text(f['site'])} in {f['site'].get('function')}  [{f.get('severity')}]",
+        *_site_details(f, unit, span),
+    ]
 
 
 def _cause_block(cause, findings, unit, span=None):
@@ -74,8 +92,10 @@ def _cause_block(cause, findings, unit, span=None):
     if len(members) > 1:
         out.append("  allocation sites (biggest first):")
         for f in members:
-            out.append(f"    {format_bytes(f['bytes_per_iteration']):>10s} per {unit} at "
-                       f"{site_text(f['site'])} in {f['site'].get('function')}")
+            out.append(
+                f"    {format_bytes(f['bytes_per_iteration']):>10s} per {unit} at "
+                f"{site_text(f['site'])} in {f['site'].get('function')}"
+            )
         out.append(f"  the biggest, {site_text(members[0]['site'])}:")
     return out + _site_details(members[0], unit, span)
 
@@ -102,8 +122,10 @@ def _site_details(f, unit, span=None):
         out.append(f"    {src}")
     if f.get("ranks_text"):
         out.append(f"  {f['ranks_text']}")
-    out.append(f"  {f['count']} block(s) alive, {format_bytes(f['total_bytes'])} "
-               f"({finding_tensor(f) or 'tensor storage'} on {f['device']})")
+    out.append(
+        f"  {f['count']} block(s) alive, {format_bytes(f['total_bytes'])} "
+        f"({finding_tensor(f) or 'tensor storage'} on {f['device']})"
+    )
     if f.get("autograd_node"):
         out.append(f"  allocated in backward by {f['autograd_node']}")
     if allocated_inside_text(f):
@@ -111,16 +133,17 @@ def _site_details(f, unit, span=None):
     series = f.get("series") or []
     if series:
         trend = f.get("trend", {})
-        out.append(f"  growth: {format_bytes(series[0])} -> {format_bytes(series[-1])} over "
-                   f"{span or len(series)} {unit}s (r2 {trend.get('r2', 0):.2f}, "
-                   f"p {trend.get('p_value', 1):.2g}, confidence {f.get('confidence', 0):.2f})")
+        out.append(
+            f"  growth: {format_bytes(series[0])} -> {format_bytes(series[-1])} over "
+            f"{span or len(series)} {unit}s (r2 {trend.get('r2', 0):.2f}, "
+            f"p {trend.get('p_value', 1):.2g}, confidence {f.get('confidence', 0):.2f})"
+        )
     if f.get("path"):
         out.append(f"  why alive ({f.get('retention', 'unknown')}): {short_path(f)}")
         out.extend(_path_lines(f["path"]))
     if f.get("holder"):
         h = f["holder"]
-        out.append(f"  holder: {short_path(h)} ({h['type']}, "
-                   f"+{h['growth_per_iteration']:.2g} per {unit})")
+        out.append(f"  holder: {short_path(h)} ({h['type']}, +{h['growth_per_iteration']:.2g} per {unit})")
     out.extend(_stack_lines([fr for fr in f.get("stack", []) if not _is_tool_frame(fr)]))
     if f.get("suggestion"):
         out.append(f"  fix: {f['suggestion']}")
@@ -134,8 +157,12 @@ def _oom_lines(oom):
     holders, sites = oom_parts(oom)
     lines = [f"  OUT OF MEMORY: {oom.get('text', '')}"]
     if holders:
-        lines.append("    live on " + str(oom.get("device")) + " by holder: " +
-                     ", ".join(f"{name} {size}" for name, size in holders))
+        lines.append(
+            "    live on "
+            + str(oom.get("device"))
+            + " by holder: "
+            + ", ".join(f"{name} {size}" for name, size in holders)
+        )
     if sites:
         lines.append("    by site: " + ", ".join(f"{site} {size}" for site, size in sites))
     return lines
@@ -146,9 +173,11 @@ def render(data):
     summary = data.get("summary", {})
     unit = iteration_unit(data)
     span = data.get("iterations") if data.get("series_iterations") else None
-    out = [f"torchleak report: {data.get('iterations', 0)} {unit}s "
-           f"({data.get('boundary')} boundaries, warm-up {data.get('warmup', 0)}), "
-           f"torch {data.get('torch_version')}"]
+    out = [
+        f"torchleak report: {data.get('iterations', 0)} {unit}s "
+        f"({data.get('boundary')} boundaries, warm-up {data.get('warmup', 0)}), "
+        f"torch {data.get('torch_version')}"
+    ]
     if data.get("oom"):
         out.extend(_oom_lines(data["oom"]))
     for d in data.get("devices", []):
@@ -158,8 +187,7 @@ def render(data):
         out.extend(f"    {line}" for line in job_lines(data))
     if data.get("sampling"):
         out.append(f"  sampled: {data['sampling'].get('text', '')}")
-    out.append(f"  {summary.get('headline', '')}; "
-               f"score {summary.get('score', 100)}/100 ({summary.get('grade', 'A')})")
+    out.append(f"  {summary.get('headline', '')}; score {summary.get('score', 100)}/100 ({summary.get('grade', 'A')})")
     for w in data.get("warnings", []):
         out.append(f"  warning: {w}")
     if empty_text(data):
@@ -183,6 +211,8 @@ def render(data):
         for f in others:
             held = f"  held by {short_path(f)}" if f.get("path_text") else ""
             where = f"  ({f['ranks_text']})" if f.get("ranks_text") else ""
-            out.append(f"  {f['verdict']:<10s} {format_bytes(f['total_bytes']):>10s} at "
-                       f"{site_text(f['site'])} in {f['site'].get('function')}{held}{where}")
+            out.append(
+                f"  {f['verdict']:<10s} {format_bytes(f['total_bytes']):>10s} at "
+                f"{site_text(f['site'])} in {f['site'].get('function')}{held}{where}"
+            )
     return "\n".join(line.translate(_CONTROLS) for line in out)

@@ -6,6 +6,7 @@ KILL_RANK=r      this rank dies in step 5 (SIGKILL: no report, no exit handler)
 STEPS=n          optimizer steps (default 12)
 TRACK_INSIDE=1   the script tracks itself with torchleak.track() (run without the CLI)
 """
+
 import datetime
 import os
 import signal
@@ -26,8 +27,7 @@ def train():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=15))
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                    torch.nn.Linear(128, 1)))
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     kept = []
     for step in range(int(os.environ.get("STEPS", "12"))):
