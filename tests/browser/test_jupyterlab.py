@@ -102,7 +102,11 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     }""")
     assert kept[0] >= 10
     assert kept[1] == "application/vnd.torchleak.report+json"
-    assert saved.count() >= 2
+    # Outputs draw one by one as the extension's module arrives: wait for a second one.
+    reopened.wait_for_function(
+        "() => document.querySelectorAll('.jp-OutputArea-output [data-testid=torchleak-widget]').length >= 2",
+        timeout=30_000,
+    )
     assert reopened.locator("text=model not found").count() == 0
     assert reopened.locator(".jp-RenderedJSON").count() == 0  # no JSON tree
     first = saved.first
