@@ -186,6 +186,20 @@ std::string deviceText(const DeviceTimeline& d, int iterations, BoundaryKind bou
     return line;
 }
 
+std::string blockLabel(const Finding& f) {
+    std::string label = "torchleak: ";
+    if (f.holder && !f.holder->path_text.empty()) {
+        label += "held by ";
+        label += shortPath(f.holder->path_text);
+        label += " (";
+        label += toString(f.verdict);
+        label += ')';
+    } else {
+        label += toString(f.verdict);
+    }
+    return label;
+}
+
 std::string tensorText(const std::string& dtype, const std::vector<int64_t>& shape) {
     std::string text = dtype + " [";
     for (size_t i = 0; i < shape.size(); ++i) {

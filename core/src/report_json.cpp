@@ -249,6 +249,7 @@ json findingJson(const Finding& f, const Report& r) {
     if (f.shape) {
         fj["tensor_text"] = tensorText(f.dtype.value_or(""), *f.shape);
     }
+    fj["block_label"] = blockLabel(f);
     fj["autograd_node"] = optionalJson(f.autograd_node);
     if (f.allocated_inside) {
         fj["allocated_inside"] = frameJson(*f.allocated_inside, false);

@@ -150,7 +150,7 @@ class Report:
         elif ext in (".html", ".htm"):
             content = self.to_html()
         elif ext in (".pickle", ".pkl"):
-            content = pickle.dumps(self.to_memory_snapshot())
+            content = pickle.dumps(self.to_memory_snapshot(), protocol=_memory_snapshot.PICKLE_PROTOCOL)
         else:
             raise ValueError(f"cannot tell the format of {path!r}: use a .json, .html or .pickle file name")
         _write_atomically(path, content.encode("utf-8") if isinstance(content, str) else content)

@@ -160,3 +160,20 @@ TEST_CASE("tensorText and pathTensorText") {
     t.site = site;
     REQUIRE(pathTensorText(t) == "bfloat16 [4] 1.5 KiB, allocated at train.py:16");
 }
+
+TEST_CASE("blockLabel: the holder and the verdict, for the memory viewer's stacks") {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    REQUIRE(blockLabel(f) == "torchleak: leak");
+    f.holder = Holder{};
+    f.holder->path_text = "losses";
+    REQUIRE(blockLabel(f) == "torchleak: held by losses (leak)");
+    f.verdict = Verdict::Warmup;
+    f.holder->path_text = "store[\"<b>'q'</b>";
+    f.holder->path_text += std::string(200, 'x');
+    f.holder->path_text += "\"]";
+    const std::string label = blockLabel(f);
+    REQUIRE(label.rfind("torchleak: held by store[", 0) == 0);
+    REQUIRE(label.size() < 120);
+    REQUIRE(label.substr(label.size() - 9) == " (warmup)");
+}

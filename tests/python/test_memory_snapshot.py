@@ -51,6 +51,28 @@ def test_the_pickle_opens_in_memory_viz_with_every_live_block_at_its_line(tmp_pa
     assert {s["address"] for s in snapshot["segments"]} == {t.data_ptr() for t in kept}
 
 
+def test_every_block_says_its_holder_and_verdict_in_a_protocol_4_pickle(tmp_path, monkeypatch):
+    """The viewer reads pickle protocol 4 at most; Python 3.14 writes 5 unless told: the file is
+    4 whatever the interpreter's default (here made 5, as on 3.14)."""
+    dumps = pickle.dumps
+    monkeypatch.setattr(pickle, "dumps", lambda obj, protocol=5, **kw: dumps(obj, protocol=protocol, **kw))
+    report, kept = leaky_report()
+    report.save(tmp_path / "leak.pickle")
+    raw = (tmp_path / "leak.pickle").read_bytes()
+    assert raw[:2] == b"\x80\x04"  # PROTO 4
+    snapshot = pickle.loads(raw)
+    leak = report.leaks[0]
+    label = leak["block_label"]
+    assert label == f"torchleak: held by {leak['holder']['path_short']} (leak)"
+    # The label is the tip of each of the leak's blocks' stacks, where the viewer shows it.
+    flame = _memory_viz.memory(snapshot, format_flamegraph=lines_of)
+    at_site = [ln for ln in flame.splitlines() if f"test_memory_snapshot.py:{leak.site['line']}:" in ln]
+    assert len(at_site) == len(kept) == 6
+    assert all(ln.rsplit(" ", 1)[0].endswith(label) for ln in at_site), at_site[:1]
+    tips = [b["frames"][0]["name"] for seg in snapshot["segments"] for b in seg["blocks"]]
+    assert tips.count(label) == 6
+
+
 def test_a_saved_json_report_gives_the_same_snapshot(tmp_path):
     report, _ = leaky_report()
     report.save(tmp_path / "r.json")

@@ -1,8 +1,9 @@
 #pragma once
 // The display strings the core knows, written once here and emitted into the JSON (`site.text`,
-// a device's `text` and `projection_text`, a finding's `tensor_text`, a path tensor's `text`,
-// the out-of-memory lists' `size_text`, `summary.headline` and `summary.empty_text`) so that
-// every view (text, HTML, the notebook widget) shows the same words instead of deriving its own.
+// a device's `text` and `projection_text`, a finding's `tensor_text` and `block_label`, a path
+// tensor's `text`, the out-of-memory lists' `size_text`, `summary.headline` and
+// `summary.empty_text`) so that every view (text, HTML, the notebook widget, the memory
+// viewer's pickle) shows the same words instead of deriving its own.
 
 #include "torchleak/causes.h"
 #include "torchleak/model.h"
@@ -53,6 +54,10 @@ std::string deviceText(const DeviceTimeline& device,
 
 // "float32 [256, 1024]": a dtype and shape as every view prints them.
 std::string tensorText(const std::string& dtype, const std::vector<int64_t>& shape);
+
+// What a finding's blocks say in PyTorch's memory viewer (the innermost frame of each block's
+// stack in the memory_viz pickle): "torchleak: held by losses (leak)", "torchleak: warmup".
+std::string blockLabel(const Finding& f);
 
 // A tensor met on a retaining path: "float32 [256, 1024] 1.0 MiB, allocated at train.py:16".
 std::string pathTensorText(const TensorInfo& tensor);

@@ -3,14 +3,18 @@
 ``report.save("x.pickle")`` for https://pytorch.org/memory_viz and ``torch.cuda._memory_viz``.
 
 What it holds is what a torchleak report knows: the blocks alive when the report was built,
-each with its allocation stack, and their allocations in run order as each device's trace (so
-the viewer's timeline shows the leak accumulating). Freed blocks and the allocator's cached
+each with its allocation stack under a frame that names its holder and verdict, and their
+allocations in run order as each device's trace (so the viewer's timeline shows the leak
+accumulating). Freed blocks and the allocator's cached
 segments are not in a report: every block is its own segment, exactly its size. A finding that
 had more live blocks than it lists (``live_blocks_unlisted``) gets one more block of their
 total bytes, whose innermost frame says so.
 """
 
-_UNLISTED_FILE = "<torchleak>"
+# The file name of the frames torchleak adds: a block's label, a finding's unlisted rest.
+_TORCHLEAK_FILE = "<torchleak>"
+# The viewer (memory_viz) reads pickles up to protocol 4; Python 3.14 writes 5 by default.
+PICKLE_PROTOCOL = 4
 
 
 def _device_indices(findings):
@@ -34,10 +38,17 @@ def _device_indices(findings):
 
 
 def _frames(finding):
-    return [
+    """The finding's stack, innermost first as the viewer reads it, under one more frame that
+    says what torchleak knows of the block (the core's `block_label`: "torchleak: held by
+    losses (leak)"): the viewer shows it at the tip of every block's stack."""
+    frames = [
         {"filename": fr.get("file") or "", "line": int(fr.get("line") or 0), "name": fr.get("function") or ""}
         for fr in finding.get("stack") or []
     ]
+    label = finding.get("block_label")
+    if label:
+        frames.insert(0, {"filename": _TORCHLEAK_FILE, "line": 0, "name": label})
+    return frames
 
 
 def _segment_of_one_block(device, address, size, frames):
@@ -73,7 +84,7 @@ def render(data):
         rest = finding.get("live_blocks_unlisted")
         if rest and rest.get("bytes"):
             marker = {
-                "filename": _UNLISTED_FILE,
+                "filename": _TORCHLEAK_FILE,
                 "line": 0,
                 "name": f"{rest['count']:,} more live blocks of this site, not listed",
             }
