@@ -64,7 +64,10 @@ void AllocationRecorder::updateTotals(DeviceState& st,
         ++st.rejectedTotals;
     }
     int64_t current = st.allocatorTotals ? st.allocatorAllocated : st.tracked;
-    st.peak = std::max(st.peak, current);
+    if (current > st.peak) {
+        st.peak = current;
+        st.atPeak = st.live;
+    }
 }
 
 void AllocationRecorder::recordAlloc(uintptr_t ptr,
@@ -104,6 +107,7 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
         rec.stack = stack;
         rec.node = nodeTypeName != nullptr ? d_nodes.intern(nodeTypeName) : NodeToken{0};
         rec.device = device;
+        rec.phase = nodeTypeName != nullptr ? BirthPhase::Backward : phase();
         if (const BlockRecord* stale = d_live.find(ptr)) {
             // The allocator handed out an address whose free we did not see (a gap while
             // another profiler was on top): forget the old block.
@@ -240,6 +244,9 @@ void AllocationRecorder::addBlock(const BlockRecord& rec) {
     group.count += 1;
     d_liveBytes += rec.weight;
     d_bornBytes += rec.weight;
+    if (DeviceState* st = knownDeviceState(rec.device)) {
+        st->live.add(rec.phase, true, static_cast<int64_t>(rec.weight));
+    }
     markDirty(group);
 }
 
@@ -271,10 +278,14 @@ void AllocationRecorder::removeBlock(const BlockRecord& rec) noexcept {
     group.bytes -= std::min(group.bytes, rec.weight);
     group.count -= 1;
     d_liveBytes -= std::min(d_liveBytes, rec.weight);
-    if (rec.iteration == d_iteration.load(std::memory_order_relaxed)) {
+    const bool bornThisIteration = rec.iteration == d_iteration.load(std::memory_order_relaxed);
+    if (bornThisIteration) {
         d_bornBytes -= std::min(d_bornBytes, rec.weight);
     } else {
         d_freedBytes += rec.weight;
+    }
+    if (DeviceState* st = knownDeviceState(rec.device)) {
+        st->live.add(rec.phase, bornThisIteration, -static_cast<int64_t>(rec.weight));
     }
     markDirty(group);
 }
@@ -314,6 +325,8 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
             ds.allocated = st.allocatorTotals ? st.allocatorAllocated : st.tracked;
             ds.reserved = st.allocatorTotals ? st.allocatorReserved : ds.allocated;
             ds.peak = std::max(st.peak, ds.allocated);
+            ds.live = st.live;
+            ds.atPeak = ds.peak > st.peak ? st.live : st.atPeak;
             snap.devices.push_back(ds);
         }
         // Nothing above changed the recorder: from here on the boundary cannot fail halfway.
@@ -326,6 +339,8 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
         d_dirtyHead = nullptr;
         for (size_t i = 0; i < d_deviceCount; ++i) {
             d_devices[i].peak = snap.devices[i].allocated; // the next iteration's peak starts here
+            d_devices[i].live.endIteration();
+            d_devices[i].atPeak = d_devices[i].live;
         }
         snap.liveBytes = d_liveBytes;
         snap.bornBytes = d_bornBytes;
@@ -360,8 +375,9 @@ void AllocationRecorder::mergeInto(const BoundarySnapshot& older, BoundarySnapsh
     }
     for (const DeviceSample& d : older.devices) {
         for (DeviceSample& n : newer.devices) {
-            if (n.device == d.device) {
-                n.peak = std::max(n.peak, d.peak);
+            if (n.device == d.device && d.peak > n.peak) {
+                n.peak = d.peak; // the stretch's peak, and what was alive at it
+                n.atPeak = d.atPeak;
             }
         }
     }

@@ -275,3 +275,109 @@ TEST_CASE("iterationTotals: what an iteration left alive and what it freed, with
     REQUIRE(idle.born == 0);
     REQUIRE(idle.freed == 0);
 }
+
+namespace {
+constexpr uint64_t KiB = 1024;
+constexpr uint64_t MiB = 1024 * 1024;
+constexpr size_t kForward = static_cast<size_t>(BirthPhase::Forward);
+constexpr size_t kBackward = static_cast<size_t>(BirthPhase::Backward);
+constexpr size_t kStep = static_cast<size_t>(BirthPhase::OptimizerStep);
+
+// One training iteration as the allocator sees it: three activations and an output in the
+// forward pass, the output kept (a list that grows); in backward a gradient (first iteration
+// only: later ones accumulate in place) and a temporary; the activations freed; the optimizer's
+// state made at its first step. `spike` adds a forward temporary of that size at the peak.
+void trainingIteration(AllocationRecorder& rec, uint32_t i, uint64_t spike = 0) {
+    const uintptr_t base = 0x100000 + uintptr_t{i} * 0x1000;
+    for (uintptr_t a = 0; a < 3; ++a) {
+        rec.recordAlloc(0x10 + a, MiB, kCpu, kStackA, nullptr, 0, 0, false);
+    }
+    rec.recordAlloc(base, 4 * KiB, kCpu, kStackB, nullptr, 0, 0, false);
+    if (spike > 0) {
+        rec.recordAlloc(0x20, spike, kCpu, kStackA, nullptr, 0, 0, false);
+    }
+    if (i == 0) {
+        rec.recordAlloc(0x30, 64 * KiB, kCpu, {}, "AccumulateGrad", 0, 0, false);
+    }
+    rec.recordAlloc(0x40, 128 * KiB, kCpu, {}, "AddmmBackward0", 0, 0, false);
+    if (spike > 0) {
+        rec.recordFree(0x20, kCpu, 0, 0, false);
+    }
+    rec.recordFree(0x40, kCpu, 0, 0, false);
+    for (uintptr_t a = 0; a < 3; ++a) {
+        rec.recordFree(0x10 + a, kCpu, 0, 0, false);
+    }
+    rec.setPhase(BirthPhase::OptimizerStep);
+    if (i == 0) {
+        rec.recordAlloc(0x50, 128 * KiB, kCpu, kStackB, nullptr, 0, 0, false);
+    }
+    rec.setPhase(BirthPhase::Forward);
+}
+} // namespace
+
+TEST_CASE("Live bytes by birth phase add up to the tracked bytes at every boundary and peak") {
+    AllocationRecorder rec;
+    for (uint32_t i = 0; i < 4; ++i) {
+        trainingIteration(rec, i);
+        rec.markBoundary();
+    }
+    const auto& b = rec.boundaries();
+    REQUIRE(b.size() == 4);
+    for (uint32_t i = 0; i < 4; ++i) {
+        const DeviceSample& d = b[i].devices.at(0);
+        INFO("iteration " << i);
+        REQUIRE(d.live.total() == d.allocated);
+        REQUIRE(d.atPeak.total() == d.peak);
+        // At the boundary: the iteration's kept output, its gradient and optimizer state the
+        // first time, the outputs of the iterations before.
+        REQUIRE(d.live.thisIteration[kForward] == static_cast<int64_t>(4 * KiB));
+        REQUIRE(d.live.earlier[kForward] == static_cast<int64_t>(i * 4 * KiB));
+        REQUIRE(d.live.thisIteration[kBackward] == (i == 0 ? static_cast<int64_t>(64 * KiB) : 0));
+        REQUIRE(d.live.thisIteration[kStep] == (i == 0 ? static_cast<int64_t>(128 * KiB) : 0));
+        REQUIRE(d.live.earlier[kStep] == (i == 0 ? 0 : static_cast<int64_t>(128 * KiB)));
+        // At the peak (in backward, before the activations are freed): the activations and the
+        // output, the backward temporary (and the new gradient), what earlier iterations left.
+        REQUIRE(d.atPeak.thisIteration[kForward] == static_cast<int64_t>(3 * MiB + 4 * KiB));
+        REQUIRE(d.atPeak.thisIteration[kBackward] ==
+                static_cast<int64_t>(128 * KiB + (i == 0 ? 64 * KiB : 0)));
+        REQUIRE(d.atPeak.thisIteration[kStep] == 0);
+        REQUIRE(d.atPeak.earlier == d.live.earlier);
+    }
+}
+
+TEST_CASE("A thinned history keeps the phases alive at the highest peak it folded in") {
+    AllocationRecorder rec;
+    const uint32_t n = 2000, spiked = 777;
+    for (uint32_t i = 0; i < n; ++i) {
+        trainingIteration(rec, i, i == spiked ? 50 * MiB : 0);
+        rec.markBoundary();
+    }
+    const auto& b = rec.boundaries();
+    REQUIRE(b.size() <= AllocationRecorder::kMaxGridBoundaries + 2);
+    const DeviceSample* highest = nullptr;
+    for (const BoundarySnapshot& s : b) {
+        const DeviceSample& d = s.devices.at(0);
+        REQUIRE(d.live.total() == d.allocated);
+        REQUIRE(d.atPeak.total() == d.peak);
+        if (highest == nullptr || d.peak > highest->peak) {
+            highest = &d;
+        }
+    }
+    REQUIRE(highest->atPeak.thisIteration[kForward] ==
+            static_cast<int64_t>(3 * MiB + 4 * KiB + 50 * MiB));
+    REQUIRE(highest->atPeak.earlier[kForward] == static_cast<int64_t>(spiked * 4 * KiB));
+}
+
+TEST_CASE("The phase set by the tracking thread tags blocks allocated on other threads") {
+    AllocationRecorder rec;
+    rec.setPhase(BirthPhase::OptimizerStep);
+    std::thread other([&] { rec.recordAlloc(0x10, 1000, kCpu, {}, nullptr, 0, 0, false); });
+    other.join();
+    rec.setPhase(BirthPhase::Forward);
+    rec.recordAlloc(0x20, 10, kCpu, {}, "MulBackward0", 0, 0, false); // a node: backward
+    REQUIRE(rec.liveBlock(0x10)->phase == BirthPhase::OptimizerStep);
+    REQUIRE(rec.liveBlock(0x20)->phase == BirthPhase::Backward);
+    REQUIRE(toString(BirthPhase::OptimizerStep) == "optimizer_step");
+    const DeviceSample& d = rec.markBoundary().devices.at(0);
+    REQUIRE(d.live.thisIteration == std::array<int64_t, kBirthPhases>{0, 10, 1000});
+}

@@ -1,6 +1,7 @@
 #pragma once
 // The blocks the recorder knows: what one allocation event leaves behind until its free.
 
+#include "torchleak/birth_phase.h"
 #include "torchleak/pointer_table.h"
 
 #include <cstddef>
@@ -29,6 +30,7 @@ struct BlockRecord {
     StackToken stack = 0;
     NodeToken node = 0;
     DeviceKey device;
+    BirthPhase phase = BirthPhase::Forward;
 };
 
 // Every block that was allocated while tracking and has not been freed yet, keyed by the

@@ -66,6 +66,11 @@ struct DeviceSample {
     // allocated, reserved below allocated): from the first one on, the device's timeline is
     // the tracked bytes.
     uint64_t rejectedTotals = 0;
+    // Tracked live bytes by the phase they were born in: at the boundary, and at the moment
+    // within the iteration when `peak` was reached (the tracked bytes then, whichever total
+    // the timeline follows). Each adds up to the tracked bytes of its moment.
+    PhaseBytes live{};
+    PhaseBytes atPeak{};
 };
 
 // The allocator's out-of-memory report (c10's reportOutOfMemoryToProfiler, or PyTorch's CUDA
@@ -152,6 +157,16 @@ class AllocationRecorder {
                     int64_t allocatorReserved,
                     bool allocatorTotals) noexcept;
     void noteShadowed() noexcept { d_shadowed.store(true, std::memory_order_relaxed); }
+    // The phase blocks allocated from now on are born in, unless an autograd node is running
+    // (nodeTypeName given: always Backward). Set by the tracking thread around the optimizer's
+    // step; one relaxed atomic, read by the hook on every thread (a block another thread
+    // allocates during the step is counted in it too).
+    void setPhase(BirthPhase phase) noexcept {
+        d_phase.store(static_cast<uint8_t>(phase), std::memory_order_relaxed);
+    }
+    BirthPhase phase() const noexcept {
+        return static_cast<BirthPhase>(d_phase.load(std::memory_order_relaxed));
+    }
     // An allocator could not satisfy a request. Allocation-free; may run under the device
     // allocator's mutex like the two above.
     void recordOutOfMemory(DeviceKey device,
@@ -211,6 +226,8 @@ class AllocationRecorder {
         bool allocatorTotals = false;
         bool totalsRejected = false;
         uint64_t rejectedTotals = 0;
+        PhaseBytes live;   // tracked live bytes by birth phase (adds up to `tracked`)
+        PhaseBytes atPeak; // `live` when `peak` was last raised
     };
     static constexpr size_t kMaxDevices = 32;
 
@@ -259,6 +276,7 @@ class AllocationRecorder {
     std::atomic<uint64_t> d_skipped{0};
     AllocationSampler d_sampler;
     std::atomic<bool> d_shadowed{false};
+    std::atomic<uint8_t> d_phase{static_cast<uint8_t>(BirthPhase::Forward)};
     uint64_t d_sequence = 0;
     std::unordered_map<GroupKey, GroupState, GroupKeyHash> d_groups; // nodes: stable addresses
     GroupState* d_dirtyHead = nullptr;
