@@ -6,7 +6,7 @@ import threading
 import warnings
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from . import _core, _cuda, _devices, _job, _out_of_memory, _roots, _torch_caches, _user_code
 from ._arguments import check_options
@@ -217,6 +217,7 @@ class Tracker:
             _cuda.observe_out_of_memory(_on_cuda_out_of_memory)
             self._wrap_profiler_hooks()
             self._wrap_backward()
+            self._mark_optimizer_steps()
             if self._boundary in ("auto", "optimizer_step"):
                 self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
         except BaseException:
@@ -287,6 +288,29 @@ class Tracker:
         self._backward_original = original
         torch.autograd._engine_run_backward = run_backward
 
+    # The blocks an optimizer's step makes (its state, at the first step) are born in that
+    # phase: every optimizer's step runs torch.optim's global pre- and post-step hooks.
+    def _mark_optimizer_steps(self):
+        tracker = self
+
+        def begin(optimizer, args, kwargs):
+            session = tracker._session
+            if session is not None and session.active:
+                session.begin_optimizer_step()
+
+        def end(optimizer, args, kwargs):
+            session = tracker._session
+            if session is not None and session.active:
+                session.end_optimizer_step()
+
+        self._optimizer_phase_hooks = [register_optimizer_step_pre_hook(begin)]
+        self._optimizer_phase_hooks.append(register_optimizer_step_post_hook(end))
+
+    def _unmark_optimizer_steps(self):
+        for handle in getattr(self, "_optimizer_phase_hooks", None) or []:
+            handle.remove()
+        self._optimizer_phase_hooks = None
+
     def _unwrap_backward(self):
         original = getattr(self, "_backward_original", None)
         if original is not None:
@@ -304,6 +328,7 @@ class Tracker:
         global _active
         self._unwrap_profiler_hooks()
         self._unwrap_backward()
+        self._unmark_optimizer_steps()
         self._graph_replays.stop()
         if self.active:
             self._find_job()  # a script with no boundary at all is still a rank

@@ -114,6 +114,34 @@ py::dict retainingPathsDict(const std::unordered_map<uintptr_t, BlockPath>& path
     return out;
 }
 
+namespace {
+pybind11::dict phaseBytesDict(const PhaseBytes& bytes) {
+    pybind11::dict d;
+    for (size_t p = 0; p < kBirthPhases; ++p) {
+        const std::string name(toString(static_cast<BirthPhase>(p)));
+        d[pybind11::str(name)] = pybind11::make_tuple(bytes.thisIteration[p], bytes.earlier[p]);
+    }
+    return d;
+}
+} // namespace
+
+pybind11::list birthPhasesList(const std::vector<BoundarySnapshot>& boundaries) {
+    pybind11::list out;
+    for (const BoundarySnapshot& b : boundaries) {
+        for (const DeviceSample& d : b.devices) {
+            pybind11::dict e;
+            e["iteration"] = b.iteration;
+            e["device"] = deviceName(d.device);
+            e["allocated"] = d.allocated;
+            e["peak"] = d.peak;
+            e["live"] = phaseBytesDict(d.live);
+            e["at_peak"] = phaseBytesDict(d.atPeak);
+            out.append(std::move(e));
+        }
+    }
+    return out;
+}
+
 BoundaryKind parseBoundary(const std::string& name) {
     try {
         return boundaryFromString(name);

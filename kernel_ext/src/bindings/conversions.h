@@ -4,6 +4,7 @@
 
 #include "inspect/frame_capture.h"
 #include "inspect/heap_walker.h"
+#include "torchleak/recorder.h"
 #include "torchleak/report_builder.h"
 
 #include <cstdint>
@@ -29,6 +30,10 @@ pybind11::dict walkStatsDict(const WalkStats& stats);
 
 // {block: (retention, path text, [(kind, label, type, note), ...])}
 pybind11::dict retainingPathsDict(const std::unordered_map<uintptr_t, BlockPath>& paths);
+
+// Per kept boundary and device: {"iteration", "device", "allocated", "peak", "live", "at_peak"},
+// the last two {phase name: (born this iteration, born earlier)} in bytes (birth_phase.h).
+pybind11::list birthPhasesList(const std::vector<BoundarySnapshot>& boundaries);
 
 // A boundary kind by its schema name, with the accepted names in the error.
 BoundaryKind parseBoundary(const std::string& name);

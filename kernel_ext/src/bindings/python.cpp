@@ -127,9 +127,15 @@ PYBIND11_MODULE(_core, m) {
                                    d["freed"] = t.freed;
                                    return d;
                                })
+        .def_property_readonly("birth_phases",
+                               [](const python::TrackingSession& self) {
+                                   return python::birthPhasesList(self.boundaries());
+                               })
         .def("set_capture_stacks", &python::TrackingSession::setCaptureStacks)
         .def("begin_backward", &python::TrackingSession::beginBackward)
         .def("end_backward", &python::TrackingSession::endBackward)
+        .def("begin_optimizer_step", &python::TrackingSession::beginOptimizerStep)
+        .def("end_optimizer_step", &python::TrackingSession::endOptimizerStep)
         .def(
             "report_json",
             [](python::TrackingSession& self, const std::string& torchVersion,

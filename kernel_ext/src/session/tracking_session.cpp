@@ -86,6 +86,9 @@ void TrackingSession::step() {
     }
     drainPendingRetains();
     d_recorder->markBoundary();
+    // torch runs an optimizer's post-step hooks only when its step returned: a step that
+    // raised would leave every later block born in it.
+    d_recorder->setPhase(BirthPhase::Forward);
 }
 
 std::string TrackingSession::pause() {

@@ -63,6 +63,10 @@ class TrackingSession {
     // (address, sequence) of every live device block the hook recorded without a stack (CUDA:
     // its stack comes from PyTorch's history); the sequence tells a reused address apart.
     std::vector<std::pair<uintptr_t, uint64_t>> stacklessDeviceBlocks() const;
+    // The kept boundaries, oldest first (recorder.h).
+    const std::vector<BoundarySnapshot>& boundaries() const noexcept {
+        return d_recorder->boundaries();
+    }
     IterationTotals lastIteration() const {
         const auto& b = d_recorder->boundaries();
         return b.empty() ? IterationTotals{} : iterationTotals(b, b.size() - 1);
@@ -74,6 +78,11 @@ class TrackingSession {
     // which end puts back.
     StackToken beginBackward();
     void endBackward(StackToken previous) noexcept;
+    // Around an optimizer's step (torch.optim's global pre- and post-step hooks): the blocks
+    // made in between are born in BirthPhase::OptimizerStep (birth_phase.h). A boundary ends
+    // the phase too, in case a step raised before its post hooks.
+    void beginOptimizerStep() noexcept { d_recorder->setPhase(BirthPhase::OptimizerStep); }
+    void endOptimizerStep() noexcept { d_recorder->setPhase(BirthPhase::Forward); }
     // An out-of-memory seen outside the hook (PyTorch's CUDA OOM observer runs on the failing
     // thread, which may not carry the hook); the allocator's own report of the same failure,
     // through the hook, is kept when there is one. requested < 0: unknown.
