@@ -137,6 +137,17 @@ def page_url(front_end, base, token, name, workspace="default"):
     return base + FRONT_ENDS[front_end][1].format(workspace=workspace, name=name) + f"?token={token}"
 
 
+def open_saved_report(page, view, points):
+    """A saved report drawn in full: its curve has `points` points, and its first finding row
+    opens its path tree on click. Returns the opened tree."""
+    view.scroll_into_view_if_needed()
+    assert int(view.locator("[data-testid=curve-allocated]").first.get_attribute("data-points")) == points
+    tree = view.locator("[data-testid=path-tree]").first
+    view.locator("[data-testid=finding-row]").first.click()
+    page.wait_for_function("el => el.open", arg=tree.element_handle())
+    return tree
+
+
 def saved_report_output(report):
     """A notebook output as torchleak leaves it: the report under its MIME type, drawn by the
     lab extension, with a plain-text stand-in."""

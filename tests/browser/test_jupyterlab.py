@@ -15,6 +15,7 @@ from jupyter_pages import (
     COUNT_VIEWS,
     KERNEL_READY,
     ROOT,
+    open_saved_report,
     save_and_shut_down,
     saved_report_output,
     serve,
@@ -110,11 +111,7 @@ def test_widget_renders_and_path_tree_opens_in_jupyterlab(lab, browser):
     assert reopened.locator("text=model not found").count() == 0
     assert reopened.locator(".jp-RenderedJSON").count() == 0  # no JSON tree
     first = saved.first
-    first.scroll_into_view_if_needed()
-    assert int(first.locator("[data-testid=curve-allocated]").first.get_attribute("data-points")) == 8
-    tree = first.locator("[data-testid=path-tree]").first
-    first.locator("[data-testid=finding-row]").first.click()
-    reopened.wait_for_function("el => el.open", arg=tree.element_handle())
+    tree = open_saved_report(reopened, first, points=8)
     assert "losses[" in tree.text_content()
     # The run's line came back from the output's metadata.
     assert first.locator("[data-testid=run-line]").text_content().startswith("8 iterations in ")

@@ -11,7 +11,7 @@ import subprocess
 import nbformat
 import pytest
 
-from jupyter_pages import ARTIFACTS, ROOT, page_url, saved_report_output, serve
+from jupyter_pages import ARTIFACTS, ROOT, open_saved_report, page_url, saved_report_output, serve
 
 NEWEST = ROOT / "build" / "lab-newest" / "bin" / "python"
 PINNED = json.loads((ROOT / "widgets" / "labextension" / "package.json").read_text())["devDependencies"][
@@ -78,12 +78,7 @@ def test_saved_reports_draw_in_the_newest_jupyterlab_and_notebook(newest, browse
     assert served, "the front end exposes no application version"
     if front_end == "lab":
         assert served == lab_version, (served, lab_version)
-    first = views.first
-    first.scroll_into_view_if_needed()
-    assert int(first.locator("[data-testid=curve-allocated]").first.get_attribute("data-points")) == 8
-    tree = first.locator("[data-testid=path-tree]").first
-    first.locator("[data-testid=finding-row]").first.click()
-    page.wait_for_function("el => el.open", arg=tree.element_handle())
+    tree = open_saved_report(page, views.first, points=8)
     holders = {f["holder"]["path_text"] for f in newest_report()["findings"] if f["holder"]}
     assert any(holder + "[" in tree.text_content() for holder in holders), holders
     assert (
