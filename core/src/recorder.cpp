@@ -245,7 +245,7 @@ void AllocationRecorder::addBlock(const BlockRecord& rec) {
     d_liveBytes += rec.weight;
     d_bornBytes += rec.weight;
     if (DeviceState* st = knownDeviceState(rec.device)) {
-        st->live.add(rec.phase, true, static_cast<int64_t>(rec.weight));
+        st->live.add(rec.heldAs, rec.phase, true, static_cast<int64_t>(rec.weight));
     }
     markDirty(group);
 }
@@ -285,9 +285,33 @@ void AllocationRecorder::removeBlock(const BlockRecord& rec) noexcept {
         d_freedBytes += rec.weight;
     }
     if (DeviceState* st = knownDeviceState(rec.device)) {
-        st->live.add(rec.phase, bornThisIteration, -static_cast<int64_t>(rec.weight));
+        st->live.add(rec.heldAs, rec.phase, bornThisIteration, -static_cast<int64_t>(rec.weight));
     }
     markDirty(group);
+}
+
+size_t AllocationRecorder::markHeldAs(std::span<const uintptr_t> blocks, HeldAs held) noexcept {
+    std::lock_guard<std::mutex> lock(d_mutex);
+    const uint32_t current = d_iteration.load(std::memory_order_relaxed);
+    size_t found = 0;
+    for (uintptr_t ptr : blocks) {
+        BlockRecord* rec = d_live.find(ptr);
+        if (rec == nullptr) {
+            continue;
+        }
+        ++found;
+        if (rec->heldAs == held) {
+            continue;
+        }
+        if (DeviceState* st = knownDeviceState(rec->device)) {
+            const bool bornThisIteration = rec->iteration == current;
+            const auto bytes = static_cast<int64_t>(rec->weight);
+            st->live.add(rec->heldAs, rec->phase, bornThisIteration, -bytes);
+            st->live.add(held, rec->phase, bornThisIteration, bytes);
+        }
+        rec->heldAs = held;
+    }
+    return found;
 }
 
 const BoundarySnapshot& AllocationRecorder::markBoundary() {

@@ -4,6 +4,7 @@ import functools
 import sys
 import threading
 import warnings
+import weakref
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -23,6 +24,15 @@ _active = None
 def active_tracker():
     """The Tracker that is recording now, or None."""
     return _active
+
+
+def _block_of(tensor):
+    """The allocation a tensor's memory lies in, as the allocator reported it (its storage's
+    start), or 0 for a tensor with no ordinary storage (meta, sparse, a wrapper subclass)."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001
+        return 0
 
 
 def _on_cuda_out_of_memory(device, segment_bytes, limit_bytes, device_free):
@@ -83,6 +93,8 @@ class Tracker:
         # Optimizer steps per iteration (run watch's boundary every N steps).
         self._every = every
         self._steps_seen = 0
+        self._optimizers = weakref.WeakSet()  # every optimizer seen stepping while tracked
+        self._registry_failed = False
         self._sample_bytes = sample_bytes
         # In a torch.distributed job: seconds rank 0 waits for the other ranks' reports when
         # the block ends (None: no gathering), the job once seen, and the merged report.
@@ -296,6 +308,7 @@ class Tracker:
         def begin(optimizer, args, kwargs):
             session = tracker._session
             if session is not None and session.active:
+                tracker._optimizers.add(optimizer)
                 session.begin_optimizer_step()
 
         def end(optimizer, args, kwargs):
@@ -342,7 +355,7 @@ class Tracker:
                 # A run with no boundary at all still reports what it left alive (frees alone,
                 # of blocks an earlier session made, are no run).
                 if session.iterations == 0 and session.allocations > 0:
-                    session.step()
+                    self._mark_boundary()
                 self._read_cuda_state()
                 if session.stop() == "deferred":
                     msg = (
@@ -378,7 +391,7 @@ class Tracker:
         if not self._explicit_seen and self._session is not None and self._session.active:
             self._steps_seen += 1
             if self._steps_seen % self._every == 0:
-                self._session.step()
+                self._mark_boundary()
                 self._after_boundary()
 
     def step(self):
@@ -387,8 +400,40 @@ class Tracker:
         if self._session is None or not self._session.active:
             raise RuntimeError("step() outside an active torchleak.track() block")
         self._explicit_seen = True
-        self._session.step()
+        self._mark_boundary()
         self._after_boundary()
+
+    def _mark_boundary(self):
+        self._name_held_blocks()
+        self._session.step()
+
+    # Before a boundary, the optimizers seen stepping name the blocks of their parameters, the
+    # parameters' gradients and their state, and the recorder counts those bytes by what they
+    # are (the rest by the phase they were born in). O(parameters) per boundary. Never raises:
+    # a registry that fails leaves the blocks counted by phase, and says so once.
+    def _name_held_blocks(self):
+        if not self._optimizers:
+            return
+        try:
+            named = {"parameter": [], "gradient": [], "optimizer_state": []}
+            for optimizer in list(self._optimizers):
+                for group in optimizer.param_groups:
+                    for p in group["params"]:
+                        named["parameter"].append(_block_of(p))
+                        if p.grad is not None:
+                            named["gradient"].append(_block_of(p.grad))
+                for state in optimizer.state.values():
+                    for value in state.values() if isinstance(state, dict) else ():
+                        if isinstance(value, torch.Tensor):
+                            named["optimizer_state"].append(_block_of(value))
+            for held, blocks in named.items():
+                self._session.mark_held_as([b for b in blocks if b], held)
+        except Exception as error:  # noqa: BLE001
+            if not self._registry_failed:
+                self._registry_failed = True
+                self._warn(
+                    f"the optimizers' parameters could not be read ({error!r}): their memory is counted by phase"
+                )
 
     def _after_boundary(self):
         self._find_job()
@@ -400,7 +445,7 @@ class Tracker:
         A site's rate is then per run of its cell, and a re-run cell's site names every run."""
         if self._session is None or not self._session.active:
             raise RuntimeError("_end_cell() outside an active tracking session")
-        self._session.step()
+        self._mark_boundary()
         self._cell_runs.append((str(cell_file or ""), int(execution_count or 0)))
 
     @property

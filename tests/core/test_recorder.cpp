@@ -381,3 +381,33 @@ TEST_CASE("The phase set by the tracking thread tags blocks allocated on other t
     const DeviceSample& d = rec.markBoundary().devices.at(0);
     REQUIRE(d.live.thisIteration == std::array<int64_t, kBirthPhases>{0, 10, 1000});
 }
+
+TEST_CASE("A registry's word moves a block's bytes to what it is held as, until it is freed") {
+    AllocationRecorder rec;
+    rec.recordAlloc(0x10, 1000, kCpu, kStackA, nullptr, 0, 0, false);     // a parameter, made here
+    rec.recordAlloc(0x20, 1000, kCpu, {}, "AccumulateGrad", 0, 0, false); // its gradient
+    rec.recordAlloc(0x30, 500, kCuda0, kStackB, nullptr, 0, 0, false);
+    const std::vector<uintptr_t> params = {0x10, 0x999}, grads = {0x20};
+    REQUIRE(rec.markHeldAs(params, HeldAs::Parameter) == 1); // 0x999: not a live block
+    REQUIRE(rec.markHeldAs(grads, HeldAs::Gradient) == 1);
+    REQUIRE(rec.markHeldAs(params, HeldAs::Parameter) == 1); // again: nothing moves twice
+    const BoundarySnapshot& first = rec.markBoundary();
+    const DeviceSample& cpu = first.devices.at(0);
+    REQUIRE(cpu.live.registeredAs(HeldAs::Parameter) == 1000);
+    REQUIRE(cpu.live.registeredAs(HeldAs::Gradient) == 1000);
+    REQUIRE(cpu.live.thisIteration == std::array<int64_t, kBirthPhases>{0, 0, 0});
+    REQUIRE(cpu.live.total() == cpu.allocated);
+    REQUIRE(first.devices.at(1).live.thisIteration[kForward] == 500);
+    // Freed, the gradient leaves its role; a new one is born in backward, unnamed until the
+    // next boundary's registry.
+    rec.recordFree(0x20, kCpu, 0, 0, false);
+    rec.recordAlloc(0x40, 1000, kCpu, {}, "AccumulateGrad", 0, 0, false);
+    const BoundarySnapshot& second = rec.markBoundary();
+    const DeviceSample& cpu2 = second.devices.at(0);
+    REQUIRE(cpu2.live.registeredAs(HeldAs::Gradient) == 0);
+    REQUIRE(cpu2.live.thisIteration[kBackward] == 1000);
+    REQUIRE(cpu2.live.registeredAs(HeldAs::Parameter) == 1000);
+    REQUIRE(cpu2.live.total() == cpu2.allocated);
+    REQUIRE(cpu2.atPeak.total() == cpu2.peak);
+    REQUIRE(toString(HeldAs::OptimizerState) == "optimizer_state");
+}

@@ -1,7 +1,8 @@
-"""The phase each tracked block was born in (forward, backward, the optimizer's step), tagged by
-the allocator hook and kept per device at every boundary and at each iteration's peak: the
-ground MemTracker stands on to tell activations, gradients and optimizer state apart, checked
-on a real training loop."""
+"""Where each device's tracked bytes come from, kept at every boundary and at each iteration's
+peak: the blocks the optimizers seen stepping name (their parameters, the parameters' gradients,
+their state), and the others by the phase they were born in (forward, backward, the optimizer's
+step), tagged by the allocator hook. The ground MemTracker stands on to tell activations,
+gradients and optimizer state apart, checked on a real training loop."""
 
 import pytest
 import torch
@@ -9,24 +10,37 @@ import torch
 import torchleak
 
 PHASES = ("forward", "backward", "optimizer_step")
+NAMED = ("parameter", "gradient", "optimizer_state")
 
 
-def born(entry, moment, phase, when):
-    """Bytes alive at `moment` ("live": the boundary, "at_peak") born in `phase`, during the
-    iteration (`when` "this") or before it ("earlier")."""
-    return entry[moment][phase][0 if when == "this" else 1]
+def born(entry, moment, phase, when="any"):
+    """Unnamed bytes alive at `moment` ("live": the boundary, "at_peak") born in `phase`,
+    during the iteration ("this"), before it ("earlier") or either ("any")."""
+    this, earlier = entry[moment][phase]
+    return {"this": this, "earlier": earlier, "any": this + earlier}[when]
+
+
+def named(entry, moment, held):
+    return entry[moment]["registered"][held]
 
 
 def total(entry, moment):
-    return sum(sum(entry[moment][p]) for p in PHASES)
+    return sum(born(entry, moment, p) for p in PHASES) + sum(named(entry, moment, h) for h in NAMED)
 
 
-def training_run(iterations, boundary="explicit"):
+def training_run(iterations, boundary="explicit", model_inside=False):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def build():
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    if not model_inside:
+        model, optimizer = build()
     kept = []
     with torchleak.track(boundary=boundary) as tracker:
+        if model_inside:
+            model, optimizer = build()
         for _ in range(iterations):
             out = model(torch.randn(512, 64))
             loss = out.square().mean()
@@ -36,43 +50,50 @@ def training_run(iterations, boundary="explicit"):
             optimizer.step()
             if boundary == "explicit":
                 tracker.step()
-        phases = tracker._session.birth_phases
+        phases = [e for e in tracker._session.birth_phases if e["device"] == "cpu"]
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     return phases, params, kept
 
 
-def test_phases_add_up_to_the_tracked_bytes_at_every_boundary_and_peak():
+def test_origins_add_up_to_the_tracked_bytes_at_every_boundary_and_peak():
     phases, params, kept = training_run(6)
-    cpu = [e for e in phases if e["device"] == "cpu"]
-    assert [e["iteration"] for e in cpu] == list(range(6))
-    for e in cpu:
+    assert [e["iteration"] for e in phases] == list(range(6))
+    out_bytes = kept[0].numel() * kept[0].element_size()
+    for i, e in enumerate(phases):
         assert total(e, "live") == e["allocated"], e
         assert total(e, "at_peak") == e["peak"], e
-    first, later = cpu[0], cpu[1:]
-    # Adam's state (exp_avg and exp_avg_sq per parameter) is made in the first step.
-    assert born(first, "live", "optimizer_step", "this") >= 2 * params
-    assert all(born(e, "live", "optimizer_step", "this") < params for e in later)
-    assert all(born(e, "live", "optimizer_step", "earlier") >= 2 * params for e in later)
-    # The gradients: made by backward's nodes, alive at the boundary, one set per iteration
-    # (zero_grad(set_to_none=True) frees the previous one).
-    for e in cpu:
-        assert params <= born(e, "live", "backward", "this") + born(e, "live", "backward", "earlier") < 2 * params
-    # The kept outputs: born in forward, one more per iteration.
-    out_bytes = kept[0].numel() * kept[0].element_size()
-    for i, e in enumerate(cpu):
+        # Made before tracking: the parameters are no tracked block.
+        assert named(e, "live", "parameter") == 0
+        # The gradients (zero_grad(set_to_none=True) frees the last ones) and Adam's moments.
+        assert named(e, "live", "gradient") == params
+        assert named(e, "live", "optimizer_state") >= 2 * params
+        # Named, they are no longer counted by phase.
+        assert born(e, "live", "backward") == 0 and born(e, "live", "optimizer_step") == 0
+        # The kept outputs: born in forward, one more per iteration.
         assert born(e, "live", "forward", "this") >= out_bytes
         assert born(e, "live", "forward", "earlier") >= i * out_bytes
-    # At the peak, the iteration's activations are alive: more forward bytes than it kept.
-    for e in later:
-        assert born(e, "at_peak", "forward", "this") > born(e, "live", "forward", "this")
+    # Adam's state is born in the first step (named at its boundary), not later.
+    assert all(born(e, "at_peak", "optimizer_step", "this") == 0 for e in phases)
+    # At the peak, in backward: the iteration's activations (more forward bytes than it
+    # keeps), the new gradients and backward's temporaries, not yet named.
+    for e in phases[1:]:
+        assert born(e, "at_peak", "forward", "this") > 10 * born(e, "live", "forward", "this")
+        assert born(e, "at_peak", "backward", "this") >= params
+        assert named(e, "at_peak", "optimizer_state") >= 2 * params
+
+
+def test_parameters_made_while_tracked_are_named_as_parameters():
+    phases, params, _ = training_run(3, model_inside=True)
+    for e in phases:
+        assert named(e, "live", "parameter") == params
+        assert total(e, "live") == e["allocated"]
 
 
 def test_optimizer_steps_as_boundaries_still_tag_the_step():
     phases, params, _ = training_run(3, boundary="optimizer_step")
-    cpu = [e for e in phases if e["device"] == "cpu"]
-    assert len(cpu) == 3
-    assert born(cpu[0], "live", "optimizer_step", "this") >= 2 * params
-    for e in cpu:
+    assert len(phases) == 3
+    for e in phases:
+        assert named(e, "live", "optimizer_state") >= 2 * params
         assert total(e, "live") == e["allocated"]
 
 
@@ -97,3 +118,9 @@ def test_a_step_that_raises_does_not_leave_later_blocks_in_the_step():
     assert born(phases[0], "live", "optimizer_step", "this") >= 4000
     assert born(phases[1], "live", "optimizer_step", "this") == 0
     assert born(phases[1], "live", "forward", "this") >= later.numel() * 4
+
+
+def test_a_bad_registry_name_is_a_value_error():
+    with torchleak.track(boundary="explicit") as tracker:
+        with pytest.raises(ValueError, match="held_as must be one of parameter, gradient, optimizer_state"):
+            tracker._session.mark_held_as([], "weights")

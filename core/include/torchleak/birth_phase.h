@@ -18,19 +18,32 @@ inline constexpr size_t kBirthPhases = 3;
 // "forward", "backward", "optimizer_step".
 std::string_view toString(BirthPhase phase) noexcept;
 
-// A device's tracked live bytes by the phase they were born in, those born in the current
-// iteration apart from those born earlier (at an iteration's peak, this iteration's forward
-// bytes are its activations; at its end, what survives of them is kept by someone).
-struct PhaseBytes {
+// What a registry told torchleak a block is, at a boundary: the optimizers it saw stepping
+// name their parameters, the parameters' gradients and their state. A block keeps the name
+// until it is freed (a parameter does not become something else).
+enum class HeldAs : uint8_t { Unknown, Parameter, Gradient, OptimizerState };
+inline constexpr size_t kRegisteredRoles = 3; // HeldAs values after Unknown
+
+// "unknown", "parameter", "gradient", "optimizer_state".
+std::string_view toString(HeldAs held) noexcept;
+
+// Where a device's tracked live bytes come from: the blocks a registry named, by what it named
+// them, and the others by the phase they were born in, those born in the current iteration
+// apart from those born earlier (at an iteration's peak, this iteration's forward bytes are its
+// activations; at its end, what survives of them is kept by someone). Adds up to the tracked
+// bytes.
+struct BlockOrigins {
     std::array<int64_t, kBirthPhases> thisIteration{};
     std::array<int64_t, kBirthPhases> earlier{};
+    std::array<int64_t, kRegisteredRoles> registered{}; // [HeldAs - 1]
 
     int64_t total() const noexcept;
-    // Tracked bytes born in `phase` during the current iteration (thisIteration) or before.
-    void add(BirthPhase phase, bool bornThisIteration, int64_t bytes) noexcept;
+    // A block of `bytes` (negative: it goes) with this origin.
+    void add(HeldAs held, BirthPhase phase, bool bornThisIteration, int64_t bytes) noexcept;
+    int64_t registeredAs(HeldAs held) const noexcept;
     // The iteration ends: its births become earlier ones.
     void endIteration() noexcept;
-    bool operator==(const PhaseBytes&) const = default;
+    bool operator==(const BlockOrigins&) const = default;
 };
 
 } // namespace torchleak

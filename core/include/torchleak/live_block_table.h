@@ -31,6 +31,7 @@ struct BlockRecord {
     NodeToken node = 0;
     DeviceKey device;
     BirthPhase phase = BirthPhase::Forward;
+    HeldAs heldAs = HeldAs::Unknown;
 };
 
 // Every block that was allocated while tracking and has not been freed yet, keyed by the

@@ -63,6 +63,10 @@ template <typename Value> class PointerTable {
         return nullptr;
     }
 
+    Value* find(uintptr_t key) noexcept {
+        return const_cast<Value*>(static_cast<const PointerTable&>(*this).find(key));
+    }
+
     bool contains(uintptr_t key) const noexcept { return find(key) != nullptr; }
 
     std::optional<Value> erase(uintptr_t key) noexcept {

@@ -66,11 +66,11 @@ struct DeviceSample {
     // allocated, reserved below allocated): from the first one on, the device's timeline is
     // the tracked bytes.
     uint64_t rejectedTotals = 0;
-    // Tracked live bytes by the phase they were born in: at the boundary, and at the moment
+    // Where the tracked live bytes come from (birth_phase.h): at the boundary, and at the moment
     // within the iteration when `peak` was reached (the tracked bytes then, whichever total
     // the timeline follows). Each adds up to the tracked bytes of its moment.
-    PhaseBytes live{};
-    PhaseBytes atPeak{};
+    BlockOrigins live{};
+    BlockOrigins atPeak{};
 };
 
 // The allocator's out-of-memory report (c10's reportOutOfMemoryToProfiler, or PyTorch's CUDA
@@ -180,6 +180,10 @@ class AllocationRecorder {
     // block takes when its allocation came without one (a block made on autograd's device
     // threads inherits the stack of the backward() call that runs them).
     StackToken internStack(std::span<const RawFrame> frames);
+    // A registry's word on live blocks, before a boundary: the blocks at `blocks` (allocation
+    // pointers; unknown ones are skipped) are held as `held`, and their bytes move to it in
+    // their device's origins. Returns how many were live blocks. O(blocks).
+    size_t markHeldAs(std::span<const uintptr_t> blocks, HeldAs held) noexcept;
     // Ends the current iteration: snapshots the groups it changed and starts the next.
     const BoundarySnapshot& markBoundary();
     uint32_t iteration() const noexcept { return d_iteration.load(std::memory_order_relaxed); }
@@ -226,8 +230,8 @@ class AllocationRecorder {
         bool allocatorTotals = false;
         bool totalsRejected = false;
         uint64_t rejectedTotals = 0;
-        PhaseBytes live;   // tracked live bytes by birth phase (adds up to `tracked`)
-        PhaseBytes atPeak; // `live` when `peak` was last raised
+        BlockOrigins live;   // tracked live bytes by origin (adds up to `tracked`)
+        BlockOrigins atPeak; // `live` when `peak` was last raised
     };
     static constexpr size_t kMaxDevices = 32;
 

@@ -115,12 +115,17 @@ py::dict retainingPathsDict(const std::unordered_map<uintptr_t, BlockPath>& path
 }
 
 namespace {
-pybind11::dict phaseBytesDict(const PhaseBytes& bytes) {
+pybind11::dict originsDict(const BlockOrigins& bytes) {
     pybind11::dict d;
     for (size_t p = 0; p < kBirthPhases; ++p) {
         const std::string name(toString(static_cast<BirthPhase>(p)));
         d[pybind11::str(name)] = pybind11::make_tuple(bytes.thisIteration[p], bytes.earlier[p]);
     }
+    pybind11::dict registered;
+    for (HeldAs held : {HeldAs::Parameter, HeldAs::Gradient, HeldAs::OptimizerState}) {
+        registered[pybind11::str(std::string(toString(held)))] = bytes.registeredAs(held);
+    }
+    d["registered"] = registered;
     return d;
 }
 } // namespace
@@ -134,12 +139,22 @@ pybind11::list birthPhasesList(const std::vector<BoundarySnapshot>& boundaries) 
             e["device"] = deviceName(d.device);
             e["allocated"] = d.allocated;
             e["peak"] = d.peak;
-            e["live"] = phaseBytesDict(d.live);
-            e["at_peak"] = phaseBytesDict(d.atPeak);
+            e["live"] = originsDict(d.live);
+            e["at_peak"] = originsDict(d.atPeak);
             out.append(std::move(e));
         }
     }
     return out;
+}
+
+HeldAs parseHeldAs(const std::string& name) {
+    for (HeldAs held : {HeldAs::Parameter, HeldAs::Gradient, HeldAs::OptimizerState}) {
+        if (toString(held) == name) {
+            return held;
+        }
+    }
+    throw InvalidArgument("held_as must be one of parameter, gradient, optimizer_state; got '" +
+                          name + "'");
 }
 
 BoundaryKind parseBoundary(const std::string& name) {

@@ -32,8 +32,12 @@ pybind11::dict walkStatsDict(const WalkStats& stats);
 pybind11::dict retainingPathsDict(const std::unordered_map<uintptr_t, BlockPath>& paths);
 
 // Per kept boundary and device: {"iteration", "device", "allocated", "peak", "live", "at_peak"},
-// the last two {phase name: (born this iteration, born earlier)} in bytes (birth_phase.h).
+// the last two {phase name: (born this iteration, born earlier), "registered": {held as: bytes}}
+// (birth_phase.h).
 pybind11::list birthPhasesList(const std::vector<BoundarySnapshot>& boundaries);
+
+// "parameter", "gradient" or "optimizer_state", with the accepted names in the error.
+HeldAs parseHeldAs(const std::string& name);
 
 // A boundary kind by its schema name, with the accepted names in the error.
 BoundaryKind parseBoundary(const std::string& name);

@@ -136,6 +136,11 @@ PYBIND11_MODULE(_core, m) {
         .def("end_backward", &python::TrackingSession::endBackward)
         .def("begin_optimizer_step", &python::TrackingSession::beginOptimizerStep)
         .def("end_optimizer_step", &python::TrackingSession::endOptimizerStep)
+        .def("mark_held_as",
+             [](python::TrackingSession& self, const std::vector<uintptr_t>& blocks,
+                const std::string& held) {
+                 return self.markHeldAs(blocks, python::parseHeldAs(held));
+             })
         .def(
             "report_json",
             [](python::TrackingSession& self, const std::string& torchVersion,
