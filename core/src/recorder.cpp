@@ -112,7 +112,7 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
             // The allocator handed out an address whose free we did not see (a gap while
             // another profiler was on top): forget the old block.
             if (DeviceState* owner = knownDeviceState(stale->device)) {
-                owner->tracked -= static_cast<int64_t>(stale->weight);
+                countBlock(*owner, *stale, -1);
             }
             removeBlock(*stale);
             d_live.erase(ptr);
@@ -124,7 +124,7 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
             removeBlock(rec);
             throw;
         }
-        st->tracked += static_cast<int64_t>(rec.weight);
+        countBlock(*st, rec, +1);
         st->allocations += 1;
     } catch (...) {
         // Out of memory while growing a table: losing one event beats terminating the
@@ -163,7 +163,7 @@ void AllocationRecorder::recordFree(uintptr_t ptr,
         removeBlock(*removed);
         // The block's own device: a free reported on another one must not move two counts.
         if (DeviceState* owner = deviceState(removed->device)) {
-            owner->tracked -= static_cast<int64_t>(removed->weight);
+            countBlock(*owner, *removed, -1);
         }
     }
     // The free of a block never seen (allocated before tracking, or a report gone astray)
@@ -232,6 +232,13 @@ void AllocationRecorder::markDirty(GroupState& group) noexcept {
     }
 }
 
+void AllocationRecorder::countBlock(DeviceState& st, const BlockRecord& rec, int sign) noexcept {
+    const int64_t bytes = sign * static_cast<int64_t>(rec.weight);
+    const bool bornThisIteration = rec.iteration == d_iteration.load(std::memory_order_relaxed);
+    st.tracked += bytes;
+    st.live.add(rec.heldAs, rec.phase, bornThisIteration, bytes);
+}
+
 void AllocationRecorder::addBlock(const BlockRecord& rec) {
     GroupState& group = d_groups[GroupKey{rec.stack, rec.node, rec.device}];
     group.key = GroupKey{rec.stack, rec.node, rec.device};
@@ -244,9 +251,6 @@ void AllocationRecorder::addBlock(const BlockRecord& rec) {
     group.count += 1;
     d_liveBytes += rec.weight;
     d_bornBytes += rec.weight;
-    if (DeviceState* st = knownDeviceState(rec.device)) {
-        st->live.add(rec.heldAs, rec.phase, true, static_cast<int64_t>(rec.weight));
-    }
     markDirty(group);
 }
 
@@ -278,14 +282,10 @@ void AllocationRecorder::removeBlock(const BlockRecord& rec) noexcept {
     group.bytes -= std::min(group.bytes, rec.weight);
     group.count -= 1;
     d_liveBytes -= std::min(d_liveBytes, rec.weight);
-    const bool bornThisIteration = rec.iteration == d_iteration.load(std::memory_order_relaxed);
-    if (bornThisIteration) {
+    if (rec.iteration == d_iteration.load(std::memory_order_relaxed)) {
         d_bornBytes -= std::min(d_bornBytes, rec.weight);
     } else {
         d_freedBytes += rec.weight;
-    }
-    if (DeviceState* st = knownDeviceState(rec.device)) {
-        st->live.add(rec.heldAs, rec.phase, bornThisIteration, -static_cast<int64_t>(rec.weight));
     }
     markDirty(group);
 }

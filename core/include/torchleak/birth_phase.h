@@ -23,6 +23,8 @@ std::string_view toString(BirthPhase phase) noexcept;
 // until it is freed (a parameter does not become something else).
 enum class HeldAs : uint8_t { Unknown, Parameter, Gradient, OptimizerState };
 inline constexpr size_t kRegisteredRoles = 3; // HeldAs values after Unknown
+inline constexpr std::array<HeldAs, kRegisteredRoles> kRegisteredHeldAs = {
+    HeldAs::Parameter, HeldAs::Gradient, HeldAs::OptimizerState};
 
 // "unknown", "parameter", "gradient", "optimizer_state".
 std::string_view toString(HeldAs held) noexcept;

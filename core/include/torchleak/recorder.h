@@ -248,6 +248,9 @@ class AllocationRecorder {
         bool dirty = false;
     };
 
+    // A live block enters (sign +1) or leaves (-1) its device's tracked bytes and origins,
+    // together, so that the origins always add up to `tracked`. Under d_mutex.
+    void countBlock(DeviceState& st, const BlockRecord& rec, int sign) noexcept;
     // Both under d_mutex. addBlock may throw (a new group or birth entry), removeBlock not.
     void addBlock(const BlockRecord& rec);
     void removeBlock(const BlockRecord& rec) noexcept;

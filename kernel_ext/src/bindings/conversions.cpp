@@ -122,7 +122,7 @@ pybind11::dict originsDict(const BlockOrigins& bytes) {
         d[pybind11::str(name)] = pybind11::make_tuple(bytes.thisIteration[p], bytes.earlier[p]);
     }
     pybind11::dict registered;
-    for (HeldAs held : {HeldAs::Parameter, HeldAs::Gradient, HeldAs::OptimizerState}) {
+    for (HeldAs held : kRegisteredHeldAs) {
         registered[pybind11::str(std::string(toString(held)))] = bytes.registeredAs(held);
     }
     d["registered"] = registered;
@@ -148,7 +148,7 @@ pybind11::list birthPhasesList(const std::vector<BoundarySnapshot>& boundaries) 
 }
 
 HeldAs parseHeldAs(const std::string& name) {
-    for (HeldAs held : {HeldAs::Parameter, HeldAs::Gradient, HeldAs::OptimizerState}) {
+    for (HeldAs held : kRegisteredHeldAs) {
         if (toString(held) == name) {
             return held;
         }
