@@ -1,6 +1,7 @@
 #include "torchleak/devices.h"
 
 #include "torchleak/errors.h"
+#include "torchleak/memory_roles.h"
 #include "torchleak/verdict.h"
 
 #include <algorithm>
@@ -125,6 +126,9 @@ std::vector<DeviceTimeline> buildDeviceTimelines(const std::vector<BoundarySnaps
             t.allocated.push_back(it != snap.devices.end() ? it->allocated : 0);
             t.reserved.push_back(it != snap.devices.end() ? it->reserved : 0);
             t.peak.push_back(it != snap.devices.end() ? it->peak : 0);
+            t.roles_at_boundary.push_back(it != snap.devices.end() ? rolesAtBoundary(*it)
+                                                                   : RoleBytes{});
+            t.roles_at_peak.push_back(it != snap.devices.end() ? rolesAtPeak(*it) : RoleBytes{});
         }
         for (const Finding& f : findings) {
             if (f.verdict == Verdict::Leak && f.device == t.device && f.bytes_per_iteration > 0) {

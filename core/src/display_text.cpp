@@ -186,6 +186,72 @@ std::string deviceText(const DeviceTimeline& d, int iterations, BoundaryKind bou
     return line;
 }
 
+std::string roleBreakdownText(const RoleBytes& roles) {
+    constexpr size_t kNamed = 4;
+    std::vector<MemoryRole> order;
+    int64_t total = 0;
+    for (size_t r = 0; r < kMemoryRoles; ++r) {
+        auto role = static_cast<MemoryRole>(r);
+        if (role != MemoryRole::Reserve && roles[r] > 0) {
+            order.push_back(role);
+            total += roles[r];
+        }
+    }
+    std::stable_sort(order.begin(), order.end(), [&](MemoryRole a, MemoryRole b) {
+        return bytesOf(roles, a) > bytesOf(roles, b);
+    });
+    std::string text = formatBytes(static_cast<double>(total));
+    for (size_t i = 0; i < order.size() && i < kNamed; ++i) {
+        const int64_t bytes = bytesOf(roles, order[i]);
+        text += i == 0 ? ": " : ", ";
+        text += roleLabel(order[i]);
+        text += ' ';
+        text += formatBytes(static_cast<double>(bytes));
+        text += " (";
+        text += std::to_string(static_cast<int>(
+            std::lround(100.0 * static_cast<double>(bytes) / static_cast<double>(total))));
+        text += "%)";
+    }
+    if (order.size() > kNamed) {
+        int64_t rest = 0;
+        for (size_t i = kNamed; i < order.size(); ++i) {
+            rest += bytesOf(roles, order[i]);
+        }
+        text += ", ";
+        text += std::to_string(order.size() - kNamed);
+        text += " more ";
+        text += formatBytes(static_cast<double>(rest));
+    }
+    return text;
+}
+
+std::string rolesText(const DeviceTimeline& d, const std::vector<int64_t>& at) {
+    if (d.roles_at_peak.empty() || d.roles_at_peak.size() != d.peak.size() ||
+        d.roles_at_boundary.empty()) {
+        return "";
+    }
+    size_t highest = 0;
+    for (size_t i = 1; i < d.peak.size(); ++i) {
+        if (d.peak[i] > d.peak[highest]) {
+            highest = i;
+        }
+    }
+    const int64_t iteration = highest < at.size() ? at[highest] : static_cast<int64_t>(highest);
+    std::string text = "at its highest peak (iteration ";
+    text += groupThousands(iteration + 1);
+    text += "), ";
+    text += roleBreakdownText(d.roles_at_peak[highest]);
+    text += "; at the end, ";
+    const RoleBytes& end = d.roles_at_boundary.back();
+    text += roleBreakdownText(end);
+    if (int64_t reserve = bytesOf(end, MemoryRole::Reserve); reserve > 0) {
+        text += "; ";
+        text += formatBytes(static_cast<double>(reserve));
+        text += " reserved but unused";
+    }
+    return text;
+}
+
 std::string blockLabel(const Finding& f) {
     std::string label = "torchleak: ";
     if (f.holder && !f.holder->path_text.empty()) {

@@ -72,6 +72,7 @@ OutOfMemoryReport buildOutOfMemoryReport(const Report& report,
     }
     oom.capacity_bytes = deviceCapacity(key, known);
     oom.live_bytes = static_cast<uint64_t>(std::max<int64_t>(context.tracked_bytes, 0));
+    oom.roles = rolesInFlight(context.origins, oom.allocated_bytes, oom.reserved_bytes);
 
     std::vector<int> onDevice;
     for (size_t i = 0; i < report.findings.size(); ++i) {

@@ -66,8 +66,14 @@ void AllocationRecorder::updateTotals(DeviceState& st,
     int64_t current = st.allocatorTotals ? st.allocatorAllocated : st.tracked;
     if (current > st.peak) {
         st.peak = current;
-        st.atPeak = st.live;
+        takePeak(st);
     }
+}
+
+void AllocationRecorder::takePeak(DeviceState& st) noexcept {
+    st.atPeak = st.live;
+    st.peakSequence = d_sequence;
+    st.freedAfterPeak = BlockOrigins{};
 }
 
 void AllocationRecorder::recordAlloc(uintptr_t ptr,
@@ -190,6 +196,7 @@ void AllocationRecorder::recordOutOfMemory(DeviceKey device,
     d_oom.fromAllocator = fromAllocator;
     const DeviceState* st = knownDeviceState(device);
     d_oom.allocationsBefore = st != nullptr ? st->allocations : 0;
+    d_oom.live = st != nullptr ? st->live : BlockOrigins{};
 }
 
 StackToken AllocationRecorder::internStack(std::span<const RawFrame> frames) {
@@ -224,6 +231,12 @@ int64_t AllocationRecorder::trackedBytes(DeviceKey device) const {
     return slot < d_deviceCount ? d_devices[slot].tracked : 0;
 }
 
+BlockOrigins AllocationRecorder::liveOrigins(DeviceKey device) const {
+    std::lock_guard<std::mutex> lock(d_mutex);
+    const DeviceState* st = knownDeviceState(device);
+    return st != nullptr ? st->live : BlockOrigins{};
+}
+
 void AllocationRecorder::markDirty(GroupState& group) noexcept {
     if (!group.dirty) {
         group.dirty = true;
@@ -237,6 +250,9 @@ void AllocationRecorder::countBlock(DeviceState& st, const BlockRecord& rec, int
     const bool bornThisIteration = rec.iteration == d_iteration.load(std::memory_order_relaxed);
     st.tracked += bytes;
     st.live.add(rec.heldAs, rec.phase, bornThisIteration, bytes);
+    if (sign < 0 && rec.sequence <= st.peakSequence) {
+        st.freedAfterPeak.add(rec.heldAs, rec.phase, bornThisIteration, -bytes);
+    }
 }
 
 void AllocationRecorder::addBlock(const BlockRecord& rec) {
@@ -308,6 +324,10 @@ size_t AllocationRecorder::markHeldAs(std::span<const uintptr_t> blocks, HeldAs 
             const auto bytes = static_cast<int64_t>(rec->weight);
             st->live.add(rec->heldAs, rec->phase, bornThisIteration, -bytes);
             st->live.add(held, rec->phase, bornThisIteration, bytes);
+            if (rec->sequence <= st->peakSequence) {
+                st->atPeak.add(rec->heldAs, rec->phase, bornThisIteration, -bytes);
+                st->atPeak.add(held, rec->phase, bornThisIteration, bytes);
+            }
         }
         rec->heldAs = held;
     }
@@ -350,7 +370,9 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
             ds.reserved = st.allocatorTotals ? st.allocatorReserved : ds.allocated;
             ds.peak = std::max(st.peak, ds.allocated);
             ds.live = st.live;
-            ds.atPeak = ds.peak > st.peak ? st.live : st.atPeak;
+            const bool peakIsNow = ds.peak > st.peak;
+            ds.atPeak = peakIsNow ? st.live : st.atPeak;
+            ds.freedAfterPeak = peakIsNow ? BlockOrigins{} : st.freedAfterPeak;
             snap.devices.push_back(ds);
         }
         // Nothing above changed the recorder: from here on the boundary cannot fail halfway.
@@ -364,7 +386,7 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
         for (size_t i = 0; i < d_deviceCount; ++i) {
             d_devices[i].peak = snap.devices[i].allocated; // the next iteration's peak starts here
             d_devices[i].live.endIteration();
-            d_devices[i].atPeak = d_devices[i].live;
+            takePeak(d_devices[i]);
         }
         snap.liveBytes = d_liveBytes;
         snap.bornBytes = d_bornBytes;
@@ -402,6 +424,7 @@ void AllocationRecorder::mergeInto(const BoundarySnapshot& older, BoundarySnapsh
             if (n.device == d.device && d.peak > n.peak) {
                 n.peak = d.peak; // the stretch's peak, and what was alive at it
                 n.atPeak = d.atPeak;
+                n.freedAfterPeak = d.freedAfterPeak;
             }
         }
     }

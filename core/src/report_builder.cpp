@@ -459,6 +459,7 @@ void ReportBuilder::gatherLiveBlocks() {
     if (findingOf.empty() && externalOf.empty()) {
         return;
     }
+    const uint32_t lastEnded = d_n > 0 ? d_at.back() : 0;
     for (const auto& [ptr, rec] : d_liveNow) {
         std::optional<size_t> index;
         if (auto ext = externalOf.find(ptr); ext != externalOf.end()) {
@@ -469,7 +470,8 @@ void ReportBuilder::gatherLiveBlocks() {
         }
         if (index) {
             d_drafts[*index].blocks.push_back(
-                FindingBlock{rec.iteration, rec.size, rec.sequence, ptr, rec.weight});
+                FindingBlock{rec.iteration, rec.size, rec.sequence, ptr, rec.weight,
+                             roleOfBlock(rec.heldAs, rec.phase, rec.iteration >= lastEnded)});
         }
     }
 }
@@ -537,6 +539,15 @@ void ReportBuilder::sortFindings() {
 void ReportBuilder::publishFindings() {
     d_report.findings.reserve(d_drafts.size());
     for (FindingDraft& draft : d_drafts) {
+        // The role most of its live bytes have: where a chart by role shows this finding.
+        RoleBytes bytes{};
+        for (const FindingBlock& b : draft.blocks) {
+            bytesOf(bytes, b.role) += static_cast<int64_t>(b.weight);
+        }
+        const auto most = std::max_element(bytes.begin(), bytes.end());
+        if (*most > 0) {
+            draft.finding.role = static_cast<MemoryRole>(most - bytes.begin());
+        }
         d_report.findings.push_back(std::move(draft.finding));
     }
 }
@@ -590,8 +601,10 @@ void ReportBuilder::addOutOfMemoryForensics() {
         OutOfMemoryContext context;
         context.event = d_recorder.currentOutOfMemory();
         context.current_iteration = d_recorder.iteration();
-        context.tracked_bytes = d_recorder.trackedBytes(
-            failingDevice(context.event, *d_inputs.out_of_memory, d_inputs.privateuse1_backend));
+        const DeviceKey failed =
+            failingDevice(context.event, *d_inputs.out_of_memory, d_inputs.privateuse1_backend);
+        context.tracked_bytes = d_recorder.trackedBytes(failed);
+        context.origins = context.event ? context.event->live : d_recorder.liveOrigins(failed);
         d_report.oom =
             buildOutOfMemoryReport(d_report, liveNowByFinding(), *d_inputs.out_of_memory, context,
                                    d_inputs.devices, d_inputs.privateuse1_backend);

@@ -77,18 +77,80 @@ template <typename T> json optionalJson(const std::optional<T>& v) {
     return v ? json(*v) : json(nullptr);
 }
 
-json deviceJson(const DeviceTimeline& d, int iterations, BoundaryKind boundary) {
-    return {{"device", d.device},
-            {"capacity_bytes", d.capacity_bytes},
-            {"allocated", d.allocated},
-            {"reserved", d.reserved},
-            {"peak", d.peak},
-            {"leak_bytes_per_iteration", d.leak_bytes_per_iteration},
-            {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
-            {"verdict", d.verdict},
-            {"fragmentation_ratio", d.fragmentation_ratio},
-            {"projection_text", projectionText(d, iterations, boundary)},
-            {"text", deviceText(d, iterations, boundary)}};
+// The `roles` member of a device: one entry per role in stacking order, each with its bytes at
+// every boundary and (but the reserve) at each iteration's peak, aligned with `allocated` and
+// `peak`.
+json rolesJson(const DeviceTimeline& d) {
+    json roles = json::array();
+    for (size_t r = 0; r < kMemoryRoles; ++r) {
+        const auto role = static_cast<MemoryRole>(r);
+        json entry = {{"role", toString(role)}, {"label", roleLabel(role)}};
+        std::vector<int64_t> series;
+        for (const RoleBytes& point : d.roles_at_boundary) {
+            series.push_back(point[r]);
+        }
+        entry["at_boundary"] = std::move(series);
+        if (role != MemoryRole::Reserve) {
+            series.clear();
+            for (const RoleBytes& point : d.roles_at_peak) {
+                series.push_back(point[r]);
+            }
+            entry["at_peak"] = std::move(series);
+        }
+        roles.push_back(std::move(entry));
+    }
+    return roles;
+}
+
+// A device's roles read back; a role this version does not know is skipped, a missing one is
+// zero, and series that do not match the device's points are dropped whole.
+void rolesFrom(const json& d, DeviceTimeline& t) {
+    if (!d.contains("roles") || !d["roles"].is_array()) {
+        return;
+    }
+    std::vector<RoleBytes> atBoundary(t.allocated.size(), RoleBytes{});
+    std::vector<RoleBytes> atPeak(t.peak.size(), RoleBytes{});
+    for (const json& entry : d["roles"]) {
+        if (const auto role = memoryRoleFromString(entry.value("role", ""))) {
+            const auto r = static_cast<size_t>(*role);
+            const auto boundarySeries = integersOr<int64_t>(entry, "at_boundary");
+            const auto peakSeries = integersOr<int64_t>(entry, "at_peak");
+            if (boundarySeries.size() != atBoundary.size() ||
+                (!peakSeries.empty() && peakSeries.size() != atPeak.size())) {
+                return;
+            }
+            for (size_t i = 0; i < boundarySeries.size(); ++i) {
+                atBoundary[i][r] = boundarySeries[i];
+            }
+            for (size_t i = 0; i < peakSeries.size(); ++i) {
+                atPeak[i][r] = peakSeries[i];
+            }
+        }
+    }
+    t.roles_at_boundary = std::move(atBoundary);
+    t.roles_at_peak = std::move(atPeak);
+}
+
+json deviceJson(const DeviceTimeline& d,
+                int iterations,
+                BoundaryKind boundary,
+                const std::vector<int64_t>& at) {
+    json j = {{"device", d.device},
+              {"capacity_bytes", d.capacity_bytes},
+              {"allocated", d.allocated},
+              {"reserved", d.reserved},
+              {"peak", d.peak},
+              {"leak_bytes_per_iteration", d.leak_bytes_per_iteration},
+              {"projected_oom_iteration", optionalJson(d.projected_oom_iteration)},
+              {"verdict", d.verdict},
+              {"fragmentation_ratio", d.fragmentation_ratio},
+              {"projection_text", projectionText(d, iterations, boundary)},
+              {"text", deviceText(d, iterations, boundary)}};
+    if (!d.roles_at_boundary.empty()) {
+        j["roles"] = rolesJson(d);
+        j["roles_text"] = rolesText(d, at);
+    }
+    return j;
 }
 
 DeviceTimeline deviceFrom(const json& d) {
@@ -104,6 +166,7 @@ DeviceTimeline deviceFrom(const json& d) {
     }
     t.verdict = d.value("verdict", "ok");
     t.fragmentation_ratio = realOr(d, "fragmentation_ratio", 0.0);
+    rolesFrom(d, t);
     return t;
 }
 
@@ -113,7 +176,7 @@ json ranksJson(const JobRanks& job, BoundaryKind boundary) {
     for (const RankSummary& rank : job.ranks) {
         json devices = json::array();
         for (const DeviceTimeline& d : rank.devices) {
-            devices.push_back(deviceJson(d, rank.iterations, boundary));
+            devices.push_back(deviceJson(d, rank.iterations, boundary, rank.series_iterations));
         }
         json rj = {{"rank", rank.rank},
                    {"status", rank.status},
@@ -183,20 +246,38 @@ json outOfMemoryJson(const OutOfMemoryReport& oom, const Report& r) {
                            {"findings", h.findings},
                            {"size_text", formatBytes(static_cast<double>(h.live_bytes))}});
     }
-    return {{"device", oom.device},
-            {"error", oom.error},
-            {"message", oom.message},
-            {"iteration", oom.iteration},
-            {"requested_bytes", optionalJson(oom.requested_bytes)},
-            {"allocated_bytes", oom.allocated_bytes},
-            {"reserved_bytes", oom.reserved_bytes},
-            {"capacity_bytes", oom.capacity_bytes},
-            {"totals_from", oom.totals_from},
-            {"live_bytes", oom.live_bytes},
-            {"findings", oom.findings},
-            {"by_site", sites},
-            {"by_holder", holders},
-            {"text", outOfMemoryText(oom, r)}};
+    json j = {{"device", oom.device},
+              {"error", oom.error},
+              {"message", oom.message},
+              {"iteration", oom.iteration},
+              {"requested_bytes", optionalJson(oom.requested_bytes)},
+              {"allocated_bytes", oom.allocated_bytes},
+              {"reserved_bytes", oom.reserved_bytes},
+              {"capacity_bytes", oom.capacity_bytes},
+              {"totals_from", oom.totals_from},
+              {"live_bytes", oom.live_bytes},
+              {"findings", oom.findings},
+              {"by_site", sites},
+              {"by_holder", holders},
+              {"text", outOfMemoryText(oom, r)}};
+    if (oom.roles) {
+        json roles = json::array();
+        for (size_t role = 0; role < kMemoryRoles; ++role) {
+            roles.push_back({{"role", toString(static_cast<MemoryRole>(role))},
+                             {"label", roleLabel(static_cast<MemoryRole>(role))},
+                             {"bytes", (*oom.roles)[role]}});
+        }
+        j["roles"] = std::move(roles);
+        j["roles_text"] =
+            "What filled " + oom.device + " at the failure, " + roleBreakdownText(*oom.roles) +
+            (bytesOf(*oom.roles, MemoryRole::Reserve) > 0
+                 ? "; " +
+                       formatBytes(static_cast<double>(bytesOf(*oom.roles, MemoryRole::Reserve))) +
+                       " reserved but unused"
+                 : std::string()) +
+            ".";
+    }
+    return j;
 }
 
 OutOfMemoryReport outOfMemoryFrom(const json& j, size_t findings) {
@@ -231,6 +312,15 @@ OutOfMemoryReport outOfMemoryFrom(const json& j, size_t findings) {
         oom.by_holder.push_back({h.at("holder").get<std::string>(),
                                  integerAt<uint64_t>(h, "live_bytes"),
                                  findingIndices(h, "findings", findings)});
+    }
+    if (j.contains("roles") && j["roles"].is_array()) {
+        RoleBytes roles{};
+        for (const json& entry : j["roles"]) {
+            if (const auto role = memoryRoleFromString(entry.value("role", ""))) {
+                bytesOf(roles, *role) = integerAt<int64_t>(entry, "bytes");
+            }
+        }
+        oom.roles = roles;
     }
     return oom;
 }
@@ -296,6 +386,9 @@ json findingJson(const Finding& f, const Report& r) {
     fj["suggestion"] = f.suggestion;
     if (!f.fix_code.empty()) {
         fj["fix_code"] = f.fix_code;
+    }
+    if (f.role) {
+        fj["role"] = toString(*f.role);
     }
     fj["severity"] = toString(f.severity);
     fj["trend"] = {{"slope_bytes_per_iteration", f.trend.slope_bytes_per_iteration},
@@ -396,6 +489,9 @@ Finding findingFrom(const json& fj) {
     f.holder = holderFrom(fj);
     f.suggestion = fj.value("suggestion", "");
     f.fix_code = fj.value("fix_code", "");
+    if (fj.contains("role") && fj["role"].is_string()) {
+        f.role = memoryRoleFromString(fj["role"].get<std::string>());
+    }
     f.severity = severityFromString(fj.at("severity").get<std::string>());
     const json& t = fj.at("trend");
     f.trend = {realFrom(t.at("slope_bytes_per_iteration"), "slope_bytes_per_iteration"),
@@ -424,7 +520,7 @@ std::string toJson(const Report& r, int indent) {
     j["warnings"] = r.warnings;
     j["devices"] = json::array();
     for (const DeviceTimeline& d : r.devices) {
-        j["devices"].push_back(deviceJson(d, r.iterations, r.boundary));
+        j["devices"].push_back(deviceJson(d, r.iterations, r.boundary, r.series_iterations));
     }
     j["findings"] = nullptr; // written one at a time below
     j["causes"] = json::array();

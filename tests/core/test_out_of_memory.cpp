@@ -6,6 +6,7 @@
 #include "torchleak/report_json.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 using namespace torchleak;
 
@@ -147,6 +148,16 @@ TEST_CASE("Out-of-memory forensics: the failing device, its totals and the culpr
     REQUIRE(oom.by_site[0].count == 6);
     REQUIRE(oom.by_holder.size() == 1);
     REQUIRE(oom.by_holder[0].holder == "(no retaining path)");
+    // What filled the device at the failure, by role: the leak's blocks kept from earlier
+    // iterations, the failing iteration's work in flight, the allocator's unused reserve.
+    REQUIRE(oom.roles);
+    REQUIRE(bytesOf(*oom.roles, MemoryRole::UserHeld) == 6 * MiB);
+    REQUIRE(bytesOf(*oom.roles, MemoryRole::Activations) == 3 * MiB);
+    REQUIRE(bytesOf(*oom.roles, MemoryRole::Untracked) == 0);
+    REQUIRE(bytesOf(*oom.roles, MemoryRole::Reserve) == 55 * MiB);
+    REQUIRE(nlohmann::json::parse(toJson(r))["oom"]["roles_text"] ==
+            "What filled fakegpu:0 at the failure, 9.0 MiB: user-held 6.0 MiB (67%), activations "
+            "3.0 MiB (33%); 55.0 MiB reserved but unused.");
     std::string text = outOfMemoryText(oom, r);
     REQUIRE(text.find("Out of memory on fakegpu:0 in iteration 7 (6 complete before it): asked "
                       "for 8.0 MiB with 9.0 MiB allocated, 64.0 MiB reserved of 64.0 MiB.") == 0);

@@ -52,6 +52,16 @@ std::string deviceText(const DeviceTimeline& device,
                        int iterations,
                        BoundaryKind boundary = BoundaryKind::Explicit);
 
+// "1.2 MiB: activations 610 KiB (51%), gradients 300 KiB (25%), 2 more 90 KiB": the biggest
+// roles of one moment with their share of it, the reserve left out (said apart).
+std::string roleBreakdownText(const RoleBytes& roles);
+
+// What a device's memory is made of, one line: "at its highest peak (iteration 13), 1.2 MiB:
+// activations 610 KiB (51%), gradients 300 KiB (25%), parameters 200 KiB (17%), 2 more 90 KiB;
+// at the end, 900 KiB: ...; 2.0 MiB reserved but unused". `at` gives each point's iteration
+// (0-based; empty: the point's index). "" without roles.
+std::string rolesText(const DeviceTimeline& device, const std::vector<int64_t>& at);
+
 // "float32 [256, 1024]": a dtype and shape as every view prints them.
 std::string tensorText(const std::string& dtype, const std::vector<int64_t>& shape);
 

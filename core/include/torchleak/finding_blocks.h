@@ -2,6 +2,7 @@
 // A finding's live blocks as the report reads them, which of them get a retaining path looked
 // for, and which one's path stands for the finding.
 
+#include "torchleak/memory_roles.h"
 #include "torchleak/retention.h"
 
 #include <compare>
@@ -20,7 +21,8 @@ struct FindingBlock {
     uint64_t size = 0;
     uint64_t sequence = 0; // allocation order
     uintptr_t block = 0;
-    uint64_t weight = 0; // the bytes it stands for (size, or more when sampled)
+    uint64_t weight = 0;                    // the bytes it stands for (size, or more when sampled)
+    MemoryRole role = MemoryRole::UserHeld; // memory_roles.h's roleOfBlock
 
     friend auto operator<=>(const FindingBlock&, const FindingBlock&) = default;
 };

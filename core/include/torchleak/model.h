@@ -4,6 +4,8 @@
 // it as `torchleak.report/1`. Field names are the JSON's (report_json.h): a contract that code
 // outside this repository reads, so fields are added, never renamed.
 
+#include "torchleak/memory_roles.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -175,6 +177,9 @@ struct Finding {
     // In a report merged from a torch.distributed job (rank_merge.h): the ranks on which this
     // site has this verdict, ascending. Empty in a single process's report.
     std::vector<int> ranks;
+    // The role (memory_roles.h) most of its live bytes have when the report is built; unknown
+    // when none of its blocks was gathered (a watched cell's site that did not grow).
+    std::optional<MemoryRole> role;
 };
 
 // The order of a report's findings: leaks first, then by live bytes.
@@ -196,6 +201,10 @@ struct DeviceTimeline {
     std::optional<int64_t> projected_oom_iteration;
     std::string verdict = "ok";       // "ok" or "fragmentation"
     double fragmentation_ratio = 0.0; // (reserved - allocated) / reserved at the end
+    // What the memory is made of (memory_roles.h), at every boundary and at each iteration's
+    // peak, beside `allocated` and `peak`; empty in a report written before roles existed.
+    std::vector<RoleBytes> roles_at_boundary;
+    std::vector<RoleBytes> roles_at_peak;
 };
 
 // One root cause: the leak findings that one holder (or one graph, one object, one user line)
@@ -254,6 +263,9 @@ struct OutOfMemoryReport {
     std::vector<int> findings;   // the device's findings that grew before it, culprit first
     std::vector<OutOfMemorySite> by_site;     // biggest live first
     std::vector<OutOfMemoryHolder> by_holder; // biggest live first
+    // What filled the device at the failure, by role (memory_roles.h's rolesInFlight); absent in
+    // a report written before roles existed.
+    std::optional<RoleBytes> roles;
 };
 
 // One rank of a torch.distributed job in a report merged at rank 0: the JSON's `ranks`.

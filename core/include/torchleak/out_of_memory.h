@@ -38,6 +38,8 @@ struct OutOfMemoryContext {
     std::optional<OutOfMemoryEvent> event;
     uint32_t current_iteration = 0; // the recorder's iteration when the report is built
     int64_t tracked_bytes = 0;      // tracked bytes on the failing device now
+    // Where the failing device's tracked bytes came from at the failure (the event's), else now.
+    BlockOrigins origins{};
 };
 
 // The device that failed: the allocator's event's, else the one the error names, else the CPU

@@ -71,6 +71,9 @@ struct DeviceSample {
     // the timeline follows). Each adds up to the tracked bytes of its moment.
     BlockOrigins live{};
     BlockOrigins atPeak{};
+    // Of `atPeak`, the blocks freed before the boundary: what the iteration used and gave back
+    // (memory_roles.h tells activations and temporaries from kept bytes by it).
+    BlockOrigins freedAfterPeak{};
 };
 
 // The allocator's out-of-memory report (c10's reportOutOfMemoryToProfiler, or PyTorch's CUDA
@@ -88,6 +91,8 @@ struct OutOfMemoryEvent {
     // The device's allocation count when it failed: an allocation on that device since means
     // the failure was caught and the run went on (a batch-size finder), so it is history.
     uint64_t allocationsBefore = 0;
+    // The device's tracked bytes by origin at the failure, before unwinding freed anything.
+    BlockOrigins live{};
 };
 
 // One kept boundary. `groups` holds only the groups that changed since the kept boundary
@@ -200,8 +205,9 @@ class AllocationRecorder {
     // The last out-of-memory event when it is the failure now: nothing was allocated on its
     // device after it. An earlier failure the program caught and survived is not.
     std::optional<OutOfMemoryEvent> currentOutOfMemory() const;
-    // Tracked bytes of live blocks on `device` now.
+    // Tracked bytes of live blocks on `device` now, and where they come from.
     int64_t trackedBytes(DeviceKey device) const;
+    BlockOrigins liveOrigins(DeviceKey device) const;
     std::vector<RawFrame> stackFrames(StackToken token) const;
     std::string nodeName(NodeToken token) const;
     std::vector<RawFrame> allInternedFrames() const;
@@ -232,6 +238,11 @@ class AllocationRecorder {
         uint64_t rejectedTotals = 0;
         BlockOrigins live;   // tracked live bytes by origin (adds up to `tracked`)
         BlockOrigins atPeak; // `live` when `peak` was last raised
+        // The allocation sequence when `atPeak` was taken: a block with a sequence up to it
+        // was alive then. Its frees since go to `freedAfterPeak`, and a registry's name moves
+        // its bytes in `atPeak` too, so the peak is told by what each block turned out to be.
+        uint64_t peakSequence = 0;
+        BlockOrigins freedAfterPeak;
     };
     static constexpr size_t kMaxDevices = 32;
 
@@ -249,7 +260,8 @@ class AllocationRecorder {
     };
 
     // A live block enters (sign +1) or leaves (-1) its device's tracked bytes and origins,
-    // together, so that the origins always add up to `tracked`. Under d_mutex.
+    // together, so that the origins always add up to `tracked`; a block alive at the peak
+    // that leaves is counted as freed after it. Under d_mutex.
     void countBlock(DeviceState& st, const BlockRecord& rec, int sign) noexcept;
     // Both under d_mutex. addBlock may throw (a new group or birth entry), removeBlock not.
     void addBlock(const BlockRecord& rec);
@@ -258,6 +270,8 @@ class AllocationRecorder {
     // Folds `older` into `newer`, the kept boundary after it, so that `older` can be dropped.
     static void mergeInto(const BoundarySnapshot& older, BoundarySnapshot& newer);
     void thinHistory();
+    // The peak is now: what is alive is what was alive at it.
+    void takePeak(DeviceState& st) noexcept;
 
     DeviceState* deviceState(DeviceKey device) noexcept; // creates it (up to kMaxDevices)
     DeviceState* knownDeviceState(DeviceKey device) noexcept;

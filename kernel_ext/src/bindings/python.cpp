@@ -11,6 +11,7 @@
 #include "torchleak/config.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
+#include "torchleak/memory_roles.h"
 #include "torchleak/rank_merge.h"
 #include "torchleak/report_diff.h"
 #include "torchleak/report_json.h"
@@ -293,4 +294,10 @@ PYBIND11_MODULE(_core, m) {
     m.def("pending_hook_removals", &AllocatorHook::pendingRemovals);
     m.def("retry_deferred_removals", &AllocatorHook::retryDeferredRemovals);
     m.attr("SCHEMA_VERSION") = kReportSchema;
+    // The role names of devices[].roles, in stacking order: the views' colours are keyed by them.
+    pybind11::tuple roles(kMemoryRoles);
+    for (size_t r = 0; r < kMemoryRoles; ++r) {
+        roles[r] = std::string(toString(static_cast<MemoryRole>(r)));
+    }
+    m.attr("MEMORY_ROLES") = roles;
 }
