@@ -451,6 +451,20 @@ std::string emptyReportText(const Report& report) {
 
 namespace torchleak {
 
+std::string outOfMemoryRolesText(const OutOfMemoryReport& oom) {
+    if (!oom.roles) {
+        return "";
+    }
+    std::string text = "What filled " + oom.device + " at the failure, ";
+    text += roleBreakdownText(*oom.roles);
+    if (const int64_t reserve = bytesOf(*oom.roles, MemoryRole::Reserve); reserve > 0) {
+        text += "; ";
+        text += formatBytes(static_cast<double>(reserve));
+        text += " reserved but unused";
+    }
+    return text + ".";
+}
+
 std::string outOfMemoryText(const OutOfMemoryReport& oom, const Report& report) {
     const std::string noun = iterationNoun(report.boundary);
     std::ostringstream text;

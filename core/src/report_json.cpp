@@ -1,6 +1,7 @@
 #include "torchleak/report_json.h"
 
 #include "json_numbers.h"
+#include "roles_json.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 
@@ -75,60 +76,6 @@ std::optional<Holder> holderFrom(const json& owner) {
 
 template <typename T> json optionalJson(const std::optional<T>& v) {
     return v ? json(*v) : json(nullptr);
-}
-
-// The `roles` member of a device: one entry per role in stacking order, each with its bytes at
-// every boundary and (but the reserve) at each iteration's peak, aligned with `allocated` and
-// `peak`.
-json rolesJson(const DeviceTimeline& d) {
-    json roles = json::array();
-    for (size_t r = 0; r < kMemoryRoles; ++r) {
-        const auto role = static_cast<MemoryRole>(r);
-        json entry = {{"role", toString(role)}, {"label", roleLabel(role)}};
-        std::vector<int64_t> series;
-        for (const RoleBytes& point : d.roles_at_boundary) {
-            series.push_back(point[r]);
-        }
-        entry["at_boundary"] = std::move(series);
-        if (role != MemoryRole::Reserve) {
-            series.clear();
-            for (const RoleBytes& point : d.roles_at_peak) {
-                series.push_back(point[r]);
-            }
-            entry["at_peak"] = std::move(series);
-        }
-        roles.push_back(std::move(entry));
-    }
-    return roles;
-}
-
-// A device's roles read back; a role this version does not know is skipped, a missing one is
-// zero, and series that do not match the device's points are dropped whole.
-void rolesFrom(const json& d, DeviceTimeline& t) {
-    if (!d.contains("roles") || !d["roles"].is_array()) {
-        return;
-    }
-    std::vector<RoleBytes> atBoundary(t.allocated.size(), RoleBytes{});
-    std::vector<RoleBytes> atPeak(t.peak.size(), RoleBytes{});
-    for (const json& entry : d["roles"]) {
-        if (const auto role = memoryRoleFromString(entry.value("role", ""))) {
-            const auto r = static_cast<size_t>(*role);
-            const auto boundarySeries = integersOr<int64_t>(entry, "at_boundary");
-            const auto peakSeries = integersOr<int64_t>(entry, "at_peak");
-            if (boundarySeries.size() != atBoundary.size() ||
-                (!peakSeries.empty() && peakSeries.size() != atPeak.size())) {
-                return;
-            }
-            for (size_t i = 0; i < boundarySeries.size(); ++i) {
-                atBoundary[i][r] = boundarySeries[i];
-            }
-            for (size_t i = 0; i < peakSeries.size(); ++i) {
-                atPeak[i][r] = peakSeries[i];
-            }
-        }
-    }
-    t.roles_at_boundary = std::move(atBoundary);
-    t.roles_at_peak = std::move(atPeak);
 }
 
 json deviceJson(const DeviceTimeline& d,
@@ -261,21 +208,8 @@ json outOfMemoryJson(const OutOfMemoryReport& oom, const Report& r) {
               {"by_holder", holders},
               {"text", outOfMemoryText(oom, r)}};
     if (oom.roles) {
-        json roles = json::array();
-        for (size_t role = 0; role < kMemoryRoles; ++role) {
-            roles.push_back({{"role", toString(static_cast<MemoryRole>(role))},
-                             {"label", roleLabel(static_cast<MemoryRole>(role))},
-                             {"bytes", (*oom.roles)[role]}});
-        }
-        j["roles"] = std::move(roles);
-        j["roles_text"] =
-            "What filled " + oom.device + " at the failure, " + roleBreakdownText(*oom.roles) +
-            (bytesOf(*oom.roles, MemoryRole::Reserve) > 0
-                 ? "; " +
-                       formatBytes(static_cast<double>(bytesOf(*oom.roles, MemoryRole::Reserve))) +
-                       " reserved but unused"
-                 : std::string()) +
-            ".";
+        j["roles"] = roleBytesJson(*oom.roles);
+        j["roles_text"] = outOfMemoryRolesText(oom);
     }
     return j;
 }
@@ -313,15 +247,7 @@ OutOfMemoryReport outOfMemoryFrom(const json& j, size_t findings) {
                                  integerAt<uint64_t>(h, "live_bytes"),
                                  findingIndices(h, "findings", findings)});
     }
-    if (j.contains("roles") && j["roles"].is_array()) {
-        RoleBytes roles{};
-        for (const json& entry : j["roles"]) {
-            if (const auto role = memoryRoleFromString(entry.value("role", ""))) {
-                bytesOf(roles, *role) = integerAt<int64_t>(entry, "bytes");
-            }
-        }
-        oom.roles = roles;
-    }
+    oom.roles = roleBytesFrom(j);
     return oom;
 }
 

@@ -90,6 +90,9 @@ std::string emptyReportText(const Report& report);
 
 // The out-of-memory account: the device, its totals at the failure and the likely culprit.
 std::string outOfMemoryText(const OutOfMemoryReport& oom, const Report& report);
+// "What filled cuda:0 at the failure, 9.0 MiB: user-held 6.0 MiB (67%), activations 3.0 MiB
+// (33%); 55.0 MiB reserved but unused." ("" without roles).
+std::string outOfMemoryRolesText(const OutOfMemoryReport& oom);
 
 // What sampling means for the numbers: "blocks of 256.0 KiB and more were recorded whole ...".
 std::string samplingText(uint64_t sampleBytes);
