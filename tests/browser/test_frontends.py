@@ -71,6 +71,11 @@ def check_many(view):
     assert view.locator("[data-testid=show-more-findings]").text_content() == "show 25 more findings"
     height = view.evaluate("el => el.getBoundingClientRect().height")
     assert height < 1500, height  # was 6,800 px: 50 LEAK lines with a copy button each
+    # Memory by role: the fifty lists' tensors are user-held, the leak's role named so.
+    roles = view.locator("[data-testid=roles-chart]")
+    assert roles.count() == 1
+    assert "user-held (leak)" in roles.text_content()
+    assert roles.evaluate("el => el.getBoundingClientRect().width") > 200
 
 
 def check_long(view):

@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from live_reports import deep_chain_report, fifty_lists_report
+from live_reports import deep_chain_report, fifty_lists_report, training_with_a_kept_graph_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUNDLE = (ROOT / "widgets" / "dist" / "torchleak-widget.js").read_text(encoding="utf-8")
@@ -142,6 +142,37 @@ def test_the_chart_fits_a_narrow_output_and_reads_out_on_hover(browser):
     assert "iteration" in svg.text_content() and "0" in svg.text_content()
     svg.hover(position={"x": box["width"] - 5, "y": box["height"] / 2})
     assert page.locator("[data-testid=curve-readout]").first.text_content().startswith("iteration ")
+    page.close()
+
+
+def test_memory_by_role_is_stacked_with_the_peak_marked_and_the_leaks_role_outlined(browser):
+    report, _, _ = training_with_a_kept_graph_report(5)
+    device = report["devices"][0]
+    page = mount(browser, report, width=320)
+    chart = page.locator("[data-testid=roles-chart]")
+    assert chart.count() == 1
+    assert chart.bounding_box()["width"] <= 320
+    drawn = [r["role"] for r in device["roles"] if any(r.get("at_peak") or [])]
+    areas = page.locator("[data-testid=role-area]")
+    assert [areas.nth(i).get_attribute("data-role") for i in range(areas.count())] == drawn
+    leak = page.locator("[data-testid=role-area].leak-role")
+    assert [leak.nth(i).get_attribute("data-role") for i in range(leak.count())] == ["user_held"]
+    legend = page.locator("[data-testid=roles-legend]").all_text_contents()
+    assert "user-held (leak)" in legend and "parameters" in legend
+    assert page.locator("[data-testid=roles-peak]").count() == 1
+    assert page.locator("[data-testid=roles-text]").text_content() == device["roles_text"]
+    page.close()
+    # A report from before roles, or one whose roles are not a list: no chart, the rest drawn.
+    older = copy.deepcopy(report)
+    del older["devices"][0]["roles"]
+    page = mount(browser, older)
+    assert page.locator("[data-testid=roles-chart]").count() == 0
+    assert page.locator("[data-testid=growth-curve]").count() == 1
+    page.close()
+    older["devices"][0]["roles"] = "<b>not a list</b>"
+    page = mount(browser, older)
+    assert page.locator("[data-testid=roles-chart]").count() == 0
+    assert "roles" in page.locator("[data-testid=report-problem]").text_content()
     page.close()
 
 

@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 
@@ -15,7 +16,7 @@ import torchleak
 from torchleak import _core
 from torchleak.render import RENDERERS, bundle, format
 
-from live_reports import fifty_lists_report
+from live_reports import fifty_lists_report, training_with_a_kept_graph_report
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
 ALL = sorted(p.name for p in FIXTURES.glob("*.json"))
@@ -286,3 +287,28 @@ def test_past_three_leaks_the_rest_are_behind_show_more_in_the_static_view():
     assert "show 47 more leak(s)" in html
     plain = RENDERERS["plain"](data)
     assert plain.count("LEAK ") == 3 and "... 47 more leak(s)" in plain
+
+
+def test_role_colours_are_the_same_in_the_static_views_and_the_widget():
+    from torchleak.render.chart import ROLE_COLOURS
+
+    css = (pathlib.Path(__file__).resolve().parents[2] / "widgets" / "src" / "torchleak-widget.css").read_text()
+    in_css = dict(re.findall(r"\.tl-roles \.role-(\w+) \{ fill: (#[0-9a-f]{6}); \}", css))
+    assert in_css == ROLE_COLOURS
+    assert tuple(ROLE_COLOURS) == _core.MEMORY_ROLES
+
+
+def test_memory_by_role_is_drawn_in_every_view_with_the_leaks_role_outlined():
+    data, _, _ = training_with_a_kept_graph_report(4)
+    text = RENDERERS["text"](data)
+    assert f"    made of: {data['devices'][0]['roles_text']}" in text
+    for view in ("notebook", "page"):
+        html = RENDERERS[view](data)
+        assert format.escape(data["devices"][0]["roles_text"]) in html
+    page = RENDERERS["page"](data)
+    chart = page[page.index('<tr data-testid="roles">') :]
+    assert "user-held (leak)" in chart and 'stroke="#000"' in chart
+    assert chart.count("<polygon") == sum(1 for r in data["devices"][0]["roles"] if any(r.get("at_peak") or [0]))
+    # A report from before roles draws no chart and says nothing of them.
+    del data["devices"][0]["roles"], data["devices"][0]["roles_text"]
+    assert "by role" not in RENDERERS["notebook"](data) and "made of" not in RENDERERS["text"](data)

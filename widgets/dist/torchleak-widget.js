@@ -27,7 +27,7 @@ const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
   total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
   fix_code: "string",
-  ranks_text: "string",
+  ranks_text: "string", role: "string",
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
            tensor: { text: "string" } }],
@@ -39,12 +39,13 @@ const REPORT = {
   summary: { headline: "string", empty_text: "string" },
   sampling: { text: "string" },
   ranks: { world_size: "number", ranks: [{ text: "string" }], skew_text: ["string"] },
-  oom: { text: "string", by_holder: [{ holder: "string", size_text: "string" }],
+  oom: { text: "string", roles_text: "string", by_holder: [{ holder: "string", size_text: "string" }],
          by_site: [{ site: "string", size_text: "string" }] },
   causes: [{ text: "string", severity: "string", suggestion: "string", findings: ["number"] }],
   cause_groups: [{ text: "string", severity: "string", container: "string", causes: ["number"] }],
   devices: [{ device: "string", text: "string", allocated: ["number"], reserved: ["number"],
-              peak: ["number"], leak_bytes_per_iteration: "number" }],
+              peak: ["number"], leak_bytes_per_iteration: "number", roles_text: "string",
+              roles: [{ role: "string", label: "string", at_peak: ["number"] }] }],
   findings: [FINDING],
 };
 
@@ -233,6 +234,75 @@ function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsP
   return svg;
 }
 
+// What each iteration's peak was made of: the core's roles (devices[].roles, stacking order)
+// as stacked areas, the highest peak marked, the leaks' roles outlined and named in the legend.
+// Colours are the static views' (render/chart.py ROLE_COLOURS; a test holds them equal).
+function drawRoles(device, iterations, noun, seriesIterations, leakRoles) {
+  const roles = (device.roles || []).filter((r) => Array.isArray(r.at_peak) && r.at_peak.some((v) => v > 0));
+  if (!roles.length) return null;
+  const count = roles[0].at_peak.length;
+  const totals = Array.from({ length: count }, (_, i) => roles.reduce((s, r) => s + (Number(r.at_peak[i]) || 0), 0));
+  const legendRows = Math.ceil(roles.length / 3);
+  const width = 460, pad = 54, plotTop = 8 + 12 * legendRows + 4, height = 130 + plotTop;
+  const top = Math.max(1, ...totals);
+  const at = Array.isArray(seriesIterations) && seriesIterations.length === count
+    ? seriesIterations : totals.map((_, i) => i);
+  const n = Math.max(1, iterations || 0, at.length ? at[at.length - 1] + 1 : 0);
+  // One point spans the width: a run of one iteration is a band, not a line.
+  const x = (i) => count === 1 ? (i === 0 ? pad : width - 8)
+    : pad + ((width - pad - 8) * (at[i] ?? i)) / Math.max(n - 1, 1);
+  const y = (v) => plotTop + (height - plotTop - 26) * (1 - v / top);
+  const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, class: "tl-curve tl-roles",
+                             preserveAspectRatio: "xMinYMin meet", role: "img",
+                             "aria-label": `memory by role at each ${noun}'s peak` });
+  svg.dataset.testid = "roles-chart";
+  const text = (x0, y0, content, anchor = "start") => {
+    const t = svgEl("text", { x: x0, y: y0, "text-anchor": anchor });
+    t.textContent = content;
+    svg.appendChild(t);
+    return t;
+  };
+  const idx = count === 1 ? [0, 0] : Array.from({ length: count }, (_, i) => i);
+  const xs = count === 1 ? [x(0), x(1)] : idx.map(x);
+  const below = new Array(count).fill(0);
+  roles.forEach((r) => {
+    const upper = idx.map((i) => below[i] + (Number(r.at_peak[i]) || 0));
+    const lower = idx.map((i) => below[i]);
+    const pts = xs.map((px, k) => `${px.toFixed(1)},${y(upper[k]).toFixed(1)}`)
+      .concat(xs.map((px, k) => `${px.toFixed(1)},${y(lower[k]).toFixed(1)}`).reverse());
+    const leak = leakRoles.has(r.role);
+    const area = svgEl("polygon", { class: `role role-${r.role}${leak ? " leak-role" : ""}`, points: pts.join(" ") });
+    area.dataset.testid = "role-area";
+    area.dataset.role = r.role;
+    const title = svgEl("title", {});
+    title.textContent = r.label || r.role;
+    area.appendChild(title);
+    svg.appendChild(area);
+    for (let i = 0; i < count; i++) below[i] += Number(r.at_peak[i]) || 0;
+  });
+  svg.appendChild(svgEl("line", { class: "axis", x1: pad, y1: y(0), x2: width - 8, y2: y(0) }));
+  svg.appendChild(svgEl("line", { class: "axis", x1: pad, y1: y(0), x2: pad, y2: y(top) }));
+  text(pad - 4, y(top) + 4, formatBytes(top), "end");
+  text(pad - 4, y(0) + 4, "0", "end");
+  text(pad, height - 6, "1");
+  text(width - 8, height - 6, `${n}`, "end");
+  text((pad + width) / 2, height - 6, `peak of each ${noun}`, "middle");
+  let highest = 0;
+  totals.forEach((v, i) => { if (v > totals[highest]) highest = i; });
+  const hx = count === 1 ? (pad + width - 8) / 2 : x(highest);
+  const mark = svgEl("line", { class: "peak-mark", x1: hx, y1: y(top), x2: hx, y2: y(0) });
+  mark.dataset.testid = "roles-peak";
+  svg.appendChild(mark);
+  text(Math.min(hx + 3, width - 70), y(top) + 10, `peak ${formatBytes(top)}`);
+  roles.forEach((r, k) => {
+    const lx = pad + 8 + 132 * (k % 3), ly = 12 + 12 * Math.floor(k / 3);
+    const leak = leakRoles.has(r.role);
+    svg.appendChild(svgEl("rect", { class: `role role-${r.role}${leak ? " leak-role" : ""}`, x: lx, y: ly - 8, width: 10, height: 8 }));
+    text(lx + 14, ly, (r.label || r.role) + (leak ? " (leak)" : "")).dataset.testid = "roles-legend";
+  });
+  return svg;
+}
+
 // A path as the core shortened it (middle steps elided), the whole path in its tooltip; a
 // report written before `path_short` shows the whole path, wrapped.
 function pathName(owner) {
@@ -333,6 +403,7 @@ function oomBox(oom) {
   const box = el("div", { class: "tl-oom", "data-testid": "oom" });
   box.appendChild(el("b", { class: "tl-verdict-leak" }, "OUT OF MEMORY "));
   box.appendChild(document.createTextNode(oom.text || ""));
+  if (oom.roles_text) box.appendChild(el("div", { class: "tl-note", "data-testid": "oom-roles" }, oom.roles_text));
   const lists = [["live by holder", (oom.by_holder || []).map((h) => [h.holder, h.size_text || ""])],
                  ["by site", (oom.by_site || []).map((s) => [s.site, s.size_text || ""])]];
   for (const [title, rows] of lists) {
@@ -437,7 +508,7 @@ const COLUMNS = [
 function render({ model, el: host }) {
   const root = el("div", { class: "tl-root", "data-testid": "torchleak-widget" });
   const style = document.createElement("style");
-  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy, .tl-more { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-root a.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-root a.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table th:focus-visible, .tl-table tr.tl-row:focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2); outline-offset: -2px; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; overflow-wrap: anywhere; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; overflow-wrap: anywhere; }\n.tl-path-name { overflow-wrap: anywhere; }\n.tl-fix-line { margin: 2px 0 2px 12px; }\n.tl-fix-code { font-family: var(--jp-code-font-family, monospace); background: var(--jp-layout-color2, #f4f4f4); padding: 0 4px; overflow-wrap: anywhere; }\n.tl-table td.tl-holder { max-width: 40ch; overflow-wrap: anywhere; }\n\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n.tl-more { margin: 4px 0; }\n.tl-capped { max-height: 20em; overflow: auto; margin-left: 12px; }\n.tl-table-box { max-height: 32em; overflow: auto; }\n.tl-table th { position: sticky; top: 0; background: var(--jp-layout-color1, #fff); }\n.tl-group > summary { cursor: pointer; color: var(--jp-ui-font-color2, #777); }\n";
+  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy, .tl-more { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n.tl-warning { background: var(--jp-warn-color3, #fff4e5); color: var(--jp-ui-font-color1, #222); padding: 4px 6px; margin: 4px 0; }\n.tl-ok { color: var(--jp-success-color1, #2e7d32); font-weight: 600; margin: 4px 0; }\n.tl-root a.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-root a.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table th:focus-visible, .tl-table tr.tl-row:focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2); outline-offset: -2px; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; overflow-wrap: anywhere; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; overflow-wrap: anywhere; }\n.tl-path-name { overflow-wrap: anywhere; }\n.tl-fix-line { margin: 2px 0 2px 12px; }\n.tl-fix-code { font-family: var(--jp-code-font-family, monospace); background: var(--jp-layout-color2, #f4f4f4); padding: 0 4px; overflow-wrap: anywhere; }\n.tl-table td.tl-holder { max-width: 40ch; overflow-wrap: anywhere; }\n\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n.tl-more { margin: 4px 0; }\n.tl-capped { max-height: 20em; overflow: auto; margin-left: 12px; }\n.tl-table-box { max-height: 32em; overflow: auto; }\n.tl-table th { position: sticky; top: 0; background: var(--jp-layout-color1, #fff); }\n.tl-group > summary { cursor: pointer; color: var(--jp-ui-font-color2, #777); }\n\n/* Memory by role: render/chart.py ROLE_COLOURS holds the same colours (a test compares them). */\n.tl-roles .role { stroke: none; }\n.tl-roles .role.leak-role { stroke: var(--jp-ui-font-color0, #000); stroke-width: 1.5; }\n.tl-roles .peak-mark { stroke: var(--jp-ui-font-color2, #666); stroke-dasharray: 3 2; }\n.tl-roles .role-parameters { fill: #4e79a7; }\n.tl-roles .role-gradients { fill: #f28e2b; }\n.tl-roles .role-optimizer_state { fill: #59a14f; }\n.tl-roles .role-activations { fill: #76b7b2; }\n.tl-roles .role-temporaries { fill: #bab0ac; }\n.tl-roles .role-inputs_outputs { fill: #edc948; }\n.tl-roles .role-user_held { fill: #e15759; }\n.tl-roles .role-untracked { fill: #9c755f; }\n.tl-roles .role-reserve { fill: #d3d3d3; }\n";
   host.appendChild(style);
   host.appendChild(root);
   // null: the report's own order (leaks first, biggest first). Rows the user opened stay open
@@ -543,6 +614,13 @@ function render({ model, el: host }) {
       box.appendChild(el("div", {}, device.text || device.device || ""));
       box.appendChild(drawCurve(device, rate, report.iterations || 0, unit, report.series_iterations,
                                 report.boundary === "cell"));
+      const leakRoles = new Set(findings.filter((f) => f.verdict === "leak" && f.device === device.device && f.role)
+        .map((f) => f.role));
+      const roles = drawRoles(device, report.iterations || 0, unit, report.series_iterations, leakRoles);
+      if (roles) {
+        if (device.roles_text) box.appendChild(el("div", { class: "tl-note", "data-testid": "roles-text" }, device.roles_text));
+        box.appendChild(roles);
+      }
       root.appendChild(box);
     }
     const table = el("table", { class: "tl-table", "data-testid": "findings" });

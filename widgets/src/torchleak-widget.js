@@ -26,7 +26,7 @@ const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
   total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
   fix_code: "string",
-  ranks_text: "string",
+  ranks_text: "string", role: "string",
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
            tensor: { text: "string" } }],
@@ -38,12 +38,13 @@ const REPORT = {
   summary: { headline: "string", empty_text: "string" },
   sampling: { text: "string" },
   ranks: { world_size: "number", ranks: [{ text: "string" }], skew_text: ["string"] },
-  oom: { text: "string", by_holder: [{ holder: "string", size_text: "string" }],
+  oom: { text: "string", roles_text: "string", by_holder: [{ holder: "string", size_text: "string" }],
          by_site: [{ site: "string", size_text: "string" }] },
   causes: [{ text: "string", severity: "string", suggestion: "string", findings: ["number"] }],
   cause_groups: [{ text: "string", severity: "string", container: "string", causes: ["number"] }],
   devices: [{ device: "string", text: "string", allocated: ["number"], reserved: ["number"],
-              peak: ["number"], leak_bytes_per_iteration: "number" }],
+              peak: ["number"], leak_bytes_per_iteration: "number", roles_text: "string",
+              roles: [{ role: "string", label: "string", at_peak: ["number"] }] }],
   findings: [FINDING],
 };
 
@@ -232,6 +233,75 @@ function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsP
   return svg;
 }
 
+// What each iteration's peak was made of: the core's roles (devices[].roles, stacking order)
+// as stacked areas, the highest peak marked, the leaks' roles outlined and named in the legend.
+// Colours are the static views' (render/chart.py ROLE_COLOURS; a test holds them equal).
+function drawRoles(device, iterations, noun, seriesIterations, leakRoles) {
+  const roles = (device.roles || []).filter((r) => Array.isArray(r.at_peak) && r.at_peak.some((v) => v > 0));
+  if (!roles.length) return null;
+  const count = roles[0].at_peak.length;
+  const totals = Array.from({ length: count }, (_, i) => roles.reduce((s, r) => s + (Number(r.at_peak[i]) || 0), 0));
+  const legendRows = Math.ceil(roles.length / 3);
+  const width = 460, pad = 54, plotTop = 8 + 12 * legendRows + 4, height = 130 + plotTop;
+  const top = Math.max(1, ...totals);
+  const at = Array.isArray(seriesIterations) && seriesIterations.length === count
+    ? seriesIterations : totals.map((_, i) => i);
+  const n = Math.max(1, iterations || 0, at.length ? at[at.length - 1] + 1 : 0);
+  // One point spans the width: a run of one iteration is a band, not a line.
+  const x = (i) => count === 1 ? (i === 0 ? pad : width - 8)
+    : pad + ((width - pad - 8) * (at[i] ?? i)) / Math.max(n - 1, 1);
+  const y = (v) => plotTop + (height - plotTop - 26) * (1 - v / top);
+  const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, class: "tl-curve tl-roles",
+                             preserveAspectRatio: "xMinYMin meet", role: "img",
+                             "aria-label": `memory by role at each ${noun}'s peak` });
+  svg.dataset.testid = "roles-chart";
+  const text = (x0, y0, content, anchor = "start") => {
+    const t = svgEl("text", { x: x0, y: y0, "text-anchor": anchor });
+    t.textContent = content;
+    svg.appendChild(t);
+    return t;
+  };
+  const idx = count === 1 ? [0, 0] : Array.from({ length: count }, (_, i) => i);
+  const xs = count === 1 ? [x(0), x(1)] : idx.map(x);
+  const below = new Array(count).fill(0);
+  roles.forEach((r) => {
+    const upper = idx.map((i) => below[i] + (Number(r.at_peak[i]) || 0));
+    const lower = idx.map((i) => below[i]);
+    const pts = xs.map((px, k) => `${px.toFixed(1)},${y(upper[k]).toFixed(1)}`)
+      .concat(xs.map((px, k) => `${px.toFixed(1)},${y(lower[k]).toFixed(1)}`).reverse());
+    const leak = leakRoles.has(r.role);
+    const area = svgEl("polygon", { class: `role role-${r.role}${leak ? " leak-role" : ""}`, points: pts.join(" ") });
+    area.dataset.testid = "role-area";
+    area.dataset.role = r.role;
+    const title = svgEl("title", {});
+    title.textContent = r.label || r.role;
+    area.appendChild(title);
+    svg.appendChild(area);
+    for (let i = 0; i < count; i++) below[i] += Number(r.at_peak[i]) || 0;
+  });
+  svg.appendChild(svgEl("line", { class: "axis", x1: pad, y1: y(0), x2: width - 8, y2: y(0) }));
+  svg.appendChild(svgEl("line", { class: "axis", x1: pad, y1: y(0), x2: pad, y2: y(top) }));
+  text(pad - 4, y(top) + 4, formatBytes(top), "end");
+  text(pad - 4, y(0) + 4, "0", "end");
+  text(pad, height - 6, "1");
+  text(width - 8, height - 6, `${n}`, "end");
+  text((pad + width) / 2, height - 6, `peak of each ${noun}`, "middle");
+  let highest = 0;
+  totals.forEach((v, i) => { if (v > totals[highest]) highest = i; });
+  const hx = count === 1 ? (pad + width - 8) / 2 : x(highest);
+  const mark = svgEl("line", { class: "peak-mark", x1: hx, y1: y(top), x2: hx, y2: y(0) });
+  mark.dataset.testid = "roles-peak";
+  svg.appendChild(mark);
+  text(Math.min(hx + 3, width - 70), y(top) + 10, `peak ${formatBytes(top)}`);
+  roles.forEach((r, k) => {
+    const lx = pad + 8 + 132 * (k % 3), ly = 12 + 12 * Math.floor(k / 3);
+    const leak = leakRoles.has(r.role);
+    svg.appendChild(svgEl("rect", { class: `role role-${r.role}${leak ? " leak-role" : ""}`, x: lx, y: ly - 8, width: 10, height: 8 }));
+    text(lx + 14, ly, (r.label || r.role) + (leak ? " (leak)" : "")).dataset.testid = "roles-legend";
+  });
+  return svg;
+}
+
 // A path as the core shortened it (middle steps elided), the whole path in its tooltip; a
 // report written before `path_short` shows the whole path, wrapped.
 function pathName(owner) {
@@ -332,6 +402,7 @@ function oomBox(oom) {
   const box = el("div", { class: "tl-oom", "data-testid": "oom" });
   box.appendChild(el("b", { class: "tl-verdict-leak" }, "OUT OF MEMORY "));
   box.appendChild(document.createTextNode(oom.text || ""));
+  if (oom.roles_text) box.appendChild(el("div", { class: "tl-note", "data-testid": "oom-roles" }, oom.roles_text));
   const lists = [["live by holder", (oom.by_holder || []).map((h) => [h.holder, h.size_text || ""])],
                  ["by site", (oom.by_site || []).map((s) => [s.site, s.size_text || ""])]];
   for (const [title, rows] of lists) {
@@ -542,6 +613,13 @@ function render({ model, el: host }) {
       box.appendChild(el("div", {}, device.text || device.device || ""));
       box.appendChild(drawCurve(device, rate, report.iterations || 0, unit, report.series_iterations,
                                 report.boundary === "cell"));
+      const leakRoles = new Set(findings.filter((f) => f.verdict === "leak" && f.device === device.device && f.role)
+        .map((f) => f.role));
+      const roles = drawRoles(device, report.iterations || 0, unit, report.series_iterations, leakRoles);
+      if (roles) {
+        if (device.roles_text) box.appendChild(el("div", { class: "tl-note", "data-testid": "roles-text" }, device.roles_text));
+        box.appendChild(roles);
+      }
       root.appendChild(box);
     }
     const table = el("table", { class: "tl-table", "data-testid": "findings" });

@@ -2,7 +2,7 @@
 sanitizer (inline ``style=`` attributes only, the growth curve as an SVG data-URI ``<img>``,
 retaining paths as nested ``<details>``), so saved and exported notebooks keep it."""
 
-from .chart import curve_svg, svg_img
+from .chart import curve_svg, leak_roles, roles_svg, svg_img
 from .format import (
     LEAKS_SHOWN,
     allocated_inside_text,
@@ -56,14 +56,20 @@ def _path_details(finding):
     )
 
 
-def _device(d, at=None, unit="iteration"):
+def _device(d, data, unit="iteration"):
+    at = data.get("series_iterations")
     series = {"allocated": (d.get("allocated") or [], "#2c7fb8")}
     if d.get("reserved") and d.get("reserved") != d.get("allocated"):
         series["reserved"] = (d["reserved"], "#999999")
-    return [
+    parts = [
         f"<div>{_e(device_text(d))}</div>",
         svg_img(curve_svg(series, at=at, unit=unit), f"memory of {d['device']} per {unit}"),
     ]
+    roles = roles_svg(d, at=at, unit=unit, leak_roles=leak_roles(data, d))
+    if roles:
+        parts.append(f'<div data-testid="roles-text" {_MUTED}>{_e(d.get("roles_text", ""))}</div>')
+        parts.append(svg_img(roles, f"memory of {d['device']} by role at each {unit}'s peak"))
+    return parts
 
 
 def _finding_row(f):
@@ -132,7 +138,7 @@ def render(data, *, progress=None):
         parts.append(
             '<div data-testid="oom" style="background:#fdecea;border-left:4px solid #c0392b;'
             f'padding:4px 8px"><b style="color:#c0392b">OUT OF MEMORY</b> {_e(oom.get("text"))}'
-            f"{lists}</div>"
+            f"{'<br>' + _e(oom['roles_text']) if oom.get('roles_text') else ''}{lists}</div>"
         )
     for w in data.get("warnings", []):
         parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')
@@ -157,7 +163,7 @@ def render(data, *, progress=None):
             f"more leak(s)</summary>{''.join(groups[LEAKS_SHOWN:])}</details>"
         )
     for d in data.get("devices", []):
-        parts.extend(_device(d, data.get("series_iterations"), unit))
+        parts.extend(_device(d, data, unit))
     if findings:
         # Many findings scroll inside a box of capped height, not down the notebook.
         parts.append(

@@ -1,7 +1,7 @@
 """The saved report page (``report.save("r.html")``): self-contained HTML, no scripts, no network,
 every string escaped."""
 
-from .chart import sparkline
+from .chart import leak_roles, roles_svg, sparkline
 from .format import (
     allocated_inside_text,
     cause_groups,
@@ -31,13 +31,16 @@ details{margin:4px 0} .oom{background:#fdecea;border-left:4px solid #c0392b;padd
 """
 
 
-def _devices(devices, at, unit):
+def _devices(data, at, unit):
     parts = ["<h2>Devices</h2><table><tr><th>curve</th><th>device</th></tr>"]
-    for d in devices:
+    for d in data["devices"]:
         parts.append(
             f"<tr><td>{sparkline(d.get('allocated') or [], colour='#2c7fb8', at=at, unit=unit)}"
             f"</td><td>{_e(device_text(d))}</td></tr>"
         )
+        roles = roles_svg(d, at=at, unit=unit, leak_roles=leak_roles(data, d))
+        if roles:
+            parts.append(f'<tr data-testid="roles"><td>{roles}</td><td>{_e(d.get("roles_text", ""))}</td></tr>')
     parts.append("</table>")
     return parts
 
@@ -103,6 +106,8 @@ def _job(job):
 def _oom(oom):
     holders, sites = oom_parts(oom, limit=10)
     parts = ['<div class="oom" data-testid="oom"><h2>Out of memory</h2>', f"<p>{_e(oom.get('text'))}</p>"]
+    if oom.get("roles_text"):
+        parts.append(f"<p>{_e(oom['roles_text'])}</p>")
     for title, rows in (("live by holder", holders), ("live by site", sites)):
         if rows:
             parts.append(
@@ -149,7 +154,7 @@ def render(data):
     if data.get("sampling"):
         parts.append(f'<p class="muted">sampled: {_e(data["sampling"].get("text"))}</p>')
     if data.get("devices"):
-        parts.extend(_devices(data["devices"], at, unit))
+        parts.extend(_devices(data, at, unit))
     if data.get("ranks"):
         parts.extend(_job(data["ranks"]))
     if data.get("causes"):

@@ -156,6 +156,8 @@ def _oom_lines(oom):
     """First thing shown when an out-of-memory error ended the run."""
     holders, sites = oom_parts(oom)
     lines = [f"  OUT OF MEMORY: {oom.get('text', '')}"]
+    if oom.get("roles_text"):
+        lines.append(f"    {oom['roles_text']}")
     if holders:
         lines.append(
             "    live on "
@@ -182,6 +184,8 @@ def render(data):
         out.extend(_oom_lines(data["oom"]))
     for d in data.get("devices", []):
         out.append("  " + device_text(d))
+        if d.get("roles_text"):
+            out.append(f"    made of: {d['roles_text']}")
     if data.get("ranks"):
         out.append(f"  job of {data['ranks'].get('world_size')} ranks:")
         out.extend(f"    {line}" for line in job_lines(data))
