@@ -6,6 +6,9 @@ it holds (``y = ...`` re-run) changed nothing and says nothing."""
 from .render.format import format_bytes
 
 HOLDERS_SHOWN = 5
+# Roles the ledger names apart: what a cell leaves as model state (memory by role, the core's
+# `findings[].role`), so a cell that ran backward or the optimizer's step says so.
+MODEL_STATE_ROLES = ("parameters", "gradients", "optimizer_state")
 
 
 class CellLedger:
@@ -23,6 +26,7 @@ class CellLedger:
         bytes. `report` covers the last iteration's growth (None when the cell only freed,
         `freed` bytes by the recorder's count)."""
         net = {}
+        as_role = {}
         for f in report.findings if report is not None else []:
             series = f.series or []
             delta = series[-1] - (series[-2] if len(series) > 1 else 0) if series else 0
@@ -37,6 +41,8 @@ class CellLedger:
             if f.get("retention") == "cycle":
                 continue  # garbage the next collection frees, not something the cell keeps
             net[name or ""] = net.get(name or "", 0) + delta
+            if delta > 0 and f.get("role") in MODEL_STATE_ROLES:
+                as_role[f["role"]] = as_role.get(f["role"], 0) + delta
         if report is None:
             net[""] = -freed
         left = sorted(((h or "<unknown>", b) for h, b in net.items() if b >= threshold), key=lambda kv: -kv[1])
@@ -46,6 +52,11 @@ class CellLedger:
         if left:
             holders = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in left[:HOLDERS_SHOWN])
             parts.append(f"left {format_bytes(sum(b for _, b in left))} alive: {holders}")
+            roles = sorted(
+                ((_role_label(report, r), b) for r, b in as_role.items() if b >= threshold), key=lambda kv: -kv[1]
+            )
+            if roles:
+                parts[-1] += " (of which " + ", ".join(f"{label} {format_bytes(b)}" for label, b in roles) + ")"
         if released >= threshold:
             named = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in gave[:HOLDERS_SHOWN])
             parts.append(f"freed {format_bytes(released)}" + (f": {named}" if named else ""))
@@ -56,6 +67,15 @@ class CellLedger:
         if leaks:
             text += f" ({len(leaks)} leak(s): %leakreport for details)"
         return text
+
+
+def _role_label(report, role):
+    """The core's words for a role (`devices[].roles[].label`)."""
+    for device in report.to_dict().get("devices") or []:
+        for entry in device.get("roles") or []:
+            if entry.get("role") == role:
+                return entry.get("label") or role
+    return role
 
 
 def _holder(finding):

@@ -229,3 +229,13 @@ def test_a_loop_variable_naming_the_last_of_fifty_lists_is_a_leak_not_a_plateau(
     assert {f["verdict"] for f in report["findings"]} == {"leak"}
     [kept] = [f for f in report["findings"] if f["holder"]["path_text"] == "kept"]
     assert kept["series"] == [10 * KiB * k for k in range(1, 9)]
+
+
+def test_a_cell_that_runs_backward_and_the_step_says_it_left_gradients_and_optimizer_state(shell):
+    run(shell, "model = torch.nn.Linear(256, 256)\nopt = torch.optim.Adam(model.parameters())")
+    assert run(shell, "%leakwatch on").success
+    cell = shell.execution_count
+    run(shell, "model(torch.ones(8, 256)).sum().backward()\nopt.step()")
+    (line,) = [text for text in ledger(shell) if text.startswith(f"torchleak: In [{cell}]")]
+    # The weight's and the bias's gradients; Adam's two moments of each (and its step counts).
+    assert line.endswith("(of which optimizer state 514.0 KiB, gradients 257.0 KiB)"), line
