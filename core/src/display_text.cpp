@@ -252,6 +252,31 @@ std::string rolesText(const DeviceTimeline& d, const std::vector<int64_t>& at) {
     return text;
 }
 
+std::string spikeText(const PeakSpike& s, BoundaryKind boundary) {
+    std::string text = "the peak of ";
+    text += iterationNoun(boundary);
+    text += ' ';
+    text += groupThousands(s.iteration + 1);
+    text += ", ";
+    text += formatBytes(static_cast<double>(s.peak_bytes));
+    text += ", against ";
+    text += formatBytes(static_cast<double>(s.typical_peak_bytes));
+    text += " typically";
+    if (s.role && s.role_rise_bytes > 0) {
+        text += ": ";
+        text += roleLabel(*s.role);
+        text += " +";
+        text += formatBytes(static_cast<double>(s.role_rise_bytes));
+    }
+    if (s.site && s.block_bytes > 0) {
+        text += "; its biggest block, ";
+        text += formatBytes(static_cast<double>(s.block_bytes));
+        text += ", allocated at ";
+        text += siteText(*s.site);
+    }
+    return text;
+}
+
 std::string blockLabel(const Finding& f) {
     std::string label = "torchleak: ";
     if (f.holder && !f.holder->path_text.empty()) {

@@ -17,7 +17,16 @@ void addRegistered(RoleBytes& roles, const BlockOrigins& origins) noexcept {
     bytesOf(roles, MemoryRole::OptimizerState) += origins.registeredAs(HeldAs::OptimizerState);
 }
 
-int64_t tracked(const RoleBytes& roles) noexcept {
+// Named blocks from before tracking: in the allocator's total when it reports one (they leave
+// `untracked`), beyond the tracked bytes when it does not (the CPU's).
+void addUntrackedHeld(RoleBytes& roles, const DeviceSample& sample) noexcept {
+    const auto& held = sample.untrackedHeld;
+    bytesOf(roles, MemoryRole::Parameters) += held[0];
+    bytesOf(roles, MemoryRole::Gradients) += held[1];
+    bytesOf(roles, MemoryRole::OptimizerState) += held[2];
+}
+
+int64_t accountedFor(const RoleBytes& roles) noexcept {
     int64_t sum = 0;
     for (size_t r = 0; r < static_cast<size_t>(MemoryRole::Untracked); ++r) {
         sum += roles[r];
@@ -90,7 +99,9 @@ RoleBytes rolesAtBoundary(const DeviceSample& sample) noexcept {
     }
     bytesOf(roles, MemoryRole::InputsOutputs) = phaseBytes(o.thisIteration, BirthPhase::Forward);
     bytesOf(roles, MemoryRole::UserHeld) = phaseBytes(o.earlier, BirthPhase::Forward);
-    bytesOf(roles, MemoryRole::Untracked) = std::max<int64_t>(sample.allocated - tracked(roles), 0);
+    addUntrackedHeld(roles, sample);
+    bytesOf(roles, MemoryRole::Untracked) =
+        std::max<int64_t>(sample.allocated - accountedFor(roles), 0);
     bytesOf(roles, MemoryRole::Reserve) = std::max<int64_t>(sample.reserved - sample.allocated, 0);
     return roles;
 }
@@ -116,7 +127,8 @@ RoleBytes rolesAtPeak(const DeviceSample& sample) noexcept {
     bytesOf(roles, MemoryRole::OptimizerState) +=
         kept(BirthPhase::OptimizerStep) + phaseBytes(at.earlier, BirthPhase::OptimizerStep);
     bytesOf(roles, MemoryRole::UserHeld) = phaseBytes(at.earlier, BirthPhase::Forward);
-    bytesOf(roles, MemoryRole::Untracked) = std::max<int64_t>(sample.peak - tracked(roles), 0);
+    addUntrackedHeld(roles, sample);
+    bytesOf(roles, MemoryRole::Untracked) = std::max<int64_t>(sample.peak - accountedFor(roles), 0);
     return roles;
 }
 
@@ -130,7 +142,7 @@ RoleBytes rolesInFlight(const BlockOrigins& o, int64_t allocated, int64_t reserv
         phaseBytes(o.thisIteration, BirthPhase::OptimizerStep) +
         phaseBytes(o.earlier, BirthPhase::OptimizerStep);
     bytesOf(roles, MemoryRole::UserHeld) = phaseBytes(o.earlier, BirthPhase::Forward);
-    bytesOf(roles, MemoryRole::Untracked) = std::max<int64_t>(allocated - tracked(roles), 0);
+    bytesOf(roles, MemoryRole::Untracked) = std::max<int64_t>(allocated - accountedFor(roles), 0);
     bytesOf(roles, MemoryRole::Reserve) = std::max<int64_t>(reserved - allocated, 0);
     return roles;
 }

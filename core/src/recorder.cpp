@@ -74,6 +74,7 @@ void AllocationRecorder::takePeak(DeviceState& st) noexcept {
     st.atPeak = st.live;
     st.peakSequence = d_sequence;
     st.freedAfterPeak = BlockOrigins{};
+    st.biggestAtPeak = st.biggestBorn;
 }
 
 void AllocationRecorder::recordAlloc(uintptr_t ptr,
@@ -253,6 +254,11 @@ void AllocationRecorder::countBlock(DeviceState& st, const BlockRecord& rec, int
     if (sign < 0 && rec.sequence <= st.peakSequence) {
         st.freedAfterPeak.add(rec.heldAs, rec.phase, bornThisIteration, -bytes);
     }
+    if (sign > 0 && bornThisIteration && rec.size > st.biggestBorn.size) {
+        st.biggestBorn = BlockBrief{rec.size, rec.sequence, rec.stack, rec.node};
+    } else if (sign < 0 && rec.sequence == st.biggestBorn.sequence) {
+        st.biggestBorn = BlockBrief{};
+    }
 }
 
 void AllocationRecorder::addBlock(const BlockRecord& rec) {
@@ -306,16 +312,21 @@ void AllocationRecorder::removeBlock(const BlockRecord& rec) noexcept {
     markDirty(group);
 }
 
-size_t AllocationRecorder::markHeldAs(std::span<const uintptr_t> blocks, HeldAs held) noexcept {
+size_t AllocationRecorder::markHeldAs(std::span<const uintptr_t> blocks,
+                                      HeldAs held,
+                                      std::span<uint8_t> found) noexcept {
     std::lock_guard<std::mutex> lock(d_mutex);
     const uint32_t current = d_iteration.load(std::memory_order_relaxed);
-    size_t found = 0;
-    for (uintptr_t ptr : blocks) {
-        BlockRecord* rec = d_live.find(ptr);
+    size_t live = 0;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+        BlockRecord* rec = d_live.find(blocks[i]);
+        if (i < found.size()) {
+            found[i] = rec != nullptr ? 1 : 0;
+        }
         if (rec == nullptr) {
             continue;
         }
-        ++found;
+        ++live;
         if (rec->heldAs == held) {
             continue;
         }
@@ -331,7 +342,17 @@ size_t AllocationRecorder::markHeldAs(std::span<const uintptr_t> blocks, HeldAs 
         }
         rec->heldAs = held;
     }
-    return found;
+    return live;
+}
+
+void AllocationRecorder::noteUntrackedHeld(DeviceKey device, HeldAs held, int64_t bytes) noexcept {
+    if (held == HeldAs::Unknown) {
+        return;
+    }
+    std::lock_guard<std::mutex> lock(d_mutex);
+    if (DeviceState* st = deviceState(device)) {
+        st->untrackedHeld[static_cast<size_t>(held) - 1] += bytes;
+    }
 }
 
 const BoundarySnapshot& AllocationRecorder::markBoundary() {
@@ -373,6 +394,8 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
             const bool peakIsNow = ds.peak > st.peak;
             ds.atPeak = peakIsNow ? st.live : st.atPeak;
             ds.freedAfterPeak = peakIsNow ? BlockOrigins{} : st.freedAfterPeak;
+            ds.biggestAtPeak = peakIsNow ? st.biggestBorn : st.biggestAtPeak;
+            ds.untrackedHeld = st.untrackedHeld;
             snap.devices.push_back(ds);
         }
         // Nothing above changed the recorder: from here on the boundary cannot fail halfway.
@@ -386,6 +409,8 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
         for (size_t i = 0; i < d_deviceCount; ++i) {
             d_devices[i].peak = snap.devices[i].allocated; // the next iteration's peak starts here
             d_devices[i].live.endIteration();
+            d_devices[i].biggestBorn = BlockBrief{};
+            d_devices[i].untrackedHeld = {}; // the next boundary's registry says it again
             takePeak(d_devices[i]);
         }
         snap.liveBytes = d_liveBytes;
@@ -425,6 +450,7 @@ void AllocationRecorder::mergeInto(const BoundarySnapshot& older, BoundarySnapsh
                 n.peak = d.peak; // the stretch's peak, and what was alive at it
                 n.atPeak = d.atPeak;
                 n.freedAfterPeak = d.freedAfterPeak;
+                n.biggestAtPeak = d.biggestAtPeak;
             }
         }
     }

@@ -135,6 +135,7 @@ class ReportBuilder {
     void sortFindings();
     void listLiveBlocks();
     void publishFindings();
+    void findPeakSpikes();
     std::vector<LiveNow> liveNowByFinding() const;
     void addOutOfMemoryForensics();
     void warnAboutDroppedEvents();

@@ -3,6 +3,7 @@
 #include "report_assembly.h"
 #include "torchleak/causes.h"
 #include "torchleak/display_text.h"
+#include "torchleak/peak_spikes.h"
 #include "torchleak/scoring.h"
 #include "torchleak/site_rule.h"
 #include "torchleak/suggestion.h"
@@ -56,6 +57,7 @@ Report ReportBuilder::build(RetentionExplainer* explainer) {
     d_report.devices =
         buildDeviceTimelines(d_boundaries, d_inputs.devices, d_report.findings, d_inputs.warmup,
                              d_inputs.config, d_inputs.privateuse1_backend);
+    findPeakSpikes();
     d_report.causes = groupCauses(d_report, d_inputs.config);
     warnAboutShadowedIterations();
     warnAboutRejectedTotals();
@@ -549,6 +551,34 @@ void ReportBuilder::publishFindings() {
             draft.finding.role = static_cast<MemoryRole>(most - bytes.begin());
         }
         d_report.findings.push_back(std::move(draft.finding));
+    }
+}
+
+// Each device's spikes (peak_spikes.h), each with the site of the biggest block born in its
+// iteration and alive at its peak.
+void ReportBuilder::findPeakSpikes() {
+    for (DeviceTimeline& t : d_report.devices) {
+        for (const SpikePoint& s : torchleak::findPeakSpikes(t.peak, t.roles_at_peak)) {
+            PeakSpike spike;
+            spike.iteration = d_at[s.point];
+            spike.peak_bytes = t.peak[s.point];
+            spike.typical_peak_bytes = s.typical;
+            if (s.roleRise > 0) {
+                spike.role = s.role;
+                spike.role_rise_bytes = s.roleRise;
+            }
+            for (const DeviceSample& d : d_boundaries[s.point].devices) {
+                const BlockBrief& biggest = d.biggestAtPeak;
+                if (biggest.size > 0 &&
+                    deviceName(d.device, d_inputs.privateuse1_backend) == t.device) {
+                    const std::string node =
+                        biggest.node ? d_recorder.nodeName(biggest.node) : std::string();
+                    spike.block_bytes = biggest.size;
+                    spike.site = siteOfGroup(framesOf(biggest.stack), node);
+                }
+            }
+            t.spikes.push_back(std::move(spike));
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 #include "torchleak/report_json.h"
 
+#include "frame_json.h"
 #include "json_numbers.h"
 #include "roles_json.h"
 #include "torchleak/display_text.h"
@@ -14,8 +15,6 @@ namespace torchleak {
 
 using nlohmann::json;
 using namespace json_numbers;
-
-namespace {
 
 json frameJson(const Frame& f, bool withCell) {
     json j = {{"file", f.file}, {"line", f.line}, {"function", f.function}, {"text", siteText(f)}};
@@ -53,6 +52,8 @@ Frame frameFrom(const json& j) {
     f.runs = integersOr<int>(j, "runs");
     return f;
 }
+
+namespace {
 
 json holderJson(const std::optional<Holder>& h) {
     if (!h) {
@@ -96,6 +97,7 @@ json deviceJson(const DeviceTimeline& d,
     if (!d.roles_at_boundary.empty()) {
         j["roles"] = rolesJson(d);
         j["roles_text"] = rolesText(d, at);
+        j["spikes"] = spikesJson(d, boundary);
     }
     return j;
 }
@@ -114,6 +116,7 @@ DeviceTimeline deviceFrom(const json& d) {
     t.verdict = d.value("verdict", "ok");
     t.fragmentation_ratio = realOr(d, "fragmentation_ratio", 0.0);
     rolesFrom(d, t);
+    t.spikes = spikesFrom(d);
     return t;
 }
 

@@ -1,6 +1,8 @@
 #include "roles_json.h"
 
+#include "frame_json.h"
 #include "json_numbers.h"
+#include "torchleak/display_text.h"
 
 namespace torchleak {
 
@@ -54,6 +56,44 @@ void rolesFrom(const json& d, DeviceTimeline& t) {
     }
     t.roles_at_boundary = std::move(atBoundary);
     t.roles_at_peak = std::move(atPeak);
+}
+
+json spikesJson(const DeviceTimeline& d, BoundaryKind boundary) {
+    json spikes = json::array();
+    for (const PeakSpike& s : d.spikes) {
+        spikes.push_back({{"iteration", s.iteration},
+                          {"peak_bytes", s.peak_bytes},
+                          {"typical_peak_bytes", s.typical_peak_bytes},
+                          {"role", s.role ? json(toString(*s.role)) : json(nullptr)},
+                          {"role_rise_bytes", s.role_rise_bytes},
+                          {"block_bytes", s.block_bytes},
+                          {"site", s.site ? frameJson(*s.site, true) : json(nullptr)},
+                          {"text", spikeText(s, boundary)}});
+    }
+    return spikes;
+}
+
+std::vector<PeakSpike> spikesFrom(const json& d) {
+    std::vector<PeakSpike> spikes;
+    if (!d.contains("spikes") || !d["spikes"].is_array()) {
+        return spikes;
+    }
+    for (const json& s : d["spikes"]) {
+        PeakSpike spike;
+        spike.iteration = integerAt<int64_t>(s, "iteration");
+        spike.peak_bytes = integerAt<int64_t>(s, "peak_bytes");
+        spike.typical_peak_bytes = integerOr<int64_t>(s, "typical_peak_bytes", 0);
+        if (s.contains("role") && s["role"].is_string()) {
+            spike.role = memoryRoleFromString(s["role"].get<std::string>());
+        }
+        spike.role_rise_bytes = integerOr<int64_t>(s, "role_rise_bytes", 0);
+        spike.block_bytes = integerOr<uint64_t>(s, "block_bytes", 0);
+        if (s.contains("site") && s["site"].is_object()) {
+            spike.site = frameFrom(s["site"]);
+        }
+        spikes.push_back(std::move(spike));
+    }
+    return spikes;
 }
 
 json roleBytesJson(const RoleBytes& roles) {

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
 namespace torchleak {
 
@@ -16,6 +17,10 @@ nlohmann::json rolesJson(const DeviceTimeline& device);
 // not know is skipped, a missing one is zero, series that do not match the points are dropped
 // whole.
 void rolesFrom(const nlohmann::json& deviceJson, DeviceTimeline& device);
+
+// A device's `spikes` ([] when none), with the core's sentence for each, and back.
+nlohmann::json spikesJson(const DeviceTimeline& device, BoundaryKind boundary);
+std::vector<PeakSpike> spikesFrom(const nlohmann::json& deviceJson);
 
 // [{"role", "label", "bytes"}] for one moment, and back (absent: none).
 nlohmann::json roleBytesJson(const RoleBytes& roles);

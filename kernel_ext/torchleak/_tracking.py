@@ -35,6 +35,23 @@ def _block_of(tensor):
         return 0
 
 
+class _NamedBlocks:
+    """The blocks a registry names as one thing (parameters, gradients, optimizer state), each
+    once however many tensors view it, with its size and device: a block made before tracking
+    is no tracked block, and memory by role counts it from these."""
+
+    def __init__(self):
+        self.blocks, self.sizes, self.devices, self._seen = [], [], [], set()
+
+    def add(self, tensor):
+        block = _block_of(tensor)
+        if block and block not in self._seen:
+            self._seen.add(block)
+            self.blocks.append(block)
+            self.sizes.append(tensor.untyped_storage().nbytes())
+            self.devices.append(str(tensor.device))
+
+
 def _on_cuda_out_of_memory(device, segment_bytes, limit_bytes, device_free):
     """PyTorch's CUDA OOM observer. It runs on the failing thread (which may not carry the
     hook), after the allocator released its lock, with what DeviceCachingAllocator::malloc
@@ -415,19 +432,20 @@ class Tracker:
         if not self._optimizers:
             return
         try:
-            named = {"parameter": [], "gradient": [], "optimizer_state": []}
+            named = {"parameter": _NamedBlocks(), "gradient": _NamedBlocks(), "optimizer_state": _NamedBlocks()}
             for optimizer in list(self._optimizers):
                 for group in optimizer.param_groups:
                     for p in group["params"]:
-                        named["parameter"].append(_block_of(p))
+                        named["parameter"].add(p)
                         if p.grad is not None:
-                            named["gradient"].append(_block_of(p.grad))
+                            named["gradient"].add(p.grad)
                 for state in optimizer.state.values():
                     for value in state.values() if isinstance(state, dict) else ():
                         if isinstance(value, torch.Tensor):
-                            named["optimizer_state"].append(_block_of(value))
-            for held, blocks in named.items():
-                self._session.mark_held_as([b for b in blocks if b], held)
+                            named["optimizer_state"].add(value)
+            backend = _devices.privateuse1_name()
+            for held, found in named.items():
+                self._session.mark_held_as(found.blocks, held, found.sizes, found.devices, backend)
         except Exception as error:  # noqa: BLE001
             if not self._registry_failed:
                 self._registry_failed = True

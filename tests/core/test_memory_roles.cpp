@@ -1,6 +1,8 @@
 #include "torchleak/display_text.h"
 #include "torchleak/memory_roles.h"
+#include "torchleak/peak_spikes.h"
 #include "torchleak/recorder.h"
+#include "torchleak/report_builder.h"
 #include "torchleak/report_json.h"
 
 #include <catch2/catch.hpp>
@@ -203,4 +205,111 @@ TEST_CASE("Roles that do not fit their device's points are dropped, unknown role
     REQUIRE(reportFromJson(j.dump()).devices.at(0).roles_at_peak.empty());
     REQUIRE(toString(MemoryRole::InputsOutputs) == "inputs_outputs");
     REQUIRE(roleLabel(MemoryRole::Untracked) == "not tracked");
+}
+
+TEST_CASE("A peak that jumps and comes back down is a spike; steady growth and the ends are not") {
+    const int64_t M = int64_t(MiB);
+    std::vector<int64_t> peaks = {30 * M, 10 * M, 10 * M, 60 * M, 11 * M, 10 * M, 10 * M, 90 * M};
+    std::vector<RoleBytes> roles(peaks.size(), RoleBytes{});
+    for (size_t i = 0; i < peaks.size(); ++i) {
+        bytesOf(roles[i], MemoryRole::Parameters) = 4 * M;
+        bytesOf(roles[i], MemoryRole::Activations) = peaks[i] - 4 * M;
+    }
+    const auto spikes = findPeakSpikes(peaks, roles);
+    // The first point (30 MiB) and the last (90 MiB, nothing after it) are never spikes.
+    REQUIRE(spikes.size() == 1);
+    REQUIRE(spikes[0].point == 3);
+    REQUIRE(spikes[0].typical == 10 * M);
+    REQUIRE(spikes[0].role == MemoryRole::Activations);
+    REQUIRE(spikes[0].roleRise == 50 * M);
+    // A leak's steady rise never comes back down: no spike. Nor a rise under 1 MiB.
+    REQUIRE(findPeakSpikes({1 * M, 2 * M, 3 * M, 4 * M, 5 * M, 6 * M}, {}).empty());
+    REQUIRE(findPeakSpikes({100, 100, 900'000, 100, 100}, {}).empty());
+    REQUIRE(findPeakSpikes({}, {}).empty());
+    // A level that lasts (the peak after stays high) is a new level, not a spike.
+    REQUIRE(findPeakSpikes({10 * M, 10 * M, 10 * M, 40 * M, 40 * M, 40 * M, 10 * M}, {}).empty());
+}
+
+namespace {
+class SiteSymbolizer final : public StackSymbolizer {
+  public:
+    std::vector<Frame> symbolize(std::span<const RawFrame> frames) override {
+        std::vector<Frame> out;
+        for (const RawFrame& r : frames) {
+            Frame f;
+            f.file = "train.py";
+            f.line = static_cast<int>(r.offset);
+            f.function = "step";
+            out.push_back(f);
+        }
+        return out;
+    }
+};
+} // namespace
+
+TEST_CASE("A report names a spike's iteration, the role that rose and its biggest block's site") {
+    AllocationRecorder rec;
+    const std::vector<RawFrame> work = {{0x1, 10}}, big = {{0x2, 77}};
+    for (uint32_t i = 0; i < 12; ++i) {
+        rec.recordAlloc(0x1000, 2 * MiB, kCpu, work, nullptr, 0, 0, false);
+        if (i == 7) { // a one-off 40 MiB buffer, made and freed in forward
+            rec.recordAlloc(0x9000, 40 * MiB, kCpu, big, nullptr, 0, 0, false);
+            rec.recordAlloc(0x9100, KiB, kCpu, work, nullptr, 0, 0, false); // after it, smaller
+            rec.recordFree(0x9100, kCpu, 0, 0, false);
+            rec.recordFree(0x9000, kCpu, 0, 0, false);
+        }
+        rec.recordFree(0x1000, kCpu, 0, 0, false);
+        rec.markBoundary();
+    }
+    SiteSymbolizer sym;
+    NoBlockDescriptions desc;
+    ReportInputs in;
+    in.boundary = BoundaryKind::Explicit;
+    in.devices = {{kCpu, "cpu", 64ull << 30}};
+    const Report r = buildReport(rec, in, sym, desc);
+    const DeviceTimeline& d = r.devices.at(0);
+    REQUIRE(d.spikes.size() == 1);
+    const PeakSpike& s = d.spikes[0];
+    REQUIRE(s.iteration == 7);
+    REQUIRE(s.peak_bytes == int64_t(42 * MiB + KiB));
+    REQUIRE(s.typical_peak_bytes == int64_t(2 * MiB));
+    REQUIRE(s.role == MemoryRole::Activations);
+    REQUIRE(s.role_rise_bytes == int64_t(40 * MiB + KiB));
+    REQUIRE(s.block_bytes == 40 * MiB);
+    REQUIRE(s.site->line == 77);
+    REQUIRE(spikeText(s, r.boundary) ==
+            "the peak of iteration 8, 42.0 MiB, against 2.0 MiB typically: activations +40.0 MiB; "
+            "its biggest block, 40.0 MiB, allocated at train.py:77");
+    const Report back = reportFromJson(toJson(r));
+    REQUIRE(back.devices.at(0).spikes.size() == 1);
+    REQUIRE(back.devices.at(0).spikes[0].site->line == 77);
+    REQUIRE(toJson(back) == toJson(r));
+}
+
+TEST_CASE("Named blocks from before tracking count in their roles, on devices with totals or not") {
+    AllocationRecorder rec;
+    // cuda:0: 10 MiB the hook never saw, 8 of them a model's parameters the registry names.
+    rec.recordAlloc(0x10, 2 * MiB, kCuda0, kLine, nullptr, 12 * MiB, 16 * MiB, true);
+    // cpu: no allocator totals; a 3 MiB parameter made before tracking.
+    rec.recordAlloc(0x20, MiB, kCpu, kLine, nullptr, 0, 0, false);
+    const std::vector<uintptr_t> params = {0x10, 0x999};
+    std::vector<uint8_t> found(params.size());
+    REQUIRE(rec.markHeldAs(params, HeldAs::Parameter, found) == 1);
+    REQUIRE(found == std::vector<uint8_t>{1, 0});
+    rec.noteUntrackedHeld(kCuda0, HeldAs::Parameter, 8 * MiB);
+    rec.noteUntrackedHeld(kCpu, HeldAs::Parameter, 3 * MiB);
+    rec.noteUntrackedHeld(kCpu, HeldAs::Unknown, 5 * MiB); // not a name: ignored
+    const BoundarySnapshot& first = rec.markBoundary();
+    const RoleBytes cuda = rolesAtBoundary(first.devices.at(0));
+    REQUIRE(bytesOf(cuda, MemoryRole::Parameters) == int64_t(10 * MiB));
+    REQUIRE(bytesOf(cuda, MemoryRole::Untracked) == int64_t(2 * MiB));
+    REQUIRE(sumOf(cuda, false) == first.devices.at(0).allocated);
+    REQUIRE(bytesOf(rolesAtPeak(first.devices.at(0)), MemoryRole::Parameters) == int64_t(10 * MiB));
+    const RoleBytes cpu = rolesAtBoundary(first.devices.at(1));
+    REQUIRE(bytesOf(cpu, MemoryRole::Parameters) == int64_t(3 * MiB));
+    REQUIRE(bytesOf(cpu, MemoryRole::InputsOutputs) == int64_t(MiB));
+    REQUIRE(sumOf(cpu, false) == first.devices.at(1).allocated + int64_t(3 * MiB));
+    // Each boundary's registry says it again: a boundary without one names nothing.
+    const BoundarySnapshot& second = rec.markBoundary();
+    REQUIRE(bytesOf(rolesAtBoundary(second.devices.at(1)), MemoryRole::Parameters) == 0);
 }

@@ -106,6 +106,7 @@ def leaky_training(iterations=6):
 
 def test_roles_add_up_to_the_device_at_every_boundary_and_peak_and_the_leak_is_user_held():
     report, model, losses = leaky_training()
+    assert report["devices"][0]["spikes"] == []
     device = report["devices"][0]
     roles = roles_of(device)
     assert [r["role"] for r in device["roles"]] == ROLES
@@ -138,3 +139,58 @@ def test_reports_read_back_keep_their_roles_and_older_reports_have_none():
     del report["devices"][0]["roles"]
     older = torchleak.Report.from_json(json.dumps(report)).to_dict()
     assert "roles" not in older["devices"][0]
+
+
+def test_an_iteration_whose_peak_jumps_is_a_spike_with_its_role_and_site():
+    """One batch 16 times the others: its iteration's peak jumps and comes back down. The
+    report names it a spike, its activations as what rose, and the line whose block was the
+    biggest at that peak (the model's forward, called from this loop)."""
+    torch.manual_seed(0)
+    with torchleak.track(boundary="explicit") as tracker:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8))
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        for i in range(10):
+            batch = torch.randn(4096 if i == 6 else 256, 64)
+            optimizer.zero_grad(set_to_none=True)
+            model(batch).square().mean().backward()  # the spike's line
+            optimizer.step()
+            tracker.step()
+    report = tracker.report().to_dict()
+    spikes = report["devices"][0]["spikes"]
+    assert [s["iteration"] for s in spikes] == [6]
+    spike = spikes[0]
+    # What the big batch made: its activations, and backward's temporaries (the gradients of
+    # those activations), whichever rose more at the peak.
+    assert spike["role"] in ("activations", "temporaries")
+    assert spike["role_rise_bytes"] > 4 * 4096 * 512
+    assert spike["peak_bytes"] > 8 * spike["typical_peak_bytes"]
+    # Made in backward (a gradient of the big activations, by the node named) or in forward:
+    # either way on this line.
+    line = next(
+        i for i, text in enumerate(open(__file__).read().splitlines(), 1) if text.endswith("# the spike's line")
+    )
+    assert (spike["site"]["file"], spike["site"]["line"]) == (__file__, line), spike["site"]
+    assert spike["text"].startswith("the peak of iteration 7, ")
+    assert f"    spike: {spike['text']}" in torchleak.render.RENDERERS["text"](report)
+
+
+def test_a_model_built_before_tracking_still_shows_its_parameters():
+    """On the CPU the allocator reports no totals: parameters made before tracking are no
+    tracked block, and the roles count them from what the optimizer names (then the roles add up
+    to the tracked bytes plus those)."""
+    torch.manual_seed(0)
+    model = mlp(128)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    with torchleak.track(boundary="explicit") as tracker:
+        for _ in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            model(torch.randn(64, 64)).square().mean().backward()
+            optimizer.step()
+            tracker.step()
+    device = tracker.report().to_dict()["devices"][0]
+    roles = roles_of(device)
+    assert roles["parameters"]["at_boundary"] == [params] * 3
+    assert roles["parameters"]["at_peak"] == [params] * 3
+    for i, allocated in enumerate(device["allocated"]):
+        assert sum(r["at_boundary"][i] for n, r in roles.items() if n != "reserve") == allocated + params

@@ -44,7 +44,8 @@ const REPORT = {
   cause_groups: [{ text: "string", severity: "string", container: "string", causes: ["number"] }],
   devices: [{ device: "string", text: "string", allocated: ["number"], reserved: ["number"],
               peak: ["number"], leak_bytes_per_iteration: "number", roles_text: "string",
-              roles: [{ role: "string", label: "string", at_peak: ["number"] }] }],
+              roles: [{ role: "string", label: "string", at_peak: ["number"] }],
+              spikes: [{ text: "string" }] }],
   findings: [FINDING],
 };
 
@@ -619,6 +620,9 @@ function render({ model, el: host }) {
       if (roles) {
         if (device.roles_text) box.appendChild(el("div", { class: "tl-note", "data-testid": "roles-text" }, device.roles_text));
         box.appendChild(roles);
+        for (const spike of device.spikes || []) {
+          box.appendChild(el("div", { class: "tl-note", "data-testid": "spike" }, `spike: ${spike.text || ""}`));
+        }
       }
       root.appendChild(box);
     }

@@ -62,6 +62,10 @@ std::string roleBreakdownText(const RoleBytes& roles);
 // (0-based; empty: the point's index). "" without roles.
 std::string rolesText(const DeviceTimeline& device, const std::vector<int64_t>& at);
 
+// "the peak of iteration 778, 53.2 MiB, against 3.1 MiB typically: activations +50.0 MiB; its
+// biggest block, 50.0 MiB, allocated at train.py:42".
+std::string spikeText(const PeakSpike& spike, BoundaryKind boundary);
+
 // "float32 [256, 1024]": a dtype and shape as every view prints them.
 std::string tensorText(const std::string& dtype, const std::vector<int64_t>& shape);
 

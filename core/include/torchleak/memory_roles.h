@@ -52,9 +52,11 @@ std::optional<MemoryRole> memoryRoleFromString(std::string_view name) noexcept;
 // "allocator reserve".
 std::string_view roleLabel(MemoryRole role) noexcept;
 
-// At a boundary: the tracked bytes by role, `untracked` (allocated less tracked, never below
+// At a boundary: the tracked bytes by role, the blocks from before tracking a registry named
+// (DeviceSample::untrackedHeld) with them, `untracked` (allocated less all those, never below
 // 0) and `reserve` (reserved less allocated). Without sampling, every role but the reserve adds
-// up to `allocated`.
+// up to `allocated` where the allocator reports totals, and to `allocated` plus the named
+// blocks from before tracking where it does not (the CPU: its `allocated` is tracked bytes).
 RoleBytes rolesAtBoundary(const DeviceSample& sample) noexcept;
 // At the iteration's peak: what was alive then, by role, each block counted by what it turned
 // out to be (named at the boundary, or freed before it); adds up to `peak`. No reserve: the

@@ -191,6 +191,19 @@ inline bool listedBefore(const Finding& a, const Finding& b) noexcept {
     return a.total_bytes > b.total_bytes;
 }
 
+// An iteration whose peak jumped over the device's typical peak and came back down
+// (peak_spikes.h): the JSON's `devices[].spikes`.
+struct PeakSpike {
+    int64_t iteration = 0; // 0-based
+    int64_t peak_bytes = 0;
+    int64_t typical_peak_bytes = 0; // the median of the device's peaks
+    std::optional<MemoryRole> role; // the role that rose most over its median at the peak
+    int64_t role_rise_bytes = 0;
+    // The biggest block born in that iteration and alive at its peak: its size and site.
+    uint64_t block_bytes = 0;
+    std::optional<Frame> site;
+};
+
 struct DeviceTimeline {
     std::string device;
     uint64_t capacity_bytes = 0;
@@ -205,6 +218,7 @@ struct DeviceTimeline {
     // peak, beside `allocated` and `peak`; empty in a report written before roles existed.
     std::vector<RoleBytes> roles_at_boundary;
     std::vector<RoleBytes> roles_at_peak;
+    std::vector<PeakSpike> spikes; // biggest first
 };
 
 // One root cause: the leak findings that one holder (or one graph, one object, one user line)

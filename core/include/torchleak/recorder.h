@@ -56,6 +56,14 @@ struct GroupSample {
     uint32_t oldestIteration = 0;   // birth iteration of its oldest live block
 };
 
+// One block, briefly: enough to name where it was allocated.
+struct BlockBrief {
+    uint64_t size = 0;
+    uint64_t sequence = 0; // its allocation event's position in the run; 0: none
+    StackToken stack = 0;
+    NodeToken node = 0;
+};
+
 struct DeviceSample {
     DeviceKey device;
     int64_t allocated = 0; // allocator total when the allocator reports one, else tracked bytes
@@ -74,6 +82,12 @@ struct DeviceSample {
     // Of `atPeak`, the blocks freed before the boundary: what the iteration used and gave back
     // (memory_roles.h tells activations and temporaries from kept bytes by it).
     BlockOrigins freedAfterPeak{};
+    // The biggest block born in the iteration and alive when its peak was taken: what most
+    // likely made a peak that jumps (memory_roles.h's spikes name its site).
+    BlockBrief biggestAtPeak{};
+    // Bytes a registry named that are no tracked block (made before tracking), by what it named
+    // them ([HeldAs - 1]): alive all iteration, at the boundary and at the peak.
+    std::array<int64_t, kRegisteredRoles> untrackedHeld{};
 };
 
 // The allocator's out-of-memory report (c10's reportOutOfMemoryToProfiler, or PyTorch's CUDA
@@ -187,8 +201,15 @@ class AllocationRecorder {
     StackToken internStack(std::span<const RawFrame> frames);
     // A registry's word on live blocks, before a boundary: the blocks at `blocks` (allocation
     // pointers; unknown ones are skipped) are held as `held`, and their bytes move to it in
-    // their device's origins. Returns how many were live blocks. O(blocks).
-    size_t markHeldAs(std::span<const uintptr_t> blocks, HeldAs held) noexcept;
+    // their device's origins. `found`, when given, is as long as `blocks` and says which were
+    // live blocks. Returns how many were. O(blocks).
+    size_t markHeldAs(std::span<const uintptr_t> blocks,
+                      HeldAs held,
+                      std::span<uint8_t> found = {}) noexcept;
+    // What the registry named that no tracked block is (made before tracking): `bytes` more
+    // held as `held` on `device` at the coming boundary. Memory by role counts them; the
+    // tracked bytes do not.
+    void noteUntrackedHeld(DeviceKey device, HeldAs held, int64_t bytes) noexcept;
     // Ends the current iteration: snapshots the groups it changed and starts the next.
     const BoundarySnapshot& markBoundary();
     uint32_t iteration() const noexcept { return d_iteration.load(std::memory_order_relaxed); }
@@ -243,6 +264,11 @@ class AllocationRecorder {
         // its bytes in `atPeak` too, so the peak is told by what each block turned out to be.
         uint64_t peakSequence = 0;
         BlockOrigins freedAfterPeak;
+        // The biggest block born in this iteration and not freed since (its free forgets it,
+        // and the next birth starts over), and that block when the peak was taken.
+        BlockBrief biggestBorn;
+        BlockBrief biggestAtPeak;
+        std::array<int64_t, kRegisteredRoles> untrackedHeld{}; // for the coming boundary
     };
     static constexpr size_t kMaxDevices = 32;
 

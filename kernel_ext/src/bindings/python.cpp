@@ -9,6 +9,7 @@
 #include "inspect/gc_pause.h"
 #include "session/tracking_session.h"
 #include "torchleak/config.h"
+#include "torchleak/devices.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 #include "torchleak/memory_roles.h"
@@ -137,11 +138,21 @@ PYBIND11_MODULE(_core, m) {
         .def("end_backward", &python::TrackingSession::endBackward)
         .def("begin_optimizer_step", &python::TrackingSession::beginOptimizerStep)
         .def("end_optimizer_step", &python::TrackingSession::endOptimizerStep)
-        .def("mark_held_as",
-             [](python::TrackingSession& self, const std::vector<uintptr_t>& blocks,
-                const std::string& held) {
-                 return self.markHeldAs(blocks, python::parseHeldAs(held));
-             })
+        .def(
+            "mark_held_as",
+            [](python::TrackingSession& self, const std::vector<uintptr_t>& blocks,
+               const std::string& held, const std::vector<uint64_t>& bytes,
+               const std::vector<std::string>& devices, const std::string& privateUse1) {
+                std::vector<DeviceKey> keys;
+                keys.reserve(devices.size());
+                for (const std::string& name : devices) {
+                    keys.push_back(parseDeviceName(name, privateUse1));
+                }
+                return self.markHeldAs(blocks, python::parseHeldAs(held), bytes, keys);
+            },
+            py::arg("blocks"), py::arg("held"), py::arg("bytes") = std::vector<uint64_t>{},
+            py::arg("devices") = std::vector<std::string>{},
+            py::arg("privateuse1") = std::string(kPrivateUse1DefaultName))
         .def(
             "report_json",
             [](python::TrackingSession& self, const std::string& torchVersion,

@@ -69,6 +69,9 @@ def _device(d, data, unit="iteration"):
     if roles:
         parts.append(f'<div data-testid="roles-text" {_MUTED}>{_e(d.get("roles_text", ""))}</div>')
         parts.append(svg_img(roles, f"memory of {d['device']} by role at each {unit}'s peak"))
+    parts.extend(
+        f'<div data-testid="spike" {_MUTED}>spike: {_e(s.get("text", ""))}</div>' for s in d.get("spikes") or []
+    )
     return parts
 
 

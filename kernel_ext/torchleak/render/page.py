@@ -40,7 +40,8 @@ def _devices(data, at, unit):
         )
         roles = roles_svg(d, at=at, unit=unit, leak_roles=leak_roles(data, d))
         if roles:
-            parts.append(f'<tr data-testid="roles"><td>{roles}</td><td>{_e(d.get("roles_text", ""))}</td></tr>')
+            spikes = "".join(f"<br>spike: {_e(s.get('text', ''))}" for s in d.get("spikes") or [])
+            parts.append(f'<tr data-testid="roles"><td>{roles}</td><td>{_e(d.get("roles_text", ""))}{spikes}</td></tr>')
     parts.append("</table>")
     return parts
 

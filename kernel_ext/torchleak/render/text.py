@@ -186,6 +186,7 @@ def render(data):
         out.append("  " + device_text(d))
         if d.get("roles_text"):
             out.append(f"    made of: {d['roles_text']}")
+        out.extend(f"    spike: {s.get('text', '')}" for s in d.get("spikes") or [])
     if data.get("ranks"):
         out.append(f"  job of {data['ranks'].get('world_size')} ranks:")
         out.extend(f"    {line}" for line in job_lines(data))

@@ -1,0 +1,64 @@
+#include "torchleak/peak_spikes.h"
+
+#include <algorithm>
+
+namespace torchleak {
+
+namespace {
+int64_t median(std::vector<int64_t> values) {
+    if (values.empty()) {
+        return 0;
+    }
+    const auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+    std::nth_element(values.begin(), mid, values.end());
+    return *mid;
+}
+} // namespace
+
+std::vector<SpikePoint> findPeakSpikes(const std::vector<int64_t>& peaks,
+                                       const std::vector<RoleBytes>& rolesAtPeak) {
+    std::vector<SpikePoint> spikes;
+    const size_t n = peaks.size();
+    if (n < 4) {
+        return spikes;
+    }
+    const int64_t typical = median(peaks);
+    const bool withRoles = rolesAtPeak.size() == n;
+    RoleBytes typicalRoles{};
+    if (withRoles) {
+        for (size_t r = 0; r < kMemoryRoles; ++r) {
+            std::vector<int64_t> bytes;
+            for (const RoleBytes& point : rolesAtPeak) {
+                bytes.push_back(point[r]);
+            }
+            typicalRoles[r] = median(std::move(bytes));
+        }
+    }
+    for (size_t i = 1; i + 1 < n; ++i) {
+        const int64_t rise = peaks[i] - typical;
+        if (rise < std::max(kSpikeMinBytes, typical / 2) || peaks[i + 1] >= typical + rise / 2) {
+            continue;
+        }
+        SpikePoint spike{i, typical, MemoryRole::Activations, 0};
+        if (withRoles) {
+            for (size_t r = 0; r < kMemoryRoles; ++r) {
+                const int64_t roleRise = rolesAtPeak[i][r] - typicalRoles[r];
+                if (static_cast<MemoryRole>(r) != MemoryRole::Reserve &&
+                    roleRise > spike.roleRise) {
+                    spike.role = static_cast<MemoryRole>(r);
+                    spike.roleRise = roleRise;
+                }
+            }
+        }
+        spikes.push_back(spike);
+    }
+    std::stable_sort(spikes.begin(), spikes.end(), [&](const SpikePoint& a, const SpikePoint& b) {
+        return peaks[a.point] > peaks[b.point];
+    });
+    if (spikes.size() > kSpikesListed) {
+        spikes.resize(kSpikesListed);
+    }
+    return spikes;
+}
+
+} // namespace torchleak
