@@ -35,23 +35,6 @@ def _block_of(tensor):
         return 0
 
 
-class _NamedBlocks:
-    """The blocks a registry names as one thing (parameters, gradients, optimizer state), each
-    once however many tensors view it, with its size and device: a block made before tracking
-    is no tracked block, and memory by role counts it from these."""
-
-    def __init__(self):
-        self.blocks, self.sizes, self.devices, self._seen = [], [], [], set()
-
-    def add(self, tensor):
-        block = _block_of(tensor)
-        if block and block not in self._seen:
-            self._seen.add(block)
-            self.blocks.append(block)
-            self.sizes.append(tensor.untyped_storage().nbytes())
-            self.devices.append(str(tensor.device))
-
-
 def _on_cuda_out_of_memory(device, segment_bytes, limit_bytes, device_free):
     """PyTorch's CUDA OOM observer. It runs on the failing thread (which may not carry the
     hook), after the allocator released its lock, with what DeviceCachingAllocator::malloc
@@ -112,6 +95,7 @@ class Tracker:
         self._steps_seen = 0
         self._optimizers = weakref.WeakSet()  # every optimizer seen stepping while tracked
         self._registry_failed = False
+        self._untracked_blocks = {}  # address -> (bytes, device) of named blocks from before tracking
         self._sample_bytes = sample_bytes
         # In a torch.distributed job: seconds rank 0 waits for the other ranks' reports when
         # the block ends (None: no gathering), the job once seen, and the merged report.
@@ -432,26 +416,47 @@ class Tracker:
         if not self._optimizers:
             return
         try:
-            named = {"parameter": _NamedBlocks(), "gradient": _NamedBlocks(), "optimizer_state": _NamedBlocks()}
+            # Each block once, however many tensors view it, with one of those tensors: a block
+            # made before tracking is no tracked block, and memory by role sizes it from that.
+            params, grads, state = {}, {}, {}
             for optimizer in list(self._optimizers):
                 for group in optimizer.param_groups:
                     for p in group["params"]:
-                        named["parameter"].add(p)
+                        params.setdefault(_block_of(p), p)
                         if p.grad is not None:
-                            named["gradient"].add(p.grad)
-                for state in optimizer.state.values():
-                    for value in state.values() if isinstance(state, dict) else ():
+                            grads.setdefault(_block_of(p.grad), p.grad)
+                for values in optimizer.state.values():
+                    for value in values.values() if isinstance(values, dict) else ():
                         if isinstance(value, torch.Tensor):
-                            named["optimizer_state"].add(value)
-            backend = _devices.privateuse1_name()
-            for held, found in named.items():
-                self._session.mark_held_as(found.blocks, held, found.sizes, found.devices, backend)
+                            state.setdefault(_block_of(value), value)
+            for held, found in (("parameter", params), ("gradient", grads), ("optimizer_state", state)):
+                found.pop(0, None)
+                blocks = list(found)
+                missing = self._session.mark_held_as(blocks, held)
+                if missing:
+                    self._note_untracked(held, blocks, found, missing)
         except Exception as error:  # noqa: BLE001
             if not self._registry_failed:
                 self._registry_failed = True
                 self._warn(
                     f"the optimizers' parameters could not be read ({error!r}): their memory is counted by phase"
                 )
+
+    # Blocks made before tracking that the registry named: their size and device, remembered
+    # by address (such a block is the same one at every boundary: an address reused after
+    # tracking began holds a tracked block), summed by device for the recorder.
+    def _note_untracked(self, held, blocks, tensors, missing):
+        by_device = {}
+        for i in missing:
+            block = blocks[i]
+            known = self._untracked_blocks.get(block)
+            if known is None:
+                tensor = tensors[block]
+                known = self._untracked_blocks[block] = (tensor.untyped_storage().nbytes(), str(tensor.device))
+            by_device[known[1]] = by_device.get(known[1], 0) + known[0]
+        backend = _devices.privateuse1_name()
+        for device, size in by_device.items():
+            self._session.note_untracked_held(device, held, size, backend)
 
     def _after_boundary(self):
         self._find_job()

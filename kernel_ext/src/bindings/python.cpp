@@ -138,21 +138,17 @@ PYBIND11_MODULE(_core, m) {
         .def("end_backward", &python::TrackingSession::endBackward)
         .def("begin_optimizer_step", &python::TrackingSession::beginOptimizerStep)
         .def("end_optimizer_step", &python::TrackingSession::endOptimizerStep)
-        .def(
-            "mark_held_as",
-            [](python::TrackingSession& self, const std::vector<uintptr_t>& blocks,
-               const std::string& held, const std::vector<uint64_t>& bytes,
-               const std::vector<std::string>& devices, const std::string& privateUse1) {
-                std::vector<DeviceKey> keys;
-                keys.reserve(devices.size());
-                for (const std::string& name : devices) {
-                    keys.push_back(parseDeviceName(name, privateUse1));
-                }
-                return self.markHeldAs(blocks, python::parseHeldAs(held), bytes, keys);
-            },
-            py::arg("blocks"), py::arg("held"), py::arg("bytes") = std::vector<uint64_t>{},
-            py::arg("devices") = std::vector<std::string>{},
-            py::arg("privateuse1") = std::string(kPrivateUse1DefaultName))
+        .def("mark_held_as",
+             [](python::TrackingSession& self, const std::vector<uintptr_t>& blocks,
+                const std::string& held) {
+                 return self.markHeldAs(blocks, python::parseHeldAs(held));
+             })
+        .def("note_untracked_held",
+             [](python::TrackingSession& self, const std::string& device, const std::string& held,
+                int64_t bytes, const std::string& privateUse1) {
+                 self.noteUntrackedHeld(parseDeviceName(device, privateUse1),
+                                        python::parseHeldAs(held), bytes);
+             })
         .def(
             "report_json",
             [](python::TrackingSession& self, const std::string& torchVersion,

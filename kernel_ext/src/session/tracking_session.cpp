@@ -156,21 +156,16 @@ bool TrackingSession::hookOnTop() const noexcept {
     return d_hook && d_hook->onTop();
 }
 
-size_t TrackingSession::markHeldAs(const std::vector<uintptr_t>& blocks,
-                                   HeldAs held,
-                                   const std::vector<uint64_t>& bytes,
-                                   const std::vector<DeviceKey>& devices) {
-    if (!bytes.empty() && (bytes.size() != blocks.size() || devices.size() != blocks.size())) {
-        throw InvalidArgument("mark_held_as: sizes and devices must be as many as the blocks");
-    }
-    std::vector<uint8_t> found(bytes.empty() ? 0 : blocks.size());
-    const size_t live = d_recorder->markHeldAs(blocks, held, found);
+std::vector<size_t> TrackingSession::markHeldAs(const std::vector<uintptr_t>& blocks, HeldAs held) {
+    std::vector<uint8_t> found(blocks.size());
+    d_recorder->markHeldAs(blocks, held, found);
+    std::vector<size_t> missing;
     for (size_t i = 0; i < found.size(); ++i) {
         if (!found[i]) {
-            d_recorder->noteUntrackedHeld(devices[i], held, static_cast<int64_t>(bytes[i]));
+            missing.push_back(i);
         }
     }
-    return live;
+    return missing;
 }
 
 void TrackingSession::noteOutOfMemory(DeviceKey device,

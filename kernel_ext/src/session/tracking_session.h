@@ -83,13 +83,13 @@ class TrackingSession {
     // the phase too, in case a step raised before its post hooks.
     void beginOptimizerStep() noexcept { d_recorder->setPhase(BirthPhase::OptimizerStep); }
     void endOptimizerStep() noexcept { d_recorder->setPhase(BirthPhase::Forward); }
-    // The registry's word before a boundary (recorder.h's markHeldAs): `bytes` and `devices`
-    // (as long as `blocks`, or empty) size the blocks no tracked block is, made before
-    // tracking, for memory by role (noteUntrackedHeld). Returns how many were tracked.
-    size_t markHeldAs(const std::vector<uintptr_t>& blocks,
-                      HeldAs held,
-                      const std::vector<uint64_t>& bytes,
-                      const std::vector<DeviceKey>& devices);
+    // The registry's word before a boundary (recorder.h's markHeldAs). Returns the indices of
+    // the blocks that are no tracked block (made before tracking), for the registry to size.
+    std::vector<size_t> markHeldAs(const std::vector<uintptr_t>& blocks, HeldAs held);
+    // What the registry named that no tracked block is, by device (recorder.h).
+    void noteUntrackedHeld(DeviceKey device, HeldAs held, int64_t bytes) noexcept {
+        d_recorder->noteUntrackedHeld(device, held, bytes);
+    }
     // An out-of-memory seen outside the hook (PyTorch's CUDA OOM observer runs on the failing
     // thread, which may not carry the hook); the allocator's own report of the same failure,
     // through the hook, is kept when there is one. requested < 0: unknown.
