@@ -1,3 +1,4 @@
+#include "file_line_symbolizer.h"
 #include "torchleak/display_text.h"
 #include "torchleak/memory_roles.h"
 #include "torchleak/peak_spikes.h"
@@ -230,23 +231,6 @@ TEST_CASE("A peak that jumps and comes back down is a spike; steady growth and t
     REQUIRE(findPeakSpikes({10 * M, 10 * M, 10 * M, 40 * M, 40 * M, 40 * M, 10 * M}, {}).empty());
 }
 
-namespace {
-class SiteSymbolizer final : public StackSymbolizer {
-  public:
-    std::vector<Frame> symbolize(std::span<const RawFrame> frames) override {
-        std::vector<Frame> out;
-        for (const RawFrame& r : frames) {
-            Frame f;
-            f.file = "train.py";
-            f.line = static_cast<int>(r.offset);
-            f.function = "step";
-            out.push_back(f);
-        }
-        return out;
-    }
-};
-} // namespace
-
 TEST_CASE("A report names a spike's iteration, the role that rose and its biggest block's site") {
     AllocationRecorder rec;
     const std::vector<RawFrame> work = {{0x1, 10}}, big = {{0x2, 77}};
@@ -261,7 +245,7 @@ TEST_CASE("A report names a spike's iteration, the role that rose and its bigges
         rec.recordFree(0x1000, kCpu, 0, 0, false);
         rec.markBoundary();
     }
-    SiteSymbolizer sym;
+    testing::FileLineSymbolizer sym;
     NoBlockDescriptions desc;
     ReportInputs in;
     in.boundary = BoundaryKind::Explicit;

@@ -1,5 +1,6 @@
 // Out-of-memory forensics and the device path's bad input: allocators whose totals cannot be
 // right, frees never seen, devices beyond the first, a renamed PrivateUse1 backend.
+#include "file_line_symbolizer.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 #include "torchleak/report_builder.h"
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 using namespace torchleak;
+using torchleak::testing::FileLineSymbolizer;
 
 namespace {
 
@@ -16,21 +18,6 @@ constexpr DeviceKey kCpu{0, -1};
 constexpr DeviceKey kFake0{kPrivateUse1Type, 0};
 constexpr DeviceKey kFake1{kPrivateUse1Type, 1};
 constexpr int64_t MiB = 1 << 20;
-
-class FileLineSymbolizer final : public StackSymbolizer {
-  public:
-    std::vector<Frame> symbolize(std::span<const RawFrame> frames) override {
-        std::vector<Frame> out;
-        for (const RawFrame& r : frames) {
-            Frame f;
-            f.file = "train.py";
-            f.line = static_cast<int>(r.offset);
-            f.function = "step";
-            out.push_back(f);
-        }
-        return out;
-    }
-};
 
 using NoDescriber = NoBlockDescriptions;
 
