@@ -105,6 +105,7 @@ def test_an_out_of_memory_report_leads_with_its_forensics(browser):
         ],
         "by_holder": [{"holder": "<img src=x onerror=alert(1)>", "live_bytes": 3 << 20, "findings": [0]}],
         "text": "Out of memory on cuda:0 in iteration 9 (8 complete before it): ...",
+        "roles": [{"role": "user_held", "bytes": 2 << 20}, {"role": "activations", "bytes": 1 << 20}],
     }
     report = as_sent(report)
     report["oom"]["text"] = "Out of memory on cuda:0 in iteration 9 (8 complete before it): ..."
@@ -118,6 +119,10 @@ def test_an_out_of_memory_report_leads_with_its_forensics(browser):
     assert "<img src=x onerror=alert(1)> 3.0 MiB" in lists.first.text_content()
     assert page.locator("img").count() == 0  # the holder's markup stayed text
     assert "train.py:42 3.0 MiB in 3 block(s)" in lists.nth(1).text_content()
+    # What filled the device, by role, in the core's words.
+    assert box.locator("[data-testid=oom-roles]").text_content() == (
+        "What filled cuda:0 at the failure, 3.0 MiB: user-held 2.0 MiB (67%), activations 1.0 MiB (33%)."
+    )
     # First under the head: before the causes and the curves.
     order = view.evaluate("el => [...el.children].map(c => c.dataset.testid || '')")
     assert order.index("oom") < order.index("cause") < order.index("growth-curve")

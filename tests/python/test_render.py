@@ -312,3 +312,28 @@ def test_memory_by_role_is_drawn_in_every_view_with_the_leaks_role_outlined():
     # A report from before roles draws no chart and says nothing of them.
     del data["devices"][0]["roles"], data["devices"][0]["roles_text"]
     assert "by role" not in RENDERERS["notebook"](data) and "made of" not in RENDERERS["text"](data)
+
+
+@pytest.mark.parametrize("view", sorted(RENDERERS))
+def test_an_out_of_memory_report_says_what_filled_the_device_by_role(view):
+    data = fixture("leaky_loop.json")
+    data["oom"] = {
+        "device": "cuda:0",
+        "iteration": 8,
+        "allocated_bytes": 3 << 20,
+        "reserved_bytes": 5 << 20,
+        "findings": [],
+        "roles": [
+            {"role": "optimizer_state", "bytes": 2 << 20},
+            {"role": "gradients", "bytes": 1 << 20},
+            {"role": "reserve", "bytes": 2 << 20},
+        ],
+    }
+    data = json.loads(_core.normalize_report(json.dumps(data)))
+    line = data["oom"]["roles_text"]
+    assert line == (
+        "What filled cuda:0 at the failure, 3.0 MiB: optimizer state 2.0 MiB (67%), gradients 1.0 MiB (33%); "
+        "2.0 MiB reserved but unused."
+    )
+    if view != "plain":
+        assert format.escape(line) in RENDERERS[view](data)
