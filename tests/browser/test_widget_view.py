@@ -181,6 +181,25 @@ def test_memory_by_role_is_stacked_with_the_peak_marked_and_the_leaks_role_outli
     page.close()
 
 
+def test_a_long_role_series_is_drawn_through_a_few_hundred_points(browser):
+    report, _, _ = training_with_a_kept_graph_report(3)
+    device = report["devices"][0]
+    n = 100_000
+    for r in device["roles"]:
+        r["at_boundary"] = [r["at_boundary"][-1]] * n
+        if "at_peak" in r:
+            r["at_peak"] = [r["at_peak"][-1] + (i % 7) for i in range(n)]
+    device["allocated"] = device["reserved"] = [device["allocated"][-1]] * n
+    device["peak"] = [sum(r["at_peak"][i] for r in device["roles"] if "at_peak" in r) for i in range(n)]
+    report.pop("series_iterations", None)
+    report["iterations"] = n
+    page = mount(browser, report)
+    area = page.locator("[data-testid=role-area]").first
+    points = len(area.get_attribute("points").split())
+    assert 100 < points <= 2 * 2 * 200 + 4, points
+    page.close()
+
+
 def test_a_site_link_looks_only_in_its_own_notebook(browser):
     report = fixture("leaky_loop.json")
     report = copy.deepcopy(report)

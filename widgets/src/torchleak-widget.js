@@ -244,7 +244,7 @@ function drawRoles(device, iterations, noun, seriesIterations, leakRoles) {
   const totals = Array.from({ length: count }, (_, i) => roles.reduce((s, r) => s + (Number(r.at_peak[i]) || 0), 0));
   const legendRows = Math.ceil(roles.length / 3);
   const width = 460, pad = 54, plotTop = 8 + 12 * legendRows + 4, height = 130 + plotTop;
-  const top = Math.max(1, ...totals);
+  const top = largest([totals], 1);
   const at = Array.isArray(seriesIterations) && seriesIterations.length === count
     ? seriesIterations : totals.map((_, i) => i);
   const n = Math.max(1, iterations || 0, at.length ? at[at.length - 1] + 1 : 0);
@@ -262,7 +262,9 @@ function drawRoles(device, iterations, noun, seriesIterations, leakRoles) {
     svg.appendChild(t);
     return t;
   };
-  const idx = count === 1 ? [0, 0] : Array.from({ length: count }, (_, i) => i);
+  // A hostile report's long series is drawn through the points that keep each stretch's
+  // lowest and highest total, the same for every role so that the layers stack.
+  const idx = count === 1 ? [0, 0] : downsample(totals, 200).map(([i]) => i);
   const xs = count === 1 ? [x(0), x(1)] : idx.map(x);
   const below = new Array(count).fill(0);
   roles.forEach((r) => {

@@ -70,7 +70,8 @@ def roles_svg(device, *, at=None, unit="iteration", leak_roles=(), width=420):
     if not roles:
         return ""
     count = len(roles[0]["at_peak"])
-    totals = [sum(r["at_peak"][i] for r in roles if i < len(r["at_peak"])) for i in range(count)]
+    roles = [r for r in roles if len(r["at_peak"]) == count]
+    totals = [sum(r["at_peak"][i] for r in roles) for i in range(count)]
     top = max(totals + [1])
     at = list(at) if at and len(at) == count else list(range(count))
     n = at[-1] + 1 if at else 1
@@ -79,8 +80,10 @@ def roles_svg(device, *, at=None, unit="iteration", leak_roles=(), width=420):
     height = 120 + top_margin
     inner_w, inner_h = width - pad - 6, height - top_margin - 16
     # One point spans the width: a run of one iteration is a band.
-    xs = [pad, pad + inner_w] if count == 1 else [pad + inner_w * a / max(n - 1, 1) for a in at]
-    points = [0, 0] if count == 1 else list(range(count))
+    # A long series (only a hostile report has one: the core keeps at most 514 points) is drawn
+    # through each stretch's lowest and highest total, the same points for every role.
+    points = [0, 0] if count == 1 else _extremes(totals, 200)
+    xs = [pad, pad + inner_w] if count == 1 else [pad + inner_w * at[i] / max(n - 1, 1) for i in points]
 
     def y(v):
         return top_margin + inner_h * (1 - v / top)
@@ -121,6 +124,21 @@ def roles_svg(device, *, at=None, unit="iteration", leak_roles=(), width=420):
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _extremes(values, buckets):
+    """Indices of `values` that keep each of `buckets` stretches' lowest and highest value, in
+    order; every index when there are few."""
+    if len(values) <= buckets * 2:
+        return list(range(len(values)))
+    size = len(values) / buckets
+    out = []
+    for b in range(buckets):
+        stretch = range(int(b * size), int((b + 1) * size))
+        lo = min(stretch, key=values.__getitem__)
+        hi = max(stretch, key=values.__getitem__)
+        out.extend(sorted({lo, hi}))
+    return out
 
 
 def leak_roles(data, device):
