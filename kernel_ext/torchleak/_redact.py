@@ -111,6 +111,9 @@ def redact(data, project=None):
                 tensor.pop("dtype", None)
                 tensor.pop("shape", None)
                 r.frame(tensor.get("site"))
+    for device in out.get("devices", []):
+        for spike in device.get("spikes") or []:
+            r.frame(spike.get("site"))  # its text is the core's, written again below
     # Every stored sentence, after every withheld string is known.
     sentence = r.sentences()
     for finding in out.get("findings", []):

@@ -182,3 +182,30 @@ def test_a_key_too_long_for_a_short_path_leaks_no_part_of_itself():
     assert report.leaks[0].suggestion.startswith("store[\u2026] grows by 1 per iteration")
     shared = report.redacted().to_json()
     assert not any(secret[i : i + 8] in shared for i in range(len(secret) - 8))
+
+
+def test_a_spikes_site_is_redacted_with_its_sentence():
+    from torchleak._redact import redact
+
+    data = json.loads(
+        torchleak.Report.load(os.path.join(os.path.dirname(__file__), "..", "fixtures", "leaky_loop.json")).to_json()
+    )
+    device = data["devices"][0]
+    device["spikes"] = [
+        {
+            "iteration": 3,
+            "peak_bytes": 50 << 20,
+            "typical_peak_bytes": 2 << 20,
+            "role": "activations",
+            "role_rise_bytes": 48 << 20,
+            "block_bytes": 40 << 20,
+            "site": {"file": "/home/alice/acme-secret/train.py", "line": 9, "function": "step", "source": "x = 1"},
+        }
+    ]
+    data = json.loads(torchleak._core.normalize_report(json.dumps(data)))
+    assert "acme-secret" in data["devices"][0]["spikes"][0]["text"]
+    out = redact(data, project="/nonexistent-project")
+    spike = out["devices"][0]["spikes"][0]
+    assert spike["site"]["file"].startswith("<file ") and "source" not in spike["site"]
+    assert "alice" not in json.dumps(out) and "acme-secret" not in json.dumps(out)
+    assert spike["text"].endswith(f"allocated at {spike['site']['file']}:9")
