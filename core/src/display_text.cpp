@@ -279,14 +279,19 @@ std::string spikeText(const PeakSpike& s, BoundaryKind boundary) {
 
 std::string blockLabel(const Finding& f) {
     std::string label = "torchleak: ";
+    std::string what(toString(f.verdict));
+    if (f.role) {
+        what += ", ";
+        what += roleLabel(*f.role);
+    }
     if (f.holder && !f.holder->path_text.empty()) {
         label += "held by ";
         label += shortPath(f.holder->path_text);
         label += " (";
-        label += toString(f.verdict);
+        label += what;
         label += ')';
     } else {
-        label += toString(f.verdict);
+        label += what;
     }
     return label;
 }

@@ -161,7 +161,7 @@ TEST_CASE("tensorText and pathTensorText") {
     REQUIRE(pathTensorText(t) == "bfloat16 [4] 1.5 KiB, allocated at train.py:16");
 }
 
-TEST_CASE("blockLabel: the holder and the verdict, for the memory viewer's stacks") {
+TEST_CASE("blockLabel: the holder, the verdict and the role, for the memory viewer's stacks") {
     Finding f;
     f.verdict = Verdict::Leak;
     REQUIRE(blockLabel(f) == "torchleak: leak");
@@ -176,4 +176,10 @@ TEST_CASE("blockLabel: the holder and the verdict, for the memory viewer's stack
     REQUIRE(label.rfind("torchleak: held by store[", 0) == 0);
     REQUIRE(label.size() < 120);
     REQUIRE(label.substr(label.size() - 9) == " (warmup)");
+    f.role = MemoryRole::UserHeld;
+    f.holder->path_text = "losses";
+    REQUIRE(blockLabel(f) == "torchleak: held by losses (warmup, user-held)");
+    f.holder.reset();
+    f.role = MemoryRole::OptimizerState;
+    REQUIRE(blockLabel(f) == "torchleak: warmup, optimizer state");
 }

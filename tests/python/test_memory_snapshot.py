@@ -63,7 +63,7 @@ def test_every_block_says_its_holder_and_verdict_in_a_protocol_4_pickle(tmp_path
     snapshot = pickle.loads(raw)
     leak = report.leaks[0]
     label = leak["block_label"]
-    assert label == f"torchleak: held by {leak['holder']['path_short']} (leak)"
+    assert label == f"torchleak: held by {leak['holder']['path_short']} (leak, user-held)"
     # The label is the tip of each of the leak's blocks' stacks, where the viewer shows it.
     flame = _memory_viz.memory(snapshot, format_flamegraph=lines_of)
     at_site = [ln for ln in flame.splitlines() if f"test_memory_snapshot.py:{leak.site['line']}:" in ln]

@@ -70,7 +70,8 @@ std::string spikeText(const PeakSpike& spike, BoundaryKind boundary);
 std::string tensorText(const std::string& dtype, const std::vector<int64_t>& shape);
 
 // What a finding's blocks say in PyTorch's memory viewer (the innermost frame of each block's
-// stack in the memory_viz pickle): "torchleak: held by losses (leak)", "torchleak: warmup".
+// stack in the memory_viz pickle): "torchleak: held by losses (leak, user-held)", "torchleak:
+// warmup, optimizer state" (the role when the report knows it).
 std::string blockLabel(const Finding& f);
 
 // A tensor met on a retaining path: "float32 [256, 1024] 1.0 MiB, allocated at train.py:16".
