@@ -10,7 +10,12 @@ import pathlib
 
 import pytest
 
-from live_reports import deep_chain_report, fifty_lists_report, training_with_a_kept_graph_report
+from live_reports import (
+    deep_chain_report,
+    fifty_lists_report,
+    training_with_a_kept_graph_report,
+    with_a_long_role_series,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUNDLE = (ROOT / "widgets" / "dist" / "torchleak-widget.js").read_text(encoding="utf-8")
@@ -182,18 +187,7 @@ def test_memory_by_role_is_stacked_with_the_peak_marked_and_the_leaks_role_outli
 
 
 def test_a_long_role_series_is_drawn_through_a_few_hundred_points(browser):
-    report, _, _ = training_with_a_kept_graph_report(3)
-    device = report["devices"][0]
-    n = 100_000
-    for r in device["roles"]:
-        r["at_boundary"] = [r["at_boundary"][-1]] * n
-        if "at_peak" in r:
-            r["at_peak"] = [r["at_peak"][-1] + (i % 7) for i in range(n)]
-    device["allocated"] = device["reserved"] = [device["allocated"][-1]] * n
-    device["peak"] = [sum(r["at_peak"][i] for r in device["roles"] if "at_peak" in r) for i in range(n)]
-    report.pop("series_iterations", None)
-    report["iterations"] = n
-    page = mount(browser, report)
+    page = mount(browser, with_a_long_role_series(training_with_a_kept_graph_report(3)[0]))
     area = page.locator("[data-testid=role-area]").first
     points = len(area.get_attribute("points").split())
     assert 100 < points <= 2 * 2 * 200 + 4, points

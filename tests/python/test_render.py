@@ -16,7 +16,7 @@ import torchleak
 from torchleak import _core
 from torchleak.render import RENDERERS, bundle, chart, format
 
-from live_reports import fifty_lists_report, training_with_a_kept_graph_report
+from live_reports import fifty_lists_report, training_with_a_kept_graph_report, with_a_long_role_series
 
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
 ALL = sorted(p.name for p in FIXTURES.glob("*.json"))
@@ -340,14 +340,7 @@ def test_an_out_of_memory_report_says_what_filled_the_device_by_role(view):
 
 
 def test_a_long_role_series_is_drawn_through_a_few_hundred_points():
-    data, _, _ = training_with_a_kept_graph_report(3)
-    device = data["devices"][0]
-    n = 100_000
-    for r in device["roles"]:
-        r["at_boundary"] = [r["at_boundary"][-1]] * n
-        if "at_peak" in r:
-            r["at_peak"] = [r["at_peak"][-1] + (i % 7) for i in range(n)]
-    device["peak"] = [sum(r["at_peak"][i] for r in device["roles"] if "at_peak" in r) for i in range(n)]
-    svg = chart.roles_svg(device)
+    data = with_a_long_role_series(training_with_a_kept_graph_report(3)[0])
+    svg = chart.roles_svg(data["devices"][0])
     first = svg[svg.index("<polygon") : svg.index("</polygon>")]
     assert 100 < first.count(",") <= 2 * 2 * 200 + 4  # each stretch's lowest and highest, there and back
