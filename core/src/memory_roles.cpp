@@ -11,19 +11,14 @@ int64_t phaseBytes(const std::array<int64_t, kBirthPhases>& bytes, BirthPhase ph
     return bytes[static_cast<size_t>(phase)];
 }
 
-void addRegistered(RoleBytes& roles, const BlockOrigins& origins) noexcept {
-    bytesOf(roles, MemoryRole::Parameters) += origins.registeredAs(HeldAs::Parameter);
-    bytesOf(roles, MemoryRole::Gradients) += origins.registeredAs(HeldAs::Gradient);
-    bytesOf(roles, MemoryRole::OptimizerState) += origins.registeredAs(HeldAs::OptimizerState);
-}
-
-// Named blocks from before tracking: in the allocator's total when it reports one (they leave
-// `untracked`), beyond the tracked bytes when it does not (the CPU's).
-void addUntrackedHeld(RoleBytes& roles, const DeviceSample& sample) noexcept {
-    const auto& held = sample.untrackedHeld;
-    bytesOf(roles, MemoryRole::Parameters) += held[0];
-    bytesOf(roles, MemoryRole::Gradients) += held[1];
-    bytesOf(roles, MemoryRole::OptimizerState) += held[2];
+// Bytes a registry named, kept by name ([HeldAs - 1]: BlockOrigins::registered, and
+// DeviceSample::untrackedHeld for named blocks from before tracking, which are in the
+// allocator's total when it reports one and beyond the tracked bytes when it does not), added
+// to the role each name is: roleOfBlock's mapping, the one place it is written.
+void addNamed(RoleBytes& roles, const std::array<int64_t, kRegisteredRoles>& named) noexcept {
+    for (size_t i = 0; i < kRegisteredRoles; ++i) {
+        bytesOf(roles, roleOfBlock(kRegisteredHeldAs[i], BirthPhase::Forward, false)) += named[i];
+    }
 }
 
 int64_t accountedFor(const RoleBytes& roles) noexcept {
@@ -91,7 +86,7 @@ std::string_view roleLabel(MemoryRole role) noexcept {
 RoleBytes rolesAtBoundary(const DeviceSample& sample) noexcept {
     const BlockOrigins& o = sample.live;
     RoleBytes roles{};
-    addRegistered(roles, o);
+    addNamed(roles, o.registered);
     for (const auto* bucket : {&o.thisIteration, &o.earlier}) {
         bytesOf(roles, MemoryRole::Gradients) += phaseBytes(*bucket, BirthPhase::Backward);
         bytesOf(roles, MemoryRole::OptimizerState) +=
@@ -99,7 +94,7 @@ RoleBytes rolesAtBoundary(const DeviceSample& sample) noexcept {
     }
     bytesOf(roles, MemoryRole::InputsOutputs) = phaseBytes(o.thisIteration, BirthPhase::Forward);
     bytesOf(roles, MemoryRole::UserHeld) = phaseBytes(o.earlier, BirthPhase::Forward);
-    addUntrackedHeld(roles, sample);
+    addNamed(roles, sample.untrackedHeld);
     bytesOf(roles, MemoryRole::Untracked) =
         std::max<int64_t>(sample.allocated - accountedFor(roles), 0);
     bytesOf(roles, MemoryRole::Reserve) = std::max<int64_t>(sample.reserved - sample.allocated, 0);
@@ -113,7 +108,7 @@ RoleBytes rolesAtPeak(const DeviceSample& sample) noexcept {
     const BlockOrigins& at = sample.atPeak;
     const BlockOrigins& freed = sample.freedAfterPeak;
     RoleBytes roles{};
-    addRegistered(roles, at);
+    addNamed(roles, at.registered);
     auto kept = [&](BirthPhase p) {
         return phaseBytes(at.thisIteration, p) - phaseBytes(freed.thisIteration, p);
     };
@@ -127,14 +122,14 @@ RoleBytes rolesAtPeak(const DeviceSample& sample) noexcept {
     bytesOf(roles, MemoryRole::OptimizerState) +=
         kept(BirthPhase::OptimizerStep) + phaseBytes(at.earlier, BirthPhase::OptimizerStep);
     bytesOf(roles, MemoryRole::UserHeld) = phaseBytes(at.earlier, BirthPhase::Forward);
-    addUntrackedHeld(roles, sample);
+    addNamed(roles, sample.untrackedHeld);
     bytesOf(roles, MemoryRole::Untracked) = std::max<int64_t>(sample.peak - accountedFor(roles), 0);
     return roles;
 }
 
 RoleBytes rolesInFlight(const BlockOrigins& o, int64_t allocated, int64_t reserved) noexcept {
     RoleBytes roles{};
-    addRegistered(roles, o);
+    addNamed(roles, o.registered);
     bytesOf(roles, MemoryRole::Activations) = phaseBytes(o.thisIteration, BirthPhase::Forward);
     bytesOf(roles, MemoryRole::Temporaries) = phaseBytes(o.thisIteration, BirthPhase::Backward);
     bytesOf(roles, MemoryRole::Gradients) += phaseBytes(o.earlier, BirthPhase::Backward);
