@@ -11,19 +11,19 @@ TORCH_SPEC ?= torch==2.13.0
 DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format nodejs
 PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy \
 	"jupyterlab==4.5.11" "notebook==7.5.8" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
-	xeus-python playwright uv ruff
+	xeus-python playwright uv ruff build
 CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean \
+.PHONY: sdist test-cuda gpu-proof-dry test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean \
 	test-api test-integrations test-distributed test-notebooks test-browser lab-newest
 
 demo: install
 	@echo "== a training loop that keeps every step's loss with its graph =="
 	$(PY) -m torchleak run notebooks/leaky_training.py
 
-test: install test-format test-widgets test-core test-device test-python test-matrix
+test: install test-format test-widgets test-core test-device test-python test-matrix gpu-proof-dry
 
 test-core: debian-packages
 	cmake -S . -B $(CORE_BUILD) -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
@@ -41,6 +41,30 @@ test-device: install
 	      -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(DEVICE_BUILD) -j2 --target _torchleak_fake_device
 	$(PY) -m pytest -q tests/device
+
+# The CUDA tier (tests/cuda): every test skipped, with its reason, without a CUDA device.
+test-cuda: install
+	$(PY) -m pytest -q -rs tests/cuda
+
+# The sdist users and the GPU machine build from: the header-only libraries bundled in from
+# this machine's copies (kernel_ext/packaging/bundle_headers.py), so that pip alone builds it.
+sdist: debian-packages venv
+	rm -rf third_party dist/torchleak-*.tar.gz
+	$(PY) kernel_ext/packaging/bundle_headers.py --dest third_party
+	$(PY) -m build --sdist --no-isolation --outdir dist .
+	@ls -l dist/torchleak-*.tar.gz
+
+# The GPU proof's script (tests/cuda/gpu_proof.sh) run here, without a GPU: the sdist built
+# into a folder of its own with the system's header-only libraries hidden (as on the GPU
+# machine: the sdist's bundled copies are used), every CUDA test skipped with its reason, the
+# leak cases' CPU half, and a summary that must be complete. On a GPU machine the same script is
+# the one command.
+GPU_PROOF_DRY := build/gpu-proof-dry
+gpu-proof-dry: sdist
+	rm -rf $(GPU_PROOF_DRY) $(GPU_PROOF_DRY)-target
+	OUT=$(GPU_PROOF_DRY) PROOF_LIMIT_SCALE=4 PYTHON=$(abspath $(PY)) PROOF_TARGET=$(abspath $(GPU_PROOF_DRY))-target \
+	  LEAK_CASES=$(abspath $(LEAK_CASES)) bash tests/cuda/without_system_headers.sh bash tests/cuda/gpu_proof.sh
+	$(PY) tests/cuda/proof_summary.py $(GPU_PROOF_DRY) --check --expect-no-gpu
 
 # tests/python: API, paths, verdicts, magics (no kernel); tests/integrations: pytest, HF Trainer,
 # Lightning (the pinned extras); tests/distributed: torchrun jobs of 2 and 3 ranks (gloo on

@@ -47,7 +47,8 @@ USAGE = (
     "script.py [SCRIPT_ARGS...]\n"
     "       (torchleak's options before the script; everything after it is the script's)\n"
     "       python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]\n"
-    "       python -m torchleak install-kernel [--user]"
+    "       python -m torchleak install-kernel [--user]\n"
+    "       python -m torchleak version"
 )
 
 EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_SCRIPT_FAILED = 0, 1, 2, 3
@@ -501,13 +502,39 @@ def install_kernel(argv):
     return EXIT_OK
 
 
+def version(argv):
+    """What this install is and was built with: the torch its extension was compiled against
+    and the header-only libraries it used (the system's, or those the sdist bundled)."""
+    if argv:
+        raise UsageError(f"unexpected arguments: {' '.join(argv)}")
+    import json
+
+    import torch
+
+    import torchleak
+
+    print(f"torchleak {torchleak.__version__} ({os.path.dirname(torchleak.__file__)})")
+    print(f"torch {torch.__version__} (imported)")
+    path = os.path.join(os.path.dirname(torchleak.__file__), "build_info.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            info = json.load(fh)
+    except (OSError, ValueError):
+        print("built with: unknown (no build_info.json: an install from before it was recorded)")
+        return EXIT_OK
+    print(f"built against torch {info.get('torch')}, Python {info.get('python')}, {info.get('compiler')}")
+    for name, entry in sorted(info.get("headers", {}).items()):
+        print(f"  {name} {entry.get('version')} ({entry.get('from')})")
+    return EXIT_OK
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         print(__doc__.split("\n\n", 1)[1].strip())
         return EXIT_OK if argv else EXIT_USAGE
-    commands = {"run": run, "diff": diff, "install-kernel": install_kernel}
+    commands = {"run": run, "diff": diff, "install-kernel": install_kernel, "version": version}
     if argv[0] not in commands:
         print(f"torchleak: unknown command {argv[0]!r}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
