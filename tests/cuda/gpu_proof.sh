@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The GPU proof: one command on a GPU machine (see CONTRIBUTING.md, "The GPU proof").
+#
+#   bash tests/cuda/gpu_proof.sh            from the repository root; logs and summary.json in $OUT
+#
+# It builds torchleak from the sdist that travelled with the tree (dist/torchleak-*.tar.gz, made
+# by `make sdist`) into a folder of its own, against the machine's own python3 and torch, with
+# nothing from the network; then runs the CUDA tier (tests/cuda), the leak-case suite (every case:
+# the CUDA ones run where there is a GPU) and its ground truth for the CUDA cases, and
+# bench/bench_cuda.py; and writes $OUT/summary.json (tests/cuda/proof_summary.py), which holds
+# every step's results, beside proof.log, install.log and cuda-tier.xml. Each step has a
+# time limit so that the whole stays within eight minutes on an H100; a step that fails or runs
+# out of time is recorded and the next one still runs. What was skipped, and why, is printed.
+#
+# Environment: OUT (default build/gpu-proof), PYTHON (default python3), LEAK_CASES (default
+# .proof/leak-cases, else ../shared/leak-cases), BENCH_ARGS (bench_cuda.py's arguments),
+# PROOF_TARGET (where the build is installed; default a fresh temporary folder), PROOF_LIMIT_SCALE
+# (multiplies every step's time limit; the dry run on two CPU cores uses 4).
+# `make gpu-proof-dry` runs this same script on a machine without a GPU.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/build/gpu-proof}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+: >"$OUT/steps.txt"
+exec > >(tee -a "$OUT/proof.log") 2>&1
+
+if [ -z "${LEAK_CASES:-}" ]; then
+    if [ -f .proof/leak-cases/run.py ]; then LEAK_CASES=.proof/leak-cases; else LEAK_CASES=../shared/leak-cases; fi
+fi
+BENCH_ARGS=${BENCH_ARGS:---rounds 10 --steps 4 --batch 8 --seq 1024 --detect-steps 60}
+TARGET=${PROOF_TARGET:-$(mktemp -d /tmp/torchleak-proof.XXXXXX)}
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+export PYTHONUNBUFFERED=1
+
+# step NAME LIMIT_SECONDS COMMAND...: runs it with a time limit, records "NAME status seconds".
+step() {
+    local name=$1 limit=$(($2 * ${PROOF_LIMIT_SCALE:-1}))
+    shift 2
+    echo "== $name (at most ${limit} s): $*"
+    local begun=$SECONDS
+    timeout --kill-after=10 "$limit" "$@"
+    local rc=$?
+    local took=$((SECONDS - begun))
+    if [ $rc -eq 0 ]; then
+        echo "$name passed $took" >>"$OUT/steps.txt"
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        echo "$name failed $took ran past its ${limit} s limit" >>"$OUT/steps.txt"
+    else
+        echo "$name failed $took exit status $rc" >>"$OUT/steps.txt"
+    fi
+    echo "== $name: exit $rc after ${took} s"
+    return 0
+}
+skip() {
+    echo "$1 skipped 0 $2" >>"$OUT/steps.txt"
+    echo "== $1: skipped: $2"
+}
+
+"$PYTHON" - >"$OUT/machine.json" <<'PY'
+import json, platform, sys
+import torch
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+print(json.dumps({"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+                  "gpu": gpu, "executable": sys.executable, "host": platform.node()}))
+PY
+cat "$OUT/machine.json"
+
+# A python3 without its development headers cannot build an extension; where the tree carries a
+# copy of the same minor version's headers (.proof/python<X.Y>-include), CMake is pointed there.
+PY_INCLUDE=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+PY_MINOR=$("$PYTHON" -c "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')")
+if [ ! -f "$PY_INCLUDE/Python.h" ]; then
+    if [ -f ".proof/python$PY_MINOR-include/Python.h" ]; then
+        echo "no Python.h in $PY_INCLUDE: using the carried .proof/python$PY_MINOR-include"
+        export SKBUILD_CMAKE_ARGS="-DPython_INCLUDE_DIR=$ROOT/.proof/python$PY_MINOR-include"
+    else
+        echo "no Python.h in $PY_INCLUDE, and no .proof/python$PY_MINOR-include: the build will fail"
+    fi
+fi
+
+SDISTS=(dist/torchleak-*.tar.gz)
+if [ ! -f "${SDISTS[-1]}" ]; then
+    skip install "no sdist in dist/: run make sdist here and carry dist with the tree"
+else
+    SDIST=${SDISTS[-1]}
+    echo "sdist: $SDIST; install target: $TARGET"
+    step install 150 "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir \
+        --disable-pip-version-check -v --target "$TARGET" "$SDIST" >"$OUT/install.log" 2>&1
+    grep -E "torchleak: (torch|nlohmann_json|xtensor|xtl) " "$OUT/install.log" || true
+    tail -n 5 "$OUT/install.log"
+fi
+export PYTHONPATH="$TARGET${PYTHONPATH:+:$PYTHONPATH}"
+"$PYTHON" -m torchleak version || echo "torchleak is not importable from $TARGET"
+
+step cuda_tier 150 "$PYTHON" -m pytest -p no:cacheprovider -q -rs tests/cuda --junitxml="$OUT/cuda-tier.xml"
+
+if [ -f "$LEAK_CASES/run.py" ]; then
+    step leak_cases 100 "$PYTHON" "$LEAK_CASES/run.py" --timeout 120 --json "$OUT/leak-cases.json"
+    step truth 40 "$PYTHON" "$LEAK_CASES/run.py" --truth --timeout 60 --case C01 --case C02 --case C03 --case C04 \
+        --json "$OUT/truth.json"
+else
+    skip leak_cases "no suite at $LEAK_CASES/run.py (copy ../shared/leak-cases to .proof/leak-cases)"
+    skip truth "no suite at $LEAK_CASES/run.py"
+fi
+
+# shellcheck disable=SC2086
+step bench 80 "$PYTHON" bench/bench_cuda.py $BENCH_ARGS --json "$OUT/bench.json"
+
+"$PYTHON" tests/cuda/proof_summary.py "$OUT" --fold
+echo "gpu_proof: ${SECONDS} s in all; summary in $OUT/summary.json"
