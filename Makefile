@@ -161,7 +161,8 @@ SOURCES := $(shell find core kernel_ext -type f \( -name '*.h' -o -name '*.cpp' 
 	CMakeLists.txt pyproject.toml $(shell find widgets/dist -type f) share/jupyter/kernels/torchleak/kernel.json
 install: $(STAMPS)/install
 $(STAMPS)/install: $(STAMPS)/debian $(STAMPS)/venv $(STAMPS)/extras $(SOURCES)
-	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps .
+	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps \
+	  --config-settings=cmake.define.TORCHLEAK_WARNINGS_AS_ERRORS=ON .
 	$(PY) -c "import torchleak; print('torchleak', torchleak.__version__, 'built against torch', __import__('torch').__version__)"
 	@touch $@
 

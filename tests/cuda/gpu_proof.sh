@@ -15,7 +15,15 @@
 # Environment: OUT (default build/gpu-proof), PYTHON (default python3), LEAK_CASES (default
 # .proof/leak-cases, else ../shared/leak-cases), BENCH_ARGS (bench_cuda.py's arguments),
 # PROOF_TARGET (where the build is installed; default a fresh temporary folder), PROOF_LIMIT_SCALE
-# (multiplies every step's time limit; the dry run on two CPU cores uses 4).
+# (multiplies every step's time limit; the dry run on two CPU cores uses 4), PROOF_STEPS (the steps
+# to run, default all: "install smoke cuda_tier leak_cases truth bench"; without install,
+# PROOF_TARGET must hold a build already).
+#
+# The smoke step (tests/cuda/smoke.py) comes first after the build: if torchleak crashes there,
+# a native backtrace goes to $OUT/backtrace.txt (gdb or cuda-gdb), the sdist is built once more
+# with its bundled headers instead of the system's to tell the two apart (install_bundled,
+# smoke_bundled; the proof goes on with that build if it works), and otherwise every later step
+# is skipped, saying why: they would all crash the same way, and the GPU's minutes are few.
 # `make gpu-proof-dry` runs this same script on a machine without a GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,10 +43,21 @@ TARGET=${PROOF_TARGET:-$(mktemp -d /tmp/torchleak-proof.XXXXXX)}
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 export PYTHONUNBUFFERED=1
 
+PROOF_STEPS=" ${PROOF_STEPS:-install smoke cuda_tier leak_cases truth bench} "
+SKIP_REST=""  # set when the smoke test failed: why every later step is skipped
+
 # step NAME LIMIT_SECONDS COMMAND...: runs it with a time limit, records "NAME status seconds".
 step() {
     local name=$1 limit=$(($2 * ${PROOF_LIMIT_SCALE:-1}))
     shift 2
+    if [ -n "$SKIP_REST" ]; then
+        skip "$name" "$SKIP_REST"
+        return 0
+    fi
+    if [[ "$name" != *_bundled && "$PROOF_STEPS" != *" $name "* ]]; then
+        skip "$name" "not among PROOF_STEPS"
+        return 0
+    fi
     echo "== $name (at most ${limit} s): $*"
     local begun=$SECONDS
     timeout --kill-after=10 "$limit" "$@"
@@ -92,13 +111,45 @@ else
     grep -E "torchleak: (torch|nlohmann_json|xtensor|xtl) " "$OUT/install.log" || true
     tail -n 5 "$OUT/install.log"
 fi
-export PYTHONPATH="$TARGET${PYTHONPATH:+:$PYTHONPATH}"
+BASE_PYTHONPATH=${PYTHONPATH:-}
+export PYTHONPATH="$TARGET${BASE_PYTHONPATH:+:$BASE_PYTHONPATH}"
 "$PYTHON" -m torchleak version || echo "torchleak is not importable from $TARGET"
+
+# A native backtrace of a command that died of a signal, where a debugger is installed (the GPU
+# machines have cuda-gdb, which debugs host code too): written to $OUT/backtrace.txt.
+backtrace() {
+    local debugger
+    debugger=$(command -v gdb || command -v cuda-gdb) || { echo "no gdb or cuda-gdb for a backtrace"; return 0; }
+    echo "== backtrace with $debugger: $*"
+    timeout --kill-after=10 120 "$debugger" -q -batch -ex "set pagination off" -ex run -ex bt \
+        -ex "info sharedlibrary" --args "$@" >"$OUT/backtrace.txt" 2>&1
+    grep -E "^#|SIGSEGV|SIGABRT|signal" "$OUT/backtrace.txt" | head -40
+}
+smoke_failed() { tail -n 1 "$OUT/steps.txt" | grep -q "^$1 failed"; }
+
+step smoke 90 "$PYTHON" -X faulthandler tests/cuda/smoke.py
+if smoke_failed smoke; then
+    backtrace "$PYTHON" tests/cuda/smoke.py
+    # Built against the system's header-only libraries, it may build against the bundled ones:
+    # one more build tells which of the two is at fault, and the proof goes on with it if it works.
+    if grep -q "(system)" "$OUT/install.log" 2>/dev/null && [ -n "${SDIST:-}" ]; then
+        TARGET=$TARGET-bundled
+        step install_bundled 150 env SKBUILD_CMAKE_ARGS="-DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON;-DCMAKE_DISABLE_FIND_PACKAGE_xtensor=ON" \
+            "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir \
+            --disable-pip-version-check --target "$TARGET" "$SDIST" >>"$OUT/install.log" 2>&1
+        export PYTHONPATH="$TARGET${BASE_PYTHONPATH:+:$BASE_PYTHONPATH}"
+        step smoke_bundled 90 "$PYTHON" -X faulthandler tests/cuda/smoke.py
+    fi
+fi
+if smoke_failed smoke && { ! grep -q "^smoke_bundled passed" "$OUT/steps.txt"; }; then
+    SKIP_REST="the smoke test failed (torchleak's extension crashes or fails on this machine; see backtrace.txt and proof.log)"
+    echo "== the smoke test failed: the steps after it are skipped"
+fi
 
 step cuda_tier 150 "$PYTHON" -m pytest -p no:cacheprovider -q -rs tests/cuda --junitxml="$OUT/cuda-tier.xml"
 
 if [ -f "$LEAK_CASES/run.py" ]; then
-    step leak_cases 100 "$PYTHON" "$LEAK_CASES/run.py" --timeout 120 --json "$OUT/leak-cases.json"
+    step leak_cases 90 "$PYTHON" "$LEAK_CASES/run.py" --timeout 120 --json "$OUT/leak-cases.json"
     step truth 40 "$PYTHON" "$LEAK_CASES/run.py" --truth --timeout 60 --case C01 --case C02 --case C03 --case C04 \
         --json "$OUT/truth.json"
 else
@@ -107,7 +158,7 @@ else
 fi
 
 # shellcheck disable=SC2086
-step bench 80 "$PYTHON" bench/bench_cuda.py $BENCH_ARGS --json "$OUT/bench.json"
+step bench 120 "$PYTHON" bench/bench_cuda.py $BENCH_ARGS --json "$OUT/bench.json"
 
 "$PYTHON" tests/cuda/proof_summary.py "$OUT" --fold
 echo "gpu_proof: ${SECONDS} s in all; summary in $OUT/summary.json"

@@ -18,7 +18,9 @@ import pathlib
 import sys
 import xml.etree.ElementTree as ET
 
-STEPS = ("install", "cuda_tier", "leak_cases", "truth", "bench")
+STEPS = ("install", "smoke", "cuda_tier", "leak_cases", "truth", "bench")
+# Run only when the smoke test failed (gpu_proof.sh): a build against the bundled headers.
+RETRY_STEPS = ("install_bundled", "smoke_bundled")
 # What summary.json holds whole: removed with --fold, since at most eight files come back from
 # the GPU machine (the logs, the JUnit XML and the summary stay).
 PARTS = ("machine.json", "steps.txt", "leak-cases.json", "truth.json", "bench.json")
@@ -87,7 +89,10 @@ def summarize(out):
     if bench and "skipped" in bench:
         skipped.append(f"bench: {bench['skipped']}")
     failed_steps = [name for name, step in steps.items() if step["status"] == "failed"]
+    if "smoke_bundled" in steps and steps["smoke_bundled"]["status"] == "passed":
+        failed_steps.remove("smoke")  # the proof went on with the bundled build; said in steps
     ok = not failed_steps and bool(tier) and not tier.get("failed") and "error" not in tier
+    backtrace = out / "backtrace.txt"
     return {
         "machine": machine,
         "steps": steps,
@@ -97,6 +102,9 @@ def summarize(out):
         "bench": bench,
         "skipped": skipped,
         "failed_steps": failed_steps,
+        "backtrace": [line for line in backtrace.read_text(errors="replace").splitlines() if line.startswith("#")][:60]
+        if backtrace.exists()
+        else None,
         "ok": ok,
     }
 
@@ -104,7 +112,7 @@ def summarize(out):
 def lines(summary):
     m = summary["machine"]
     yield f"machine: {m.get('gpu') or 'no GPU'}; torch {m.get('torch')}; Python {m.get('python')}"
-    for name in STEPS:
+    for name in STEPS + RETRY_STEPS:
         step = summary["steps"].get(name)
         if step:
             why = f" ({step['why']})" if "why" in step else ""
@@ -145,7 +153,7 @@ def lines(summary):
     yield f"ok: {summary['ok']}"
 
 
-def check(summary, expect):
+def check(summary, expect, out):
     """What a complete summary must hold; a list of what is missing or wrong."""
     problems = []
     for name in STEPS:
@@ -172,6 +180,9 @@ def check(summary, expect):
             cuda_rows = [r for r in data.get("cases", []) if str(r.get("id", "")).startswith("C")]
             if any(r.get("status") != "skip" for r in cuda_rows):
                 problems.append(f"{name}: a CUDA case ran without a GPU")
+    log = out / "install.log"
+    if log.exists() and "werror=ON" in log.read_text(errors="replace"):
+        problems.append("the sdist's build turned warnings into errors: a user's newer compiler would fail it")
     if summary["bench"] is None:
         problems.append("no bench results (bench.json)")
     elif expect == "no-gpu" and "skipped" not in summary["bench"]:
@@ -195,7 +206,7 @@ def main(argv=None):
         if summary is None:
             print(f"proof_summary: no readable {args.out / 'summary.json'}", file=sys.stderr)
             return 1
-        problems = check(summary, args.expect)
+        problems = check(summary, args.expect, args.out)
         for problem in problems:
             print(f"proof_summary: incomplete: {problem}", file=sys.stderr)
         print(f"proof_summary: {'complete' if not problems else 'INCOMPLETE'} ({args.out / 'summary.json'})")

@@ -93,7 +93,6 @@ def test_roles_untracked_and_reserve_come_from_the_caching_allocators_totals():
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     assert roles["parameters"]["at_boundary"][-1] == params
     assert roles["user_held"]["at_boundary"][-1] > 0
-    assert "untracked" in device["roles_text"] or "reserve" in device["roles_text"], device["roles_text"]
     del before, losses
 
 

@@ -143,6 +143,8 @@ def build(python, cell_dir, log):
             "torchleak",
             "-C",
             f"build-dir={os.path.join(cell_dir, 'build')}",
+            "-C",
+            "cmake.define.TORCHLEAK_WARNINGS_AS_ERRORS=ON",
             ".",
         ],
         log,
