@@ -15,10 +15,16 @@ whether it really is a leak (its growth across iterations).
 
 import torch  # noqa: F401  (loads libtorch before the extension that links it)
 
-from ._config import config
-from ._report import Finding, Report
-from ._tracking import Tracker, check, step, track
-from ._watch import DEFAULT_SAMPLE_BYTES, Watch, watch
+__version__ = "0.1.0"
+
+from ._build import check_torch
+
+check_torch(__version__)  # before the extension loads: built for another torch, it says so here
+
+from ._config import config  # noqa: E402
+from ._report import Finding, Report  # noqa: E402
+from ._tracking import Tracker, check, step, track  # noqa: E402
+from ._watch import DEFAULT_SAMPLE_BYTES, Watch, watch  # noqa: E402
 
 __all__ = [
     "DEFAULT_SAMPLE_BYTES",
@@ -46,6 +52,3 @@ def unload_ipython_extension(shell):
     from ._notebook import unload_ipython_extension as unload
 
     unload(shell)
-
-
-__version__ = "0.1.0"
