@@ -1,9 +1,12 @@
 """python -m torchleak run [--json PATH] [--html PATH] [--fail-on-leak] ... script.py [ARGS...]
+python -m torchleak run [OPTIONS] -m package.module [ARGS...]
 
-Runs a script under torchleak.track() and prints the report. torchleak's options come before
-the script, as with `python -m cProfile` and `memray run`: everything after the script is the
-script's own, an option of the same name included. Iterations end at every
-optimizer.step() and torchleak.step() in the script.
+Runs a script under torchleak.track() and prints the report; with -m, a module as `python -m`
+runs it (a package's __main__, the working directory first on sys.path). torchleak's options
+come before the script, as with `python -m cProfile` and `memray run`: everything after the
+script is the script's own, an option of the same name and a `--` included. Iterations end at
+every optimizer.step() and torchleak.step() in the script (outside tracking, torchleak.step()
+does nothing: the script runs under plain python too).
 
 Exit status: 0 no leak (or no --fail-on-leak), 1 leak found with --fail-on-leak, 2 usage error,
 3 the run failed: the script raised or exited non-zero, by sys.exit or os._exit (its traceback
@@ -40,12 +43,15 @@ import threading
 import traceback
 import types
 
-USAGE = (
+RUN_USAGE = (
     "usage: python -m torchleak run [--json PATH] [--html PATH] [--fail-on-leak] "
     "[--warmup K] [--min-bytes N] [--quiet] [--redact]\n"
     "           [--watch] [--every N] [--sample-bytes N] [--gather-timeout S] "
-    "script.py [SCRIPT_ARGS...]\n"
-    "       (torchleak's options before the script; everything after it is the script's)\n"
+    "(script.py | -m module) [ARGS...]\n"
+    "       (torchleak's options before the script; everything after it is the script's)"
+)
+USAGE = (
+    RUN_USAGE + "\n"
     "       python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]\n"
     "       python -m torchleak install-kernel [--user]\n"
     "       python -m torchleak version"
@@ -80,21 +86,48 @@ def _run_parser():
     """`run`'s options, all before the script (as `python -m cProfile` and `memray run` take
     theirs): everything after the script is the script's own, `--json` included."""
     parser = _Parser(prog="python -m torchleak run", add_help=False, allow_abbrev=False)
-    for flag in ("--fail-on-leak", "--quiet", "--watch", "--redact"):
+    for flag in ("--fail-on-leak", "--quiet", "--watch", "--redact", "-h", "--help"):
         parser.add_argument(flag, action="store_true")
     for option, (key, read) in _VALUED.items():
         parser.add_argument(
             option, dest=key, metavar="VALUE", type=lambda value, option=option, read=read: read(option, value)
         )
-    parser.add_argument("script", nargs="?")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER)
     return parser
+
+
+def _split_run_argv(argv):
+    """(torchleak's options, the script or None, the module or None, the rest): the first
+    argument that is neither one of torchleak's options nor an option's value is the script,
+    or `-m MODULE` the module to run as `python -m` would; everything after it, a `--`
+    included, is the script's own."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            if i + 1 == len(argv):
+                raise UsageError("-m needs a module name (python -m torchleak run -m package.module [ARGS...])")
+            return argv[:i], None, argv[i + 1], argv[i + 2 :]
+        if arg == "--":
+            if i + 1 == len(argv):
+                raise UsageError("no script given after --")
+            return argv[:i], argv[i + 1], None, argv[i + 2 :]
+        if arg in _VALUED:
+            i += 2
+        elif arg.startswith("-"):
+            i += 1  # a flag, an --option=value, or an unknown option: argparse says which
+        else:
+            return argv[:i], arg, None, argv[i + 1 :]
+    return argv, None, None, []
 
 
 def parse_run_args(argv):
     """(script, its arguments, torchleak's options) of `run`: torchleak's options stand before
-    the script and everything after it is the script's, untouched."""
-    args = _run_parser().parse_args(argv)
+    the script (or `-m module`) and everything after it is the script's, untouched. With -m,
+    script is None and opts["module"] names the module."""
+    own, script, module, script_args = _split_run_argv(list(argv))
+    args = _run_parser().parse_args(own)
+    if args.h or args.help:
+        raise RunHelp()
     opts = {
         "json": args.json,
         "html": args.html,
@@ -107,13 +140,11 @@ def parse_run_args(argv):
         "sample_bytes": args.sample_bytes,
         "gather_timeout": args.gather_timeout,
         "redact": args.redact,
+        "module": module,
     }
-    script, script_args = args.script, list(args.script_args)
-    if script is None:
+    if script is None and module is None:
         raise UsageError("no script given")
-    if script.startswith("-"):
-        raise UsageError(f"unknown option {script!r}")
-    if not os.path.isfile(script):
+    if script is not None and not os.path.isfile(script):
         raise UsageError(f"no such script: {script}")
     if not opts["watch"] and (opts["every"] != 1 or opts["sample_bytes"] is not None):
         raise UsageError("--every and --sample-bytes belong to --watch")
@@ -128,11 +159,28 @@ def parse_run_args(argv):
     return script, script_args, opts
 
 
+class RunHelp(Exception):
+    """`run -h`: run's usage and description, printed by main()."""
+
+
 def _own_options_given_to(script_args):
     """The script's arguments that are torchleak options too: given after the script, they
     went to the script (the convention), which may not know them."""
     ours = {*_VALUED, "--fail-on-leak", "--quiet", "--watch", "--redact"}
     return [a for a in script_args if a.split("=", 1)[0] in ours]
+
+
+def _report_paths_given_to(script_args):
+    """The paths of --json/--html options among the script's arguments."""
+    paths = []
+    for i, arg in enumerate(script_args):
+        name, equals, value = arg.partition("=")
+        if name in ("--json", "--html"):
+            if equals:
+                paths.append(value)
+            elif i + 1 < len(script_args):
+                paths.append(script_args[i + 1])
+    return paths
 
 
 def _seconds_option(name, value):
@@ -178,6 +226,30 @@ def _script_module(script):
     return module
 
 
+def _module_main(name):
+    """(a fresh `__main__`, its code) for `-m name`, found as `python -m name` finds it (a
+    package runs its __main__ submodule), with the working directory on sys.path."""
+    import runpy
+
+    sys.path.insert(0, os.getcwd())
+    try:
+        _, spec, code = runpy._get_module_details(name, UsageError)
+    except UsageError as exc:
+        raise UsageError(f"-m {name}: {exc}") from None
+    except ImportError as exc:  # a package's __init__ that fails, say
+        raise UsageError(f"-m {name}: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.pop(0)
+    module = types.ModuleType("__main__")
+    module.__file__ = spec.origin
+    module.__builtins__ = builtins
+    module.__loader__ = spec.loader
+    module.__spec__ = spec
+    module.__package__ = spec.parent
+    module.__cached__ = spec.cached if spec.has_location else None
+    return module, code
+
+
 def run(argv):
     script, script_args, opts = parse_run_args(argv)
     import torchleak
@@ -191,19 +263,25 @@ def run(argv):
     if opts["sample_bytes"] is None:
         opts["sample_bytes"] = torchleak.DEFAULT_SAMPLE_BYTES
 
-    with open(script, "rb") as fh:
-        source = fh.read()
-    try:
-        code = compile(source, script, "exec")
-    except SyntaxError as exc:
-        raise UsageError(f"cannot compile {script}: {exc}") from None
+    if opts["module"] is not None:
+        module, code = _module_main(opts["module"])
+        script = module.__file__  # sys.argv[0], as `python -m` sets it
+        search_dir = os.getcwd()  # `python -m` puts the working directory first on sys.path
+    else:
+        with open(script, "rb") as fh:
+            source = fh.read()
+        try:
+            code = compile(source, script, "exec")
+        except SyntaxError as exc:
+            raise UsageError(f"cannot compile {script}: {exc}") from None
+        module = _script_module(script)
+        search_dir = os.path.dirname(os.path.abspath(script))
 
     status, failure, interrupted = EXIT_OK, None, False
     script_exit = 0  # what the script asked to exit with: a forked child ends with it
     saved_argv, saved_main = sys.argv, sys.modules.get("__main__")
-    module = _script_module(script)
     sys.argv = [script] + script_args
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    sys.path.insert(0, search_dir)
     sys.modules["__main__"] = module
     if opts["watch"]:
         recording = torchleak.watch(
@@ -242,7 +320,7 @@ def run(argv):
             real_exit(status)
 
     os._exit = exit_now
-    with _TerminationSignal() as terminated:
+    with _TerminationSignal() as terminated, _options_parsed() as parsed_options:
         try:
             with recording:
                 try:
@@ -284,7 +362,7 @@ def run(argv):
             os._exit = real_exit
             sys.argv = saved_argv
             sys.modules["__main__"] = saved_main
-            if sys.path and sys.path[0] == os.path.dirname(os.path.abspath(script)):
+            if sys.path and sys.path[0] == search_dir:
                 sys.path.pop(0)
         given = _own_options_given_to(script_args)
         if status == EXIT_SCRIPT_FAILED and given and not terminated.note:
@@ -297,6 +375,19 @@ def run(argv):
                 f"[its arguments])",
                 file=sys.stderr,
             )
+        elif status == EXIT_OK and given:
+            # The script ran, ignoring them: a --json or --html path meant for torchleak that
+            # nothing wrote is the sign.
+            unwritten = [p for p in _report_paths_given_to(script_args) if not os.path.exists(p)]
+            own = {o.split("=", 1)[0] for o in given} & parsed_options
+            if unwritten and not own:
+                print(
+                    f"torchleak: no report was written to {', '.join(unwritten)}: "
+                    f"{', '.join(given)} came after the script, so the script got "
+                    f"{'them' if len(given) > 1 else 'it'}; torchleak's options go before the script "
+                    f"(python -m torchleak run [options] {script} [its arguments])",
+                    file=sys.stderr,
+                )
         # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
         # still running within seconds: rank 0 waits less for the others.
         timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
@@ -306,6 +397,24 @@ def run(argv):
     if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
         status = EXIT_LEAK
     return status
+
+
+@contextlib.contextmanager
+def _options_parsed():
+    """The option strings of the argparse parsers the script ran: a script whose own parser has
+    --json took torchleak's --json given after it as its own, and needs no hint."""
+    seen = set()
+    original = argparse.ArgumentParser.parse_known_args
+
+    def parse_known_args(self, *args, **kwargs):
+        seen.update(self._option_string_actions)
+        return original(self, *args, **kwargs)
+
+    argparse.ArgumentParser.parse_known_args = parse_known_args
+    try:
+        yield seen
+    finally:
+        argparse.ArgumentParser.parse_known_args = original
 
 
 @contextlib.contextmanager
@@ -504,22 +613,19 @@ def install_kernel(argv):
 
 def version(argv):
     """What this install is and was built with: the torch its extension was compiled against
-    and the header-only libraries it used (the system's, or those the sdist bundled)."""
+    and the header-only libraries it used (the system's, or those the sdist bundled). Under a
+    torch of another minor release the package refuses to load, and says so, before this runs."""
     if argv:
         raise UsageError(f"unexpected arguments: {' '.join(argv)}")
-    import json
-
     import torch
 
     import torchleak
+    from torchleak._build import build_info
 
     print(f"torchleak {torchleak.__version__} ({os.path.dirname(torchleak.__file__)})")
-    print(f"torch {torch.__version__} (imported)")
-    path = os.path.join(os.path.dirname(torchleak.__file__), "build_info.json")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            info = json.load(fh)
-    except (OSError, ValueError):
+    print(f"torch {torch.__version__} (installed)")
+    info = build_info()
+    if info is None:
         print("built with: unknown (no build_info.json: an install from before it was recorded)")
         return EXIT_OK
     print(f"built against torch {info.get('torch')}, Python {info.get('python')}, {info.get('compiler')}")
@@ -540,6 +646,10 @@ def main(argv=None):
         return EXIT_USAGE
     try:
         return commands[argv[0]](argv[1:])
+    except RunHelp:
+        print(RUN_USAGE)
+        print(__doc__.split("\n\n", 1)[1].split("\npython -m torchleak diff")[0].strip())
+        return EXIT_OK
     except UsageError as exc:
         print(f"torchleak: {exc}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE

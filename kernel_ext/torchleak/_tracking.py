@@ -656,9 +656,11 @@ def track(
 
 
 def step():
-    """Mark the end of an iteration in the active ``torchleak.track()`` block."""
+    """Mark the end of an iteration in the active ``torchleak.track()`` block (or watch, or the
+    CLI's run). Outside tracking it does nothing, so that a script instrumented with it runs
+    under plain ``python`` as well."""
     if _active is None:
-        raise RuntimeError("torchleak.step() called outside torchleak.track()")
+        return
     _active.step()
 
 

@@ -87,6 +87,63 @@ def test_a_script_refusing_a_torchleak_option_gets_a_hint(tmp_path):
     assert proc.returncode == 0 and "torchleak's options go before" not in proc.stderr
 
 
+def test_a_script_ignoring_a_torchleak_option_gets_a_hint_when_no_report_appears(tmp_path):
+    # The order before this release (options after the script): a script that ignores its
+    # arguments runs, and the report the user asked for is nowhere.
+    script = tmp_path / "loose.py"
+    script.write_text("import torch\nx = torch.ones(4)\n")
+    proc = run_cli("run", "--quiet", str(script), "--json", "out.json", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "torchleak: no report was written to out.json: --json came after the script, so the "
+        f"script got it; torchleak's options go before the script (python -m torchleak run "
+        f"[options] {script} [its arguments])"
+    )
+    # One that writes that file itself (its own --json) gets none.
+    script.write_text("import sys\nopen(sys.argv[2], 'w').write('{}')\n")
+    proc = run_cli("run", "--quiet", str(script), "--json", "out.json", cwd=tmp_path)
+    assert proc.returncode == 0 and "torchleak:" not in proc.stderr, proc.stderr
+
+
+PACKAGE_MAIN = """\
+import sys
+import torch
+import torchleak
+from . import helpers
+print("argv", sys.argv[1:], __name__, __package__, sys.argv[0].endswith(FILE))
+kept = []
+for _ in range(6):
+    kept.append(helpers.block())
+    torchleak.step()
+"""
+
+
+@pytest.mark.parametrize("target, file", [("trainer.train", "train.py"), ("trainer", "__main__.py")])
+def test_run_m_runs_a_module_as_python_m_does(tmp_path, target, file):
+    package = tmp_path / "trainer"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text("import torch\ndef block():\n    return torch.ones(64, 1024)  # LEAK\n")
+    (package / file).write_text(PACKAGE_MAIN.replace("FILE", repr(file)))
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--json", str(out), "-m", target, "--epochs", "3", "--", "x", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "argv ['--epochs', '3', '--', 'x'] __main__ trainer True" in proc.stdout
+    (leak,) = [f for f in json.loads(out.read_text())["findings"] if f["verdict"] == "leak"]
+    assert leak["site"]["file"] == str(package / "helpers.py") and leak["site"]["line"] == 3
+    assert leak["holder"]["path_text"] == "kept"
+
+
+def test_run_h_prints_runs_usage_and_how_it_works():
+    for flag in ("-h", "--help"):
+        proc = run_cli("run", flag)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("usage: python -m torchleak run ")
+        assert "(script.py | -m module) [ARGS...]" in proc.stdout
+        assert "Runs a script under torchleak.track()" in proc.stdout
+        assert "python -m torchleak diff" not in proc.stdout  # run's, not every command's
+
+
 def test_failing_script_exits_3_and_still_reports(tmp_path):
     script = tmp_path / "bad.py"
     script.write_text("import torch\nkeep = torch.ones(10)\nraise RuntimeError('script bug')\n")
@@ -113,6 +170,9 @@ def test_failing_script_exits_3_and_still_reports(tmp_path):
         ["run", "--warmup", str(10**12), "s.py"],
         ["run", "--warmup", "-1", "s.py"],
         ["run", "--every", "2", "s.py"],  # belongs to --watch
+        ["run", "-m"],
+        ["run", "-m", "no_such_module_torchleak_test"],
+        ["run", "--quiet", "--"],
     ],
 )
 def test_bad_arguments_print_usage_and_exit_2(args, tmp_path):

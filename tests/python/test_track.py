@@ -1,6 +1,8 @@
 import gc
 import json
 import runpy
+import subprocess
+import sys
 import weakref
 
 import pytest
@@ -203,9 +205,18 @@ def test_nested_tracking_is_a_clear_error():
             torchleak.check(lambda: None, iterations=2)
 
 
-def test_step_outside_track_is_an_error():
-    with pytest.raises(RuntimeError, match="outside"):
+def test_step_outside_track_does_nothing_so_instrumented_scripts_run_under_plain_python(tmp_path):
+    assert torchleak.step() is None
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch, torchleak\nfor _ in range(3):\n    torch.ones(4)\n    torchleak.step()\nprint('done')\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+    with torchleak.track() as tracker:
         torchleak.step()
+    with pytest.raises(RuntimeError, match="outside"):
+        tracker.step()  # a Tracker's own step() after its block is still a mistake
 
 
 @pytest.mark.parametrize(
