@@ -16,14 +16,14 @@ CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: sdist test-cuda gpu-proof-dry test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean \
+.PHONY: sdist wheel test-install test-cuda gpu-proof-dry test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean \
 	test-api test-integrations test-distributed test-notebooks test-browser lab-newest
 
 demo: install
 	@echo "== a training loop that keeps every step's loss with its graph =="
 	$(PY) -m torchleak run notebooks/leaky_training.py
 
-test: install test-format test-widgets test-core test-device test-python test-matrix gpu-proof-dry
+test: install test-format test-widgets test-core test-device test-python test-matrix gpu-proof-dry test-install
 
 test-core: debian-packages
 	cmake -S . -B $(CORE_BUILD) -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
@@ -53,6 +53,20 @@ sdist: debian-packages venv
 	$(PY) kernel_ext/packaging/bundle_headers.py --dest third_party
 	$(PY) -m build --sdist --no-isolation --outdir dist .
 	@ls -l dist/torchleak-*.tar.gz
+
+# tests/install: the sdist and the wheel installed as a user installs them: a user who is not
+# root (created when absent), fresh virtualenvs, the system's header copies hidden; a leak found
+# with check() and with `python -m torchleak run`; the wheel refusing another torch.
+test-install: sdist wheel
+	$(PY) -m pytest -q tests/install
+
+# A wheel for the installed torch: its version carries that torch (0.1.0+torch2.13.0.cpu), and
+# under another torch minor release it refuses to load with one sentence that says how to rebuild.
+wheel: debian-packages venv
+	rm -rf dist/torchleak-*.whl
+	$(PY) -m build --wheel --no-isolation --outdir dist \
+	  --config-setting=cmake.define.TORCHLEAK_WARNINGS_AS_ERRORS=ON .
+	$(PY) kernel_ext/packaging/label_wheel.py dist/torchleak-*.whl
 
 # The GPU proof's script (tests/cuda/gpu_proof.sh) run here, without a GPU: the sdist built
 # into a folder of its own with the system's header-only libraries hidden (as on the GPU
