@@ -15,9 +15,7 @@ def test_a_crashing_smoke_test_skips_the_rest_and_says_why(tmp_path):
     # A python3 that dies of SIGSEGV when it runs the smoke test, as the GPU machine's build did.
     wrapper = tmp_path / "python"
     wrapper.write_text(
-        "#!/usr/bin/env bash\n"
-        'case "$*" in *smoke.py*) kill -SEGV $$ ;; esac\n'
-        f'exec {sys.executable} "$@"\n'
+        f'#!/usr/bin/env bash\ncase "$*" in *smoke.py*) kill -SEGV $$ ;; esac\nexec {sys.executable} "$@"\n'
     )
     wrapper.chmod(0o755)
     out = tmp_path / "out"
