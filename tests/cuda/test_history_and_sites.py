@@ -3,6 +3,7 @@ too, C++ frames never a site, blocks made on autograd's device threads sited at 
 
 import torch
 
+import backward_sites
 import torchleak
 from conftest import MiB, line_of
 
@@ -37,20 +38,7 @@ def test_torchleak_turns_its_own_recording_off_at_stop():
 
 
 def test_a_cuda_gradient_kept_per_step_is_sited_at_the_backward_call_with_its_node():
-    w = torch.randn(512, 512, device="cuda", requires_grad=True)
-    x = torch.randn(64, 512, device="cuda")
-    grads = []
-
-    def step():
-        (x @ w).sum().backward()  # BACKWARD
-        grads.append(w.grad)
-        w.grad = None
-
-    report = torchleak.check(step, iterations=6, warmup=1)
-    leak = next(f for f in report.leaks if f.device == "cuda:0")
-    assert (leak.site["file"], leak.site["line"]) == (__file__, line_of(step, "# BACKWARD")), leak.site
-    assert leak.site["function"].endswith("Backward0") or "Accumulate" in leak.site["function"], leak.site
-    assert "grads" in leak.holder["path_text"]
+    backward_sites.check_a_gradient_kept_per_step_is_sited_at_backward("cuda", size=512, batch=64)
 
 
 def test_a_retained_graph_on_cuda_is_found_through_autograd():

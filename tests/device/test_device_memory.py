@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+import backward_sites
 import torchleak
 from torchleak import _core
 from conftest import DEVICE, MiB, device_of
@@ -161,26 +162,7 @@ def test_an_out_of_tree_allocator_may_still_ask_whether_memory_is_profiled():
 
 
 def test_blocks_made_on_autograd_device_threads_are_sited_at_the_backward_call():
-    # A device's autograd thread has no Python stack (on CUDA the hook captures none at all):
-    # a gradient kept per step is attributed to the line that called backward(), named by the
-    # node that made it, not to a bare "backward (MmBackward0)".
-    w = torch.randn(128, 128, device="fakegpu", requires_grad=True)
-    x = torch.randn(32, 128, device="fakegpu")
-    grads = []
-
-    def step():
-        (x @ w).sum().backward()  # BACKWARD
-        grads.append(w.grad)
-        w.grad = None
-
-    report = torchleak.check(step, iterations=6, warmup=1)
-    line = step.__code__.co_firstlineno + 1
-    leaks = [f for f in report.leaks if f.device == "fakegpu:0"]
-    assert leaks, str(report)
-    leak = leaks[0]
-    assert (leak.site["file"], leak.site["line"]) == (__file__, line), leak.site
-    assert leak.site["function"].endswith("Backward0") or "Accumulate" in leak.site["function"]
-    assert "grads" in leak.holder["path_text"]
+    backward_sites.check_a_gradient_kept_per_step_is_sited_at_backward("fakegpu", size=128, batch=32)
 
 
 def test_blocks_freed_on_a_thread_without_the_hook_are_reconciled_with_the_allocator(monkeypatch):
