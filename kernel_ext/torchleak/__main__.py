@@ -86,7 +86,7 @@ def _run_parser():
     """`run`'s options, all before the script (as `python -m cProfile` and `memray run` take
     theirs): everything after the script is the script's own, `--json` included."""
     parser = _Parser(prog="python -m torchleak run", add_help=False, allow_abbrev=False)
-    for flag in ("--fail-on-leak", "--quiet", "--watch", "--redact", "-h", "--help"):
+    for flag in (*_FLAGS, "-h", "--help"):
         parser.add_argument(flag, action="store_true")
     for option, (key, read) in _VALUED.items():
         parser.add_argument(
@@ -166,7 +166,7 @@ class RunHelp(Exception):
 def _own_options_given_to(script_args):
     """The script's arguments that are torchleak options too: given after the script, they
     went to the script (the convention), which may not know them."""
-    ours = {*_VALUED, "--fail-on-leak", "--quiet", "--watch", "--redact"}
+    ours = {*_VALUED, *_FLAGS}
     return [a for a in script_args if a.split("=", 1)[0] in ours]
 
 
@@ -194,6 +194,8 @@ def _seconds_option(name, value):
 
 
 # Options of `run` that take a value: the key in opts and how the value is read.
+# run's options that take no value, and (below) those that take one.
+_FLAGS = ("--fail-on-leak", "--quiet", "--watch", "--redact")
 _VALUED = {
     "--json": ("json", lambda name, value: value),
     "--html": ("html", lambda name, value: value),
