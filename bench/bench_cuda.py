@@ -30,6 +30,7 @@ every number.
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -167,8 +168,6 @@ class History:
 
 def mode_context(mode, tmp):
     if mode == "untracked":
-        import contextlib
-
         return contextlib.nullcontext()
     if mode == "history":
         return History()
