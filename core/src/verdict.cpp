@@ -1,10 +1,12 @@
 #include "torchleak/verdict.h"
 
+#include "torchleak/growth_shape.h"
 #include "torchleak/retention.h"
 #include "torchleak/trend.h"
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,12 +76,115 @@ bool keptFromEveryIteration(const SiteSeries& s, size_t first) {
     return true;
 }
 
+// The site keeps only a sliding window of its recent blocks: over the last quarter of the
+// judged part (at least 8 points) its oldest live block kept getting younger by birth (each
+// boundary's oldest was born later and later: old blocks are freed), and the window does not
+// widen (the oldest's age at the end is at most a quarter more than at the stretch's start).
+// A FIFO or LRU cache of a fixed number of entries, whatever its entries' sizes do to its
+// total; never a leak, whose first blocks stay (a late leak's oldest block is its onset's).
+bool slidingWindow(const SiteSeries& s, size_t first) {
+    const size_t n = s.bytes.size();
+    if (s.oldest.size() != n || n < first + 8) {
+        return false;
+    }
+    const size_t len = std::max<size_t>(8, (n - first) / 4);
+    const size_t from = n - len;
+    auto at = [&](size_t b) { return static_cast<double>(b < s.at.size() ? s.at[b] : b); };
+    const double span = at(n - 1) - at(from);
+    const double advanced =
+        static_cast<double>(s.oldest[n - 1]) - static_cast<double>(s.oldest[from]);
+    const double ageThen = at(from) - static_cast<double>(s.oldest[from]);
+    const double ageNow = at(n - 1) - static_cast<double>(s.oldest[n - 1]);
+    return s.bytes[from] > 0 && advanced >= 0.5 * span && ageNow <= 1.25 * ageThen + 1.0;
+}
+
 } // namespace
 
 double falseAlarmBudget(double rate, double judged) {
     double t = std::max(judged, 1.0);
     return rate / (t * (t + 1.0));
 }
+
+namespace {
+
+// What one stretch of the judged series, [from, end), says on the tests every rule reads.
+struct StretchEvidence {
+    double slope = 0.0;     // Theil-Sen
+    double trendP = 1.0;    // Mann-Kendall, one-sided
+    double evidence = 1.0;  // growthPValue: two looks at the stretch, and its recent half
+    double rises = 0.0;     // the fraction of its boundaries that rose
+    bool tailGrows = false; // its last quarter (at least 3 points) still rises
+};
+
+StretchEvidence stretchEvidence(const std::vector<double>& x,
+                                const std::vector<double>& y,
+                                size_t from,
+                                double varianceFloorPerByte,
+                                double minRate) {
+    StretchEvidence e;
+    const std::span<const double> sx = std::span<const double>(x).subspan(from);
+    const std::span<const double> sy = std::span<const double>(y).subspan(from);
+    const size_t m = sy.size();
+    e.slope = theilSenSlope(sx, sy);
+    e.trendP = mannKendallIncreasingP(sy);
+    double mean = 0.0;
+    for (double v : sy) {
+        mean += v / static_cast<double>(m);
+    }
+    const double floor = varianceFloorPerByte * std::max(mean, 0.0);
+    // Two looks at the whole stretch, so that its first point alone (the first iteration's odd
+    // size: a buffer that starts as the model's output, then is re-allocated one step larger)
+    // cannot hide exact growth after it; Bonferroni pays for the second look. And the recent
+    // half must grow on its own: a cache that filled up and now only varies is stationary
+    // there, whatever its ramp says.
+    auto evidenceFrom = [&](size_t k) { return growthPValue(sx.subspan(k), sy.subspan(k), floor); };
+    const double whole =
+        std::min(1.0, 2.0 * std::min(evidenceFrom(0), m >= 4 ? evidenceFrom(1) : 1.0));
+    const size_t recentFrom = m >= 6 ? m - (m + 1) / 2 : 0;
+    e.evidence = recentFrom > 0 ? std::max(whole, evidenceFrom(recentFrom)) : whole;
+    size_t rises = 0;
+    for (size_t i = 1; i < m; ++i) {
+        rises += sy[i] > sy[i - 1] ? 1 : 0;
+    }
+    e.rises = m > 1 ? static_cast<double>(rises) / static_cast<double>(m - 1) : 0.0;
+    // Still growing at the end: the last quarter (at least 3 boundaries) rises too, so a cache
+    // that filled up and stopped (a plateau) is never called a leak, however long the run.
+    const size_t tailLen = std::min(std::max<size_t>(3, (m + 3) / 4), m);
+    const auto tailX = sx.subspan(m - tailLen);
+    const auto tailY = sy.subspan(m - tailLen);
+    const double tailSlope = theilSenSlope(tailX, tailY);
+    e.tailGrows = tailSlope >= std::max(minRate, 0.25 * e.slope) && tailY.back() > tailY.front();
+    return e;
+}
+
+// The two rules a stretch can meet on its own, at a false-alarm level of `budget`: it rises at
+// every boundary, or its trend through noise is clear and still rising at the end. The
+// confidence of the leak, or 0.
+double leakConfidence(const StretchEvidence& e, double budget, const AnalysisConfig& config) {
+    const double minRate = static_cast<double>(config.min_leak_bytes_per_iteration);
+    if (e.slope < minRate || e.evidence > budget) {
+        return 0.0;
+    }
+    if (e.rises == 1.0) {
+        return std::clamp(1.0 - e.evidence, 0.0, 1.0);
+    }
+    const double confidence = std::clamp((1.0 - e.trendP) * (0.5 + 0.5 * e.rises), 0.0, 1.0);
+    return e.trendP < 0.05 && e.tailGrows && confidence >= config.min_confidence ? confidence : 0.0;
+}
+
+// The recent stretches a late leak is looked for in: the last 8, 16, 32 ... judged points, as
+// long as 4 points stay before the stretch (the whole series is looked at apart). Doubling
+// keeps them to log2(points) looks, each paid for from the look's budget (Bonferroni): a
+// search over every possible onset would cost as many looks as points.
+std::vector<size_t> recentStretches(size_t m) {
+    std::vector<size_t> starts;
+    for (size_t len = 8; len + 4 <= m; len *= 2) {
+        starts.push_back(m - len);
+    }
+    return starts;
+}
+
+} // namespace
 
 Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
     Classification c;
@@ -100,59 +205,75 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
     c.bytes_per_iteration = static_cast<int64_t>(std::llround(c.fit.slope));
     const double minRate = static_cast<double>(config.min_leak_bytes_per_iteration);
     const int64_t last = s.bytes.back();
+    // Where the growth began and whether it stopped: the words and the rate of a leak or a
+    // plateau. A site whose growth stopped long enough ago is no leak, whatever rule its ramp
+    // meets; a leak's rate is measured from its onset.
+    const GrowthShape shape = growthShape(x, post, s.noise_variance_per_byte, minRate);
+    auto describe = [&](size_t onset) {
+        GrowthSince g;
+        g.iteration = static_cast<int64_t>(x[onset]) + 1;
+        if (shape.stopped) {
+            const double span = std::max(x[shape.top] - x[shape.onset], 1.0);
+            g.iteration = static_cast<int64_t>(x[shape.onset]) + 1;
+            g.stopped_at = static_cast<int64_t>(x[shape.top]);
+            g.grown_bytes = static_cast<int64_t>(std::llround(shape.grown));
+            g.bytes_per_iteration = static_cast<int64_t>(std::llround(shape.grown / span));
+        } else {
+            const double rate = onset == 0 ? c.fit.slope
+                                           : theilSenSlope(std::span(x).subspan(onset),
+                                                           std::span(post).subspan(onset));
+            g.bytes_per_iteration = static_cast<int64_t>(std::llround(rate));
+            g.grown_bytes = static_cast<int64_t>(std::llround(post.back() - post[onset]));
+        }
+        c.growth_since = g;
+    };
+    auto leak = [&](double confidence, size_t onset) {
+        if (shape.stopped) {
+            return false;
+        }
+        c.verdict = Verdict::Leak;
+        c.confidence = confidence;
+        describe(onset);
+        c.bytes_per_iteration = c.growth_since->bytes_per_iteration;
+        c.fit.slope = static_cast<double>(c.bytes_per_iteration);
+        return true;
+    };
 
-    if (m >= 3 && last > 0) {
+    if (m >= 3 && last > 0 && !slidingWindow(s, first)) {
         // Growth is a leak only on evidence that noise would give with at most the run's
         // false-alarm budget for this many judged iterations (falseAlarmBudget), the noise a
-        // sampled series is known to carry included.
+        // sampled series is known to carry included. The budget of a look is shared: half for
+        // the whole judged part, half among the recent stretches a late leak is looked for in.
+        const std::vector<size_t> stretches = recentStretches(m);
         const double budget = falseAlarmBudget(config.false_alarm_rate, x.back() - x.front());
-        double mean = 0.0;
-        for (double v : post) {
-            mean += v / static_cast<double>(m);
+        const double wholeBudget = stretches.empty() ? budget : 0.5 * budget;
+        const StretchEvidence whole =
+            stretchEvidence(x, post, 0, s.noise_variance_per_byte, minRate);
+        c.fit.slope = whole.slope;
+        if (keptFromEveryIteration(s, first) && whole.slope >= minRate && whole.tailGrows &&
+            leak(std::clamp(1.0 - whole.trendP, 0.5, 1.0), riseOnset(x, post))) {
+            return c; // every judged iteration left bytes that are alive now
         }
-        const double floor = s.noise_variance_per_byte * std::max(mean, 0.0);
-        // Two looks at the whole judged part, so that its first point alone (the first
-        // iteration's odd size: a buffer that starts as the model's output, then is
-        // re-allocated one step larger) cannot hide exact growth after it; Bonferroni pays
-        // for the second look. And the recent half must grow on its own: a cache that filled
-        // up and now only varies is stationary there, whatever its ramp says.
-        auto evidenceFrom = [&](size_t from) {
-            return growthPValue(std::span<const double>(x).subspan(from),
-                                std::span<const double>(post).subspan(from), floor);
-        };
-        const double whole =
-            std::min(1.0, 2.0 * std::min(evidenceFrom(0), m >= 4 ? evidenceFrom(1) : 1.0));
-        const size_t recentFrom = m >= 6 ? m - (m + 1) / 2 : 0;
-        const double evidence = recentFrom > 0 ? std::max(whole, evidenceFrom(recentFrom)) : whole;
-        double rises = riseFraction(post, 0, m);
-        // Still growing at the end: the last quarter (at least 3 boundaries) rises too, so a
-        // cache that filled up and stopped (a plateau) is never called a leak, however long
-        // the run.
-        size_t tailLen = std::max<size_t>(3, (m + 3) / 4);
-        tailLen = std::min(tailLen, m);
-        std::vector<double> tail(post.end() - static_cast<std::ptrdiff_t>(tailLen), post.end());
-        std::vector<double> tailX(x.end() - static_cast<std::ptrdiff_t>(tailLen), x.end());
-        double tailSlope = theilSenSlope(tailX, tail);
-        bool tailGrows =
-            tailSlope >= std::max(minRate, 0.25 * c.fit.slope) && tail.back() > tail.front();
-
-        if (keptFromEveryIteration(s, first) && c.fit.slope >= minRate && tailGrows) {
-            c.verdict = Verdict::Leak; // every judged iteration left bytes that are alive now
-            c.confidence = std::clamp(1.0 - c.fit.p_value, 0.5, 1.0);
+        if (double confidence = leakConfidence(whole, wholeBudget, config);
+            confidence > 0.0 && leak(confidence, riseOnset(x, post))) {
             return c;
         }
-        if (rises == 1.0 && c.fit.slope >= minRate && evidence <= budget) {
-            c.verdict = Verdict::Leak; // rises at every boundary
-            c.confidence = std::clamp(1.0 - evidence, 0.0, 1.0);
-            return c;
+        // A leak that began late: a recent stretch grows on its own. Its onset is the knot of
+        // the flat-then-rising fit, kept whatever the knot costs: the stretch already showed
+        // that the recent regime grows.
+        for (size_t from : stretches) {
+            const StretchEvidence recent =
+                stretchEvidence(x, post, from, s.noise_variance_per_byte, minRate);
+            const double confidence = leakConfidence(
+                recent, 0.5 * budget / static_cast<double>(stretches.size()), config);
+            if (confidence > 0.0) {
+                if (leak(confidence, riseOnset(x, post, true))) {
+                    return c;
+                }
+                break;
+            }
         }
-        double confidence = std::clamp((1.0 - c.fit.p_value) * (0.5 + 0.5 * rises), 0.0, 1.0);
-        if (c.fit.slope >= minRate && c.fit.p_value < 0.05 && tailGrows && evidence <= budget &&
-            confidence >= config.min_confidence) {
-            c.verdict = Verdict::Leak; // a clear trend through noise
-            c.confidence = confidence;
-            return c;
-        }
+        c.fit.slope = theilSenSlope(x, post);
         // Grows between releases at a coarser boundary (outputs kept for an epoch-end hook):
         // still a leak at this granularity. The releases are found in the data, so the
         // segments' growth is no evidence on its own: one block whose size follows the batch
@@ -160,6 +281,9 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
         // of 200-step runs judged every step; run watch's reproducer). What accumulates
         // between releases was kept from earlier iterations; a block replaced every
         // iteration was born in the last one.
+        const double floor =
+            s.noise_variance_per_byte *
+            std::max(std::accumulate(post.begin(), post.end(), 0.0) / static_cast<double>(m), 0.0);
         auto segments = segmentsBetweenReleases(post);
         const bool keptAcrossIterations =
             s.born.empty() || static_cast<double>(s.born.back()) <= 0.5 * static_cast<double>(last);
@@ -178,7 +302,7 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
                 allRise = allRise && riseFraction(post, a, b) >= 0.75;
             }
             if (segmentSlopes.size() >= 2 && allRise &&
-                commonGrowthPValue(x, post, segments, floor) <= budget) {
+                commonGrowthPValue(x, post, segments, floor) <= wholeBudget) {
                 std::nth_element(segmentSlopes.begin(),
                                  segmentSlopes.begin() +
                                      static_cast<std::ptrdiff_t>(segmentSlopes.size() / 2),
@@ -221,6 +345,9 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
     c.verdict = Verdict::Plateau; // grew, then stopped: bounded
     c.confidence = 0.8;
     c.bytes_per_iteration = 0;
+    if (shape.stopped) {
+        describe(shape.onset);
+    }
     return c;
 }
 

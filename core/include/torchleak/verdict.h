@@ -8,6 +8,7 @@
 #include "torchleak/trend.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace torchleak {
@@ -41,6 +42,8 @@ struct Classification {
     double confidence = 0.0;
     int64_t bytes_per_iteration = 0;
     bool released_periodically = false; // a saw-tooth: grows, released at a coarser boundary
+    // A leak's onset and its rate from there; growth that stopped (a plateau's).
+    std::optional<GrowthSince> growth_since;
 };
 
 // The verdict of one site from its series. The first `warmup` iterations are not judged.

@@ -1,0 +1,42 @@
+#pragma once
+// The shape of a growth curve in time: when the growth began (its change point) and whether it
+// has stopped. Real leaks rarely last a whole run: they begin at the first evaluation, a new
+// data shard, a scheduler milestone. A cache grows until it is full, then stays flat. The
+// verdict (verdict.h) decides *whether* the recent regime grows, on tests whose false-alarm
+// cost is counted; this file only says *where* the regimes meet, for the rate and the words.
+
+#include <cstddef>
+#include <span>
+
+namespace torchleak {
+
+// The change point of a series that is flat and then rises: the index k minimising the squared
+// error of y = a + b * max(0, x - x[k]) (segmented regression with one free knot, O(n) with
+// suffix sums). The knot is kept only when the hinge explains the series better than one
+// straight line through all of it by more than a searched knot costs: n ln(SSE_line / SSE_knot)
+// > 3 ln n (BIC's penalty for the slope and, for a position searched among n, twice again);
+// `forced` keeps the best knot whatever it costs (a recent regime already shown to grow).
+// 0 when there is none.
+size_t riseOnset(std::span<const double> x, std::span<const double> y, bool forced = false);
+
+struct GrowthShape {
+    size_t onset = 0;       // index of the last point before the growth (0: from the start)
+    size_t top = 0;         // index of the first point at the series' highest level
+    bool stopped = false;   // flat since `top` for long enough: bounded growth, not a leak
+    double grown = 0.0;     // y[top] - y[onset]
+    double tolerance = 0.0; // the noise a level is allowed, in y units
+};
+
+// Where the growth began and whether it stopped. The highest level is reached at `top` (within
+// the noise: twice the robust spread of the series' steps, and of the sampled noise known
+// from `varianceFloor` per byte). It has stopped when the series has stayed below it for at
+// least kMinFlatPoints points, and for at least twice the longest pause between new highs
+// while it grew (a staircase that steps every 50 iterations pauses 49: it stops only after
+// 100 flat), and the part after `top` does not rise at a quarter of the growth's rate.
+inline constexpr size_t kMinFlatPoints = 8;
+GrowthShape growthShape(std::span<const double> x,
+                        std::span<const double> y,
+                        double varianceFloor,
+                        double minRate);
+
+} // namespace torchleak

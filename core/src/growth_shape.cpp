@@ -1,0 +1,150 @@
+#include "torchleak/growth_shape.h"
+
+#include "torchleak/trend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace torchleak {
+
+namespace {
+
+double median(std::vector<double> v) {
+    if (v.empty()) {
+        return 0.0;
+    }
+    auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    return *mid;
+}
+
+// The spread of one point's noise, from the steps between neighbours: robust (a leak's steady
+// steps, a staircase's rare jumps and a cache's one fill leave it at 0), and a point's noise is
+// the step's over sqrt 2.
+double stepNoise(std::span<const double> y) {
+    if (y.size() < 3) {
+        return 0.0;
+    }
+    std::vector<double> steps(y.size() - 1);
+    for (size_t i = 1; i < y.size(); ++i) {
+        steps[i - 1] = y[i] - y[i - 1];
+    }
+    const double centre = median(steps);
+    for (double& s : steps) {
+        s = std::fabs(s - centre);
+    }
+    return 1.4826 * median(std::move(steps)) / std::sqrt(2.0);
+}
+
+} // namespace
+
+size_t riseOnset(std::span<const double> x, std::span<const double> y, bool forced) {
+    const size_t n = std::min(x.size(), y.size());
+    if (n < 4) {
+        return 0;
+    }
+    // Centred sums in long double: a run's iterations reach 10^6 and its bytes 10^11, and an
+    // exact hinge must come out with an error of ~0, not of the sums' rounding.
+    long double meanY = 0.0L;
+    for (size_t i = 0; i < n; ++i) {
+        meanY += static_cast<long double>(y[i]) / static_cast<long double>(n);
+    }
+    const long double x0 = x[0];
+    std::vector<long double> yc(n), xc(n);
+    long double syy = 0.0L;
+    for (size_t i = 0; i < n; ++i) {
+        yc[i] = static_cast<long double>(y[i]) - meanY;
+        xc[i] = static_cast<long double>(x[i]) - x0;
+        syy += yc[i] * yc[i];
+    }
+    if (!(syy > 0.0L)) {
+        return 0;
+    }
+    // Suffix sums over the points after the knot: count, x, x^2, x y, y.
+    long double c = 0.0L, sx = 0.0L, sxx = 0.0L, sxy = 0.0L, sy = 0.0L;
+    std::vector<long double> sse(n, syy);
+    for (size_t k = n - 1; k-- > 0;) {
+        const size_t i = k + 1;
+        c += 1.0L;
+        sx += xc[i];
+        sxx += xc[i] * xc[i];
+        sxy += xc[i] * yc[i];
+        sy += yc[i];
+        if (k + 3 > n) {
+            continue; // at least two points after the knot
+        }
+        const long double xk = xc[k];
+        const long double sz = sx - c * xk;
+        const long double szz = sxx - 2.0L * xk * sx + c * xk * xk;
+        const long double szy = sxy - xk * sy;
+        const long double var = szz - sz * sz / static_cast<long double>(n);
+        if (var > 0.0L) {
+            sse[k] = std::max(syy - szy * szy / var, 0.0L);
+        }
+    }
+    const long double exact = 1e-12L * syy;
+    size_t best = 0;
+    for (size_t k = 1; k + 2 < n; ++k) {
+        if (sse[k] < sse[best] - exact) {
+            best = k;
+        }
+    }
+    if (forced || best == 0 || sse[best] <= exact) {
+        return best;
+    }
+    if (sse[0] <= exact) {
+        return 0; // a straight line from the start
+    }
+    const double ratio = static_cast<double>(sse[0] / sse[best]);
+    const double dn = static_cast<double>(n);
+    return dn * std::log(ratio) > 3.0 * std::log(dn) ? best : 0;
+}
+
+GrowthShape growthShape(std::span<const double> x,
+                        std::span<const double> y,
+                        double varianceFloor,
+                        double minRate) {
+    GrowthShape shape;
+    const size_t n = std::min(x.size(), y.size());
+    if (n < 3) {
+        return shape;
+    }
+    double mean = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        mean += y[i] / static_cast<double>(n);
+    }
+    const double sampled = std::sqrt(std::max(varianceFloor * mean, 0.0));
+    shape.tolerance = 2.0 * std::max(stepNoise(y.first(n)), sampled);
+    const double highest = *std::max_element(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(n));
+    while (shape.top + 1 < n && y[shape.top] < highest - shape.tolerance) {
+        ++shape.top;
+    }
+    shape.onset = riseOnset(x.first(shape.top + 1), y.first(shape.top + 1));
+    shape.grown = y[shape.top] - y[shape.onset];
+    const size_t flatPoints = n - 1 - shape.top;
+    if (shape.top <= shape.onset || !(shape.grown > shape.tolerance) || shape.grown <= 0.0 ||
+        flatPoints < kMinFlatPoints) {
+        return shape;
+    }
+    // The longest pause between new highs while it grew.
+    double longestPause = 0.0, lastHigh = x[shape.onset], level = y[shape.onset];
+    for (size_t i = shape.onset + 1; i <= shape.top; ++i) {
+        if (y[i] > level) {
+            longestPause = std::max(longestPause, x[i] - lastHigh);
+            lastHigh = x[i];
+            level = y[i];
+        }
+    }
+    const double flatIterations = x[n - 1] - x[shape.top];
+    if (flatIterations < 2.0 * longestPause) {
+        return shape;
+    }
+    const double rate = shape.grown / std::max(x[shape.top] - x[shape.onset], 1.0);
+    const double since =
+        theilSenSlope(x.subspan(shape.top, n - shape.top), y.subspan(shape.top, n - shape.top));
+    shape.stopped = since < std::max(minRate, 0.25 * rate);
+    return shape;
+}
+
+} // namespace torchleak
