@@ -307,6 +307,20 @@ std::string tensorText(const std::string& dtype, const std::vector<int64_t>& sha
     return text + "]";
 }
 
+std::string growthText(const Finding& f, BoundaryKind boundary) {
+    if (!f.growth_since) {
+        return "";
+    }
+    const GrowthSince& g = *f.growth_since;
+    const std::string noun = iterationNoun(boundary);
+    if (g.stopped_at) {
+        return "grew " + formatBytes(static_cast<double>(g.grown_bytes)) + " until " + noun + " " +
+               groupThousands(*g.stopped_at + 1) + ", flat since";
+    }
+    return "leaking since " + noun + " " + groupThousands(g.iteration + 1) + ", " +
+           formatBytes(static_cast<double>(g.bytes_per_iteration)) + " per " + noun;
+}
+
 std::string pathTensorText(const TensorInfo& tensor) {
     std::string text = tensorText(tensor.dtype, tensor.shape);
     text += " ";

@@ -205,6 +205,7 @@ ReportBuilder::splitFinding(const FindingDraft& whole,
         f.trend = {c.fit.slope, c.fit.r2, c.fit.p_value};
         f.confidence = c.confidence;
         f.released_periodically = c.released_periodically;
+        f.growth_since = c.growth_since;
         f.series = part.series.bytes;
         f.total_bytes = static_cast<uint64_t>(std::max<int64_t>(part.series.bytes.back(), 0));
         std::vector<FindingBlock> mine;

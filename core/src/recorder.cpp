@@ -457,24 +457,26 @@ void AllocationRecorder::mergeInto(const BoundarySnapshot& older, BoundarySnapsh
     newer.shadowedIterations += older.shadowedIterations;
 }
 
-// Boundaries other than the newest two must lie on the grid (iteration % d_stride == 0); when
-// the grid would exceed kMaxGridBoundaries, its stride doubles. What a dropped boundary
-// recorded moves into the kept boundary after it, so every group's latest state survives.
+// Boundaries other than the newest kNewestKept must lie on the grid (iteration % d_stride ==
+// 0); when the grid would exceed kMaxGridBoundaries, its stride doubles. What a dropped
+// boundary recorded moves into the kept boundary after it, so every group's latest state
+// survives. The newest stay dense so that a leak that begins late in a long run shows its
+// first iterations one by one, and watch can confirm it within a few of them.
 void AllocationRecorder::thinHistory() {
     auto offGrid = [this](const BoundarySnapshot& b) { return b.iteration % d_stride != 0; };
     size_t n = d_boundaries.size();
-    if (n >= 3 && offGrid(d_boundaries[n - 3])) {
-        mergeInto(d_boundaries[n - 3], d_boundaries[n - 2]);
-        d_boundaries.erase(d_boundaries.begin() + static_cast<std::ptrdiff_t>(n - 3));
+    if (n > kNewestKept && offGrid(d_boundaries[n - kNewestKept - 1])) {
+        mergeInto(d_boundaries[n - kNewestKept - 1], d_boundaries[n - kNewestKept]);
+        d_boundaries.erase(d_boundaries.begin() + static_cast<std::ptrdiff_t>(n - kNewestKept - 1));
         n -= 1;
     }
-    if (n <= kMaxGridBoundaries + 2) {
+    if (n <= kMaxGridBoundaries + kNewestKept) {
         return;
     }
     d_stride *= 2;
     std::vector<BoundarySnapshot> kept;
     for (size_t i = 0; i < n; ++i) {
-        if (i + 2 < n && offGrid(d_boundaries[i])) {
+        if (i + kNewestKept < n && offGrid(d_boundaries[i])) {
             mergeInto(d_boundaries[i], d_boundaries[i + 1]);
         } else {
             kept.push_back(std::move(d_boundaries[i]));

@@ -352,6 +352,7 @@ void ReportBuilder::makeFindings() {
         f.trend = {c.fit.slope, c.fit.r2, c.fit.p_value};
         f.confidence = c.confidence;
         f.released_periodically = c.released_periodically;
+        f.growth_since = c.growth_since;
         d_drafts.push_back({std::move(f), &acc, {}});
     }
 }

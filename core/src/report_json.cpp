@@ -299,6 +299,14 @@ json findingJson(const Finding& f, const Report& r) {
     }
     fj["retention"] = toString(f.retention);
     fj["released_periodically"] = f.released_periodically;
+    if (f.growth_since) {
+        const GrowthSince& g = *f.growth_since;
+        fj["growth_since"] = {{"iteration", g.iteration},
+                              {"bytes_per_iteration", g.bytes_per_iteration},
+                              {"stopped_at", optionalJson(g.stopped_at)},
+                              {"grown_bytes", g.grown_bytes},
+                              {"text", growthText(f, r.boundary)}};
+    }
     if (!f.live_blocks.empty() || f.live_blocks_unlisted > 0) {
         fj["live_blocks"] = json::array();
         for (const LiveBlockEntry& b : f.live_blocks) {
@@ -403,6 +411,16 @@ Finding findingFrom(const json& fj) {
     }
     f.retention = retentionFromString(fj.value("retention", "unknown"));
     f.released_periodically = fj.value("released_periodically", false);
+    if (auto g = fj.find("growth_since"); g != fj.end() && g->is_object()) {
+        GrowthSince since;
+        since.iteration = g->at("iteration").get<int64_t>();
+        since.bytes_per_iteration = g->value("bytes_per_iteration", int64_t{0});
+        if (auto stop = g->find("stopped_at"); stop != g->end() && !stop->is_null()) {
+            since.stopped_at = stop->get<int64_t>();
+        }
+        since.grown_bytes = g->value("grown_bytes", int64_t{0});
+        f.growth_since = since;
+    }
     if (fj.contains("live_blocks") && !fj["live_blocks"].is_null()) {
         if (!fj["live_blocks"].is_array()) {
             throw SchemaError("live_blocks must be a list of blocks");

@@ -137,14 +137,18 @@ TEST_CASE("A long run keeps a bounded grid of boundaries and every group's lates
         truth.push_back(now);
     }
     const auto& kept = rec.boundaries();
-    REQUIRE(kept.size() <= AllocationRecorder::kMaxGridBoundaries + 2);
+    REQUIRE(kept.size() <=
+            AllocationRecorder::kMaxGridBoundaries + AllocationRecorder::kNewestKept);
     REQUIRE(kept.size() > AllocationRecorder::kMaxGridBoundaries / 2);
     REQUIRE(kept.front().iteration == 0);
     REQUIRE(kept.back().iteration == kIterations - 1);
-    REQUIRE(kept[kept.size() - 2].iteration == kIterations - 2);
+    // The newest stay dense, one per iteration.
+    for (size_t k = 1; k <= AllocationRecorder::kNewestKept; ++k) {
+        REQUIRE(kept[kept.size() - k].iteration == kIterations - k);
+    }
     std::vector<GroupSample> state(stacks.size());
     for (size_t b = 0; b < kept.size(); ++b) {
-        if (b + 2 < kept.size()) {
+        if (b + AllocationRecorder::kNewestKept < kept.size()) {
             REQUIRE(kept[b].iteration % rec.gridStride() == 0);
         }
         if (b > 0) {
@@ -353,7 +357,7 @@ TEST_CASE("A thinned history keeps the phases alive at the highest peak it folde
         rec.markBoundary();
     }
     const auto& b = rec.boundaries();
-    REQUIRE(b.size() <= AllocationRecorder::kMaxGridBoundaries + 2);
+    REQUIRE(b.size() <= AllocationRecorder::kMaxGridBoundaries + AllocationRecorder::kNewestKept);
     const DeviceSample* highest = nullptr;
     for (const BoundarySnapshot& s : b) {
         const DeviceSample& d = s.devices.at(0);

@@ -66,6 +66,11 @@ std::string rolesText(const DeviceTimeline& device, const std::vector<int64_t>& 
 // biggest block, 50.0 MiB, allocated at train.py:42".
 std::string spikeText(const PeakSpike& spike, BoundaryKind boundary);
 
+// When a finding's growth began and whether it stopped (model.h's GrowthSince): "leaking since
+// iteration 121, 1.2 MiB per iteration", "grew 25.0 MiB until iteration 100, flat since"; ""
+// without one. Iterations counted from 1, as every line of text counts them.
+std::string growthText(const Finding& f, BoundaryKind boundary);
+
 // "float32 [256, 1024]": a dtype and shape as every view prints them.
 std::string tensorText(const std::string& dtype, const std::vector<int64_t>& shape);
 

@@ -142,6 +142,17 @@ struct Trend {
     double p_value = 1.0;
 };
 
+// When a site's growth began, and whether it stopped (verdict.h finds both): a leak that began
+// late is "leaking since iteration 121", its rate measured from there; growth that stopped is
+// "grew 25.0 MiB until iteration 100, flat since", a bounded cache rather than a leak.
+// Iterations are 0-based here and in the JSON (`growth_since`); the text counts from 1.
+struct GrowthSince {
+    int64_t iteration = 0;             // the first iteration of the growth
+    int64_t bytes_per_iteration = 0;   // its rate from there (to the stop, when it stopped)
+    std::optional<int64_t> stopped_at; // the last iteration that grew, when it has stopped
+    int64_t grown_bytes = 0;           // what it added from its start (to the stop)
+};
+
 struct Finding {
     Verdict verdict = Verdict::Transient;
     Frame site;
@@ -166,6 +177,8 @@ struct Finding {
     std::string fix_code;
     Retention retention = Retention::Unknown;
     bool released_periodically = false; // grows, then freed at a coarser boundary (saw-tooth)
+    // A leak's onset, or growth that stopped (a plateau); absent for a site that never grew.
+    std::optional<GrowthSince> growth_since;
     // Alive when the report was built (the blocks of an iteration no boundary ended included),
     // oldest first; past kLiveBlocksListed the rest are only counted.
     std::vector<LiveBlockEntry> live_blocks;

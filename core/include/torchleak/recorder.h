@@ -5,7 +5,7 @@
 // every allocation site group (stack, autograd node, device), and at every iteration boundary
 // takes a BoundarySnapshot of the groups that changed. A boundary therefore costs what the
 // iteration touched, not what is alive, and the history is thinned to a grid of at most
-// kMaxGridBoundaries boundaries (plus the newest two) however long the run: the verdicts fit
+// kMaxGridBoundaries boundaries (plus the newest 16) however long the run: the verdicts fit
 // lines through (iteration, bytes) points and need no more. The recorder is plain C++ with no
 // torch or Python in it, so Catch2 drives it with synthetic events; AllocatorHook
 // (allocator_hook.h) feeds it from c10's memory-reporting hook.
@@ -214,10 +214,11 @@ class AllocationRecorder {
     const BoundarySnapshot& markBoundary();
     uint32_t iteration() const noexcept { return d_iteration.load(std::memory_order_relaxed); }
     // The kept boundaries, oldest first: every boundary whose iteration is a multiple of
-    // gridStride(), and the newest two.
+    // gridStride(), and the newest kNewestKept.
     const std::vector<BoundarySnapshot>& boundaries() const noexcept { return d_boundaries; }
     uint32_t gridStride() const noexcept { return d_stride; }
     static constexpr size_t kMaxGridBoundaries = 512;
+    static constexpr size_t kNewestKept = 16;
 
     // Visits every live block with the lock held; fn must not allocate tensors.
     void forEachLiveBlock(const std::function<void(uintptr_t, const BlockRecord&)>& fn) const;

@@ -77,7 +77,7 @@ bool TrackingSession::startPaused() {
     return true;
 }
 
-void TrackingSession::step() {
+int64_t TrackingSession::step() {
     if (!active()) {
         throw StateError("step() outside an active tracking session");
     }
@@ -85,10 +85,11 @@ void TrackingSession::step() {
         d_recorder->noteShadowed();
     }
     drainPendingRetains();
-    d_recorder->markBoundary();
+    const auto live = static_cast<int64_t>(d_recorder->markBoundary().liveBytes);
     // torch runs an optimizer's post-step hooks only when its step returned: a step that
     // raised would leave every later block born in it.
     d_recorder->setPhase(BirthPhase::Forward);
+    return live;
 }
 
 std::string TrackingSession::pause() {

@@ -44,7 +44,9 @@ class TrackingSession {
 
     void start();       // throws StateError if a session is active or a profiler is on
     bool startPaused(); // active but not recording: resume() once the profiler stops
-    void step();        // ends an iteration
+    // Ends an iteration; returns the tracked bytes alive at its boundary (sampled blocks at
+    // their weight): watch's cue, at no cost, that memory is rising.
+    int64_t step();
     // Steps aside for another profiler on this thread (torch.profiler refuses to start while
     // anything sits in PROFILER_STATE) and comes back after it. Events in between are lost;
     // the iterations concerned are marked in the report.
