@@ -78,8 +78,9 @@ bool keptFromEveryIteration(const SiteSeries& s, size_t first) {
 
 // The site keeps only a sliding window of its recent blocks: over the last quarter of the
 // judged part (at least 8 points) its oldest live block kept getting younger by birth (each
-// boundary's oldest was born later and later: old blocks are freed), and the window does not
-// widen (the oldest's age at the end is at most a quarter more than at the stretch's start).
+// boundary's oldest was born later and later: old blocks are freed), the window spans several
+// iterations (4 or more) and does not widen (the oldest's age at the end is at most a quarter
+// more than at the stretch's start).
 // A FIFO or LRU cache of a fixed number of entries, whatever its entries' sizes do to its
 // total; never a leak, whose first blocks stay (a late leak's oldest block is its onset's).
 bool slidingWindow(const SiteSeries& s, size_t first) {
@@ -95,7 +96,10 @@ bool slidingWindow(const SiteSeries& s, size_t first) {
         static_cast<double>(s.oldest[n - 1]) - static_cast<double>(s.oldest[from]);
     const double ageThen = at(from) - static_cast<double>(s.oldest[from]);
     const double ageNow = at(n - 1) - static_cast<double>(s.oldest[n - 1]);
-    return s.bytes[from] > 0 && advanced >= 0.5 * span && ageNow <= 1.25 * ageThen + 1.0;
+    // A window of several iterations' blocks: one block re-allocated larger every iteration
+    // (torch.cat onto the last result) is as young as the iteration, and a leak.
+    return s.bytes[from] > 0 && ageThen >= 4.0 && advanced >= 0.5 * span &&
+           ageNow <= 1.25 * ageThen + 1.0;
 }
 
 } // namespace
@@ -390,6 +394,20 @@ bool heldByMachinery(const Finding& f) {
     // the explanation.
     const std::string& root = f.path.front().label;
     return isOutputCacheRoot(root) || isLastExceptionRoot(root);
+}
+
+bool ownRecord(const Finding& f, uint64_t capacity) {
+    if (f.verdict != Verdict::Leak || f.retention != Retention::Reachable || f.path.empty() ||
+        heldByMachinery(f) || f.bytes_per_iteration <= 0 || capacity == 0) {
+        return false;
+    }
+    for (const PathStep& step : f.path) {
+        if (isAutogradStep(step.kind) || step.note.find(kKeepsGraphNote) != std::string::npos) {
+            return false;
+        }
+    }
+    return static_cast<double>(f.bytes_per_iteration) * static_cast<double>(kNegligibleIterations) <
+           static_cast<double>(capacity);
 }
 
 bool allowListed(const Finding& f, const std::vector<std::string>& allow) {
