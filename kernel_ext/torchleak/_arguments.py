@@ -30,9 +30,12 @@ def _gather_timeout(value):
         )
 
 
-def _on_leak(value):
-    if value is not None and not callable(value):
-        raise TypeError(f"on_leak must be callable, got {type(value).__name__}")
+def _callback(name):
+    def check(value):
+        if value is not None and not callable(value):
+            raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+
+    return check
 
 
 def _check_every(value):
@@ -53,7 +56,8 @@ _CHECKS = {
     "iterations": lambda v: checked_int("iterations", v, minimum=1),
     "boundary": _boundary,
     "gather_timeout": _gather_timeout,
-    "on_leak": _on_leak,
+    "on_leak": _callback("on_leak"),
+    "on_withdrawn": _callback("on_withdrawn"),
     "check_every": _check_every,
     "budget": _budget,
 }

@@ -108,6 +108,7 @@ class Tracker:
         self._boundary = boundary
         self._explicit_seen = False
         self._session = None
+        self.live_bytes = 0  # tracked bytes alive at the last boundary (sampled at their weight)
         self._optimizer_hook = None
         self._warnings = []
         self._report = None
@@ -406,7 +407,7 @@ class Tracker:
 
     def _mark_boundary(self):
         self._name_held_blocks()
-        self._session.step()
+        self.live_bytes = self._session.step()
 
     # Before a boundary, the optimizers seen stepping name the blocks of their parameters, the
     # parameters' gradients and their state, and the recorder counts those bytes by what they

@@ -3,14 +3,20 @@
 The recorder's history is thinned to a fixed grid however long the run (recorder.h), blocks
 under ``sample_bytes`` are sampled (allocation_sampler.h), and the verdict is taken without
 retaining paths, on a time budget: checks may take at most ``budget`` of the run's wall time,
-so a long step is checked every step and a 10 ms step every few dozen. A leak, once confirmed,
-is reported once: a log line, the report written, the callback called; the run goes on.
+so a long step is checked every step and a 10 ms step every few dozen. Memory itself can call a
+check the budget would skip (_CheckCue): tracked bytes rising for several boundaries in a row,
+or a confirmed leak's bytes flat since, so that a leak of 1% of the tracked total per iteration
+is confirmed within about 10 boundaries of its onset, wherever the onset falls, and a cache
+that filled up is withdrawn soon after it stops. A leak, once confirmed, is reported once: a
+log line, the report written, ``on_leak`` called; the run goes on. A confirmed leak whose growth
+stopped long enough (verdict.h's rule) is withdrawn the same way, with ``on_withdrawn``.
 """
 
 import logging
 import os
 import time
 import warnings
+from collections import deque
 
 from ._job import DEFAULT_GATHER_TIMEOUT, rank_path
 from ._arguments import check_options
@@ -26,6 +32,55 @@ DEFAULT_SAMPLE_BYTES = 256 * 1024
 _MIN_JUDGED_ITERATIONS = 8
 
 
+class _CheckCue:
+    """When memory itself asks for a check the time budget would skip: the tracked total is
+    at the highest of the last SPAN boundaries and rose by RISE of itself over them (a leak of
+    1% per iteration is cued within SPAN, sampled or not), or confirmed leaks are
+    announced and the total has set no new high for SPAN boundaries (growth that may have
+    stopped). Cued checks back off: from the second that changed nothing on, each doubles the
+    wait for the next (MIN_GAP, MIN_GAP, 2 MIN_GAP, ... MAX_GAP boundaries), so a steady leak already announced, or a run that
+    only wobbles, costs a few dozen checks, not one per boundary. O(1) per boundary: the total
+    comes with the boundary (session.step())."""
+
+    SPAN = 8
+    RISE = 0.04
+    MIN_GAP = 4  # a rise cued at its 4th boundary is confirmed by the look at its 8th
+    MAX_GAP = 1024
+
+    def __init__(self):
+        self._totals = deque(maxlen=self.SPAN + 1)
+        self._high = 0
+        self._high_at = 0
+        self._gap = self.MIN_GAP
+        self._misses = 0
+        self._last = -self.SPAN
+        self._high_checked = None
+
+    def observe(self, iteration, total):
+        self._totals.append(total)
+        # A new high is one a step above the last (RISE / SPAN): noise does not keep resetting it.
+        if total > self._high * (1 + self.RISE / self.SPAN):
+            self._high, self._high_at = total, iteration
+
+    def due(self, iteration, announced):
+        if len(self._totals) <= self.SPAN:
+            return False
+        settled = announced and iteration - self._high_at >= self.SPAN
+        if settled and self._high_at != self._high_checked:
+            return True  # the first look since the growth paused, whatever the back-off
+        if iteration - self._last < self._gap:
+            return False
+        totals = list(self._totals)
+        rising = totals[-1] >= max(totals) and totals[-1] - totals[0] >= self.RISE * max(totals[-1], 1)
+        return rising or settled
+
+    def taken(self, iteration, changed):
+        self._last = iteration
+        self._high_checked = self._high_at
+        self._misses = 0 if changed else self._misses + 1
+        self._gap = min(self.MIN_GAP << max(self._misses - 1, 0), self.MAX_GAP)
+
+
 class Watch:
     """What :func:`watch` returns: use it as a context manager, or ``start()`` / ``stop()``.
 
@@ -38,6 +93,7 @@ class Watch:
         *,
         every=1,
         on_leak=None,
+        on_withdrawn=None,
         json="torchleak-watch.json",
         html=None,
         sample_bytes=DEFAULT_SAMPLE_BYTES,
@@ -47,7 +103,7 @@ class Watch:
         gather_timeout=DEFAULT_GATHER_TIMEOUT,
         redact=False,
     ):
-        check_options(on_leak=on_leak, budget=budget)
+        check_options(on_leak=on_leak, on_withdrawn=on_withdrawn, budget=budget)
         for (name, ends), path in zip(OUTPUT_EXTENSIONS.items(), (json, html)):
             if path is not None and (not isinstance(path, str) or not path.lower().endswith(ends)):
                 raise ValueError(f"{name} must be a path ending in {' or '.join(ends)}, got {brief(path)}")
@@ -66,13 +122,17 @@ class Watch:
         )
         self._every = every
         self._on_leak = on_leak
+        self._on_withdrawn = on_withdrawn
         # Absolute now: a run that changes directory still writes where it was asked to.
         self._paths = [os.path.abspath(p) for p in (json, html) if p]
         self._budget = float(budget)
         self._redact = bool(redact)
-        self._announced = set()
+        self._announced = {}  # key -> the holder said when it was announced
+        self._cue = _CheckCue()
         self.leaks = []
+        self.withdrawn = []
         self.checks = 0
+        self.cued_checks = 0
         self._spent = 0.0
         self._started = None
         self._broken = False
@@ -109,44 +169,90 @@ class Watch:
 
     # -- the verdict as the run goes ----------------------------------------------------------
     def _after_boundary(self, tracker):
-        if self._broken or tracker.iterations < tracker.warmup + _MIN_JUDGED_ITERATIONS:
+        iteration = tracker.iterations
+        self._cue.observe(iteration, tracker.live_bytes)
+        if self._broken or iteration < tracker.warmup + _MIN_JUDGED_ITERATIONS:
             return
+        cued = False
         if self._spent > self._budget * (time.perf_counter() - self._started):
-            return
+            cued = self._cue.due(iteration, bool(self._announced))
+            if not cued:
+                return
         begun = time.perf_counter()
         try:
             self.checks += 1
-            quick = tracker._build_report(paths=False, shapes=False)
-            new = [f for f in quick.leaks if _key(f) not in self._announced]
-            if new:
-                self._announce(tracker.report(), {_key(f) for f in new})
+            self.cued_checks += cued
+            changed = self._check(tracker)
+            if cued:
+                self._cue.taken(iteration, changed)
         except Exception as error:  # noqa: BLE001 - the training run must go on
             self._broken = True
             warnings.warn(f"torchleak.watch stopped judging the run: {error}", RuntimeWarning)
         finally:
             self._spent += time.perf_counter() - begun
 
-    def _announce(self, report, keys):
+    def _check(self, tracker):
+        """One verdict on the run so far; True when it announced or withdrew a leak."""
+        quick = tracker._build_report(paths=False, shapes=False)
+        new = {_key(f) for f in quick.leaks} - set(self._announced)
+        by_key = {_key(f): f for f in quick.findings}
+        over = [k for k in self._announced if _stopped(by_key.get(k))]
+        if not new and not over:
+            return False
+        report = tracker.report()
         written = self._write(report)
+        if over:
+            self._withdraw(report, over, written)
+        if new:
+            self._announce(report, new, written)
+        return True
+
+    def _announce(self, report, keys, written):
         unit, per = _unit(report, self._every)
         for f in report.leaks:
             if _key(f) not in keys:
                 continue
-            self._announced.add(_key(f))
             holder = (f.get("holder") or {}).get("path_text") or f.get("path_text") or "unknown"
+            self._announced[_key(f)] = holder
             rate = f.bytes_per_iteration / per
+            since = f.get("growth_since") or {}
+            onset = ""
+            if since:  # the core's words count iterations; a run watched every N steps counts steps
+                onset = f"; {since['text']}" if per == 1 else f"; since {unit} {since['iteration'] * per + 1:,}"
             line = (
                 f"torchleak: leak confirmed after {report.iterations} "
                 f"iterations: {f.site_text} held by {holder}, +{format_bytes(rate)} per "
-                f"{unit}" + (f"; report: {written[0]}" if written else "")
+                f"{unit}{onset}" + (f"; report: {written[0]}" if written else "")
             )
             self.leaks.append(line)
             logger.warning(line)
-        if self._on_leak is not None:
-            try:
-                self._on_leak(report)
-            except Exception as error:  # noqa: BLE001 - a user callback must not stop the run
-                warnings.warn(f"torchleak.watch: on_leak raised {type(error).__name__}: {error}", RuntimeWarning)
+        self._call("on_leak", self._on_leak, report)
+
+    def _withdraw(self, report, keys, written):
+        by_key = {_key(f): f for f in report.findings}
+        for key in keys:
+            holder = self._announced.pop(key)
+            f = by_key.get(key)
+            since = (f.get("growth_since") or {}) if f is not None else {}
+            if since.get("stopped_at") is not None:
+                what = since["text"]
+            else:
+                what = "its memory was freed"
+            line = (
+                f"torchleak: leak withdrawn after {report.iterations} iterations: "
+                f"{key[0]} held by {holder}: {what}; not a leak" + (f"; report: {written[0]}" if written else "")
+            )
+            self.withdrawn.append(line)
+            logger.warning(line)
+        self._call("on_withdrawn", self._on_withdrawn, report)
+
+    def _call(self, name, callback, report):
+        if callback is None:
+            return
+        try:
+            callback(report)
+        except Exception as error:  # noqa: BLE001 - a user callback must not stop the run
+            warnings.warn(f"torchleak.watch: {name} raised {type(error).__name__}: {error}", RuntimeWarning)
 
     def _write(self, report):
         written, failed = save_each(report, [rank_path(p, self.tracker.rank) for p in self._paths], redact=self._redact)
@@ -163,6 +269,17 @@ def _key(finding):
     return (finding.site_text, finding.get("device"))
 
 
+def _stopped(finding):
+    """An announced leak is over when its growth stopped (verdict.h: flat for long enough) or
+    what it kept was freed; a finding still called a leak, or not yet settled, is not."""
+    if finding is None:
+        return True
+    if finding.verdict == "leak":
+        return False
+    since = finding.get("growth_since") or {}
+    return since.get("stopped_at") is not None or finding.total_bytes == 0
+
+
 def _unit(report, every):
     """Rates said per optimizer step when iterations are groups of `every` of them."""
     if report.to_dict().get("boundary") == "optimizer_step":
@@ -174,6 +291,7 @@ def watch(
     *,
     every=1,
     on_leak=None,
+    on_withdrawn=None,
     json="torchleak-watch.json",
     html=None,
     sample_bytes=DEFAULT_SAMPLE_BYTES,
@@ -188,13 +306,18 @@ def watch(
     a verdict as the run goes, on at most ``budget`` of its time. When a leak is confirmed:
     one log line (logger "torchleak": site, holder, bytes per step), the report written to
     ``json`` / ``html`` (``{rank}`` is the rank in a torch.distributed job), and
-    ``on_leak(report)`` called; the run is not stopped. The final report is written at the end.
+    ``on_leak(report)`` called; the run is not stopped. A memory trend cues a check the budget
+    would skip, so a leak of 1% of the tracked total per iteration is confirmed within about 10
+    iterations of its onset. A confirmed leak whose growth then stopped for long enough (a cache
+    that filled up) is withdrawn: one log line, the report written again, ``on_withdrawn(report)``
+    called. The final report is written at the end.
     With ``redact`` the files written are ``Report.redacted()`` (shapes, sources, absolute
     paths and string keys withheld); ``on_leak`` and ``report()`` get the whole report.
     """
     return Watch(
         every=every,
         on_leak=on_leak,
+        on_withdrawn=on_withdrawn,
         json=json,
         html=html,
         sample_bytes=sample_bytes,
