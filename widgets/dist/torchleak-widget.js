@@ -27,7 +27,7 @@ const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
   total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
   fix_code: "string",
-  ranks_text: "string", role: "string",
+  ranks_text: "string", role: "string", growth_since: { text: "string" },
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
            tensor: { text: "string" } }],
@@ -498,10 +498,10 @@ const LEAKS_SHOWN = 3;
 const ROWS_SHOWN = 25;
 
 // Leaks first when sorting by verdict, not the alphabet's order.
-const VERDICT_RANK = { leak: 0, fragmentation: 1, plateau: 2, warmup: 3, transient: 4 };
+const VERDICT_RANK = { leak: 0, growth: 1, fragmentation: 2, plateau: 3, warmup: 4, transient: 5 };
 
 const COLUMNS = [
-  ["verdict", (f) => -(VERDICT_RANK[f.verdict] ?? 5)],
+  ["verdict", (f) => -(VERDICT_RANK[f.verdict] ?? 6)],
   ["site", (f) => siteText(f.site)],
   ["per", (f) => f.bytes_per_iteration], // "per iteration", "per cell run": the report's unit
   ["live", (f) => f.total_bytes],
@@ -673,6 +673,10 @@ function render({ model, el: host }) {
       }
       if (site.source) siteCell.appendChild(el("code", { class: "tl-source", "data-testid": "site-source" }, site.source));
       if (f.ranks_text) siteCell.appendChild(el("div", { class: "tl-note", "data-testid": "ranks-text" }, f.ranks_text));
+      // When the growth began, or that it stopped: the core's words ("leaking since iteration 122, ...").
+      if (f.growth_since && f.growth_since.text) {
+        siteCell.appendChild(el("div", { class: "tl-note", "data-testid": "growth-text" }, f.growth_since.text));
+      }
       row.appendChild(siteCell);
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.total_bytes)));

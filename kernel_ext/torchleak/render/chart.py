@@ -80,7 +80,7 @@ def roles_svg(device, *, at=None, unit="iteration", leak_roles=(), width=420):
     height = 120 + top_margin
     inner_w, inner_h = width - pad - 6, height - top_margin - 16
     # One point spans the width: a run of one iteration is a band.
-    # A long series (only a hostile report has one: the core keeps at most 514 points) is drawn
+    # A long series (only a hostile report has one: the core keeps at most 528 points) is drawn
     # through each stretch's lowest and highest total, the same points for every role.
     points = [0, 0] if count == 1 else _extremes(totals, 200)
     xs = [pad, pad + inner_w] if count == 1 else [pad + inner_w * at[i] / max(n - 1, 1) for i in points]

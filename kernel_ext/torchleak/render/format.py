@@ -77,6 +77,13 @@ def allocated_inside_text(finding):
     return f"allocated inside {site_text(inside)} ({inside.get('function')})"
 
 
+def growth_text(finding):
+    """The core's words for when a finding's growth began and whether it stopped ("leaking since
+    iteration 122, 1.1 MiB per iteration", "grew 25.0 MiB until iteration 101, flat since"), or
+    None (a report from before growth_since, or a site that never grew)."""
+    return (finding.get("growth_since") or {}).get("text") or None
+
+
 def escape(value):
     """Every string shown in HTML goes through here."""
     return html.escape(str(value), quote=True)

@@ -10,9 +10,10 @@ from .format import (
     device_text,
     empty_text,
     escape as _e,
-    format_bytes,
-    iteration_unit,
     fix_html,
+    format_bytes,
+    growth_text,
+    iteration_unit,
     job_lines,
     oom_parts,
     path_code,
@@ -28,6 +29,7 @@ _VERDICT_COLOURS = {
     "leak": "#c0392b",
     "warmup": "#7f8c8d",
     "plateau": "#8e44ad",
+    "growth": "#b7950b",
     "transient": "#27ae60",
     "allowed": "#2980b9",
     "fragmentation": "#d35400",
@@ -84,6 +86,8 @@ def _finding_row(f):
     fix = fix_html(f)
     if f.get("ranks_text"):
         source_html += f"<br><b>{_e(f['ranks_text'])}</b>"
+    if growth_text(f):
+        source_html += f'<br><span data-testid="growth">{_e(growth_text(f))}</span>'
     return (
         f'<tr data-testid="finding-row">'
         f'<td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'

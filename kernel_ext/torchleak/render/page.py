@@ -11,6 +11,7 @@ from .format import (
     finding_tensor,
     fix_html,
     format_bytes,
+    growth_text,
     iteration_unit,
     oom_parts,
     path_code,
@@ -56,6 +57,8 @@ def _finding_row(f, at, unit):
     details = [f"<div>{_e(f['count'])} block(s), {_e(finding_tensor(f) or 'storage')} on {_e(f['device'])}</div>"]
     if f.get("ranks_text"):
         details.append(f'<div class="ranks">{_e(f["ranks_text"])}</div>')
+    if growth_text(f):
+        details.append(f'<div data-testid="growth">{_e(growth_text(f))}</div>')
     if f.get("autograd_node"):
         details.append(f"<div>allocated in backward by <code>{_e(f['autograd_node'])}</code></div>")
     if allocated_inside_text(f):

@@ -1,6 +1,15 @@
 """The ``text/plain`` lines of a notebook output: consoles, CI logs, terminals."""
 
-from .format import LEAKS_SHOWN, cause_groups, format_bytes, iteration_unit, progress_text, short_path, site_text
+from .format import (
+    LEAKS_SHOWN,
+    cause_groups,
+    format_bytes,
+    growth_text,
+    iteration_unit,
+    progress_text,
+    short_path,
+    site_text,
+)
 
 
 def render(data, *, progress=None, limit=4):
@@ -21,9 +30,10 @@ def render(data, *, progress=None, limit=4):
         held = f" held by {short_path(f)}" if f.get("path_text") else ""
         holder = f" (holder {short_path(f['holder'])})" if f.get("holder") else ""
         ranks = f" ({f['ranks_text']})" if f.get("ranks_text") else ""
+        grew = f"; {growth_text(f)}" if growth_text(f) else ""
         lines.append(
             f"  {f['verdict']}: {format_bytes(f['bytes_per_iteration'])}/{unit} at "
-            f"{site_text(f['site'])}{held}{holder}{ranks}"
+            f"{site_text(f['site'])}{held}{holder}{ranks}{grew}"
         )
     if len(findings) > limit:
         lines.append(f"  ... {len(findings) - limit} more")

@@ -9,6 +9,7 @@ from .format import (
     empty_text,
     finding_tensor,
     format_bytes,
+    growth_text,
     iteration_unit,
     job_lines,
     keeper_text,
@@ -138,6 +139,8 @@ def _site_details(f, unit, span=None):
             f"{span or len(series)} {unit}s (r2 {trend.get('r2', 0):.2f}, "
             f"p {trend.get('p_value', 1):.2g}, confidence {f.get('confidence', 0):.2f})"
         )
+    if growth_text(f):
+        out.append(f"  {growth_text(f)}")
     if f.get("path"):
         out.append(f"  why alive ({f.get('retention', 'unknown')}): {short_path(f)}")
         out.extend(_path_lines(f["path"]))
@@ -216,8 +219,9 @@ def render(data):
         for f in others:
             held = f"  held by {short_path(f)}" if f.get("path_text") else ""
             where = f"  ({f['ranks_text']})" if f.get("ranks_text") else ""
+            grew = f"  ({growth_text(f)})" if growth_text(f) else ""
             out.append(
                 f"  {f['verdict']:<10s} {format_bytes(f['total_bytes']):>10s} at "
-                f"{site_text(f['site'])} in {f['site'].get('function')}{held}{where}"
+                f"{site_text(f['site'])} in {f['site'].get('function')}{held}{where}{grew}"
             )
     return "\n".join(line.translate(_CONTROLS) for line in out)
