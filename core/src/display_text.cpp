@@ -1,6 +1,7 @@
 #include "torchleak/display_text.h"
 
 #include "torchleak/retention.h"
+#include "torchleak/verdict.h"
 
 #include <algorithm>
 #include <cmath>
@@ -152,9 +153,8 @@ std::string projectionText(const DeviceTimeline& d, int iterations, BoundaryKind
     std::string rate = "at " + formatBytes(static_cast<double>(d.leak_bytes_per_iteration)) +
                        " per " + noun + ", " + d.device;
     // Past this, the exact count is noise: no run lasts that long.
-    constexpr int64_t kNegligible = 100'000'000;
-    if (remaining > kNegligible) {
-        return rate + " would take over " + groupThousands(kNegligible) + " " + noun +
+    if (remaining > kNegligibleIterations) {
+        return rate + " would take over " + groupThousands(kNegligibleIterations) + " " + noun +
                "s to fill: negligible";
     }
     if (remaining == 0) {
@@ -313,6 +313,12 @@ std::string growthText(const Finding& f, BoundaryKind boundary) {
     }
     const GrowthSince& g = *f.growth_since;
     const std::string noun = iterationNoun(boundary);
+    if (f.verdict == Verdict::Growth) {
+        return "growing " + formatBytes(static_cast<double>(g.bytes_per_iteration)) + " per " +
+               noun + " since " + noun + " " + groupThousands(g.iteration + 1) + ": at this rate " +
+               f.device + " would take over " + groupThousands(kNegligibleIterations) + " " + noun +
+               "s to fill";
+    }
     if (g.stopped_at) {
         return "grew " + formatBytes(static_cast<double>(g.grown_bytes)) + " until " + noun + " " +
                groupThousands(*g.stopped_at + 1) + ", flat since";

@@ -21,7 +21,8 @@ template <> struct Names<Verdict> {
         {Verdict::Plateau, "plateau"},
         {Verdict::Transient, "transient"},
         {Verdict::Fragmentation, "fragmentation"},
-        {Verdict::Allowed, "allowed"}};
+        {Verdict::Allowed, "allowed"},
+        {Verdict::Growth, "growth"}};
 };
 
 template <> struct Names<Severity> {

@@ -519,6 +519,10 @@ void ReportBuilder::finalizeFindings() {
             f.verdict = Verdict::Leak;
             f.confidence = 0.9;
         }
+        if (!draft.site->groups.empty() &&
+            ownRecord(f, deviceCapacity(draft.site->groups.front().device, d_inputs.devices))) {
+            f.verdict = Verdict::Growth;
+        }
         if (allowListed(f, d_inputs.config.allow)) {
             f.verdict = Verdict::Allowed;
         }

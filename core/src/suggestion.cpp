@@ -311,6 +311,12 @@ std::string lastExceptionFixCode(const Finding& f) {
 } // namespace
 
 std::string suggestFix(const Finding& f) {
+    if (f.verdict == Verdict::Growth) {
+        const std::string holder = f.holder ? f.holder->path_text : f.path_text;
+        return holder + " is a record the program keeps by its own name, of values with no "
+                        "autograd graph, growing too slowly to matter: nothing to fix. Bound it "
+                        "(collections.deque(maxlen=...)) only if the run is to last longer";
+    }
     if (f.verdict != Verdict::Leak) {
         return "";
     }

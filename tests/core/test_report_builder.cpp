@@ -241,7 +241,8 @@ TEST_CASE("A long run's thinned history gives the exact rate and tells a plateau
     Report r = buildReport(rec, in, sym, desc);
     REQUIRE(r.iterations == static_cast<int>(kIterations));
     REQUIRE(r.series_iterations.size() == rec.boundaries().size());
-    REQUIRE(r.series_iterations.size() <= AllocationRecorder::kMaxGridBoundaries + AllocationRecorder::kNewestKept);
+    REQUIRE(r.series_iterations.size() <=
+            AllocationRecorder::kMaxGridBoundaries + AllocationRecorder::kNewestKept);
     REQUIRE(r.series_iterations.back() == kIterations - 1);
     REQUIRE(r.findings.size() == 2);
     const Finding& leak = r.findings[0];

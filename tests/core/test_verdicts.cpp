@@ -214,3 +214,56 @@ TEST_CASE("reserved-only growth with flat allocated memory is fragmentation") {
     REQUIRE_FALSE(cpu.fragmentation);
     REQUIRE(cpu.ratio == 0.0);
 }
+
+TEST_CASE("ownRecord: a few bytes per iteration the user keeps by name are growth, not a leak") {
+    // An optimisation history: 48 B per trial in the user's own list, values without graphs.
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.retention = Retention::Reachable;
+    f.bytes_per_iteration = 48;
+    f.path = {{StepKind::Root, "history", "list", "", std::nullopt, ""},
+              {StepKind::Index, "[47]", "Tensor", "", std::nullopt, ""}};
+    const uint64_t capacity = 24ULL << 30;
+    REQUIRE(ownRecord(f, capacity));
+    SECTION("not when it keeps a graph") {
+        f.path.push_back({StepKind::GradFn, ".grad_fn", "MulBackward0", "", std::nullopt, ""});
+        REQUIRE_FALSE(ownRecord(f, capacity));
+    }
+    SECTION("not when its tensor carries one") {
+        f.path.back().note = kKeepsGraphNote;
+        REQUIRE_FALSE(ownRecord(f, capacity));
+    }
+    SECTION("not when it would fill the device within 10^8 iterations") {
+        f.bytes_per_iteration = 256; // 25.6 GB in 10^8 iterations, more than 24 GiB
+        REQUIRE_FALSE(ownRecord(f, capacity));
+        REQUIRE(ownRecord(f, 80ULL << 30)); // an 80 GB device takes longer
+    }
+    SECTION("not when the device's size is unknown") {
+        REQUIRE_FALSE(ownRecord(f, 0));
+    }
+    SECTION("not when only notebook machinery keeps it") {
+        f.path.front().label = "Out[3]";
+        REQUIRE_FALSE(ownRecord(f, capacity));
+    }
+    SECTION("not when nothing names it") {
+        f.retention = Retention::CppOnly;
+        REQUIRE_FALSE(ownRecord(f, capacity));
+    }
+    SECTION("only a leak becomes growth") {
+        f.verdict = Verdict::Plateau;
+        REQUIRE_FALSE(ownRecord(f, capacity));
+    }
+}
+
+TEST_CASE("A buffer re-allocated one iteration larger is a leak, not a sliding window") {
+    // torch.cat onto the last result: one block alive, born in the iteration it ends.
+    SiteSeries s;
+    for (int i = 0; i < 40; ++i) {
+        s.bytes.push_back(static_cast<int64_t>(i + 1) * 1024 * 1024);
+        s.born.push_back(static_cast<int64_t>(i + 1) * 1024 * 1024);
+        s.oldest.push_back(static_cast<uint32_t>(i));
+    }
+    s.surviving.assign(40, 0);
+    s.surviving.back() = s.bytes.back();
+    REQUIRE(classify(s, 2).verdict == Verdict::Leak);
+}

@@ -14,7 +14,10 @@
 
 namespace torchleak {
 
-enum class Verdict { Leak, Warmup, Plateau, Transient, Fragmentation, Allowed };
+// Growth: a site that grows without end, but is the user's own record held by their own name
+// and negligible against its device (verdict.h's ownRecord): said with its projection, not as a
+// leak with a fix that would delete it.
+enum class Verdict { Leak, Warmup, Plateau, Transient, Fragmentation, Allowed, Growth };
 enum class Severity { Critical, Warning, Info };
 enum class BoundaryKind { Explicit, OptimizerStep, Repeat, Cell };
 

@@ -66,6 +66,19 @@ DeviceVerdict judgeDevice(const std::vector<int64_t>& allocated,
 // keeps is a leak only when it grows: a verdict never calls flat memory a leak for its path.
 bool heldByMachinery(const Finding& f);
 
+// Past this many iterations, the time a growth would take to fill its device is no run's
+// length: it is negligible (the device's projection says so, and ownRecord relies on it).
+inline constexpr int64_t kNegligibleIterations = 100'000'000;
+
+// A leak in proportion: growth the user keeps on purpose, to be reported as `growth` with its
+// projection rather than as a leak whose fix (`.clear()`) would delete the user's data. It is
+// (1) reachable from a root of the user's own (not notebook machinery, not only C++) through
+// plain objects, with no autograd step on the path: a record of values, not of graphs; and
+// (2) negligible against the device, `capacity` bytes: at its rate the device would take over
+// kNegligibleIterations iterations to fill. Whether the loop reads the record back is beyond
+// what torchleak sees; the two conditions are what it can know.
+bool ownRecord(const Finding& f, uint64_t capacity);
+
 // An intentional cache the user named: a glob matching the site ("file:line"), its function,
 // the path or the holder.
 bool allowListed(const Finding& f, const std::vector<std::string>& allow);
