@@ -97,7 +97,7 @@ class Report:
     @property
     def series_iterations(self):
         """The iteration each point of the findings' and devices' series was taken at. A long
-        run keeps a thinned grid of boundaries (at most 514 points however long it ran); when
+        run keeps a thinned grid of boundaries (at most 528 points however long it ran); when
         every boundary was kept, point i is iteration i and this is ``range(iterations)``."""
         return self._data.get("series_iterations") or list(range(self.iterations))
 

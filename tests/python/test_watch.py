@@ -93,8 +93,8 @@ def test_memory_stays_bounded_over_a_long_run():
     report = w.report(paths=False)
     assert report.to_dict()["iterations"] == 3000
     # The history is thinned to a fixed grid, whatever the run's length.
-    assert len(report.to_dict()["series_iterations"]) <= 514
-    assert all(len(f.series) <= 514 for f in report.findings)
+    assert len(report.to_dict()["series_iterations"]) <= 528
+    assert all(len(f.series) <= 528 for f in report.findings)
 
 
 def test_a_failing_callback_does_not_stop_the_run():
