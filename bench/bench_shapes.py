@@ -3,8 +3,8 @@
 Each shape is a real training loop (an MLP, 1024 wide, Adam: about 32 MiB tracked) that keeps
 tensors in the shape's pattern, run from its own seeds:
   leaks   late onset at 10%, 50% and 90% of the run (384 KiB per step, 1.2% of the tracked
-          total, recorded whole under watch's sampling); a staircase (1 MiB every 25 steps, an evaluation epoch's leak, from step 100);
-          a rising floor under a saw-tooth (a buffer cleared every 10 steps that leaves one
+          total, recorded whole under watch's sampling); a staircase (1 MiB every 25 steps, an
+          evaluation epoch's leak, from step 100); a rising floor under a saw-tooth (a buffer cleared every 10 steps that leaves one
           block behind); a slow leak under transients ten times its size (16 KiB kept per step,
           0-160 KiB kept across one boundary); sampled small blocks (4 KiB per step from step
           150, under watch's 256 KiB sampling)

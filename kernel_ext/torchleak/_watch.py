@@ -38,9 +38,9 @@ class _CheckCue:
     1% per iteration is cued within SPAN, sampled or not), or confirmed leaks are
     announced and the total has set no new high for SPAN boundaries (growth that may have
     stopped). Cued checks back off: from the second that changed nothing on, each doubles the
-    wait for the next (MIN_GAP, MIN_GAP, 2 MIN_GAP, ... MAX_GAP boundaries), so a steady leak already announced, or a run that
-    only wobbles, costs a few dozen checks, not one per boundary. O(1) per boundary: the total
-    comes with the boundary (session.step())."""
+    wait for the next (MIN_GAP, MIN_GAP, 2 MIN_GAP, ... MAX_GAP boundaries), so a steady leak
+    already announced, or a run that only wobbles, costs a few dozen checks, not one per
+    boundary. O(1) per boundary: the total comes with the boundary (session.step())."""
 
     SPAN = 8
     RISE = 0.04
