@@ -3,14 +3,16 @@
 Each shape is a real training loop (an MLP, 1024 wide, Adam: about 32 MiB tracked) that keeps
 tensors in the shape's pattern, run from its own seeds:
   leaks   late onset at 10%, 50% and 90% of the run (384 KiB per step, 1.2% of the tracked
-          total, recorded whole under watch's sampling); a staircase (1 MiB every 25 steps, an
-          evaluation epoch's leak, from step 100); a rising floor under a saw-tooth (a buffer cleared every 10 steps that leaves one
-          block behind); a slow leak under transients ten times its size (16 KiB kept per step,
-          0-160 KiB kept across one boundary); sampled small blocks (4 KiB per step from step
-          150, under watch's 256 KiB sampling)
+          total, recorded whole under watch's sampling); a staircase (1 MiB every 25 steps,
+          an evaluation epoch's leak, from step 100); a rising floor under a saw-tooth (a
+          buffer cleared every 10 steps that leaves one block behind); a slow leak under
+          transients ten times its size (16 KiB kept per step, 0-160 KiB kept across one
+          boundary); sampled small blocks (4 KiB per step from step 150, under watch's 256 KiB
+          sampling)
   clean   warm-up (lazy buffers in the first 5 steps); a cache of 256 KiB entries that fills
-          for 90% of the run and stops; evaluation spikes (outputs of an evaluation pass every 50 steps, kept one
-          step); variable batch shapes; an LRU cache of 100 entries of random sizes
+          for 90% of the run and stops; evaluation spikes (outputs of an evaluation pass every
+          50 steps, kept one step); variable batch shapes; an LRU cache of 100 entries of
+          random sizes
 Under track(): the verdict at the end of the run, and the onset it names (its error in
 iterations). Under watch() with its defaults (sampling, the 0.5% time budget, the memory cue):
 the iterations from the onset to the announcement, and for clean shapes what was announced and
