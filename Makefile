@@ -131,6 +131,7 @@ bench: install
 	$(PY) bench/bench_overhead.py
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_verdicts.py
+	$(PY) bench/bench_shapes.py
 
 # The suite of real-world leak cases and its scorer live outside this repository, in the team's
 # shared folder beside it; LEAK_CASES=path points elsewhere.
