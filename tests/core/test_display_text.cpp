@@ -183,3 +183,24 @@ TEST_CASE("blockLabel: the holder, the verdict and the role, for the memory view
     f.role = MemoryRole::OptimizerState;
     REQUIRE(blockLabel(f) == "torchleak: warmup, optimizer state");
 }
+
+TEST_CASE("growthText: a leak's onset, growth that stopped, a record in proportion") {
+    Finding f;
+    f.device = "cuda:0";
+    REQUIRE(growthText(f, BoundaryKind::OptimizerStep).empty());
+    f.verdict = Verdict::Leak;
+    f.growth_since = GrowthSince{2001, 1200000, std::nullopt, 1200000000};
+    REQUIRE(growthText(f, BoundaryKind::OptimizerStep) ==
+            "leaking since iteration 2,002, 1.1 MiB per iteration");
+    REQUIRE(growthText(f, BoundaryKind::Cell) ==
+            "leaking since cell run 2,002, 1.1 MiB per cell run");
+    f.verdict = Verdict::Plateau;
+    f.growth_since = GrowthSince{1, 262144, 100, 26214400};
+    REQUIRE(growthText(f, BoundaryKind::OptimizerStep) ==
+            "grew 25.0 MiB until iteration 101, flat since");
+    f.verdict = Verdict::Growth;
+    f.growth_since = GrowthSince{1, 48, std::nullopt, 2352};
+    REQUIRE(growthText(f, BoundaryKind::OptimizerStep) ==
+            "growing 48 B per iteration since iteration 2: at this rate cuda:0 would take over "
+            "100,000,000 iterations to fill");
+}

@@ -52,7 +52,12 @@ Report hostileReport() {
     f.live_blocks = {{0x7f0000001000, 1 << 20, 0, 3}, {0xffffffffffffff00, 1 << 20, 2, 90}};
     f.live_blocks_unlisted = 1;
     f.live_bytes_unlisted = 1 << 20;
+    f.growth_since = GrowthSince{1, 1 << 20, std::nullopt, 2 << 20};
     r.findings.push_back(f);
+    Finding stopped = f;
+    stopped.verdict = Verdict::Plateau;
+    stopped.growth_since = GrowthSince{0, 1 << 19, 2, 1 << 20};
+    r.findings.push_back(stopped);
     DeviceTimeline d;
     d.device = "cpu";
     d.capacity_bytes = 1ull << 34;
@@ -77,6 +82,14 @@ TEST_CASE("JSON has the contract's field names and parses back with nlohmann") {
     REQUIRE(j["boundary"] == "repeat");
     const auto& f = j["findings"][0];
     REQUIRE(f["verdict"] == "leak");
+    REQUIRE(f["growth_since"]["iteration"] == 1);
+    REQUIRE(f["growth_since"]["bytes_per_iteration"] == 1 << 20);
+    REQUIRE(f["growth_since"]["stopped_at"].is_null());
+    REQUIRE(f["growth_since"]["grown_bytes"] == 2 << 20);
+    REQUIRE(f["growth_since"]["text"] == "leaking since iteration 2, 1.0 MiB per iteration");
+    REQUIRE(j["findings"][1]["growth_since"]["stopped_at"] == 2);
+    REQUIRE(j["findings"][1]["growth_since"]["text"] ==
+            "grew 1.0 MiB until iteration 3, flat since");
     REQUIRE(f["site"]["file"] == "dir \"quoted\"/<script>alert('x')</script>.py");
     REQUIRE(f["site"]["cell"].is_null());
     REQUIRE(f["path"][0]["label"] == "losses\n\t\\");
@@ -152,7 +165,7 @@ TEST_CASE("Findings that are not objects, or are missing, are schema errors") {
     noVerdict["findings"][0].erase("verdict");
     REQUIRE_THROWS_WITH(reportFromJson(noVerdict.dump()), Catch::Contains("finding 0"));
     // A member named findings deeper down (a cause's, the oom's) is no finding.
-    REQUIRE(reportFromJson(good.dump()).findings.size() == 1);
+    REQUIRE(reportFromJson(good.dump()).findings.size() == good["findings"].size());
 }
 
 TEST_CASE("Invalid UTF-8 in a file name is replaced, not thrown") {
