@@ -219,13 +219,12 @@ class Watch:
             onset = ""
             if since:  # the core's words count iterations; a run watched every N steps counts steps
                 onset = f"; {since['text']}" if per == 1 else f"; since {unit} {since['iteration'] * per + 1:,}"
-            line = (
-                f"torchleak: leak confirmed after {report.iterations} "
-                f"iterations: {f.site_text} held by {holder}, +{format_bytes(rate)} per "
-                f"{unit}{onset}" + (f"; report: {written[0]}" if written else "")
+            _say(
+                self.leaks,
+                f"torchleak: leak confirmed after {report.iterations} iterations: {f.site_text} held by "
+                f"{holder}, +{format_bytes(rate)} per {unit}{onset}",
+                written,
             )
-            self.leaks.append(line)
-            logger.warning(line)
         self._call("on_leak", self._on_leak, report)
 
     def _withdraw(self, report, keys, written):
@@ -238,12 +237,12 @@ class Watch:
                 what = since["text"]
             else:
                 what = "its memory was freed"
-            line = (
-                f"torchleak: leak withdrawn after {report.iterations} iterations: "
-                f"{key[0]} held by {holder}: {what}; not a leak" + (f"; report: {written[0]}" if written else "")
+            _say(
+                self.withdrawn,
+                f"torchleak: leak withdrawn after {report.iterations} iterations: {key[0]} held by "
+                f"{holder}: {what}; not a leak",
+                written,
             )
-            self.withdrawn.append(line)
-            logger.warning(line)
         self._call("on_withdrawn", self._on_withdrawn, report)
 
     def _call(self, name, callback, report):
@@ -263,6 +262,13 @@ class Watch:
     def _save_final(self):
         if self.save_at_end and self.tracker._started and self._paths:
             self._write(self.tracker.report())
+
+
+def _say(lines, line, written):
+    """One line logged (logger "torchleak") and kept, naming the report just written."""
+    line += f"; report: {written[0]}" if written else ""
+    lines.append(line)
+    logger.warning(line)
 
 
 def _key(finding):

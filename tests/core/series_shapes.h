@@ -171,42 +171,38 @@ inline Shape boundedCache(int n, int capacity, int64_t entry) {
     return shape;
 }
 
-// A working set with a spike of `spike` every `every` iterations (an evaluation pass whose
-// outputs survive its boundary, then are freed).
-inline Shape evaluationSpikes(int n, int every, int64_t spike, uint64_t seed) {
-    Shape shape{"evaluation spikes", false, -1, 0, {}};
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<double> jitter(0.0, 64.0 * kKiB);
-    std::vector<int64_t> surviving(static_cast<size_t>(n), 0);
+// A working set of `bytesAt(i)` at iteration i, all born in the iteration and replaced in the
+// next; only the last is alive at the end.
+template <typename BytesAt> Shape workingSet(const char* name, int n, BytesAt bytesAt) {
+    Shape shape{name, false, -1, 0, {}};
     for (int i = 0; i < n; ++i) {
-        int64_t bytes = 8 * kMiB + static_cast<int64_t>(jitter(rng));
-        if ((i + 1) % every == 0) {
-            bytes += spike;
-        }
+        const int64_t bytes = bytesAt(i);
         shape.series.bytes.push_back(bytes);
         shape.series.born.push_back(bytes);
         shape.series.oldest.push_back(static_cast<uint32_t>(i));
     }
-    surviving.back() = shape.series.bytes.back();
-    shape.series.surviving = surviving;
+    shape.series.surviving.assign(static_cast<size_t>(n), 0);
+    if (n > 0) {
+        shape.series.surviving.back() = shape.series.bytes.back();
+    }
     return shape;
+}
+
+// A working set with a spike of `spike` every `every` iterations (an evaluation pass whose
+// outputs survive its boundary, then are freed).
+inline Shape evaluationSpikes(int n, int every, int64_t spike, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> jitter(0.0, 64.0 * kKiB);
+    return workingSet("evaluation spikes", n, [&](int i) {
+        return 8 * kMiB + static_cast<int64_t>(jitter(rng)) + ((i + 1) % every == 0 ? spike : 0);
+    });
 }
 
 // Variable-length batches: the working set follows the data (i.i.d. around a level).
 inline Shape variableBatches(int n, uint64_t seed) {
-    Shape shape{"variable batch shapes", false, -1, 0, {}};
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<int64_t> tokens(64, 2048);
-    std::vector<int64_t> surviving(static_cast<size_t>(n), 0);
-    for (int i = 0; i < n; ++i) {
-        const int64_t bytes = tokens(rng) * 4 * kKiB;
-        shape.series.bytes.push_back(bytes);
-        shape.series.born.push_back(bytes);
-        shape.series.oldest.push_back(static_cast<uint32_t>(i));
-    }
-    surviving.back() = shape.series.bytes.back();
-    shape.series.surviving = surviving;
-    return shape;
+    return workingSet("variable batch shapes", n, [&](int) { return tokens(rng) * 4 * kKiB; });
 }
 
 // An LRU cache of 100 entries of random sizes, full after 100 iterations: one entry in, the
