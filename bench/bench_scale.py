@@ -306,7 +306,7 @@ def main():
         (
             "  points kept of 10^4 / 10^5 iterations",
             f"{col('iterations 10000', 'kept_points')[0]} / {col('iterations 100000', 'kept_points')[0]}",
-            "(bounded: at most 514)",
+            "(bounded: at most 528)",
         ),
         (
             "step at iteration 10^3 / at 10^5: us",
