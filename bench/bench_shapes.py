@@ -16,7 +16,8 @@ tensors in the shape's pattern, run from its own seeds:
 Under track(): the verdict at the end of the run, and the onset it names (its error in
 iterations). Under watch() with its defaults (sampling, the 0.5% time budget, the memory cue):
 the iterations from the onset to the announcement, and for clean shapes what was announced and
-what withdrawn. A clean run is a false alarm when anything is a leak at its end, or announced
+what withdrawn; then watch() again with every block recorded (sample_bytes=0), to tell what
+sampling costs from what the rule does. A clean run is a false alarm when anything is a leak at its end, or announced
 and never withdrawn.
 """
 
@@ -154,6 +155,7 @@ def run_shape(torch, torchleak, shape, seed, mode):
         else:
             with torchleak.watch(
                 json=None,
+                sample_bytes=0 if mode == "watch-unsampled" else torchleak.DEFAULT_SAMPLE_BYTES,
                 on_leak=lambda r: announced.append(r.iterations),
                 on_withdrawn=lambda r: withdrawn.append(r.iterations),
             ) as session:
@@ -184,10 +186,12 @@ def main(argv=None):
         n = args.seeds or seeds
         track = [run_shape(torch, torchleak, shape, seed, "track") for seed in range(n)]
         watch = [run_shape(torch, torchleak, shape, 100 + seed, "watch") for seed in range(n)]
+        whole = [run_shape(torch, torchleak, shape, 100 + seed, "watch-unsampled") for seed in range(n)]
         if onset is not None:
             # Kept after step `onset`: in iteration onset + 1, whose boundary is the (onset + 2)th.
             errors = [abs(r["onset"] - (onset + 1)) for r in track if r["leak"] and r["onset"] is not None]
             delays = [r["announced"][0] - (onset + 1) for r in watch if r["announced"]]
+            unsampled = [r["announced"][0] - (onset + 1) for r in whole if r["announced"]]
             rows.append(
                 (
                     name,
@@ -197,6 +201,7 @@ def main(argv=None):
                     f"{sum(bool(r['announced']) for r in watch)}/{n}",
                     f"{_median(delays)} / {max(delays) if delays else None}",
                     f"{sum(r['leak'] for r in watch)}/{n}",
+                    f"{sum(bool(r['announced']) for r in whole)}/{n}, {_median(unsampled)}",
                 )
             )
         else:
@@ -213,6 +218,7 @@ def main(argv=None):
                     f"{said} / {taken}",
                     "-",
                     f"{standing}/{n} false",
+                    f"{sum(r['leak'] or len(r['announced']) > len(r['withdrawn']) for r in whole)}/{n} false",
                 )
             )
         print(f"  {name}: done", file=sys.stderr, flush=True)
@@ -224,6 +230,7 @@ def main(argv=None):
         "watch(): announced (clean: announced / withdrawn)",
         "onset to announcement (median / max)",
         "watch(): leak at the end (clean: or never withdrawn)",
+        "watch(sample_bytes=0): announced, median onset to announcement (clean: false)",
     )
     print(f"Verdicts on growth shapes: {STEPS} steps each, torch {torch.__version__}")
     print("| " + " | ".join(head) + " |")

@@ -33,52 +33,66 @@ _MIN_JUDGED_ITERATIONS = 8
 
 
 class _CheckCue:
-    """When memory itself asks for a check the time budget would skip: the tracked total is
-    at the highest of the last SPAN boundaries and rose by RISE of itself over them (a leak of
-    1% per iteration is cued within SPAN, sampled or not), or confirmed leaks are
-    announced and the total has set no new high for SPAN boundaries (growth that may have
-    stopped). Cued checks back off: from the second that changed nothing on, each doubles the
-    wait for the next (MIN_GAP, MIN_GAP, 2 MIN_GAP, ... MAX_GAP boundaries), so a steady leak
-    already announced, or a run that only wobbles, costs a few dozen checks, not one per
-    boundary. O(1) per boundary: the total comes with the boundary (session.step())."""
+    """When memory itself asks for a check the time budget would skip. Two cues, each with its
+    own back-off: *rising*, the tracked total at the highest of the last SPAN boundaries, up RISE
+    of itself over them, in MIN_RISES steps or more (a leak of 1% per iteration is cued within
+    SPAN, sampled or not);
+    *settled*, confirmed leaks standing and the total at no new high for SPAN boundaries
+    (growth that may have stopped: a cache that filled up is withdrawn soon after). A cued check
+    that changed nothing makes its cue wait before the next: MIN_GAP boundaries, then twice as
+    long after each further miss (MIN_GAP, 2 MIN_GAP, ... MAX_GAP), so a steady leak already announced, a sampled
+    one that rises in jumps, or a run that only wobbles costs a few dozen checks, not one per
+    boundary; a check that announced or withdrew resets both. O(1) per boundary: the total comes
+    with the boundary (session.step())."""
 
     SPAN = 8
     RISE = 0.04
     MIN_GAP = 4  # a rise cued at its 4th boundary is confirmed by the look at its 8th
+    MIN_RISES = 3  # of the last SPAN steps: one jump is not a trend; a sampled leak rises at some
     MAX_GAP = 1024
+
+    class _Backoff:
+        def __init__(self):
+            self.last, self.misses = -_CheckCue.MAX_GAP, 0
+
+        def ready(self, iteration):
+            return iteration - self.last >= min(_CheckCue.MIN_GAP << max(self.misses - 1, 0), _CheckCue.MAX_GAP)
+
+        def taken(self, iteration, changed):
+            self.last = iteration
+            self.misses = 0 if changed else self.misses + 1
 
     def __init__(self):
         self._totals = deque(maxlen=self.SPAN + 1)
         self._high = 0
         self._high_at = 0
-        self._gap = self.MIN_GAP
-        self._misses = 0
-        self._last = -self.SPAN
-        self._high_checked = None
+        self._rising = self._Backoff()
+        self._settled = self._Backoff()
+        self._cued = None
 
     def observe(self, iteration, total):
         self._totals.append(total)
-        # A new high is one a step above the last (RISE / SPAN): noise does not keep resetting it.
-        if total > self._high * (1 + self.RISE / self.SPAN):
+        if total > self._high:
             self._high, self._high_at = total, iteration
 
     def due(self, iteration, announced):
+        self._cued = None
         if len(self._totals) <= self.SPAN:
             return False
-        settled = announced and iteration - self._high_at >= self.SPAN
-        if settled and self._high_at != self._high_checked:
-            return True  # the first look since the growth paused, whatever the back-off
-        if iteration - self._last < self._gap:
-            return False
         totals = list(self._totals)
-        rising = totals[-1] >= max(totals) and totals[-1] - totals[0] >= self.RISE * max(totals[-1], 1)
-        return rising or settled
+        rises = sum(b > a for a, b in zip(totals, totals[1:]))
+        grew = totals[-1] - totals[0] >= self.RISE * max(totals[-1], 1)
+        if totals[-1] >= max(totals) and grew and rises >= self.MIN_RISES:
+            self._cued = self._rising
+        elif announced and iteration - self._high_at >= self.SPAN:
+            self._cued = self._settled
+        return self._cued is not None and self._cued.ready(iteration)
 
     def taken(self, iteration, changed):
-        self._last = iteration
-        self._high_checked = self._high_at
-        self._misses = 0 if changed else self._misses + 1
-        self._gap = min(self.MIN_GAP << max(self._misses - 1, 0), self.MAX_GAP)
+        if changed:
+            self._rising.misses = self._settled.misses = 0
+        if self._cued is not None:
+            self._cued.taken(iteration, changed)
 
 
 class Watch:

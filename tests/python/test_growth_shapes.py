@@ -214,3 +214,31 @@ def test_the_same_record_keeping_graphs_is_still_a_leak():
             torchleak.step()
     [leak] = t.report().leaks
     assert leak.holder["path_text"] == "losses"
+
+
+def test_the_check_cue_rises_settles_and_backs_off():
+    from torchleak._watch import _CheckCue
+
+    cue = _CheckCue()
+    total, fired = 100_000_000, []
+    for i in range(200):  # flat: nothing standing, nothing rising
+        cue.observe(i, total)
+        assert not cue.due(i, announced=False)
+    for i in range(200, 260):  # 1% per boundary from 200 on
+        total += 1_000_000
+        cue.observe(i, total)
+        if cue.due(i, announced=False):
+            fired.append(i)
+            cue.taken(i, changed=False)
+    # Cued at the rise's 5th boundary (4% of the total), then backing off: 4, 8, 16 apart.
+    assert fired[0] == 204 and [b - a for a, b in zip(fired, fired[1:])] == [4, 8, 16][: len(fired) - 1]
+    cue.taken(fired[-1], changed=True)  # it was announced
+    looks = []
+    for i in range(260, 320):  # flat again, a leak standing
+        cue.observe(i, total)
+        if cue.due(i, announced=True):
+            looks.append(i)
+            cue.taken(i, changed=False)
+    # The span still shows the rise at 260; from 267 on (no new high since 259) the settled
+    # cue, backing off on its own: 267, 271, 279, 295.
+    assert looks == [260, 259 + _CheckCue.SPAN, 271, 279, 295]
