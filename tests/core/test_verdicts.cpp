@@ -234,7 +234,7 @@ TEST_CASE("ownRecord: a few bytes per iteration the user keeps by name are growt
         REQUIRE_FALSE(ownRecord(f, capacity));
     }
     SECTION("not when it would fill the device within 10^8 iterations") {
-        f.bytes_per_iteration = 256; // 25.6 GB in 10^8 iterations, more than 24 GiB
+        f.bytes_per_iteration = 260; // 26.0 GB in 10^8 iterations, more than 24 GiB (25.8 GB)
         REQUIRE_FALSE(ownRecord(f, capacity));
         REQUIRE(ownRecord(f, 80ULL << 30)); // an 80 GB device takes longer
     }
