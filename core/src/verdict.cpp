@@ -213,12 +213,17 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
     // plateau. A site whose growth stopped long enough ago is no leak, whatever rule its ramp
     // meets; a leak's rate is measured from its onset.
     const GrowthShape shape = growthShape(x, post, s.noise_variance_per_byte, minRate);
+    // The first iteration that grew after the knot `k`, the last point before the growth; with
+    // no warm-up and no knot, the first point is itself judged: the run's first iteration grew.
+    auto firstGrown = [&](size_t k) {
+        return static_cast<int64_t>(x[k]) + (k == 0 && warmup <= 0 ? 0 : 1);
+    };
     auto describe = [&](size_t onset) {
         GrowthSince g;
-        g.iteration = static_cast<int64_t>(x[onset]) + 1;
+        g.iteration = firstGrown(onset);
         if (shape.stopped) {
             const double span = std::max(x[shape.top] - x[shape.onset], 1.0);
-            g.iteration = static_cast<int64_t>(x[shape.onset]) + 1;
+            g.iteration = firstGrown(shape.onset);
             g.stopped_at = static_cast<int64_t>(x[shape.top]);
             g.grown_bytes = static_cast<int64_t>(std::llround(shape.grown));
             g.bytes_per_iteration = static_cast<int64_t>(std::llround(shape.grown / span));
