@@ -36,7 +36,10 @@ std::vector<SpikePoint> findPeakSpikes(const std::vector<int64_t>& peaks,
     }
     for (size_t i = 1; i + 1 < n; ++i) {
         const int64_t rise = peaks[i] - typical;
-        if (rise < std::max(kSpikeMinBytes, typical / 2) || peaks[i + 1] >= typical + rise / 2) {
+        // One iteration above both neighbours: the last point of a level that lasted, then fell,
+        // is that level's end, not a spike.
+        if (rise < std::max(kSpikeMinBytes, typical / 2) || peaks[i + 1] >= typical + rise / 2 ||
+            peaks[i - 1] >= typical + rise / 2) {
             continue;
         }
         SpikePoint spike{i, typical, MemoryRole::Activations, 0};

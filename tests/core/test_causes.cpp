@@ -224,7 +224,7 @@ TEST_CASE("the score counts causes, not allocation sites") {
     REQUIRE(s.recommendations[0].findings.size() == 30);
 }
 
-TEST_CASE("causes round-trip through the JSON; a bad finding index is a schema error") {
+TEST_CASE("causes round-trip through the JSON, a bad finding index is a schema error") {
     Holder h{"losses", "list", 1.0};
     Report r = reportWith({leakAt(3, MiB, graphPath("losses"), h)});
     r.causes = groupCauses(r, AnalysisConfig{});
@@ -289,7 +289,7 @@ TEST_CASE("fifty lists in one object are one group of fifty causes, named once")
     REQUIRE(s.recommendations[1].findings.size() == 50);
 }
 
-TEST_CASE("three side by side stay three causes; names without a container group by site") {
+TEST_CASE("three side by side stay three causes, names without a container group by site") {
     Report r = fiftyLists("obj");
     r.findings.resize(3);
     r.causes = groupCauses(r, AnalysisConfig{});

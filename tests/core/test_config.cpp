@@ -68,7 +68,7 @@ TEST_CASE("config: one table names every setting, with its type, for every inter
     REQUIRE(typeOf("allow") == "patterns");
 }
 
-TEST_CASE("config: set and get agree for every type; fraction bounds differ per setting") {
+TEST_CASE("config: set and get agree for every type, fraction bounds differ per setting") {
     AnalysisConfig cfg;
     cfg.set("min_bytes", "2KiB");
     REQUIRE(cfg.get("min_bytes") == "2048");

@@ -6,7 +6,7 @@
 
 using namespace torchleak;
 
-TEST_CASE("device names round-trip; bad names are clear errors") {
+TEST_CASE("device names round-trip, bad names are clear errors") {
     REQUIRE(deviceName(parseDeviceName("cpu")) == "cpu");
     REQUIRE(deviceName(parseDeviceName("cuda:0")) == "cuda:0");
     REQUIRE(deviceName(parseDeviceName("cuda:7")) == "cuda:7");

@@ -81,7 +81,7 @@ TEST_CASE("projectionText only for a leaking device with a known capacity") {
             "at 4 B per iteration, cpu would take over 100,000,000 iterations to fill: negligible");
 }
 
-TEST_CASE("headline counts; the empty sentence only for an empty run") {
+TEST_CASE("headline counts, the empty sentence only for an empty run") {
     Report r;
     REQUIRE(headline(r) == "0 leak(s), 0 other finding(s)");
     REQUIRE(emptyReportText(r) ==

@@ -72,7 +72,7 @@ TEST_CASE("No code where the rewrite could be wrong") {
     REQUIRE(suggestFixCode(cycle).empty());
 }
 
-TEST_CASE("A container that grows without graphs is cleared; other holders get no code") {
+TEST_CASE("A container that grows without graphs is cleared, other holders get no code") {
     REQUIRE(suggestFixCode(kept("cache['a']", "x = f()", {64}, false)) == "cache['a'].clear()");
     REQUIRE(suggestFixCode(kept("seen", "x = f()", {64}, false, "collections.deque")) ==
             "seen.clear()");

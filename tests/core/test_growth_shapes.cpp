@@ -149,7 +149,7 @@ TEST_CASE("A cache that fills for most of the run and then stops is a plateau th
     }
 }
 
-TEST_CASE("A staircase's pause is not a stop; a stop is twice the longest pause") {
+TEST_CASE("A staircase's pause is not a stop, a stop is twice the longest pause") {
     // Steps every 25 iterations, the last at iteration 175, then nothing: flat for 49
     // iterations is still a pause, flat for 50 is a stop.
     auto make = [](int n) {

@@ -93,7 +93,7 @@ TEST_CASE("Totals that cannot be right are rejected for the rest of the run") {
     REQUIRE(r.devices[1].device == "fakegpu:1");
 }
 
-TEST_CASE("A free never seen makes up no device; a free on the wrong device moves one count") {
+TEST_CASE("A free never seen makes up no device, a free on the wrong device moves one count") {
     AllocationRecorder rec;
     rec.recordFree(0xdead000, DeviceKey{1, 7}, 0, 0, true); // cuda:7, never used
     rec.recordAlloc(0x5000, 4096, kFake0, {}, nullptr, 4096, 2 * MiB, true);

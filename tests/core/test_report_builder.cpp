@@ -545,7 +545,7 @@ TEST_CASE("Blocks freed after tracking stopped keep the run's verdict and are ne
     REQUIRE(unsure.warnings[0].rfind("more blocks were freed after tracking stopped", 0) == 0);
 }
 
-TEST_CASE("Allocations that could not be recorded are a warning; zero-byte ones are nothing") {
+TEST_CASE("Allocations that could not be recorded are a warning, zero-byte ones are nothing") {
     AllocationRecorder rec;
     std::vector<RawFrame> site = {{0x1, 7}};
     rec.recordAlloc(0, 0, kCpu, site, nullptr, 0, 0, false); // torch.empty(0): no block

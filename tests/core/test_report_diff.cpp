@@ -99,7 +99,7 @@ TEST_CASE("diff: a fix that leaves the site bounded is fixed, with what it becam
     REQUIRE(diffText(d).find("now plateau") != std::string::npos);
 }
 
-TEST_CASE("diff: an edit above the line moves it; the line's text still recognises it") {
+TEST_CASE("diff: an edit above the line moves it, the line's text still recognises it") {
     Report before =
         run({finding(Verdict::Leak, "/a/train.py", 42, 4096, "", "losses.append(loss)")});
     Report after =
@@ -143,7 +143,7 @@ TEST_CASE("diff: two clean runs, and runs with different boundaries") {
     REQUIRE(diffReports(run({}), cells).warnings.size() == 1);
 }
 
-TEST_CASE("diff: a bad tolerance is an InvalidArgument; the JSON parses back") {
+TEST_CASE("diff: a bad tolerance is an InvalidArgument, the JSON parses back") {
     REQUIRE_THROWS_AS(diffReports(run({}), run({}), -0.1), InvalidArgument);
     REQUIRE_THROWS_AS(diffReports(run({}), run({}), std::numeric_limits<double>::quiet_NaN()),
                       InvalidArgument);

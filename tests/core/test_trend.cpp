@@ -30,7 +30,7 @@ TEST_CASE("Student t p-values match known values") {
     REQUIRE(studentTwoSidedP(1e9, 5) < 1e-12);
 }
 
-TEST_CASE("Theil-Sen ignores an outlier; Mann-Kendall sees no trend in flat data") {
+TEST_CASE("Theil-Sen ignores an outlier, Mann-Kendall sees no trend in flat data") {
     std::vector<double> y = {1, 2, 3, 4, 100, 6, 7, 8};
     REQUIRE(theilSenSlope(y) == Approx(1.0));
     std::vector<double> flat(20, 5.0);

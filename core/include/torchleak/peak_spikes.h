@@ -13,7 +13,8 @@
 namespace torchleak {
 
 // A peak is a spike when it rises over the device's typical (median) peak by at least half the
-// typical peak and by kSpikeMinBytes, and the peak after it falls back below halfway. The first
+// typical peak and by kSpikeMinBytes, and the peaks before and after it are below halfway (a
+// level that lasted is no spike where it ends). The first
 // point (lazy state, the optimizer's first step) and the last (nothing after it says whether it
 // came back down) are never spikes; at most kSpikesListed, the biggest rises first.
 inline constexpr int64_t kSpikeMinBytes = int64_t{1} << 20;
