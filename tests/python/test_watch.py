@@ -78,10 +78,12 @@ def test_every_n_steps_is_one_iteration_and_rates_are_per_step(tmp_path):
 
 def test_small_blocks_are_sampled_and_estimated(tmp_path):
     """Blocks of 4 KiB under a 64 KiB threshold: about one in 16 is recorded, and the rate
-    is still estimated without bias (within sampling noise)."""
+    is still estimated without bias (within sampling noise). 100 steps: with 60, the leak went
+    unconfirmed in 1 of 30 runs here once the look's budget was shared with the recent
+    stretches (issue #43); 0 of 30 with 100."""
     kept = []
     with torchleak.watch(json=None, sample_bytes=64 * 1024, budget=1.0) as w:
-        train(60, lambda step, loss: kept.extend(torch.ones(1024) for _ in range(64)))
+        train(100, lambda step, loss: kept.extend(torch.ones(1024) for _ in range(64)))
     assert w.tracker.skipped_events > w.tracker.events / 4  # most allocations: half the events
     [leak] = [f for f in w.report(paths=False).leaks if f.site["line"]]
     assert 0.6 * 256 * 1024 < leak.bytes_per_iteration < 1.4 * 256 * 1024
