@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -113,11 +112,12 @@ namespace {
 
 // What one stretch of the judged series, [from, end), says on the tests every rule reads.
 struct StretchEvidence {
-    double slope = 0.0;     // Theil-Sen
-    double trendP = 1.0;    // Mann-Kendall, one-sided
-    double evidence = 1.0;  // growthPValue: two looks at the stretch, and its recent half
-    double rises = 0.0;     // the fraction of its boundaries that rose
-    bool tailGrows = false; // its last quarter (at least 3 points) still rises
+    double slope = 0.0;         // Theil-Sen
+    double trendP = 1.0;        // Mann-Kendall, one-sided
+    double evidence = 1.0;      // growthPValue: two looks at the stretch, and its recent half
+    double rises = 0.0;         // the fraction of its boundaries that rose
+    bool tailGrows = false;     // its last quarter (at least 3 points) still rises
+    double varianceFloor = 0.0; // the noise sampling adds to a point of its mean size
 };
 
 StretchEvidence stretchEvidence(const std::vector<double>& x,
@@ -136,6 +136,7 @@ StretchEvidence stretchEvidence(const std::vector<double>& x,
         mean += v / static_cast<double>(m);
     }
     const double floor = varianceFloorPerByte * std::max(mean, 0.0);
+    e.varianceFloor = floor;
     // Two looks at the whole stretch, so that its first point alone (the first iteration's odd
     // size: a buffer that starts as the model's output, then is re-allocated one step larger)
     // cannot hide exact growth after it; Bonferroni pays for the second look. And the recent
@@ -146,11 +147,7 @@ StretchEvidence stretchEvidence(const std::vector<double>& x,
         std::min(1.0, 2.0 * std::min(evidenceFrom(0), m >= 4 ? evidenceFrom(1) : 1.0));
     const size_t recentFrom = m >= 6 ? m - (m + 1) / 2 : 0;
     e.evidence = recentFrom > 0 ? std::max(whole, evidenceFrom(recentFrom)) : whole;
-    size_t rises = 0;
-    for (size_t i = 1; i < m; ++i) {
-        rises += sy[i] > sy[i - 1] ? 1 : 0;
-    }
-    e.rises = m > 1 ? static_cast<double>(rises) / static_cast<double>(m - 1) : 0.0;
+    e.rises = riseFraction(y, from, y.size());
     // Still growing at the end: the last quarter (at least 3 boundaries) rises too, so a cache
     // that filled up and stopped (a plateau) is never called a leak, however long the run.
     const size_t tailLen = std::min(std::max<size_t>(3, (m + 3) / 4), m);
@@ -201,13 +198,15 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
     std::vector<double> post(s.bytes.begin() + static_cast<std::ptrdiff_t>(first), s.bytes.end());
     const size_t m = post.size();
     const std::vector<double> x = iterationsOf(s.at, first, m);
+    const double minRate = static_cast<double>(config.min_leak_bytes_per_iteration);
     LineFit ols = fitLine(x, post);
     c.fit.r2 = ols.r2;
     c.fit.intercept = ols.intercept;
-    c.fit.slope = theilSenSlope(x, post);
-    c.fit.p_value = mannKendallIncreasingP(post);
+    // The whole judged part's statistics, once: the fit the report shows and the rules' evidence.
+    const StretchEvidence whole = stretchEvidence(x, post, 0, s.noise_variance_per_byte, minRate);
+    c.fit.slope = whole.slope;
+    c.fit.p_value = whole.trendP;
     c.bytes_per_iteration = static_cast<int64_t>(std::llround(c.fit.slope));
-    const double minRate = static_cast<double>(config.min_leak_bytes_per_iteration);
     const int64_t last = s.bytes.back();
     // Where the growth began and whether it stopped: the words and the rate of a leak or a
     // plateau. A site whose growth stopped long enough ago is no leak, whatever rule its ramp
@@ -221,9 +220,8 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
     auto describe = [&](size_t onset) {
         GrowthSince g;
         g.iteration = firstGrown(onset);
-        if (shape.stopped) {
+        if (shape.stopped) { // a plateau's: `onset` is the shape's
             const double span = std::max(x[shape.top] - x[shape.onset], 1.0);
-            g.iteration = firstGrown(shape.onset);
             g.stopped_at = static_cast<int64_t>(x[shape.top]);
             g.grown_bytes = static_cast<int64_t>(std::llround(shape.grown));
             g.bytes_per_iteration = static_cast<int64_t>(std::llround(shape.grown / span));
@@ -256,9 +254,6 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
         const std::vector<size_t> stretches = recentStretches(m);
         const double budget = falseAlarmBudget(config.false_alarm_rate, x.back() - x.front());
         const double wholeBudget = stretches.empty() ? budget : 0.5 * budget;
-        const StretchEvidence whole =
-            stretchEvidence(x, post, 0, s.noise_variance_per_byte, minRate);
-        c.fit.slope = whole.slope;
         if (keptFromEveryIteration(s, first) && whole.slope >= minRate && whole.tailGrows &&
             leak(std::clamp(1.0 - whole.trendP, 0.5, 1.0), riseOnset(x, post))) {
             return c; // every judged iteration left bytes that are alive now
@@ -282,7 +277,6 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
                 break;
             }
         }
-        c.fit.slope = theilSenSlope(x, post);
         // Grows between releases at a coarser boundary (outputs kept for an epoch-end hook):
         // still a leak at this granularity. The releases are found in the data, so the
         // segments' growth is no evidence on its own: one block whose size follows the batch
@@ -290,9 +284,6 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
         // of 200-step runs judged every step; run watch's reproducer). What accumulates
         // between releases was kept from earlier iterations; a block replaced every
         // iteration was born in the last one.
-        const double floor =
-            s.noise_variance_per_byte *
-            std::max(std::accumulate(post.begin(), post.end(), 0.0) / static_cast<double>(m), 0.0);
         auto segments = segmentsBetweenReleases(post);
         const bool keptAcrossIterations =
             s.born.empty() || static_cast<double>(s.born.back()) <= 0.5 * static_cast<double>(last);
@@ -311,7 +302,7 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
                 allRise = allRise && riseFraction(post, a, b) >= 0.75;
             }
             if (segmentSlopes.size() >= 2 && allRise &&
-                commonGrowthPValue(x, post, segments, floor) <= wholeBudget) {
+                commonGrowthPValue(x, post, segments, whole.varianceFloor) <= wholeBudget) {
                 std::nth_element(segmentSlopes.begin(),
                                  segmentSlopes.begin() +
                                      static_cast<std::ptrdiff_t>(segmentSlopes.size() / 2),
