@@ -10,15 +10,6 @@ namespace torchleak {
 
 namespace {
 
-double median(std::vector<double> v) {
-    if (v.empty()) {
-        return 0.0;
-    }
-    auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-    std::nth_element(v.begin(), mid, v.end());
-    return *mid;
-}
-
 // The spread of one point's noise, from the steps between neighbours: robust (a leak's steady
 // steps, a staircase's rare jumps and a cache's one fill leave it at 0), and a point's noise is
 // the step's over sqrt 2.
@@ -30,11 +21,11 @@ double stepNoise(std::span<const double> y) {
     for (size_t i = 1; i < y.size(); ++i) {
         steps[i - 1] = y[i] - y[i - 1];
     }
-    const double centre = median(steps);
+    const double centre = upperMedian(steps);
     for (double& s : steps) {
         s = std::fabs(s - centre);
     }
-    return 1.4826 * median(std::move(steps)) / std::sqrt(2.0);
+    return 1.4826 * upperMedian(std::move(steps)) / std::sqrt(2.0);
 }
 
 } // namespace

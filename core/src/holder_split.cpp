@@ -1,5 +1,7 @@
 #include "torchleak/holder_split.h"
 
+#include "torchleak/trend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -67,11 +69,7 @@ double medianWeight(const std::vector<FindingBlock>& blocks, const std::vector<s
     for (size_t k : mine) {
         w.push_back(static_cast<double>(blocks[k].weight));
     }
-    if (w.empty()) {
-        return 0.0;
-    }
-    std::nth_element(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(w.size() / 2), w.end());
-    return w[w.size() / 2];
+    return upperMedian(std::move(w));
 }
 
 // A name that holds only the site's newest blocks (`t = fwd(x); outs.append(t)`) is the

@@ -64,6 +64,15 @@ double regularizedIncompleteBeta(double a, double b, double x) {
 
 } // namespace
 
+double upperMedian(std::vector<double> values) {
+    if (values.empty()) {
+        return 0.0;
+    }
+    const auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+    std::nth_element(values.begin(), mid, values.end());
+    return *mid;
+}
+
 double studentTwoSidedP(double t, double dof) {
     if (!(dof > 0.0) || std::isnan(t)) {
         return 1.0;

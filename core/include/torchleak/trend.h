@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <span>
 #include <utility>
+#include <vector>
 
 namespace torchleak {
 
@@ -15,6 +16,10 @@ struct LineFit {
     double r2 = 0.0;
     double p_value = 1.0; // two-sided test of slope == 0 (Student t, n - 2 degrees of freedom)
 };
+
+// The middle value, the upper one of an even count (0 for none): a typical size or step that a
+// few outliers do not move. O(n).
+double upperMedian(std::vector<double> values);
 
 // Least-squares line through (i, y[i]). Fewer than 3 points give p_value 1 unless the points
 // are exactly on a non-flat line.
