@@ -4,8 +4,8 @@ The recorder's history is thinned to a fixed grid however long the run (recorder
 under ``sample_bytes`` are sampled (allocation_sampler.h), and the verdict is taken without
 retaining paths, on a time budget: checks may take at most ``budget`` of the run's wall time,
 so a long step is checked every step and a 10 ms step every few dozen. Memory itself can call a
-check the budget would skip (_CheckCue): tracked bytes rising for several boundaries in a row,
-or a confirmed leak's bytes flat since, so that a leak of 1% of the tracked total per iteration
+check the budget would skip (_CheckCue): the tracked total rising to a new high over several
+boundaries, or no new high since a leak was confirmed, so that a leak of 1% of the tracked total per iteration
 is confirmed within about 10 boundaries of its onset, wherever the onset falls, and a cache
 that filled up is withdrawn soon after it stops. A leak, once confirmed, is reported once: a
 log line, the report written, ``on_leak`` called; the run goes on. A confirmed leak whose growth
@@ -36,13 +36,13 @@ class _CheckCue:
     """When memory itself asks for a check the time budget would skip. Two cues, each with its
     own back-off: *rising*, the tracked total at the highest of the last SPAN boundaries, up RISE
     of itself over them, in MIN_RISES steps or more (a leak of 1% per iteration is cued within
-    SPAN, sampled or not);
-    *settled*, confirmed leaks standing and the total at no new high for SPAN boundaries
-    (growth that may have stopped: a cache that filled up is withdrawn soon after). A cued check
-    that changed nothing makes its cue wait before the next: MIN_GAP boundaries, then twice as
-    long after each further miss (MIN_GAP, 2 MIN_GAP, ... MAX_GAP), so a steady leak already announced, a sampled
-    one that rises in jumps, or a run that only wobbles costs a few dozen checks, not one per
-    boundary; a check that announced or withdrew resets both. O(1) per boundary: the total comes
+    SPAN, sampled or not); *settled*, confirmed leaks standing and the total at no new high for
+    SPAN boundaries (growth that may have stopped: a cache that filled up is withdrawn soon
+    after). A cued check that changed nothing makes its cue wait before the next: MIN_GAP
+    boundaries, then twice as long after each further miss (MIN_GAP, 2 MIN_GAP, ... MAX_GAP), so
+    a steady leak already announced, a sampled one that rises in jumps, or a run that only
+    wobbles costs a few dozen checks, not one per boundary; a check that announced or withdrew
+    resets both. O(1) per boundary: the total comes
     with the boundary (session.step())."""
 
     SPAN = 8
