@@ -1,17 +1,15 @@
 #include "torchleak/peak_spikes.h"
 
+#include "torchleak/trend.h"
+
 #include <algorithm>
 
 namespace torchleak {
 
 namespace {
-int64_t median(std::vector<int64_t> values) {
-    if (values.empty()) {
-        return 0;
-    }
-    const auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
-    std::nth_element(values.begin(), mid, values.end());
-    return *mid;
+// Bytes are exact in a double below 8 PiB.
+int64_t median(const std::vector<int64_t>& values) {
+    return static_cast<int64_t>(upperMedian(std::vector<double>(values.begin(), values.end())));
 }
 } // namespace
 
@@ -31,7 +29,7 @@ std::vector<SpikePoint> findPeakSpikes(const std::vector<int64_t>& peaks,
             for (const RoleBytes& point : rolesAtPeak) {
                 bytes.push_back(point[r]);
             }
-            typicalRoles[r] = median(std::move(bytes));
+            typicalRoles[r] = median(bytes);
         }
     }
     for (size_t i = 1; i + 1 < n; ++i) {
