@@ -220,15 +220,16 @@ def writable_path(path, extensions=SAVE_EXTENSIONS):
 
 def save_each(report, paths, redact=False):
     """Save `report` to every path, each on its own: one that fails (a full disk, a removed
-    directory) does not keep the others from being written. Returns (saved paths,
-    [(path, OSError)]) for the caller to say what failed its own way."""
+    directory, a view that cannot render this report) does not keep the others from being
+    written. Returns (saved paths, [(path, exception)]) for the caller to say what failed its
+    own way. A Ctrl-C is not caught: the caller decides what an interrupt means."""
     if redact:
         report = report.redacted()
     saved, failed = [], []
     for path in paths:
         try:
             saved.append(report.save(path))
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - the other outputs must still be written
             failed.append((path, exc))
     return saved, failed
 

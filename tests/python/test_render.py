@@ -344,3 +344,34 @@ def test_a_long_role_series_is_drawn_through_a_few_hundred_points():
     svg = chart.roles_svg(data["devices"][0])
     first = svg[svg.index("<polygon") : svg.index("</polygon>")]
     assert 100 < first.count(",") <= 2 * 2 * 200 + 4  # each stretch's lowest and highest, there and back
+
+
+@pytest.mark.parametrize("n", [401, 450, 514, 1000])
+def test_a_series_of_a_few_hundred_points_peaking_at_its_end_is_drawn(n):
+    # A leaking run of 401-514 iterations has such a series: the core keeps up to 528 points and
+    # the chart thins above 400, so the highest peak (the last point) was looked up in the thinned
+    # positions by its index in the whole series.
+    data = with_a_long_role_series(training_with_a_kept_graph_report(3)[0], n)
+    for r in data["devices"][0]["roles"]:
+        if "at_peak" in r:
+            r["at_peak"][-1] += 1 << 20
+    svg = chart.roles_svg(data["devices"][0])
+    marker = re.search(r'<line x1="([0-9.]+)" y1="[0-9.]+" x2="\1" y2="[0-9.]+" stroke="#555"', svg)
+    assert marker and float(marker.group(1)) == pytest.approx(420 - 6, abs=0.1)  # at the right edge
+    assert "<svg" in RENDERERS["page"](data)
+    assert "data:image/svg+xml" in RENDERERS["notebook"](data)
+
+
+def test_a_tracked_run_of_450_iterations_renders_every_view():
+    import torch
+
+    keep = []
+    with torchleak.track() as t:
+        for _ in range(450):
+            keep.append(torch.ones(256))
+            torchleak.step()
+    report = t.report()
+    assert 400 < len(report.devices[0]["allocated"]) <= 528
+    assert "<svg" in report.to_html()
+    for view in RENDERERS:
+        assert RENDERERS[view](report.to_dict())

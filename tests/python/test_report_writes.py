@@ -85,3 +85,20 @@ def test_the_cli_writes_every_output_it_can_and_says_which_failed(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"torchleak: could not write {json_path}" in proc.stderr
     assert html.read_text().startswith("<!DOCTYPE html>")  # written all the same
+
+
+def test_a_view_that_cannot_render_loses_only_its_own_output_and_never_the_training_run(tmp_path, monkeypatch):
+    # A bug in one view (the chart of #46 raised IndexError for 401-514 points) ended the user's
+    # script at the end of its loop and took the JSON with it.
+    def broken(self):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(_report.Report, "to_html", broken)
+    kept = []
+    with pytest.warns(RuntimeWarning, match="could not write .*w.html: list index out of range"):
+        with torchleak.watch(json=str(tmp_path / "w.json"), html=str(tmp_path / "w.html")):
+            for _ in range(12):
+                kept.append(torch.ones(64, 256))
+                torchleak.step()
+    assert json.loads((tmp_path / "w.json").read_text())["schema_version"] == "torchleak.report/1"
+    assert not (tmp_path / "w.html").exists()

@@ -80,8 +80,9 @@ def roles_svg(device, *, at=None, unit="iteration", leak_roles=(), width=420):
     height = 120 + top_margin
     inner_w, inner_h = width - pad - 6, height - top_margin - 16
     # One point spans the width: a run of one iteration is a band.
-    # A long series (only a hostile report has one: the core keeps at most 528 points) is drawn
-    # through each stretch's lowest and highest total, the same points for every role.
+    # A series of more than 400 points (a run of a few hundred iterations has one: the core keeps
+    # up to 528) is drawn through each stretch's lowest and highest total, the same points for
+    # every role; `xs` is indexed like `points`, not like the series.
     points = [0, 0] if count == 1 else _extremes(totals, 200)
     xs = [pad, pad + inner_w] if count == 1 else [pad + inner_w * at[i] / max(n - 1, 1) for i in points]
 
@@ -104,7 +105,7 @@ def roles_svg(device, *, at=None, unit="iteration", leak_roles=(), width=420):
             f"<title>{_e(r.get('label') or r['role'])}</title></polygon>"
         )
         below = [b + r["at_peak"][i] for i, b in enumerate(below)]
-    highest = max(range(count), key=lambda i: totals[i])
+    highest = max(range(len(points)), key=lambda k: totals[points[k]])
     hx = (xs[0] + xs[1]) / 2 if count == 1 else xs[highest]
     bottom = top_margin + inner_h
     parts += [
