@@ -181,31 +181,36 @@ def _version():
 def _summary(report, size, max_bytes):
     """The report with only its leaks, largest first, as many as fit in ``max_bytes`` (None
     when not even its frame fits), and the note that says so: it rides in the report's
-    warnings, so the merged report says which rank sent less than all."""
-    data = report.to_dict()
-    findings = data.get("findings", [])
+    warnings, so the merged report says which rank sent less than all. The core cuts the
+    report (a copy: the rank's own report, and the file it writes, stay whole) and renumbers
+    the causes and sections that name findings, so rank 0 can read what arrives."""
+    findings = report.to_dict().get("findings", [])
     leaks = sorted(
-        (f for f in findings if f.get("verdict") == "leak"), key=lambda f: -(f.get("bytes_per_iteration") or 0)
+        (i for i, f in enumerate(findings) if f.get("verdict") == "leak"),
+        key=lambda i: -(findings[i].get("bytes_per_iteration") or 0),
     )
-    data["findings"] = []
     note = (
         f"this rank's report ({size / 2**20:.0f} MiB) is over the "
         f"{max_bytes / 2**20:g} MiB a rank sends; rank 0 got a summary"
     )
-    budget = max_bytes - len(json.dumps(data)) - len(note) - 200
+    text = report.to_json()
+    frame = len(_core.keep_findings(text, [], note))
+    budget = max_bytes - frame - 200
     kept = []
-    for finding in leaks:
-        cost = len(json.dumps(finding)) + 2
+    for i in leaks:
+        cost = len(json.dumps(findings[i])) + 2
         if cost > budget:
             break
-        kept.append(finding)
+        kept.append(i)
         budget -= cost
     if budget < 0:
         return None, note + " of nothing (even its curves do not fit)"
-    note += f" of {len(kept)} of its {len(findings)} findings (its largest leaks)"
-    data["findings"] = kept
-    data["warnings"] = list(data.get("warnings", [])) + [note + "; the whole report is in its own file"]
-    return json.dumps(data), note
+    while True:  # the estimate leaves room for the causes; fewer leaks until it fits
+        said = note + f" of {len(kept)} of its {len(findings)} findings (its largest leaks)"
+        summary = _core.keep_findings(text, kept, said + "; the whole report is in its own file")
+        if len(summary) <= max_bytes or not kept:
+            return (summary, said) if len(summary) <= max_bytes else (None, note + " of nothing")
+        kept.pop()
 
 
 def _put(store, key, value):

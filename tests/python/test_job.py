@@ -232,6 +232,43 @@ def test_a_report_over_the_post_limit_sends_its_leaks_and_the_rank_keeps_the_who
     ), warning
 
 
+def many_leaks_report(sites=40):
+    """A rank report with `sites` leaks at distinct lines, each with its own cause."""
+    code = compile("\n".join(f"keep{i}.append(torch.ones({64 + i}))" for i in range(sites)), "layers.py", "exec")
+    namespace = {"torch": torch, **{f"keep{i}": [] for i in range(sites)}}
+    with torchleak.track(gather_timeout=None) as t:
+        for _ in range(6):
+            exec(code, namespace)
+            torchleak.step()
+    return t.report()
+
+
+def test_a_summary_is_cut_from_a_copy_and_its_causes_are_renumbered():
+    # The summary was cut from the report's own dict: the rank's "whole report" file was the
+    # summary, and its causes named dropped findings, so neither it nor rank 0's copy could be
+    # read (#46: 19,907 of 22,000 findings lost, the merged report said 0 leaks).
+    report = many_leaks_report()
+    whole = report.to_json()
+    leaks = len(report.leaks)
+    assert leaks == 40 and len(report.to_dict()["causes"]) >= 40
+    store = dist.HashStore()
+    results = in_threads(
+        [(0, _job.Job(0, 2, store), rank_report()), (1, _job.Job(1, 2, store), report)],
+        timeout=5,
+        max_post_bytes=len(whole) // 3,
+    )
+    assert report.to_json() == whole  # the rank's own report, and so its own file, whole
+    assert torchleak.Report(whole).to_json() == whole
+    assert results[1].confirmed and not results[1].complete
+    sent = int(re.search(r"a summary of (\d+) of its", results[1].note).group(1))
+    assert 1 <= sent < leaks
+    merged = results[0].merged.to_dict()
+    assert [r["status"] for r in merged["ranks"]["ranks"]] == ["ok", "ok"]
+    from_rank1 = [f for f in merged["findings"] if f["verdict"] == "leak" and f["ranks"] == [1]]
+    assert len(from_rank1) == sent
+    assert {i for c in merged["causes"] for i in c["findings"]} >= {merged["findings"].index(f) for f in from_rank1}
+
+
 def test_two_jobs_sharing_a_store_do_not_merge_each_others_ranks():
     store = dist.HashStore()
     kept = []

@@ -16,6 +16,7 @@
 #include "torchleak/rank_merge.h"
 #include "torchleak/report_diff.h"
 #include "torchleak/report_json.h"
+#include "torchleak/report_subset.h"
 #include "torchleak/retention.h"
 #include "torchleak/suggestion.h"
 
@@ -265,6 +266,14 @@ PYBIND11_MODULE(_core, m) {
         py::arg("before"), py::arg("after"), py::arg("tolerance") = 0.1,
         "Compare two torchleak.report/1 documents: a torchleak.diff/1 document (its `text` is "
         "what the CLI prints).");
+    m.def(
+        "keep_findings",
+        [](std::string_view text, const std::vector<int>& keep, const std::string& warning) {
+            return toJson(keepFindings(reportFromJson(text), keep, warning));
+        },
+        py::arg("text"), py::arg("keep"), py::arg("warning") = "",
+        "A torchleak.report/1 document with only the findings at `keep` (in that order), every "
+        "section that names findings renumbered, and `warning` added to its warnings.");
     m.def(
         "merge_rank_reports",
         [](const std::vector<std::tuple<int, std::optional<std::string>, std::string, std::string>>&
