@@ -3,12 +3,16 @@ says about the code and the data behind it.
 
 Withheld: tensor shapes and dtypes, source lines (notebook cell text included), absolute paths
 (a file under the project becomes relative to it, one under an installed library relative to
-its site-packages, any other a hash), and string dictionary keys (a hash each). Kept: verdicts,
-rates, sizes, roles, line numbers, function names and the retaining paths' structure, so the
-redacted report still says where, why and whether. The structured fields are redacted here;
-the sentences the core writes from them (site texts, cause texts, the headline) are written
-again by the core from the redacted fields, and the sentences it stores (a path's text, a fix)
-have each withheld string replaced by its stand-in.
+its site-packages, any other a hash), string dictionary keys (a hash each), and in text that
+came from outside torchleak (an exception's message, a failed rank's note) every path and quoted
+string. Kept: verdicts, rates, sizes, roles, line numbers, function names and the retaining
+paths' structure, so the redacted report still says where, why and whether.
+
+Every string field of a report is declared once, in FIELDS, with what redaction does to it;
+tests/python/test_redact.py walks reports with every section and fails on a string field that
+FIELDS does not name, so a new field cannot slip through unredacted. The sentences the core
+writes from the fields (site texts, cause texts, the headline) are written again by the core
+from the redacted fields.
 """
 
 import copy
@@ -38,21 +42,151 @@ _LIBRARY_DIRS = sorted(
 _STRING_KEY = re.compile(r"""^\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]$""")
 # A shape written into a sentence: "the 64×10 tensors".
 _SHAPE_IN_TEXT = re.compile(r"\b\d+(?:\u00d7\d+)+\b")
+# In text from outside torchleak: an absolute path (POSIX, or a drive's), a quoted string, a
+# shape as torch prints one ([41, 53], torch.Size([41, 53])).
+_PATH_IN_FREE_TEXT = re.compile(r"""(?<![^\s'"(=\[,])(?:/|[A-Za-z]:\\)[^\s'"(),;]+""")
+_QUOTED_IN_FREE_TEXT = re.compile(r"""'[^'\n]*'|"[^"\n]*\"""")
+_SHAPE_IN_FREE_TEXT = re.compile(r"\[\d+(?:,\s*\d+)+\]")
+
+# What redaction does to a string field:
+KEEP = "kept"  # a word of the schema (verdict, role, device), a function or type name, a version
+FILE = "file"  # a path: relative to the project or a library directory, else a hash
+DROP = "dropped"  # a source line, a fix written from one, a dtype
+KEY = "key"  # a path step's label: a string key becomes a hash
+SENTENCE = "sentence"  # torchleak's words quoting the fields: each withheld string replaced
+FREE_TEXT = "free text"  # words from outside torchleak: its paths, quoted strings, shapes replaced too
+WRITTEN_AGAIN = "written again"  # a display string the core writes again from the redacted fields
+
+_FRAME = {"file": FILE, "function": KEEP, "source": DROP, "text": WRITTEN_AGAIN}
+_HOLDER = {"path_text": SENTENCE, "path_short": WRITTEN_AGAIN, "type": KEEP}
+_ROLES = {"role": KEEP, "label": KEEP}
+_DEVICE = {
+    "device": KEEP,
+    "verdict": KEEP,
+    "text": WRITTEN_AGAIN,
+    "projection_text": WRITTEN_AGAIN,
+    "roles_text": WRITTEN_AGAIN,
+    **{f"roles[].{k}": v for k, v in _ROLES.items()},
+    **{f"spikes[].site.{k}": v for k, v in _FRAME.items()},
+    "spikes[].role": KEEP,
+    "spikes[].text": WRITTEN_AGAIN,
+}
+
+
+def _under(prefix, table):
+    return {f"{prefix}.{k}": v for k, v in table.items()}
+
+
+# Every string field of a torchleak.report/1 document, by its place ("[]": each item of a list).
+FIELDS = {
+    "schema_version": KEEP,
+    "torch_version": KEEP,
+    "python_version": KEEP,
+    "boundary": KEEP,
+    "iteration_unit": KEEP,
+    "warnings[]": FREE_TEXT,  # a failed rank's error or a profiler's complaint can be quoted in one
+    "sampling.text": WRITTEN_AGAIN,
+    "summary.grade": KEEP,
+    "summary.headline": WRITTEN_AGAIN,
+    "summary.empty_text": WRITTEN_AGAIN,
+    "summary.critical_issues[]": SENTENCE,
+    "summary.recommendations[].priority": KEEP,
+    "summary.recommendations[].text": SENTENCE,
+    "cause_groups[].severity": KEEP,
+    "cause_groups[].text": WRITTEN_AGAIN,
+    "causes[].verdict": KEEP,
+    "causes[].severity": KEEP,
+    "causes[].keeper": SENTENCE,
+    "causes[].suggestion": SENTENCE,
+    "causes[].text": WRITTEN_AGAIN,
+    **_under("causes[].holder", _HOLDER),
+    **_under("devices[]", _DEVICE),
+    "findings[].verdict": KEEP,
+    "findings[].severity": KEEP,
+    "findings[].device": KEEP,
+    "findings[].role": KEEP,
+    "findings[].retention": KEEP,
+    "findings[].autograd_node": KEEP,
+    "findings[].dtype": DROP,
+    "findings[].fix_code": DROP,
+    "findings[].suggestion": SENTENCE,
+    "findings[].path_text": SENTENCE,
+    "findings[].path_short": WRITTEN_AGAIN,
+    "findings[].block_label": WRITTEN_AGAIN,
+    "findings[].tensor_text": WRITTEN_AGAIN,
+    "findings[].ranks_text": WRITTEN_AGAIN,
+    "findings[].growth_since.text": WRITTEN_AGAIN,
+    **_under("findings[].holder", _HOLDER),
+    **_under("findings[].site", _FRAME),
+    **_under("findings[].allocated_inside", _FRAME),
+    **_under("findings[].stack[]", _FRAME),
+    "findings[].path[].kind": KEEP,
+    "findings[].path[].label": KEY,
+    "findings[].path[].note": SENTENCE,
+    "findings[].path[].type": SENTENCE,
+    "findings[].path[].tensor.device": KEEP,
+    "findings[].path[].tensor.dtype": DROP,
+    "findings[].path[].tensor.text": WRITTEN_AGAIN,
+    **_under("findings[].path[].tensor.site", _FRAME),
+    "oom.device": KEEP,
+    "oom.error": KEEP,
+    "oom.totals_from": KEEP,
+    "oom.message": FREE_TEXT,
+    "oom.text": WRITTEN_AGAIN,
+    "oom.roles_text": WRITTEN_AGAIN,
+    **_under("oom.roles[]", _ROLES),
+    "oom.by_site[].site": SENTENCE,
+    "oom.by_site[].size_text": WRITTEN_AGAIN,
+    "oom.by_holder[].holder": SENTENCE,
+    "oom.by_holder[].size_text": WRITTEN_AGAIN,
+    "ranks.ranks[].status": KEEP,
+    "ranks.ranks[].note": FREE_TEXT,
+    "ranks.ranks[].text": WRITTEN_AGAIN,
+    **_under("ranks.ranks[].devices[]", _DEVICE),
+}
+
+
+def string_fields(data, place=""):
+    """(place, owner, key) of every string field of `data`, places spelled as FIELDS spells them."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            inner = f"{place}.{key}" if place else key
+            if isinstance(value, str):
+                yield inner, data, key
+            else:
+                yield from string_fields(value, inner)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            if isinstance(value, str):
+                yield f"{place}[]", data, i
+            else:
+                yield from string_fields(value, f"{place}[]")
 
 
 def _digest(text):
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
+def _project_or_none(project):
+    """The directory whose files are shown relative to it, or None when that would show a path
+    anyway: the file system's root, the home directory or one above it (/home), as a run
+    started by cron, systemd or a container's WORKDIR has."""
+    project = os.path.abspath(project)
+    home = os.path.abspath(os.path.expanduser("~"))
+    if os.path.dirname(project) == project or project == home or home.startswith(project.rstrip(os.sep) + os.sep):
+        return None
+    return project
+
+
 class _Redaction:
     def __init__(self, project):
-        self.project = os.path.abspath(project)
+        self.bases = [b for b in (_project_or_none(project), *_LIBRARY_DIRS) if b]
         self.replaced = {}  # withheld string -> its stand-in, for the stored sentences
 
     def file(self, path):
-        if not isinstance(path, str) or not os.path.isabs(path):
+        if not isinstance(path, str) or not (os.path.isabs(path) or re.match(r"[A-Za-z]:\\", path)):
             return path
-        for base in (self.project, *_LIBRARY_DIRS):
+        for base in self.bases:
             if path.startswith(base.rstrip(os.sep) + os.sep):
                 stand_in = os.path.relpath(path, base)
                 break
@@ -66,13 +200,6 @@ class _Redaction:
         self.replaced[label] = stand_in
         return stand_in
 
-    def frame(self, frame):
-        """A site or a stack frame: its file made relative or hashed, its source line gone."""
-        if isinstance(frame, dict):
-            frame.pop("source", None)
-            if "file" in frame:
-                frame["file"] = self.file(frame["file"])
-
     def sentences(self):
         """The rewrite of a stored sentence, once every withheld string is known: one pass that
         puts each one's stand-in in its place (the longest first where two overlap) and writes
@@ -83,66 +210,54 @@ class _Redaction:
             pattern = re.compile("|".join(re.escape(w) for w in sorted(self.replaced, key=len, reverse=True)))
 
         def sentence(text):
-            if not isinstance(text, str):
-                return text
             if pattern is not None:
                 text = pattern.sub(lambda m: self.replaced[m.group()], text)
             return _SHAPE_IN_TEXT.sub("<shape>", text)
 
         return sentence
 
+    def free_text(self, text, sentence):
+        """Words from outside torchleak: the known withheld strings, then any other path, quoted
+        string or shape in them."""
+        text = sentence(text)
+        text = _PATH_IN_FREE_TEXT.sub(lambda m: self.file(m.group()), text)
+        text = _QUOTED_IN_FREE_TEXT.sub(lambda m: f"{m.group()[0]}<text {_digest(m.group())}>{m.group()[0]}", text)
+        return _SHAPE_IN_FREE_TEXT.sub("<shape>", text)
+
 
 def redact(data, project=None):
     """A redacted copy of a report's JSON data (the dict Report holds)."""
     out = copy.deepcopy(data)
     r = _Redaction(project or os.getcwd())
-    for finding in out.get("findings", []):
-        finding["dtype"] = None
+    for finding in out.get("findings", []):  # shapes are lists: not string fields
         finding["shape"] = None
-        r.frame(finding.get("site"))
-        r.frame(finding.get("allocated_inside"))
-        for frame in finding.get("stack", []):
-            r.frame(frame)
         for step in finding.get("path", []):
-            if step.get("kind") == "key" and _STRING_KEY.match(step.get("label", "")):
-                step["label"] = r.key(step["label"])
-            tensor = step.get("tensor")
-            if isinstance(tensor, dict):
-                tensor.pop("dtype", None)
-                tensor.pop("shape", None)
-                r.frame(tensor.get("site"))
-    for device in out.get("devices", []):
-        for spike in device.get("spikes") or []:
-            r.frame(spike.get("site"))  # its text is the core's, written again below
-    # Every stored sentence, after every withheld string is known.
+            if isinstance(step.get("tensor"), dict):
+                step["tensor"].pop("shape", None)
+    fields = list(string_fields(out))
+    # First the fields that withhold a string (so its stand-in is known), then the sentences
+    # that may quote it; a field FIELDS does not know is taken for words from outside.
+    dropped = []
+    for place, owner, key in fields:
+        rule = FIELDS.get(place, FREE_TEXT)
+        if rule == FILE:
+            owner[key] = r.file(owner[key])
+        elif rule == KEY and owner.get("kind") == "key" and _STRING_KEY.match(owner[key]):
+            owner[key] = r.key(owner[key])
+        elif rule == DROP:
+            dropped.append((place, owner, key))
     sentence = r.sentences()
-    for finding in out.get("findings", []):
-        finding.pop("fix_code", None)  # the site's own source line, rewritten
-        for field in ("path_text", "suggestion"):
-            finding[field] = sentence(finding.get(field))
-        for step in finding.get("path", []):
-            for field in ("label", "note", "type"):
-                if field in step:
-                    step[field] = sentence(step[field])
-        if isinstance(finding.get("holder"), dict):
-            finding["holder"]["path_text"] = sentence(finding["holder"].get("path_text"))
-    for cause in out.get("causes", []):
-        for field in ("keeper", "suggestion"):
-            cause[field] = sentence(cause.get(field))
-        if isinstance(cause.get("holder"), dict):
-            cause["holder"]["path_text"] = sentence(cause["holder"].get("path_text"))
-    out["warnings"] = [sentence(w) for w in out.get("warnings", [])]
-    summary = out.get("summary", {})
-    summary["critical_issues"] = [sentence(c) for c in summary.get("critical_issues", [])]
-    for rec in summary.get("recommendations", []):
-        rec["text"] = sentence(rec.get("text"))
-    oom = out.get("oom")
-    if isinstance(oom, dict):
-        oom["message"] = sentence(oom.get("message"))
-        for entry in oom.get("by_site", []):
-            entry["site"] = sentence(entry.get("site"))
-        for entry in oom.get("by_holder", []):
-            entry["holder"] = sentence(entry.get("holder"))
+    for place, owner, key in fields:
+        rule = FIELDS.get(place, FREE_TEXT)
+        if rule in (SENTENCE, WRITTEN_AGAIN) or (rule == KEY and not owner[key].startswith("[<key ")):
+            owner[key] = sentence(owner[key])
+        elif rule == FREE_TEXT:
+            owner[key] = r.free_text(owner[key], sentence)
+    for place, owner, key in dropped:
+        if place == "findings[].dtype":
+            owner[key] = None  # in the schema, null when unknown
+        else:
+            owner.pop(key, None)
     # The core writes its sentences again from the redacted fields and checks the result.
     from . import _core
 

@@ -209,3 +209,106 @@ def test_a_spikes_site_is_redacted_with_its_sentence():
     assert spike["site"]["file"].startswith("<file ") and "source" not in spike["site"]
     assert "alice" not in json.dumps(out) and "acme-secret" not in json.dumps(out)
     assert spike["text"].endswith(f"allocated at {spike['site']['file']}:9")
+
+
+def every_section_reports():
+    """Reports that between them have every section: a kept graph with memory by role and a
+    frame inside a library, a spike, an out-of-memory error with its sites and holders, a
+    sampled watch, and a torchrun job merged with a failed rank."""
+    import threading
+
+    from live_reports import training_with_a_kept_graph_report
+
+    from torchleak import _core, _job
+
+    data, _, _ = training_with_a_kept_graph_report()
+    leak = next(f for f in data["findings"] if f["verdict"] == "leak")
+    leak["allocated_inside"] = dict(leak["site"])
+    yield json.loads(_core.normalize_report(json.dumps(data)))
+    with torchleak.track(boundary="explicit") as tracker:
+        model = torch.nn.Linear(64, 512)
+        for i in range(10):
+            model(torch.randn(4096 if i == 6 else 256, 64)).square().mean().backward()
+            tracker.step()
+    yield tracker.report().to_dict()
+    keep = []
+
+    def step():
+        keep.append(torch.ones(1 << 16))
+        if len(keep) > 10:
+            raise MemoryError(f"cannot allocate, reading '{SECRET_FILE}'")
+
+    with pytest.raises(MemoryError) as failure:
+        torchleak.check(step, iterations=14)
+    yield failure.value.torchleak_report.to_dict()
+    with torchleak.watch(sample_bytes=1 << 20, json=None) as watched:
+        for _ in range(12):
+            keep.append(torch.ones(64))
+            torchleak.step()
+    yield watched.tracker.report().to_dict()
+    store, results = torch.distributed.HashStore(), {}
+
+    def rank(r, status, note):
+        results[r] = _job.exchange(_job.Job(r, 2, store, run_id="x"), own, status=status, note=note, timeout=10)
+
+    with torchleak.track(gather_timeout=None) as t:
+        for _ in range(3):
+            keep.append(torch.ones(4096))
+            torchleak.step()
+    own = t.report()
+    threads = [
+        threading.Thread(target=rank, args=(0, "ok", "")),
+        threading.Thread(target=rank, args=(1, "failed", f"FileNotFoundError: {SECRET_FILE}")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    yield results[0].merged.to_dict()
+
+
+SECRET_FILE = "/home/dev/secret_project/data_hunter2.bin"
+
+
+def test_every_string_field_of_a_report_has_a_redaction_rule():
+    # A field without a rule would be redacted as text from outside, but the rule should be a
+    # decision: this fails when the report gains a string field that FIELDS does not name.
+    from torchleak._redact import FIELDS, string_fields
+
+    seen = set()
+    for data in every_section_reports():
+        seen |= {place for place, _, _ in string_fields(data)}
+    assert {"oom.message", "ranks.ranks[].note", "oom.by_site[].site", "devices[].spikes[].site.file"} <= seen
+    assert not seen - set(FIELDS), sorted(seen - set(FIELDS))
+
+
+def test_text_from_outside_torchleak_loses_its_paths_and_quoted_strings():
+    # #46: the OOM's message and a failed rank's note passed verbatim.
+    for data in every_section_reports():
+        everything = json.dumps(torchleak.Report(json.dumps(data)).redacted().to_dict())
+        assert "secret_project" not in everything and "hunter2" not in everything
+        if "oom" in data:
+            assert (
+                torchleak.Report(json.dumps(data))
+                .redacted()
+                .to_dict()["oom"]["message"]
+                .startswith("cannot allocate, reading '<text ")
+            )
+
+
+@pytest.mark.parametrize("where", ["/", "home", "home/dev"])
+def test_a_run_from_the_root_or_a_home_directory_hashes_paths_instead_of_keeping_them(tmp_path, monkeypatch, where):
+    # #46: relative to "/", /home/dev/secret_project/train.py was home/dev/secret_project/train.py.
+    from torchleak._redact import redact
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home" / "dev"))
+    project = "/" if where == "/" else str(tmp_path / where)
+    data = json.loads(
+        torchleak.Report.load(os.path.join(os.path.dirname(__file__), "..", "fixtures", "leaky_loop.json")).to_json()
+    )
+    data["findings"][0]["site"]["file"] = str(tmp_path / "home" / "dev" / "secret_project" / "train.py")
+    out = redact(data, project=project)
+    assert out["findings"][0]["site"]["file"].startswith("<file ")
+    assert "secret_project" not in json.dumps(out)
+    inside = redact(data, project=str(tmp_path / "home" / "dev" / "secret_project"))
+    assert inside["findings"][0]["site"]["file"] == "train.py"
