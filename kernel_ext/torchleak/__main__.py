@@ -366,39 +366,51 @@ def run(argv):
             sys.modules["__main__"] = saved_main
             if sys.path and sys.path[0] == search_dir:
                 sys.path.pop(0)
-        given = _own_options_given_to(script_args)
-        if status == EXIT_SCRIPT_FAILED and given and not terminated.note:
-            # The usual cause: torchleak's option written after the script, as before the
-            # convention; the script's own parser then refused it.
-            print(
-                f"torchleak: the script failed after it was given {', '.join(given)}, "
-                f"torchleak's option{'s' if len(given) > 1 else ''} too: torchleak's options "
-                f"go before the script (python -m torchleak run [options] {script} "
-                f"[its arguments])",
-                file=sys.stderr,
+        # From here on the report is printed and saved: one Ctrl-C lets the saves finish.
+        saving = _interrupts_held() if interrupted else _SavesFinishFirst()
+        with saving:
+            status, report = _report_the_run(
+                tracker, opts, script, script_args, parsed_options, terminated, status, failure
             )
-        elif status == EXIT_OK and given:
-            # The script ran, ignoring them: a --json or --html path meant for torchleak that
-            # nothing wrote is the sign.
-            unwritten = [p for p in _report_paths_given_to(script_args) if not os.path.exists(p)]
-            own = {o.split("=", 1)[0] for o in given} & parsed_options
-            if unwritten and not own:
-                print(
-                    f"torchleak: no report was written to {', '.join(unwritten)}: "
-                    f"{', '.join(given)} came after the script, so the script got "
-                    f"{'them' if len(given) > 1 else 'it'}; torchleak's options go before the script "
-                    f"(python -m torchleak run [options] {script} [its arguments])",
-                    file=sys.stderr,
-                )
-        # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
-        # still running within seconds: rank 0 waits less for the others.
-        timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
-        # A SIGTERM that comes while the ranks wait for each other shortens that wait too.
-        with _interrupts_held() if interrupted else contextlib.nullcontext():
-            report = _finish(tracker, opts, failure, timeout, hurry=lambda: terminated.note is not None)
+    if getattr(saving, "interrupted", False):
+        print("torchleak: interrupted (Ctrl-C) while the report was saved: the saves finished", file=sys.stderr)
+        status = EXIT_SCRIPT_FAILED
     if status == EXIT_OK and opts["fail_on_leak"] and report.leaks:
         status = EXIT_LEAK
     return status
+
+
+def _report_the_run(tracker, opts, script, script_args, parsed_options, terminated, status, failure):
+    """The hints about misplaced options, then the report printed, gathered and saved."""
+    given = _own_options_given_to(script_args)
+    if status == EXIT_SCRIPT_FAILED and given and not terminated.note:
+        # The usual cause: torchleak's option written after the script, as before the
+        # convention; the script's own parser then refused it.
+        print(
+            f"torchleak: the script failed after it was given {', '.join(given)}, "
+            f"torchleak's option{'s' if len(given) > 1 else ''} too: torchleak's options "
+            f"go before the script (python -m torchleak run [options] {script} "
+            f"[its arguments])",
+            file=sys.stderr,
+        )
+    elif status == EXIT_OK and given:
+        # The script ran, ignoring them: a --json or --html path meant for torchleak that
+        # nothing wrote is the sign.
+        unwritten = [p for p in _report_paths_given_to(script_args) if not os.path.exists(p)]
+        own = {o.split("=", 1)[0] for o in given} & parsed_options
+        if unwritten and not own:
+            print(
+                f"torchleak: no report was written to {', '.join(unwritten)}: "
+                f"{', '.join(given)} came after the script, so the script got "
+                f"{'them' if len(given) > 1 else 'it'}; torchleak's options go before the script "
+                f"(python -m torchleak run [options] {script} [its arguments])",
+                file=sys.stderr,
+            )
+    # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
+    # still running within seconds: rank 0 waits less for the others.
+    timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
+    # A SIGTERM that comes while the ranks wait for each other shortens that wait too.
+    return status, _finish(tracker, opts, failure, timeout, hurry=lambda: terminated.note is not None)
 
 
 @contextlib.contextmanager
@@ -431,6 +443,34 @@ def _interrupts_held():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class _SavesFinishFirst:
+    """A first Ctrl-C while the report is printed and saved is noted and said, and the saves go
+    on; a second one stops them (KeyboardInterrupt), each file left whole or untouched by the
+    atomic writes. Main thread only: Python takes signals there."""
+
+    interrupted = False
+
+    def __enter__(self):
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        return self
+
+    def _on_interrupt(self, signum, frame):
+        if self.interrupted:
+            raise KeyboardInterrupt
+        self.interrupted = True
+        print(
+            "torchleak: interrupted (Ctrl-C) while the report is saved: finishing the saves; Ctrl-C again stops them",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def _save_each(report, paths, redact):

@@ -102,3 +102,45 @@ def test_a_view_that_cannot_render_loses_only_its_own_output_and_never_the_train
                 torchleak.step()
     assert json.loads((tmp_path / "w.json").read_text())["schema_version"] == "torchleak.report/1"
     assert not (tmp_path / "w.html").exists()
+
+
+def _run_with_interrupts(tmp_path, interrupts):
+    """The CLI on LEAKY, with `interrupts` Ctrl-Cs sent to itself as the report's saves begin."""
+    script = tmp_path / "train.py"
+    script.write_text(LEAKY)
+    code = (
+        "import os, signal, sys\n"
+        "import torchleak._report as r\n"
+        "import torchleak.__main__ as m\n"
+        "orig, sent = r.Report.save, []\n"
+        "def save(self, path, redact=False):\n"
+        f"    while len(sent) < {interrupts}:\n"
+        "        sent.append(1); os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return orig(self, path, redact)\n"
+        "r.Report.save = save\n"
+        f"sys.exit(m.main(['run', '--quiet', '--json', 'r.json', '--html', 'r.html', {str(script)!r}]))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_one_ctrl_c_while_the_cli_saves_lets_every_save_finish_and_says_so(tmp_path):
+    # #46: a SIGINT after the walk, while the report was printed or saved, exited -2 with the
+    # HTML lost.
+    proc = _run_with_interrupts(tmp_path, 1)
+    assert proc.returncode == 3, proc.stderr
+    assert "interrupted (Ctrl-C) while the report is saved: finishing the saves" in proc.stderr
+    assert "the saves finished" in proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["schema_version"] == "torchleak.report/1"
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_second_ctrl_c_stops_the_saves_and_leaves_each_file_whole_or_untouched(tmp_path):
+    (tmp_path / "r.json").write_text("the earlier run's report")
+    (tmp_path / "r.html").write_text("the earlier run's page")
+    proc = _run_with_interrupts(tmp_path, 2)
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in proc.stderr
+    for name in ("r.json", "r.html"):
+        text = (tmp_path / name).read_text()
+        assert text.startswith("the earlier run's") or text.startswith(("{", "<!DOCTYPE html>")), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "r.json", "train.py"]  # no temporary left
