@@ -6,6 +6,8 @@
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -54,6 +56,41 @@ Frame frameFrom(const json& j) {
 }
 
 namespace {
+
+// A device as c10 spells one: a type ("cpu", "cuda", a renamed PrivateUse1 backend's name) and
+// an index from 0 to 127 (c10::DeviceIndex is an int8_t). The views and the memory-snapshot
+// export build per-index structures, so "cuda:2000000000" in a received report is refused
+// here, with the field named, instead of exhausting memory there.
+std::string deviceAt(const json& owner, const char* field, bool optional = false) {
+    if (optional && !owner.contains("device")) {
+        return "";
+    }
+    std::string name = owner.at("device").get<std::string>();
+    if (optional && name.empty()) {
+        return name;
+    }
+    size_t colon = name.find(':');
+    std::string_view type = std::string_view(name).substr(0, colon);
+    bool good =
+        !type.empty() && type.size() <= 64 && !std::isdigit(static_cast<unsigned char>(type[0]));
+    for (char c : type) {
+        good = good && (std::isalnum(static_cast<unsigned char>(c)) || c == '_') &&
+               static_cast<unsigned char>(c) < 128;
+    }
+    if (good && colon != std::string::npos) {
+        std::string_view digits = std::string_view(name).substr(colon + 1);
+        int index = -1;
+        auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+        good = ec == std::errc() && end == digits.data() + digits.size() && index >= 0 &&
+               index <= 127 && digits.size() <= 3;
+    }
+    if (!good) {
+        std::string shown = name.size() > 40 ? name.substr(0, 40) + "..." : name;
+        throw SchemaError(std::string(field) + " '" + shown +
+                          "' is not a device (a type and an index from 0 to 127: cpu, cuda:0)");
+    }
+    return name;
+}
 
 json holderJson(const std::optional<Holder>& h) {
     if (!h) {
@@ -107,7 +144,7 @@ json deviceJson(const DeviceTimeline& d,
 
 DeviceTimeline deviceFrom(const json& d) {
     DeviceTimeline t;
-    t.device = d.at("device").get<std::string>();
+    t.device = deviceAt(d, "devices[].device");
     t.capacity_bytes = integerOr<uint64_t>(d, "capacity_bytes", 0);
     t.allocated = integersAt<int64_t>(d, "allocated");
     t.reserved = integersAt<int64_t>(d, "reserved");
@@ -222,7 +259,7 @@ json outOfMemoryJson(const OutOfMemoryReport& oom, const Report& r) {
 
 OutOfMemoryReport outOfMemoryFrom(const json& j, size_t findings) {
     OutOfMemoryReport oom;
-    oom.device = j.at("device").get<std::string>();
+    oom.device = deviceAt(j, "oom.device");
     oom.error = j.value("error", "");
     oom.message = j.value("message", "");
     oom.iteration = integerAt<int64_t>(j, "iteration");
@@ -372,7 +409,7 @@ Finding findingFrom(const json& fj) {
     for (const json& s : fj.at("stack")) {
         f.stack.push_back(frameFrom(s));
     }
-    f.device = fj.at("device").get<std::string>();
+    f.device = deviceAt(fj, "findings[].device");
     if (!fj.at("dtype").is_null()) {
         f.dtype = fj["dtype"].get<std::string>();
     }
@@ -400,7 +437,7 @@ Finding findingFrom(const json& fj) {
             TensorInfo info;
             info.dtype = t.value("dtype", "");
             info.shape = integersOr<int64_t>(t, "shape");
-            info.device = t.value("device", "");
+            info.device = deviceAt(t, "findings[].path[].tensor.device", true);
             info.nbytes = integerOr<uint64_t>(t, "nbytes", 0);
             if (t.contains("site") && !t["site"].is_null()) {
                 info.site = frameFrom(t["site"]);

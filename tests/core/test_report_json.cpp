@@ -229,3 +229,27 @@ TEST_CASE("An empty report is valid JSON") {
     REQUIRE(j["findings"].empty());
     REQUIRE(j["iterations"] == 0);
 }
+
+TEST_CASE("A device that is not one is refused at load with its field named") {
+    const std::string text = toJson(hostileReport());
+    auto withDevice = [&](const std::string& device) {
+        auto j = nlohmann::json::parse(text);
+        j["findings"][0]["device"] = device;
+        return j.dump();
+    };
+    for (const char* good : {"cpu", "cuda:0", "cuda:127", "fakegpu:3", "privateuseone:1", "mps"}) {
+        INFO(good);
+        REQUIRE_NOTHROW(reportFromJson(withDevice(good)));
+    }
+    // An index that would size per-device structures (the memory-snapshot export built one list
+    // per index up to it), a superscript digit, no type, a sign.
+    for (const char* bad : {"cuda:2000000000", "cuda:128", "cuda:\u00b2", ":0", "cuda:-1", "cuda:",
+                            "cuda:0:1", "", "9cuda:0", "cu da:0", "cuda:+1", "cuda:0001"}) {
+        INFO(bad);
+        REQUIRE_THROWS_WITH(reportFromJson(withDevice(bad)),
+                            Catch::Contains("findings[].device") && Catch::Contains("is not a device"));
+    }
+    auto j = nlohmann::json::parse(text);
+    j["devices"][0]["device"] = "cuda:99999999999999999999";
+    REQUIRE_THROWS_WITH(reportFromJson(j.dump()), Catch::Contains("devices[].device"));
+}

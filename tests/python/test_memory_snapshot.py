@@ -2,6 +2,7 @@
 reads, checked by feeding the file to torch.cuda._memory_viz's own functions (offline: the
 flamegraph step is replaced by returning its input lines)."""
 
+import json
 import pickle
 
 import pytest
@@ -125,3 +126,19 @@ def test_an_unknown_extension_names_the_three_formats(tmp_path, name):
     report = torchleak.check(lambda: None, iterations=2)
     with pytest.raises(ValueError, match=r"\.json, \.html or \.pickle"):
         report.save(tmp_path / name)
+
+
+@pytest.mark.parametrize("device", ["cuda:2000000000", "cuda:\u00b2"])
+def test_a_received_report_with_a_device_index_out_of_range_is_refused_at_load(device):
+    # #46: the export built one trace list per index up to two billion (MemoryError or the
+    # machine's memory); a superscript digit gave a bare int() error.
+    keep = []
+    with torchleak.track() as t:
+        for _ in range(4):
+            keep.append(torch.ones(100))
+            torchleak.step()
+    data = json.loads(t.report().to_json())
+    for f in data["findings"]:
+        f["device"] = device
+    with pytest.raises(torchleak._core.ReportSchemaError, match=r"findings\[\]\.device '.*' is not a device"):
+        torchleak.Report.from_json(json.dumps(data))

@@ -25,7 +25,8 @@ def _device_indices(findings):
     indices, used = {}, set()
     for name in names:
         kind, _, index = name.partition(":")
-        if kind != "cpu" and index.isdigit() and int(index) not in used:
+        # The core refused any other index at load (report_json.cpp, deviceAt): 0 to 127.
+        if kind != "cpu" and index.isascii() and index.isdigit() and int(index) not in used:
             indices[name] = int(index)
             used.add(int(index))
     for name in names:
