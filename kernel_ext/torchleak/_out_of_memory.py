@@ -15,8 +15,10 @@ _OOM_TYPES = tuple(
     )
     if isinstance(t, type)
 )
-# CPU allocation failures that older code paths raise as a plain RuntimeError.
-_OOM_WORDS = ("out of memory", "not enough memory")
+# CPU allocation failures are a plain RuntimeError (c10::Error: torch has no type for them). The
+# CPU tap sees the allocator refuse (is_out_of_memory's `allocation_failed`); these words are
+# for a failure it could not see (the tap not attached, another allocator in front).
+_OOM_WORDS = ("out of memory", "not enough memory", "can't allocate memory")
 # What names a CUDA failure, the caching allocator's ("CUDA out of memory. Tried to allocate
 # ... GPU 0 has a total capacity ...") and the ones it never sees: "CUDA error: out of memory"
 # from a kernel launch or context creation, cuBLAS/cuDNN workspaces, NCCL buffers.
@@ -24,8 +26,13 @@ _CUDA_WORDS = re.compile(r"\bCUDA\b|\bcu(BLAS|DNN|FFT|SPARSE|SOLVER)\b|\bNCCL\b|
 _GPU_INDEX = re.compile(r"\bGPU (\d+)\b|\bcuda:(\d+)\b")
 
 
-def is_out_of_memory(exc):
+def is_out_of_memory(exc, allocation_failed=None):
+    """Whether `exc` is an out-of-memory error: by its type, or a RuntimeError raised when an
+    allocator had just refused a request (`allocation_failed`: its device, from the tracker),
+    or, failing both, by the words of the message."""
     if isinstance(exc, _OOM_TYPES):
+        return True
+    if isinstance(exc, RuntimeError) and allocation_failed:
         return True
     if isinstance(exc, RuntimeError):
         try:

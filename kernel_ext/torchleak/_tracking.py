@@ -484,11 +484,19 @@ class Tracker:
         """An exception ended the tracked run: when it is an out-of-memory error (the device's
         OutOfMemoryError, a CPU allocation failure, MemoryError), the report gets its ``oom``
         forensics. Returns whether it was one."""
-        if exc is None or not _out_of_memory.is_out_of_memory(exc):
+        if exc is None or not _out_of_memory.is_out_of_memory(exc, self._allocation_failed_now()):
             return False
         self._failure = _out_of_memory.describe(exc)
         self._report = None  # a final report built before it lacks the forensics
         return True
+
+    def _allocation_failed_now(self):
+        """The device whose allocator refused a request just now ("cpu": the CPU tap saw the
+        default allocator throw), or None."""
+        try:
+            return self._session.allocation_failed_now(_devices.privateuse1_name()) if self._session else None
+        except Exception:  # noqa: BLE001 - never in the way of the user's own exception
+            return None
 
     def _warn(self, message):
         """Add a warning to the report (once)."""

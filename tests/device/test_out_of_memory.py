@@ -112,6 +112,43 @@ def test_a_memory_error_is_a_cpu_failure_with_tracked_bytes():
     assert oom["by_holder"][0]["holder"] == "kept"
 
 
+def test_a_cpu_allocation_the_allocator_refuses_is_an_oom_whatever_its_words():
+    # #46: torch raises a plain RuntimeError ("DefaultCPUAllocator: can't allocate memory"),
+    # which no word list knew. The CPU tap sees the allocator refuse and the request's size.
+    kept = []
+    with pytest.raises(RuntimeError) as info:
+        with torchleak.track():
+            for _ in range(4):
+                kept.append(torch.ones(1024))
+                torchleak.step()
+            torch.empty(2**42, dtype=torch.uint8)  # 4 TiB
+    oom = info.value.torchleak_report.oom
+    assert oom is not None and oom["device"] == "cpu"
+    assert oom["requested_bytes"] == 2**42  # only the tap knows it: the message is not read for it
+    assert oom["by_holder"][0]["holder"] == "kept"
+
+
+def test_a_runtime_error_after_the_cpu_allocator_succeeded_again_is_not_an_oom():
+    # A failure the program caught and survived: an allocation since then clears it.
+    with pytest.raises(RuntimeError) as info:
+        with torchleak.track():
+            try:
+                torch.empty(2**42, dtype=torch.uint8)
+            except RuntimeError:
+                pass
+            torch.ones(16)
+            raise RuntimeError("a shape mismatch")
+    assert not hasattr(info.value, "torchleak_report")  # not an out-of-memory error
+
+
+def test_the_words_are_only_the_fallback():
+    from torchleak._out_of_memory import is_out_of_memory
+
+    assert is_out_of_memory(RuntimeError("anything at all"), "cpu")
+    assert not is_out_of_memory(RuntimeError("anything at all"), None)
+    assert not is_out_of_memory(ValueError("out of memory"), "cpu")
+
+
 def test_the_tracker_does_not_keep_the_oom_or_the_tensors_of_its_frames():
     """The tool never keeps a tensor alive: the tracker remembers the error's words, not the
     exception, whose traceback holds the failing frames and their tensors."""

@@ -228,6 +228,17 @@ PYBIND11_MODULE(_core, m) {
             },
             py::arg("device"), py::arg("privateuse1_backend"), py::arg("requested"),
             py::arg("allocated"), py::arg("reserved"))
+        .def(
+            "allocation_failed_now",
+            [](const python::TrackingSession& self,
+               const std::string& privateUse1Backend) -> std::optional<std::string> {
+                auto device = self.allocationFailedNow();
+                return device ? std::optional<std::string>(deviceName(*device, privateUse1Backend))
+                              : std::nullopt;
+            },
+            py::arg("privateuse1_backend"),
+            "The device (\"cpu\", \"cuda:0\") whose allocator refused a request just now, or "
+            "None.")
         .def_property_readonly("last_walk", [](const python::TrackingSession& self) {
             return python::walkStatsDict(self.lastWalk());
         });

@@ -95,6 +95,13 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
 
     void cpuFreed(void* ptr) noexcept override { record(ptr, -1, kCpu, 0, 0, false, false); }
 
+    // No totals: the CPU has no allocator statistics (the report counts tracked bytes).
+    void cpuAllocationFailed(size_t size) noexcept override {
+        if (d_enabled.load(std::memory_order_relaxed)) {
+            d_recorder->recordOutOfMemory(kCpu, static_cast<int64_t>(size), -1, -1);
+        }
+    }
+
     // One event, from either path: an allocation when size >= 0, else a free.
     void record(void* ptr,
                 int64_t size,

@@ -57,7 +57,16 @@ void waitForInFlight() noexcept {
 class TappedCpuAllocator final : public c10::Allocator {
   public:
     c10::DataPtr allocate(size_t n) override {
-        c10::DataPtr data = g_original->allocate(n);
+        c10::DataPtr data;
+        try {
+            data = g_original->allocate(n);
+        } catch (...) {
+            if (CpuEventSink* sink = enter()) {
+                sink->cpuAllocationFailed(n);
+                leave();
+            }
+            throw;
+        }
         // Only the plain shape (context == pointer, the original deleter): anything else is
         // passed through untouched and unseen rather than guessed at.
         if (data.get() != nullptr && data.get_context() == data.get() &&

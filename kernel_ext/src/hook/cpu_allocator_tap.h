@@ -30,6 +30,9 @@ class CpuEventSink {
     virtual ~CpuEventSink() = default;
     virtual void cpuAllocated(void* ptr, size_t size) noexcept = 0;
     virtual void cpuFreed(void* ptr) noexcept = 0;
+    // The CPU allocator refused `size` bytes (it throws: c10 raises a plain RuntimeError, so
+    // this is how the run's report knows the exception is an out-of-memory error).
+    virtual void cpuAllocationFailed(size_t size) noexcept = 0;
 };
 
 // Puts the tap in front of the CPU allocator and routes its events to `sink`. Returns false

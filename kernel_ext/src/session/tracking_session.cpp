@@ -183,6 +183,14 @@ void TrackingSession::noteOutOfMemory(DeviceKey device,
     d_recorder->recordOutOfMemory(device, requested, allocated, reserved, false);
 }
 
+std::optional<DeviceKey> TrackingSession::allocationFailedNow() const {
+    auto current = d_recorder->currentOutOfMemory();
+    if (current && current->fromAllocator) {
+        return current->device;
+    }
+    return std::nullopt;
+}
+
 std::vector<std::pair<uintptr_t, uint64_t>> TrackingSession::stacklessDeviceBlocks() const {
     std::vector<std::pair<uintptr_t, uint64_t>> out;
     d_recorder->forEachLiveBlock([&](uintptr_t ptr, const BlockRecord& rec) {

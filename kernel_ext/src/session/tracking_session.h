@@ -96,6 +96,9 @@ class TrackingSession {
     // thread, which may not carry the hook); the allocator's own report of the same failure,
     // through the hook, is kept when there is one. requested < 0: unknown.
     void noteOutOfMemory(DeviceKey device, int64_t requested, int64_t allocated, int64_t reserved);
+    // The device whose allocator just refused a request (nothing allocated on it since), when
+    // an allocator said so itself: an exception raised now is that failure, whatever its type.
+    std::optional<DeviceKey> allocationFailedNow() const;
 
     // Needs the GIL.
     // With roots, findings get retaining paths; without, the walk is skipped.
