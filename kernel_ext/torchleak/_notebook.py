@@ -12,6 +12,7 @@ as anything else. Unloading removes every event handler and stops watching.
 import argparse
 import keyword
 import shlex
+import sys
 import time
 
 from IPython.core.error import UsageError
@@ -21,6 +22,7 @@ from IPython.display import display
 from . import _core, _out_of_memory, _tracking, _user_code
 from ._config import config
 from ._ledger import CellLedger
+from ._report import save_each
 from ._tracebacks import from_code, show_from_code
 from ._widget import make_widget
 from .render.bundle import report_bundle, report_metadata
@@ -89,17 +91,13 @@ def _check_outputs(args, magic):
                 raise UsageError(f"--{option} {exc}\nusage: {USAGE[magic]}") from None
 
 
-def _save(report, json_path, html_path, magic, redact=False):
-    """The files asked for; with --redact, Report.redacted() (the output shown stays whole)."""
-    if redact and (json_path or html_path):
-        report = report.redacted()
-    for path in (json_path, html_path):
-        if path is None:
-            continue
-        try:
-            report.save(path)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot write {path}: {exc}\nusage: {USAGE[magic]}") from None
+def _save(report, json_path, html_path, redact=False):
+    """The files asked for, each on its own as the CLI and watch() write them: one that cannot
+    be written (a full disk) is said on stderr and the others are still written; the usage was
+    right, so no usage line. With --redact, Report.redacted() (the output shown stays whole)."""
+    paths = [p for p in (json_path, html_path) if p is not None]
+    for path, exc in save_each(report, paths, redact=redact)[1] if paths else ():
+        print(f"torchleak: could not write {path}: {exc}", file=sys.stderr)
 
 
 # A live update carries at most this many findings (the view draws 25 rows before "show
@@ -278,7 +276,7 @@ class LeakMagics(Magics):
             if args.output is not None:
                 # Like %timeit -o: the Report (data only, no tensors) under the user's name.
                 self.shell.user_ns[args.output] = report
-            _save(report, args.json, args.html, "leakcheck", args.redact)
+            _save(report, args.json, args.html, args.redact)
         finally:
             if resume_watch:
                 self._start_watch()
@@ -471,7 +469,7 @@ class LeakMagics(Magics):
             report = self.watch_report
         else:
             raise UsageError(f"nothing recorded yet: run %leakwatch on first\nusage: {USAGE['leakreport']}")
-        _save(report, args.json, args.html, "leakreport", args.redact)
+        _save(report, args.json, args.html, args.redact)
         _LiveDisplay().finish(report.to_dict())
 
     # -- %leakconfig --------------------------------------------------------------------------

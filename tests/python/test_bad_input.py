@@ -205,3 +205,37 @@ def test_a_report_loaded_from_a_file_is_the_report_written(tmp_path):
     report.save(path)
     again = torchleak.Report.load(path)
     assert json.loads(again.to_json()) == json.loads(report.to_json())
+
+
+@pytest.mark.parametrize("magic", ["leakcheck", "leakreport"])
+def test_a_magic_writes_every_output_it_can_and_says_which_failed(shell, tmp_path, monkeypatch, magic):
+    # #46: --html was not written when --json was on a full disk, and the error was a
+    # UsageError with the usage line though the usage was right.
+    import errno
+
+    from torchleak import _report
+
+    full = str(tmp_path / "full" / "r.json")
+    os.mkdir(tmp_path / "full")
+    real_replace = _report.os.replace
+
+    def replace(src, dst):
+        if dst == full:
+            os.remove(src)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(_report.os, "replace", replace)
+    html = tmp_path / "r.html"
+    if magic == "leakcheck":
+        result = run(shell, f"%%leakcheck -n 3 --json {full} --html {html}\nx = torch.ones(4)")
+    else:
+        run(shell, "%leakwatch on")
+        run(shell, "x = torch.ones(4)")
+        result = run(shell, f"%leakreport --json {full} --html {html}")
+        run(shell, "%leakwatch off")
+    assert result.error_in_exec is None, result.error_in_exec
+    assert f"torchleak: could not write {full}: [Errno 28] No space left on device" in result.output
+    assert "usage:" not in result.output
+    assert html.read_text().startswith("<!DOCTYPE html>")
+    assert os.listdir(tmp_path / "full") == []
