@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import weakref
 
 from . import _core
 from ._config import config as _config
@@ -27,6 +28,36 @@ DEFAULT_GATHER_TIMEOUT = 60.0
 _exchanges = {}
 
 
+# Each store this process joined a job on, and that job's number on it.
+_job_numbers = weakref.WeakKeyDictionary()
+
+
+def _elastic_run_id():
+    """torchrun's run id of an elastic job; None for its default "none" or outside torchrun."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return run_id if run_id and run_id != "none" else None
+
+
+def _job_number(store, world_size):
+    """This rank's job's number on `store`: the ranks counted in before it, divided by the job's
+    size. Once per process and store; "0" when the store cannot count (a stand-in store)."""
+    if store is None:
+        return 0
+    try:
+        return _job_numbers[store]
+    except (KeyError, TypeError):
+        pass
+    try:
+        number = (int(store.add("torchleak/ranks_joined", 1)) - 1) // world_size
+    except Exception:  # noqa: BLE001 - a store without add(): the keys as before
+        return 0
+    try:
+        _job_numbers[store] = number
+    except TypeError:  # a store that takes no weak reference: counted again next time
+        pass
+    return number
+
+
 class Job:
     """The rank, world size and store of an initialised torch.distributed job of two or more
     ranks, and the run id torchrun gave it. The store is kept from the moment it is seen: a
@@ -35,9 +66,16 @@ class Job:
 
     def __init__(self, rank, world_size, store, run_id=None):
         self.rank, self.world_size, self.store = rank, world_size, store
-        # Two jobs that share one store (a shared rendezvous host) must not merge each other's
-        # ranks: every key carries the run id (torchrun sets it; a uuid for a single node).
-        self.run_id = os.environ.get("TORCHELASTIC_RUN_ID", "none") if run_id is None else run_id
+        # Two jobs that share one store must not merge each other's ranks: every key carries
+        # the job's id. An elastic job's is torchrun's run id. Outside elastic mode (plain
+        # torchrun --master-addr/--master-port, init_process_group itself) torchrun says
+        # "none", so the id is the job's number on its store: each rank counts itself in once
+        # (an atomic add on the store the job's rendezvous made), and the ranks of the n-th
+        # job on a store agree that they are its n-th job (a later job on a long-lived store, a
+        # script that initialises a second process group, reads none of an earlier one's keys).
+        if run_id is None:
+            run_id = _elastic_run_id() or f"job{_job_number(store, world_size)}"
+        self.run_id = run_id
 
     @classmethod
     def current(cls):

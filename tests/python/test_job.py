@@ -288,6 +288,39 @@ def test_two_jobs_sharing_a_store_do_not_merge_each_others_ranks():
     assert leaking == {"a": [[1]], "b": []}
 
 
+def test_a_later_job_on_the_same_store_reads_none_of_an_earlier_jobs_keys(tcp_store, monkeypatch):
+    # #46: outside torchrun's elastic mode the run id was "none" for every job, so a second job
+    # on a long-lived store (or a script's second process group) met the first one's keys: its
+    # rank 0 merged the first job's reports, its rank 1 took the first job's answer.
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    kept = []
+    first = in_threads(
+        [(0, _job.Job(0, 2, tcp_store()), rank_report()), (1, _job.Job(1, 2, tcp_store()), rank_report(kept))],
+        timeout=10,
+    )
+    assert [f["ranks"] for f in first[0].merged.to_dict()["findings"] if f["verdict"] == "leak"] == [[1]]
+    jobs = [_job.Job(0, 2, tcp_store()), _job.Job(1, 2, tcp_store())]  # each rank a process: a client each
+    assert jobs[0].run_id == jobs[1].run_id == "job1"
+    second = in_threads([(0, jobs[0], rank_report()), (1, jobs[1], rank_report())], timeout=10)
+    merged = second[0].merged.to_dict()
+    assert [f for f in merged["findings"] if f["verdict"] == "leak"] == []
+    assert [r["status"] for r in merged["ranks"]["ranks"]] == ["ok", "ok"]
+    assert second[1].confirmed and second[1].complete
+
+
+def test_an_elastic_jobs_run_id_is_torchruns_and_none_is_not_an_id(monkeypatch):
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "5f3a")
+    assert _job.Job(0, 2, dist.HashStore()).run_id == "5f3a"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    store = dist.HashStore()
+    assert [_job.Job(r, 2, dist.PrefixStore("", store)).run_id for r in (0, 1, 0, 1)] == [
+        "job0",
+        "job0",
+        "job1",
+        "job1",
+    ]
+
+
 class TrackerOfRank1:
     """What the CLI's end of run sees on rank 1 of a job whose exchange went as told."""
 
