@@ -64,13 +64,21 @@ class UsageError(Exception):
     pass
 
 
+def _shown(value):
+    """An option's value as an error shows it: whole when short, else its length (a 5,000-digit
+    value was echoed whole)."""
+    from torchleak._config import brief
+
+    return brief(value)
+
+
 def _int_option(name, value, maximum=10**9, minimum=0):
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise UsageError(f"{name} needs an integer, got {value!r}") from None
+        raise UsageError(f"{name} needs an integer, got {_shown(value)}") from None
     if not minimum <= number <= maximum:
-        raise UsageError(f"{name} must be between {minimum} and {maximum:,}, got {number}")
+        raise UsageError(f"{name} must be between {minimum} and {maximum:,}, got {_shown(number)}")
     return number
 
 
@@ -187,9 +195,9 @@ def _seconds_option(name, value):
     try:
         seconds = float(value)
     except ValueError:
-        raise UsageError(f"{name} needs a number of seconds, got {value!r}") from None
+        raise UsageError(f"{name} needs a number of seconds, got {_shown(value)}") from None
     if not 0 <= seconds <= 86400:
-        raise UsageError(f"{name} must be between 0 and 86400 seconds, got {value}")
+        raise UsageError(f"{name} must be between 0 and 86400 seconds, got {_shown(value)}")
     return seconds
 
 
@@ -575,13 +583,13 @@ def parse_diff_args(argv):
                 try:
                     opts["tolerance"] = float(value)
                 except ValueError:
-                    raise UsageError(f"--tolerance needs a percentage, got {value!r}") from None
+                    raise UsageError(f"--tolerance needs a percentage, got {_shown(value)}") from None
                 if not 0 <= opts["tolerance"] <= 1000:
-                    raise UsageError(f"--tolerance must be between 0 and 1000, got {value}")
+                    raise UsageError(f"--tolerance must be between 0 and 1000, got {_shown(value)}")
             i += 2
             continue
         if arg.startswith("-"):
-            raise UsageError(f"unknown option {arg!r}")
+            raise UsageError(f"unknown option {_shown(arg)}")
         files.append(arg)
         i += 1
     if len(files) != 2:
@@ -684,7 +692,7 @@ def main(argv=None):
         return EXIT_OK if argv else EXIT_USAGE
     commands = {"run": run, "diff": diff, "install-kernel": install_kernel, "version": version}
     if argv[0] not in commands:
-        print(f"torchleak: unknown command {argv[0]!r}\n{USAGE}", file=sys.stderr)
+        print(f"torchleak: unknown command {_shown(argv[0])}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return commands[argv[0]](argv[1:])

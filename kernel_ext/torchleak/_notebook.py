@@ -20,7 +20,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 
 from . import _core, _out_of_memory, _tracking, _user_code
-from ._config import config
+from ._config import brief, config
 from ._ledger import CellLedger
 from ._report import save_each
 from ._tracebacks import from_code, show_from_code
@@ -58,14 +58,21 @@ def _split(magic, line):
         raise UsageError(f"{exc}\nusage: {USAGE[magic]}") from None
 
 
+def _a_name_for_the_report(name):
+    """-o NAME: an identifier that is no keyword and no __dunder__ (`-o __builtins__` replaced
+    the namespace's builtins and every later cell failed)."""
+    dunder = name.startswith("__") and name.endswith("__")
+    return name.isidentifier() and not keyword.iskeyword(name) and not dunder
+
+
 def _int_at_least(minimum, maximum=10**9):
     def parse(text):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {brief(text)}") from None
         if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(f"expected a number between {minimum} and {maximum:,}, got {value}")
+            raise argparse.ArgumentTypeError(f"expected a number between {minimum} and {maximum:,}, got {brief(value)}")
         return value
 
     return parse
@@ -230,8 +237,11 @@ class LeakMagics(Magics):
         parser.add_argument("--html", default=None)
         parser.add_argument("--redact", action="store_true")
         args = parser.parse_args(_split("leakcheck", line))
-        if args.output is not None and not (args.output.isidentifier() and not keyword.iskeyword(args.output)):
-            raise UsageError(f"-o needs a Python name, not {args.output!r}\nusage: {USAGE['leakcheck']}")
+        if args.output is not None and not _a_name_for_the_report(args.output):
+            raise UsageError(
+                f"-o needs a Python name of your own (not a keyword or a __dunder__ name, which "
+                f"IPython and Python keep for themselves), not {brief(args.output)}\nusage: {USAGE['leakcheck']}"
+            )
         _check_outputs(args, "leakcheck")
         warmup = config.warmup if args.warmup is None else args.warmup
         if warmup >= args.n:
@@ -484,7 +494,7 @@ class LeakMagics(Magics):
         for word in words:
             key, sep, value = word.partition("=")
             if not sep or not key:
-                raise UsageError(f"expected KEY=VALUE, got {word!r}\nusage: {USAGE['leakconfig']}")
+                raise UsageError(f"expected KEY=VALUE, got {brief(word)}\nusage: {USAGE['leakconfig']}")
             pending.append((key, value))
         try:
             config.set_text(pending)  # all or nothing

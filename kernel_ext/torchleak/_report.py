@@ -67,6 +67,11 @@ class Report:
         field)."""
         from . import _core
 
+        if not isinstance(text, (str, bytes, bytearray, memoryview)):
+            # pybind11's own TypeError repeats repr() of the argument: a whole report (and
+            # objects' own __repr__ run) for the usual mistake, json.load's dict.
+            hint = ": for a parsed report, Report(data)" if isinstance(text, dict) else ""
+            raise TypeError(f"Report.from_json takes the JSON text (str or bytes), not a {type(text).__name__}{hint}")
         normalized = _core.normalize_report(text)
         del text  # a large report's text is let go before its Python objects are made
         return cls(normalized)

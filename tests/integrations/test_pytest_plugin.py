@@ -173,6 +173,12 @@ def test_clean():
         ("5", "keyword arguments only"),
         ("iterations=3, repeat=2", "unknown argument(s) repeat"),
         ("iterations='3'", "iterations must be an int"),
+        # #46: past torchleak's limits, an internal traceback from check() instead of the usage
+        (
+            "min_bytes=2**70",
+            "min_bytes must be an int between 0 and 9,223,372,036,854,775,807, got 1180591620717411303424",
+        ),
+        ("iterations=10**5000", "got an int of 16610 bits"),
     ],
 )
 def test_a_bad_marker_fails_that_test_with_the_usage(pytester, marker, words):

@@ -239,3 +239,45 @@ def test_a_magic_writes_every_output_it_can_and_says_which_failed(shell, tmp_pat
     assert "usage:" not in result.output
     assert html.read_text().startswith("<!DOCTYPE html>")
     assert os.listdir(tmp_path / "full") == []
+
+
+def test_from_json_of_a_parsed_report_says_so_in_a_line():
+    # #46: pybind11's TypeError repeated repr() of the whole argument (a 195 MiB report: a
+    # 195 MiB message), running the objects' own __repr__.
+    class Loud:
+        def __repr__(self):
+            raise AssertionError("a user __repr__ ran")
+
+    data = {"schema_version": "torchleak.report/1", "findings": [Loud()] * 1000}
+    with pytest.raises(TypeError) as info:
+        torchleak.Report.from_json(data)
+    assert (
+        str(info.value)
+        == "Report.from_json takes the JSON text (str or bytes), not a dict: for a parsed report, Report(data)"
+    )
+    with pytest.raises(TypeError, match="not a list$"):
+        torchleak.Report.from_json([Loud()])
+
+
+@pytest.mark.parametrize("name", ["__builtins__", "__name__", "__x__", "class", "1x"])
+def test_leakcheck_o_refuses_a_name_that_is_not_the_users(shell, name):
+    # #46: `-o __builtins__` replaced the namespace's builtins and every later cell failed.
+    result = run(shell, f"%%leakcheck -n 2 -o {name}\nx = 1")
+    assert type(result.error_in_exec).__name__ == "UsageError"
+    assert "-o needs a Python name of your own" in str(result.error_in_exec)
+    assert run(shell, "print(len([1, 2]))").error_in_exec is None
+
+
+def test_a_long_option_value_is_not_echoed_whole(shell, tmp_path):
+    long = "9" * 5000
+    for argv in (["--warmup", long], ["--min-bytes", long], ["--gather-timeout", long], ["--every", long]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "torchleak", "run", *argv, "x.py"], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert long not in proc.stderr and "5,000 characters" in proc.stderr, argv
+    proc = subprocess.run([sys.executable, "-m", "torchleak", long], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and long not in proc.stderr
+    for cell in (f"%%leakcheck -n {long}\nx = 1", f"%leakconfig {long}"):
+        result = run(shell, cell)
+        assert type(result.error_in_exec).__name__ == "UsageError" and long not in str(result.error_in_exec), cell
