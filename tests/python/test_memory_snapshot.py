@@ -142,3 +142,16 @@ def test_a_received_report_with_a_device_index_out_of_range_is_refused_at_load(d
         f["device"] = device
     with pytest.raises(torchleak._core.ReportSchemaError, match=r"findings\[\]\.device '.*' is not a device"):
         torchleak.Report.from_json(json.dumps(data))
+
+
+def test_a_report_made_from_a_dict_with_a_huge_device_index_exports_without_sizing_by_it():
+    keep = []
+    with torchleak.track() as t:
+        for _ in range(4):
+            keep.append(torch.ones(100))
+            torchleak.step()
+    data = json.loads(t.report().to_json())
+    for f in data["findings"]:
+        f["device"] = "cuda:2000000000"
+    snapshot = torchleak.Report(data).to_memory_snapshot()  # Report(dict) does not validate
+    assert len(snapshot["device_traces"]) <= 2

@@ -25,8 +25,9 @@ def _device_indices(findings):
     indices, used = {}, set()
     for name in names:
         kind, _, index = name.partition(":")
-        # The core refused any other index at load (report_json.cpp, deviceAt): 0 to 127.
-        if kind != "cpu" and index.isascii() and index.isdigit() and int(index) not in used:
+        # The core refuses any other index at load (report_json.cpp, deviceAt); a Report made
+        # from a dict skipped the load, and the traces are a list as long as the highest index.
+        if kind != "cpu" and index.isascii() and index.isdigit() and int(index) <= 127 and int(index) not in used:
             indices[name] = int(index)
             used.add(int(index))
     for name in names:
