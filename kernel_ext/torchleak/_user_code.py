@@ -34,7 +34,50 @@ def package_prefixes():
     except AttributeError:  # some embedded interpreters
         pass
     dirs.append(getattr(site, "USER_SITE", None))
-    return _with_realpaths(dirs)
+    known = _with_realpaths(dirs)
+    packages, modules = _distribution_code(known)
+    # A module file is its own prefix (no separator after it).
+    return known + tuple(p for p in _with_realpaths(packages) + tuple(modules) if p not in known)
+
+
+def _distribution_code(known):
+    """(package directories, module files): the top-level code of installed, non-editable
+    distributions outside `known` (reached through PYTHONPATH, a .pth file, pip --target, a
+    layered environment), library code wherever it is. Installed: an installer (pip, uv, conda)
+    wrote its INSTALLER file; a source tree's own .egg-info (setup.py develop) has none, and an
+    editable install (direct_url.json says so) is the user's own code too. Only a distribution
+    outside the site directories has its file list read: reading them all is half a second."""
+    import importlib.metadata
+    import json
+
+    packages, modules = [], []
+    try:
+        distributions = list(importlib.metadata.distributions())
+    except Exception:  # noqa: BLE001 - a broken metadata directory: the site directories only
+        return packages, modules
+    for dist in distributions:
+        try:
+            location = os.path.abspath(str(dist.locate_file("")))
+            if (location.rstrip(os.sep) + os.sep).startswith(known):
+                continue
+            if not (dist.read_text("INSTALLER") or "").strip():
+                continue
+            direct_url = dist.read_text("direct_url.json")
+            if direct_url and json.loads(direct_url).get("dir_info", {}).get("editable"):
+                continue
+            for file in dist.files or ():
+                top = file.parts[0] if file.parts else ""
+                if not top or top in ("..", "__pycache__") or top.endswith((".dist-info", ".egg-info")):
+                    continue
+                if len(file.parts) == 1 and not top.endswith(".py"):
+                    continue  # a .pth, a script's shim: no code of its own here
+                path = os.path.abspath(str(dist.locate_file(top)))
+                found = packages if len(file.parts) > 1 else modules
+                if path not in found:
+                    found.append(path)
+        except Exception:  # noqa: BLE001 - one unreadable distribution: the others still count
+            continue
+    return packages, modules
 
 
 def _with_realpaths(dirs):

@@ -147,3 +147,45 @@ def test_hostile_cell_file_names_neither_crash_nor_raise(name):
     # A name that parses is a cell; one that does not is `<...>` library code, so the site is
     # the caller's line here. Either way a site, not a crash.
     assert leak.site["line"] == 1 if leak.site.get("cell") is not None else leak.site["file"] == __file__
+
+
+def _installed_outside_site_packages(root, name, editable=False):
+    """`name` installed by pip into `root`, a directory on sys.path that is no site directory
+    (PYTHONPATH, pip --target, a layered environment's .pth): its code, its dist-info."""
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text(
+        "import torch\n\ndef make(n):\n    return torch.ones(n, 256)  # ALLOC make\n"
+    )
+    info = root / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "INSTALLER").write_text("pip\n")
+    (info / "RECORD").write_text(f"{name}/__init__.py,,\n{info.name}/METADATA,,\n")
+    if editable:
+        (info / "direct_url.json").write_text('{"url": "file:///src", "dir_info": {"editable": true}}')
+
+
+@pytest.mark.parametrize("editable", [False, True])
+def test_a_distribution_outside_site_packages_is_library_code_unless_editable(tmp_path, monkeypatch, editable):
+    # #47 item 6: library code was only what sat under site.getsitepackages(); a package on
+    # PYTHONPATH put the site inside it.
+    name = "outsidepkg_editable" if editable else "outsidepkg"
+    _installed_outside_site_packages(tmp_path / "libs", name, editable)
+    monkeypatch.syspath_prepend(str(tmp_path / "libs"))
+    _user_code.package_prefixes.cache_clear()
+    try:
+        module = __import__(name)
+        kept = []
+
+        def step():
+            kept.append(module.make(16))  # the user's line
+
+        (leak,) = torchleak.check(step, iterations=5).leaks
+    finally:
+        _user_code.package_prefixes.cache_clear()
+        sys.modules.pop(name, None)
+    if editable:  # the user's own code, installed to be edited: the site is in it
+        assert leak.site["file"] == str(tmp_path / "libs" / name / "__init__.py")
+    else:
+        assert leak.site["file"] == __file__ and leak.site["line"] == step.__code__.co_firstlineno + 1
+        assert leak.allocated_inside["file"] == str(tmp_path / "libs" / name / "__init__.py")
