@@ -201,9 +201,13 @@ std::string keptWithGraphFix(const Finding& f) {
             numel *= d;
         }
         if (numel > 1) {
+            // "the 512 tensors" read as a count: one dimension is said in elements.
             std::string shape;
             for (int64_t d : entry->tensor->shape) {
                 shape += (shape.empty() ? "" : "\u00d7") + std::to_string(d);
+            }
+            if (entry->tensor->shape.size() == 1) {
+                shape += "-element";
             }
             return "store .detach()ed copies of the " + shape + " tensors in " + holder +
                    " (t.detach(), or t.detach().cpu() to free the device), not the tensors: each "
@@ -310,12 +314,28 @@ std::string lastExceptionFixCode(const Finding& f) {
 }
 } // namespace
 
+namespace {
+// How to bound a container of this type: a deque for a sequence; a dict is trimmed oldest
+// first or becomes a function's lru_cache (a deque has no keys).
+std::string boundedForm(const std::string& type) {
+    if (type == "dict" || type == "collections.OrderedDict" || type == "collections.defaultdict") {
+        return "an OrderedDict trimmed with popitem(last=False) past a size, or "
+               "functools.lru_cache(maxsize=...) on the function that fills it";
+    }
+    if (type == "set") {
+        return "a size past which it is cleared";
+    }
+    return "collections.deque(maxlen=...)";
+}
+} // namespace
+
 std::string suggestFix(const Finding& f) {
     if (f.verdict == Verdict::Growth) {
         const std::string holder = f.holder ? f.holder->path_text : f.path_text;
-        return holder + " is a record the program keeps by its own name, of values with no "
-                        "autograd graph, growing too slowly to matter: nothing to fix. Bound it "
-                        "(collections.deque(maxlen=...)) only if the run is to last longer";
+        return holder +
+               " is a record the program keeps by its own name, of values with no "
+               "autograd graph, growing too slowly to matter: nothing to fix. Bound it (" +
+               boundedForm(f.holder ? f.holder->type : "") + ") only if the run is to last longer";
     }
     if (f.verdict != Verdict::Leak) {
         return "";
@@ -417,8 +437,8 @@ std::string suggestFix(const Finding& f) {
                    "its class defines reset() to drop them";
         }
         return shortPath(f.holder->path_text) + " grows by " + growthText(*f.holder) +
-               " per iteration: .clear() it, bound it (collections.deque(maxlen=...)) or store "
-               "smaller copies";
+               " per iteration: .clear() it, bound it (" + boundedForm(f.holder->type) +
+               ") or store smaller copies";
     }
     if (hasKind(f, StepKind::Attr)) {
         return "an attribute keeps the last tensors: set it to None when done, or store "
@@ -440,6 +460,63 @@ std::string_view trimmed(std::string_view text) {
     const auto last = text.find_last_not_of(" \t\r\n");
     return first == std::string_view::npos ? std::string_view()
                                            : text.substr(first, last - first + 1);
+}
+
+// The holder's path as Python can read it: a name, then `.attribute`, `[integer]` or
+// `['string']` steps. A path that passes through what has no Python spelling (a closure's
+// `<cell self>`, a hook dict's bound method) is no expression: its fix gets no code.
+bool isPythonAccessChain(std::string_view path) {
+    auto identifier = [&](size_t& i) {
+        if (i >= path.size() ||
+            !(std::isalpha(static_cast<unsigned char>(path[i])) || path[i] == '_')) {
+            return false;
+        }
+        while (i < path.size() &&
+               (std::isalnum(static_cast<unsigned char>(path[i])) || path[i] == '_')) {
+            ++i;
+        }
+        return true;
+    };
+    size_t i = 0;
+    if (!identifier(i)) {
+        return false;
+    }
+    while (i < path.size()) {
+        if (path[i] == '.') {
+            ++i;
+            if (!identifier(i)) {
+                return false;
+            }
+        } else if (path[i] == '[') {
+            ++i;
+            if (i < path.size() && (path[i] == '\'' || path[i] == '"')) {
+                const char quote = path[i++];
+                while (i < path.size() && path[i] != quote) {
+                    i += (path[i] == '\\') ? 2 : 1;
+                }
+                if (i >= path.size()) {
+                    return false;
+                }
+                ++i;
+            } else {
+                i += (i < path.size() && path[i] == '-') ? 1 : 0;
+                const size_t digits = i;
+                while (i < path.size() && std::isdigit(static_cast<unsigned char>(path[i]))) {
+                    ++i;
+                }
+                if (i == digits) {
+                    return false;
+                }
+            }
+            if (i >= path.size() || path[i] != ']') {
+                return false;
+            }
+            ++i;
+        } else {
+            return false;
+        }
+    }
+    return true;
 }
 
 // A primary expression (`loss`, `out.loss`, `torch.tanh(x)`, `(a @ b).sum()`): a method call
@@ -496,6 +573,9 @@ std::string suggestFixCode(const Finding& f) {
         return "";
     }
     const std::string& holder = f.holder->path_text;
+    if (!isPythonAccessChain(holder)) {
+        return ""; // every line of fix_code must run as written
+    }
     // The holder keeps graphs: through grad_fn steps, or as tensors that carry their own.
     const bool graph =
         keepsAutogradGraph(f.path) ||

@@ -40,8 +40,8 @@ _LIBRARY_DIRS = sorted(
 )
 # A string key as the core labels it: ['k'] or ["k"] (a key that is an object reads otherwise).
 _STRING_KEY = re.compile(r"""^\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]$""")
-# A shape written into a sentence: "the 64×10 tensors".
-_SHAPE_IN_TEXT = re.compile(r"\b\d+(?:\u00d7\d+)+\b")
+# A shape written into a sentence: "the 64×10 tensors", "the 512-element tensors".
+_SHAPE_IN_TEXT = re.compile(r"\b\d+(?:(?:\u00d7\d+)+\b|-element\b)")
 # In text from outside torchleak: an absolute path (POSIX, or a drive's), a quoted string, a
 # shape as torch prints one ([41, 53], torch.Size([41, 53])).
 _PATH_IN_FREE_TEXT = re.compile(r"""(?<![^\s'"(=\[,])(?:/|[A-Za-z]:\\)[^\s'"(),;]+""")

@@ -108,3 +108,40 @@ TEST_CASE("The notebook's machinery: the output cache and the last exception get
     out.verdict = Verdict::Transient; // freed since: nothing to fix
     REQUIRE(suggestFixCode(out).empty());
 }
+
+TEST_CASE("A holder path that is no Python expression gets no code") {
+    // #47: a hook per call with its handle dropped was given
+    // `model[0]._forward_hooks[4].<cell self>.acts.clear()`, which does not compile.
+    for (const char* holder :
+         {"model[0]._forward_hooks[4].<cell self>.acts", "<module>.x", "a..b", "a[]", "a[x]",
+          "a['unclosed]", "a[0", "f().x", "a b", "[0]", ".a", "a.[0]", "a[--1]"}) {
+        INFO(holder);
+        REQUIRE(suggestFixCode(kept(holder, "x = f()", {64}, false)).empty());
+        REQUIRE(
+            suggestFixCode(kept(holder, std::string(holder) + ".append(loss)", {}, true)).empty());
+    }
+    for (const char* holder : {"losses", "self.hist", "cache['a']", "cache[\"a b\"]",
+                               "cache['it\\'s']", "d[-1].xs", "_a1._b[0][12]['k']"}) {
+        INFO(holder);
+        REQUIRE(suggestFixCode(kept(holder, "x = f()", {64}, false)) ==
+                std::string(holder) + ".clear()");
+    }
+}
+
+TEST_CASE("A kept tensor of one dimension is said in elements, not read as a count") {
+    // #47: "the 512 tensors in logged['stage']" for tensors of 512 elements each.
+    const std::string oneD = suggestFix(kept("logged['stage']", "x = f()", {512}, true));
+    REQUIRE(oneD.find("the 512-element tensors in logged['stage']") != std::string::npos);
+    const std::string twoD = suggestFix(kept("logits", "x = f()", {64, 10}, true));
+    REQUIRE(twoD.find("the 64\u00d710 tensors in logits") != std::string::npos);
+}
+
+TEST_CASE("A growing dict is bounded as a dict, a list as a deque") {
+    // #47: collections.deque(maxlen=...) was offered for a dict, which has keys a deque has not.
+    const std::string dict = suggestFix(kept("cache", "x = f()", {64}, false, "dict"));
+    REQUIRE(dict.find("deque") == std::string::npos);
+    REQUIRE(dict.find("functools.lru_cache(maxsize=...)") != std::string::npos);
+    REQUIRE(dict.find("OrderedDict") != std::string::npos);
+    const std::string list = suggestFix(kept("window", "x = f()", {64}, false, "list"));
+    REQUIRE(list.find("collections.deque(maxlen=...)") != std::string::npos);
+}

@@ -312,3 +312,11 @@ def test_a_run_from_the_root_or_a_home_directory_hashes_paths_instead_of_keeping
     assert "secret_project" not in json.dumps(out)
     inside = redact(data, project=str(tmp_path / "home" / "dev" / "secret_project"))
     assert inside["findings"][0]["site"]["file"] == "train.py"
+
+
+def test_a_one_dimensional_shape_in_a_sentence_is_withheld_too():
+    from torchleak._redact import _SHAPE_IN_TEXT
+
+    assert _SHAPE_IN_TEXT.sub("<shape>", "the 512-element tensors, the 64\u00d710 ones") == (
+        "the <shape> tensors, the <shape> ones"
+    )
