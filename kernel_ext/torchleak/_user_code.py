@@ -20,7 +20,28 @@ def library_prefixes():
     dirs = [os.path.dirname(torch.__file__), os.path.dirname(__file__)]
     paths = sysconfig.get_paths()
     dirs += [paths.get("stdlib"), paths.get("platstdlib")]
+    dirs += _inductor_cache_dirs()
     return _with_realpaths(dirs)
+
+
+def _inductor_cache_dirs():
+    """Where torch.compile's inductor writes the code it generates (`buf0 =
+    empty_strided_cpu(...)` is never the user's line): TORCHINDUCTOR_CACHE_DIR, which inductor
+    sets once it runs, and its default, spelled as torch/_inductor/runtime/cache_dir_utils.py
+    spells it (not imported: that imports torch._inductor, which a run without compile never
+    pays for)."""
+    import getpass
+    import re
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    dirs = [os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))]
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        dirs.append(os.path.abspath(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
+    return dirs
 
 
 @functools.lru_cache(maxsize=1)

@@ -189,3 +189,33 @@ def test_a_distribution_outside_site_packages_is_library_code_unless_editable(tm
     else:
         assert leak.site["file"] == __file__ and leak.site["line"] == step.__code__.co_firstlineno + 1
         assert leak.allocated_inside["file"] == str(tmp_path / "libs" / name / "__init__.py")
+
+
+def test_a_compiled_models_leak_is_sited_at_the_users_line_not_in_inductors_generated_code(tmp_path, monkeypatch):
+    # #47 item 7: with torch.compile the biggest leaking site was a line of the generated file
+    # under /tmp/torchinductor_<user>/ (`buf0 = empty_strided_cpu(...)`).
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    _user_code.library_prefixes.cache_clear()
+    torch._dynamo.reset()
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        cmodel = torch.compile(model)
+        try:
+            cmodel(torch.randn(32, 64))
+        except Exception as exc:  # noqa: BLE001 - no compiler, an interpreter dynamo does not support
+            pytest.skip(f"torch.compile does not run here: {type(exc).__name__}: {str(exc)[:200]}")
+        generated = [str(p) for p in (tmp_path / "inductor").rglob("*.py")]
+        assert generated, "inductor wrote its code elsewhere"
+        kept = []
+
+        def step():
+            kept.append(cmodel(torch.randn(32, 64)))  # the user's line
+
+        report = torchleak.check(step, iterations=6)
+        assert report.leaks
+        for leak in report.leaks:
+            assert (leak.site["file"], leak.site["line"]) == (__file__, step.__code__.co_firstlineno + 1)
+        assert not any(str(tmp_path / "inductor") in f.site["file"] for f in report.findings)
+    finally:
+        torch._dynamo.reset()
+        _user_code.library_prefixes.cache_clear()
