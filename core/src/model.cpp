@@ -122,6 +122,14 @@ bool isAutogradStep(StepKind k) noexcept {
            k == StepKind::Ctx;
 }
 
+std::vector<std::string_view> verdictNames() {
+    std::vector<std::string_view> out;
+    for (const auto& entry : Names<Verdict>::table) {
+        out.push_back(entry.second);
+    }
+    return out;
+}
+
 Verdict verdictFromString(std::string_view s) {
     return parse<Verdict>(s);
 }

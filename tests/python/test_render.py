@@ -375,3 +375,19 @@ def test_a_tracked_run_of_450_iterations_renders_every_view():
     assert "<svg" in report.to_html()
     for view in RENDERERS:
         assert RENDERERS[view](report.to_dict())
+
+
+# What the widget leaves out of its order of verdicts (sorted after the ranked ones).
+NOT_RANKED_IN_THE_WIDGET = {"allowed"}
+
+
+def test_every_views_list_of_verdicts_is_the_cores():
+    # A new verdict fell back silently in two view lists (#48 item 3): each is checked here.
+    from torchleak.render.notebook import _VERDICT_COLOURS
+
+    assert set(_VERDICT_COLOURS) == set(_core.VERDICTS)
+    js = (pathlib.Path(__file__).resolve().parents[2] / "widgets" / "src" / "torchleak-widget.js").read_text()
+    ranked = re.search(r"const VERDICT_RANK = \{([^}]*)\}", js).group(1)
+    in_widget = set(re.findall(r"(\w+):", ranked))
+    assert in_widget | NOT_RANKED_IN_THE_WIDGET == set(_core.VERDICTS)
+    assert not in_widget & NOT_RANKED_IN_THE_WIDGET

@@ -58,6 +58,9 @@ std::string_view toString(BoundaryKind b) noexcept;
 std::string_view toString(StepKind k) noexcept;
 std::string_view toString(Retention r) noexcept;
 Verdict verdictFromString(std::string_view s);
+// Every verdict's schema name, in the enum's order: the views' lists of verdicts (colours,
+// ranks) are checked against it (tests/python/test_render.py).
+std::vector<std::string_view> verdictNames();
 Severity severityFromString(std::string_view s);
 BoundaryKind boundaryFromString(std::string_view s);
 StepKind stepKindFromString(std::string_view s);

@@ -327,4 +327,9 @@ PYBIND11_MODULE(_core, m) {
         roles[r] = std::string(toString(static_cast<MemoryRole>(r)));
     }
     m.attr("MEMORY_ROLES") = roles;
+    pybind11::tuple verdicts(verdictNames().size());
+    for (size_t v = 0; v < verdictNames().size(); ++v) {
+        verdicts[v] = std::string(verdictNames()[v]);
+    }
+    m.attr("VERDICTS") = verdicts;
 }
