@@ -26,6 +26,16 @@ using torch::profiler::impl::ProfilerStateBase;
 // from inside the hook (it should not happen) is dropped instead of recursing.
 thread_local bool t_inHook = false;
 
+// Holds t_inHook for one event, cleared on every way out of it (a return added to record()
+// later cannot leave the thread's hook switched off for good).
+class InHook {
+  public:
+    InHook() noexcept { t_inHook = true; }
+    ~InHook() { t_inHook = false; }
+    InHook(const InHook&) = delete;
+    InHook& operator=(const InHook&) = delete;
+};
+
 } // namespace
 
 // The object that sits in c10's PROFILER_STATE slot.
@@ -113,13 +123,12 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         if (!d_enabled.load(std::memory_order_relaxed) || t_inHook) {
             return;
         }
-        t_inHook = true;
+        InHook inside;
         if (size >= 0) {
             // Sampling decides first: a skipped allocation costs no stack capture at all.
             const uint64_t weight = d_recorder->sampler().weigh(static_cast<uint64_t>(size));
             if (weight == 0) {
                 d_recorder->recordSkipped(key, allocated, reserved, totals);
-                t_inHook = false;
                 return;
             }
             RawFrame frames[kMaxStackFrames];
@@ -141,7 +150,6 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
             d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
                                    totals);
         }
-        t_inHook = false;
     }
 
     // The allocator is about to raise its out-of-memory error; the report built when it
