@@ -128,10 +128,8 @@ def test_an_unknown_extension_names_the_three_formats(tmp_path, name):
         report.save(tmp_path / name)
 
 
-@pytest.mark.parametrize("device", ["cuda:2000000000", "cuda:\u00b2"])
-def test_a_received_report_with_a_device_index_out_of_range_is_refused_at_load(device):
-    # #46: the export built one trace list per index up to two billion (MemoryError or the
-    # machine's memory); a superscript digit gave a bare int() error.
+def report_data_on(device):
+    """A small leak's report as a received one could name its device."""
     keep = []
     with torchleak.track() as t:
         for _ in range(4):
@@ -140,18 +138,19 @@ def test_a_received_report_with_a_device_index_out_of_range_is_refused_at_load(d
     data = json.loads(t.report().to_json())
     for f in data["findings"]:
         f["device"] = device
+    return data
+
+
+@pytest.mark.parametrize("device", ["cuda:2000000000", "cuda:\u00b2"])
+def test_a_received_report_with_a_device_index_out_of_range_is_refused_at_load(device):
+    # #46: the export built one trace list per index up to two billion (MemoryError or the
+    # machine's memory); a superscript digit gave a bare int() error.
+    data = report_data_on(device)
     with pytest.raises(torchleak._core.ReportSchemaError, match=r"findings\[\]\.device '.*' is not a device"):
         torchleak.Report.from_json(json.dumps(data))
 
 
 def test_a_report_made_from_a_dict_with_a_huge_device_index_exports_without_sizing_by_it():
-    keep = []
-    with torchleak.track() as t:
-        for _ in range(4):
-            keep.append(torch.ones(100))
-            torchleak.step()
-    data = json.loads(t.report().to_json())
-    for f in data["findings"]:
-        f["device"] = "cuda:2000000000"
+    data = report_data_on("cuda:2000000000")
     snapshot = torchleak.Report(data).to_memory_snapshot()  # Report(dict) does not validate
     assert len(snapshot["device_traces"]) <= 2
