@@ -247,7 +247,8 @@ TEST_CASE("A device that is not one is refused at load with its field named") {
                             "cuda:0:1", "", "9cuda:0", "cu da:0", "cuda:+1", "cuda:0001"}) {
         INFO(bad);
         REQUIRE_THROWS_WITH(reportFromJson(withDevice(bad)),
-                            Catch::Contains("findings[].device") && Catch::Contains("is not a device"));
+                            Catch::Contains("findings[].device") &&
+                                Catch::Contains("is not a device"));
     }
     auto j = nlohmann::json::parse(text);
     j["devices"][0]["device"] = "cuda:99999999999999999999";
