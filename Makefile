@@ -85,10 +85,12 @@ gpu-proof-dry: sdist
 # 127.0.0.1, bounded timeouts); tests/notebooks: nbclient on
 # ipykernel and xeus-python; tests/browser: JupyterLab 4 and Notebook 7 in headless Chromium.
 test-python: install lab-newest
+	$(PY) tests/fixtures/regenerate.py --check
 	$(PY) -m pytest -q tests/python tests/integrations tests/distributed tests/notebooks tests/browser
 
 # One target per test folder, for working on one tier (test-python runs them all at once).
 test-api: install
+	$(PY) tests/fixtures/regenerate.py --check
 	$(PY) -m pytest -q tests/python
 test-integrations test-distributed test-notebooks test-browser: test-%: install
 	$(PY) -m pytest -q tests/$*
