@@ -25,9 +25,6 @@ import pytest
 
 MARKER = "no_tensor_leak"
 DEFAULTS = {"iterations": 5, "warmup": 1, "min_bytes": 0}
-# The largest each takes (torchleak's own limits: counts are C ints, sizes int64), so a value
-# past them is the marker's usage error, not an internal traceback from check().
-_MAXIMA = {"iterations": 2**31 - 1, "warmup": 2**31 - 1, "min_bytes": 2**63 - 1}
 _USAGE = (
     "usage: @pytest.mark.no_tensor_leak(iterations=5, warmup=1, min_bytes=0) "
     "with 1 <= iterations, 0 <= warmup < iterations"
@@ -72,15 +69,17 @@ def _marker_options(marker):
     unknown = sorted(set(marker.kwargs) - set(DEFAULTS))
     if unknown:
         raise _MarkerError(f"unknown argument(s) {', '.join(unknown)}")
+    # torchleak's own check and limits (counts are C ints, sizes int64): a value past them is
+    # the marker's usage error, not an internal traceback from check(). Imported here, when a
+    # marked test runs: loading the plugin imports no torch.
+    from torchleak._config import MAX_BYTES, MAX_COUNT, checked_int
+
     options = {**DEFAULTS, **marker.kwargs}
     for name, value in options.items():
-        if type(value) is not int or not 0 <= value <= _MAXIMA[name]:
-            shown = (
-                (repr(value) if value.bit_length() <= 128 else f"an int of {value.bit_length()} bits")
-                if type(value) is int
-                else f"a {type(value).__name__}"
-            )
-            raise _MarkerError(f"{name} must be an int between 0 and {_MAXIMA[name]:,}, got {shown}")
+        try:
+            checked_int(name, value, maximum=MAX_BYTES if name == "min_bytes" else MAX_COUNT)
+        except ValueError as exc:
+            raise _MarkerError(str(exc)) from None
     if options["iterations"] < 1 or options["warmup"] >= options["iterations"]:
         raise _MarkerError(
             f"needs 1 <= iterations and warmup < iterations, got "

@@ -32,9 +32,9 @@ def is_out_of_memory(exc, allocation_failed=None):
     or, failing both, by the words of the message."""
     if isinstance(exc, _OOM_TYPES):
         return True
-    if isinstance(exc, RuntimeError) and allocation_failed:
-        return True
     if isinstance(exc, RuntimeError):
+        if allocation_failed:
+            return True
         try:
             text = str(exc).lower()
         except Exception:  # noqa: BLE001 - a __str__ that raises
