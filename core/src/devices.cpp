@@ -30,6 +30,15 @@ std::string deviceName(DeviceKey key, std::string_view privateUse1) {
     return base + ":" + std::to_string(key.index);
 }
 
+std::optional<int> parseDeviceIndex(std::string_view digits) {
+    int index = -1;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec != std::errc() || end != digits.data() + digits.size() || index < 0 || index > 127) {
+        return std::nullopt;
+    }
+    return index;
+}
+
 DeviceKey parseDeviceName(std::string_view name, std::string_view privateUse1) {
     size_t colon = name.find(':');
     std::string_view type = name.substr(0, colon);
@@ -45,14 +54,12 @@ DeviceKey parseDeviceName(std::string_view name, std::string_view privateUse1) {
         key.type = static_cast<int8_t>(known - std::begin(kDeviceTypeNames));
     }
     if (colon != std::string_view::npos) {
-        std::string_view digits = name.substr(colon + 1);
-        int index = -1;
-        auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-        if (ec != std::errc() || end != digits.data() + digits.size() || index < 0 || index > 127) {
+        auto index = parseDeviceIndex(name.substr(colon + 1));
+        if (!index) {
             throw InvalidArgument("bad device index in '" + std::string(name) +
                                   "' (a number from 0 to 127)");
         }
-        key.index = static_cast<int8_t>(index);
+        key.index = static_cast<int8_t>(*index);
     }
     return key;
 }

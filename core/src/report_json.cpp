@@ -3,11 +3,11 @@
 #include "frame_json.h"
 #include "json_numbers.h"
 #include "roles_json.h"
+#include "torchleak/devices.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -79,10 +79,7 @@ std::string deviceAt(const json& owner, const char* field, bool optional = false
     }
     if (good && colon != std::string::npos) {
         std::string_view digits = std::string_view(name).substr(colon + 1);
-        int index = -1;
-        auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-        good = ec == std::errc() && end == digits.data() + digits.size() && index >= 0 &&
-               index <= 127 && digits.size() <= 3;
+        good = parseDeviceIndex(digits) && digits.size() <= 3;
     }
     if (!good) {
         std::string shown = name.size() > 40 ? name.substr(0, 40) + "..." : name;

@@ -8,6 +8,7 @@
 #include "torchleak/recorder.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,9 @@ inline constexpr int8_t kPrivateUse1Type = 20;
 
 // "cpu", "cuda:0", "fakegpu:1": c10's spelling of a device.
 std::string deviceName(DeviceKey key, std::string_view privateUse1 = kPrivateUse1DefaultName);
+// A device index as c10 has one (c10::DeviceIndex is an int8_t): ASCII digits from 0 to 127,
+// else nullopt. Names read from the user and from a report both check their index with it.
+std::optional<int> parseDeviceIndex(std::string_view digits);
 // The inverse of deviceName ("cuda:1" -> {CUDA, 1}); throws InvalidArgument for a name c10
 // does not have or an index out of range.
 DeviceKey parseDeviceName(std::string_view name,
