@@ -1,5 +1,6 @@
 #pragma once
-// Reading a report's numbers back (report_json.cpp): checked, never converted.
+// A report's numbers in JSON (report_json.cpp and the sections beside it): read back checked,
+// never converted; a number that may be absent written as null.
 
 #include "torchleak/errors.h"
 
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,11 @@ inline double realFrom(const json& v, const char* what) {
 
 inline double realOr(const json& owner, const char* key, double fallback) {
     return owner.contains(key) ? realFrom(owner[key], key) : fallback;
+}
+
+// An absent number (no projection, no request size) is null, never a 0 a view would plot.
+template <typename T> json optionalJson(const std::optional<T>& v) {
+    return v ? json(*v) : json(nullptr);
 }
 
 } // namespace torchleak::json_numbers

@@ -1,11 +1,12 @@
 #pragma once
 // The state of one report while it is assembled, and the phases that fill it. Internal to
 // buildReport (report_builder.h): report_builder.cpp holds the phases over sites and series,
-// finding_paths.cpp the phase that explains findings (paths, holders, the split by holder).
+// finding_paths.cpp the phase that explains findings (paths, holders, the split by holder),
+// memory_phases.cpp those over memory (roles, spikes, live block lists, OOM forensics).
 
 #include "torchleak/finding_blocks.h"
 #include "torchleak/holder_split.h"
-#include "torchleak/report_builder.h"
+#include "torchleak/report_inputs.h"
 #include "torchleak/verdict.h"
 
 #include <algorithm>
@@ -133,16 +134,18 @@ class ReportBuilder {
     void describeExamples();
     void finalizeFindings();
     void sortFindings();
-    void listLiveBlocks();
-    void publishFindings();
-    void findPeakSpikes();
-    std::vector<LiveNow> liveNowByFinding() const;
-    void addOutOfMemoryForensics();
     void warnAboutDroppedEvents();
     void warnAboutRejectedTotals();
     void warnAboutShadowedIterations();
     const std::vector<Frame>& framesOf(StackToken token);
     SiteAccumulator& siteFor(const Frame& site, const std::string& device, const std::string& node);
+
+    // Memory by finding and device (memory_phases.cpp).
+    void listLiveBlocks();
+    void publishFindings();
+    void findPeakSpikes();
+    std::vector<LiveNow> liveNowByFinding() const;
+    void addOutOfMemoryForensics();
 
     // Why each finding's blocks are alive (finding_paths.cpp).
     void explainFindings(RetentionExplainer& explainer);

@@ -1,5 +1,6 @@
 #include "torchleak/scoring.h"
 
+#include "torchleak/cause_groups.h"
 #include "torchleak/display_text.h"
 
 #include <algorithm>

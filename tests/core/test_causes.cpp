@@ -1,4 +1,5 @@
 // One leak, one entry: grouping leak findings into causes, their severity and their text.
+#include "torchleak/cause_groups.h"
 #include "torchleak/causes.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"

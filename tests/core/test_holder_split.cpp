@@ -81,7 +81,7 @@ TEST_CASE("Blocks outside the path sample go with their nearest sampled neighbou
 // `keep.append(fwd(y))` grows 1 KiB per iteration; `state = fwd(x)` is replaced now and then
 // (its last replacement two iterations ago). Returns the site with `state`'s block born in
 // iteration `stateBirth`.
-TwoHolderSite keepAndState(int n, uint32_t stateBirth) {
+static TwoHolderSite keepAndState(int n, uint32_t stateBirth) {
     TwoHolderSite s;
     for (int i = 0; i < n; ++i) {
         auto ptr = static_cast<uintptr_t>(0x9000 + i);

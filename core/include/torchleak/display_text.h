@@ -5,7 +5,6 @@
 // `summary.empty_text`) so that every view (text, HTML, the notebook widget, the memory
 // viewer's pickle) shows the same words instead of deriving its own.
 
-#include "torchleak/causes.h"
 #include "torchleak/model.h"
 
 #include <cstdint>

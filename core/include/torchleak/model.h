@@ -254,6 +254,20 @@ struct Cause {
     std::optional<int64_t> projected_oom_iteration; // its device full at this rate alone
 };
 
+// Causes that are one pattern: kCauseGroupMin or more kept side by side in one container
+// (`obj.l0` ... `obj.l49`, a list per key of `stores`) or, kept by no container, allocated
+// at one site. Every cause is in exactly one group, most alone; biggest group first. A view
+// says "50 lists in obj grow" once and shows the fifty behind it. Built by groupRelatedCauses
+// (causes.h); here so that the sentences (display_text.h) need no dependency on the grouping.
+struct CauseGroup {
+    std::string container;   // "obj"; empty for a group by site and for a cause alone
+    std::vector<int> causes; // indices into Report::causes, biggest first
+    int64_t bytes_per_iteration = 0;
+    uint64_t total_bytes = 0;
+    Severity severity = Severity::Info; // the gravest of its causes'
+};
+inline constexpr size_t kCauseGroupMin = 4;
+
 struct Recommendation {
     std::string priority; // high, medium, low
     std::string text;
