@@ -548,3 +548,26 @@ def test_the_legend_is_above_the_lines_and_a_watch_trend_runs_along_the_data(bro
     # The line starts within a few pixels of the data's first point (was 10+ px below it).
     assert abs(boxes["trendStart"] - boxes["dataStart"]) < 8, boxes
     page.close()
+
+
+def test_a_row_shows_the_tensor_and_the_library_line_it_was_allocated_inside(browser):
+    # The widget dropped both (#48 item 3): the text report and the page always showed them.
+    from torchleak.render.format import allocated_inside_text
+
+    report = fixture("leaky_loop.json")
+    leak = next(f for f in report["findings"] if f["verdict"] == "leak")
+    leak["allocated_inside"] = {
+        "file": "/venv/site-packages/pkg/ops.py",
+        "line": 41,
+        "function": "reshape_heads",
+        "text": "pkg/ops.py:41",
+        "user": False,
+    }
+    report = as_sent(report)
+    leak = next(f for f in report["findings"] if f["verdict"] == "leak")
+    page = mount(browser, report)
+    row = page.locator("[data-testid=allocated-inside]")
+    assert row.count() == 1 and row.first.text_content() == allocated_inside_text(leak)
+    tensors = page.locator("[data-testid=tensor-text]").all_text_contents()
+    assert leak["tensor_text"] and leak["tensor_text"] in tensors
+    page.close()

@@ -14,6 +14,7 @@ import torch
 
 import torchleak
 from ipython_shell import run
+from live_reports import every_section_reports
 
 # A script in a project whose directory name, key, shape, dtype and source are all secrets.
 SCRIPT = """\
@@ -211,62 +212,6 @@ def test_a_spikes_site_is_redacted_with_its_sentence():
     assert spike["text"].endswith(f"allocated at {spike['site']['file']}:9")
 
 
-def every_section_reports():
-    """Reports that between them have every section: a kept graph with memory by role and a
-    frame inside a library, a spike, an out-of-memory error with its sites and holders, a
-    sampled watch, and a torchrun job merged with a failed rank."""
-    import threading
-
-    from live_reports import training_with_a_kept_graph_report
-
-    from torchleak import _core, _job
-
-    data, _, _ = training_with_a_kept_graph_report()
-    leak = next(f for f in data["findings"] if f["verdict"] == "leak")
-    leak["allocated_inside"] = dict(leak["site"])
-    yield json.loads(_core.normalize_report(json.dumps(data)))
-    with torchleak.track(boundary="explicit") as tracker:
-        model = torch.nn.Linear(64, 512)
-        for i in range(10):
-            model(torch.randn(4096 if i == 6 else 256, 64)).square().mean().backward()
-            tracker.step()
-    yield tracker.report().to_dict()
-    keep = []
-
-    def step():
-        keep.append(torch.ones(1 << 16))
-        if len(keep) > 10:
-            raise MemoryError(f"cannot allocate, reading '{SECRET_FILE}'")
-
-    with pytest.raises(MemoryError) as failure:
-        torchleak.check(step, iterations=14)
-    yield failure.value.torchleak_report.to_dict()
-    with torchleak.watch(sample_bytes=1 << 20, json=None) as watched:
-        for _ in range(12):
-            keep.append(torch.ones(64))
-            torchleak.step()
-    yield watched.tracker.report().to_dict()
-    store, results = torch.distributed.HashStore(), {}
-
-    def rank(r, status, note):
-        results[r] = _job.exchange(_job.Job(r, 2, store, run_id="x"), own, status=status, note=note, timeout=10)
-
-    with torchleak.track(gather_timeout=None) as t:
-        for _ in range(3):
-            keep.append(torch.ones(4096))
-            torchleak.step()
-    own = t.report()
-    threads = [
-        threading.Thread(target=rank, args=(0, "ok", "")),
-        threading.Thread(target=rank, args=(1, "failed", f"FileNotFoundError: {SECRET_FILE}")),
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    yield results[0].merged.to_dict()
-
-
 SECRET_FILE = "/home/dev/secret_project/data_hunter2.bin"
 
 
@@ -276,7 +221,7 @@ def test_every_string_field_of_a_report_has_a_redaction_rule():
     from torchleak._redact import FIELDS, string_fields
 
     seen = set()
-    for data in every_section_reports():
+    for data in every_section_reports(SECRET_FILE):
         seen |= {place for place, _, _ in string_fields(data)}
     assert {"oom.message", "ranks.ranks[].note", "oom.by_site[].site", "devices[].spikes[].site.file"} <= seen
     assert not seen - set(FIELDS), sorted(seen - set(FIELDS))
@@ -284,7 +229,7 @@ def test_every_string_field_of_a_report_has_a_redaction_rule():
 
 def test_text_from_outside_torchleak_loses_its_paths_and_quoted_strings():
     # #46: the OOM's message and a failed rank's note passed verbatim.
-    for data in every_section_reports():
+    for data in every_section_reports(SECRET_FILE):
         everything = json.dumps(torchleak.Report(json.dumps(data)).redacted().to_dict())
         assert "secret_project" not in everything and "hunter2" not in everything
         if "oom" in data:

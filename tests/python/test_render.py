@@ -392,3 +392,37 @@ def test_every_views_list_of_verdicts_is_the_cores():
     in_widget = set(re.findall(r"(\w+):", ranked))
     assert in_widget | NOT_RANKED_IN_THE_WIDGET == set(_core.VERDICTS)
     assert not in_widget & NOT_RANKED_IN_THE_WIDGET
+
+
+def widget_fields():
+    """The widget's reading list and its list of what it does not draw, as the module exports
+    them (node evaluates the module: the lists are nested objects a regex would misread)."""
+    source = pathlib.Path(__file__).resolve().parents[2] / "widgets" / "src" / "torchleak-widget.js"
+    script = (
+        f"import({json.dumps(source.as_uri())}).then((m) => console.log(JSON.stringify("
+        "{read: {report: Object.keys(m.FIELDS_READ.report), finding: Object.keys(m.FIELDS_READ.finding)},"
+        " not_shown: m.NOT_SHOWN})))"
+    )
+    done = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="the widget's lists are read by node")
+def test_every_field_of_a_live_report_is_read_by_the_widget_or_named_as_not_shown():
+    # The widget drops any field its shapes do not name (#48 item 3: allocated_inside and the
+    # tensor text never showed there): a field the core adds must be drawn or declared unshown.
+    from live_reports import every_section_reports
+
+    fields = widget_fields()
+    for part in ("report", "finding"):
+        assert not set(fields["read"][part]) & set(fields["not_shown"][part]), part
+    seen = {"report": set(), "finding": set()}
+    for data in every_section_reports():
+        seen["report"] |= set(data)
+        for finding in data["findings"]:
+            seen["finding"] |= set(finding)
+    assert {"allocated_inside", "tensor_text", "live_blocks"} <= seen["finding"]
+    for part in ("report", "finding"):
+        known = set(fields["read"][part]) | set(fields["not_shown"][part])
+        assert sorted(seen[part] - known) == [], part
+

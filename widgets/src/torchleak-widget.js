@@ -25,7 +25,7 @@ const SITE = { text: "string", function: "string", cell: "number", line: "number
 const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
   total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
-  fix_code: "string",
+  fix_code: "string", tensor_text: "string", allocated_inside: SITE,
   ranks_text: "string", role: "string", growth_since: { text: "string" },
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
@@ -47,6 +47,19 @@ const REPORT = {
               roles: [{ role: "string", label: "string", at_peak: ["number"] }],
               spikes: [{ text: "string" }] }],
   findings: [FINDING],
+};
+
+// The shapes above are the view's reading list; what a report carries that the view does not
+// draw is named here, so that a field the core adds is a decision (tests/python/test_render.py
+// holds both lists to a live report's keys): the series behind the chart the view fits itself,
+// the raw numbers whose sentences it shows, and what only the memory viewer's export reads.
+export const FIELDS_READ = { report: REPORT, finding: FINDING };
+export const NOT_SHOWN = {
+  report: ["schema_version", "torch_version", "python_version", "warmup", "events_recorded",
+           "sampling_bytes", "job_id"],
+  finding: ["autograd_node", "block_label", "confidence", "count", "dtype", "shape", "live_blocks",
+            "live_blocks_unlisted", "live_bytes_unlisted", "released_periodically", "retention",
+            "ranks", "series", "severity", "trend"],
 };
 
 function kindOf(value) {
@@ -671,6 +684,12 @@ function render({ model, el: host }) {
         siteCell.replaceChildren(link, document.createTextNode(` ${site.function || ""}`));
       }
       if (site.source) siteCell.appendChild(el("code", { class: "tl-source", "data-testid": "site-source" }, site.source));
+      // The installed package's line under the user's site, in the words of the text report.
+      const inside = f.allocated_inside;
+      if (inside && inside.text) {
+        const words = `allocated inside ${inside.text}` + (inside.function ? ` (${inside.function})` : "");
+        siteCell.appendChild(el("div", { class: "tl-note", "data-testid": "allocated-inside" }, words));
+      }
       if (f.ranks_text) siteCell.appendChild(el("div", { class: "tl-note", "data-testid": "ranks-text" }, f.ranks_text));
       // When the growth began, or that it stopped: the core's words ("leaking since iteration 122, ...").
       if (f.growth_since && f.growth_since.text) {
@@ -678,7 +697,9 @@ function render({ model, el: host }) {
       }
       row.appendChild(siteCell);
       row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
-      row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.total_bytes)));
+      const liveCell = el("td", { class: "tl-num" }, formatBytes(f.total_bytes));
+      if (f.tensor_text) liveCell.appendChild(el("div", { class: "tl-note", "data-testid": "tensor-text" }, f.tensor_text));
+      row.appendChild(liveCell);
       const holderCell = el("td", { class: "tl-holder" });
       if (f.holder || f.path_text) holderCell.appendChild(pathName(f.holder || f));
       row.appendChild(holderCell);
