@@ -426,3 +426,18 @@ def test_every_field_of_a_live_report_is_read_by_the_widget_or_named_as_not_show
         known = set(fields["read"][part]) | set(fields["not_shown"][part])
         assert sorted(seen[part] - known) == [], part
 
+
+@pytest.mark.parametrize("name", ["leaky_loop", "hostile", "empty"])
+def test_the_text_report_and_the_page_are_the_golden_ones(name):
+    # Exact snapshots (#48 item 7): any change to either view is a reviewed diff of
+    # tests/fixtures/golden (regenerate.py writes them beside the fixture reports).
+    import difflib
+
+    fixtures = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+    report = torchleak.Report.from_json((fixtures / f"{name}.json").read_text(encoding="utf-8"))
+    for suffix, now in ((".txt", str(report)), (".html", report.to_html())):
+        golden = (fixtures / "golden" / f"{name}{suffix}").read_text(encoding="utf-8")
+        diff = "".join(difflib.unified_diff(golden.splitlines(True), (now + "\n").splitlines(True), n=1))
+        assert not diff, (
+            f"{name}{suffix} differs from its golden output (run tests/fixtures/regenerate.py):\n{diff[:3000]}"
+        )
