@@ -9,6 +9,7 @@
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -56,6 +57,17 @@ Frame frameFrom(const json& j) {
 }
 
 namespace {
+
+// Each role of a device's chart says whether a leak on that device has that role (`leaks`):
+// the views outline those areas instead of each deriving the set from the findings.
+void markLeakingRoles(json& roles, const Report& r, const std::string& device) {
+    for (json& entry : roles) {
+        entry["leaks"] = std::any_of(r.findings.begin(), r.findings.end(), [&](const Finding& f) {
+            return f.verdict == Verdict::Leak && f.device == device && f.role &&
+                   toString(*f.role) == entry["role"].get<std::string>();
+        });
+    }
+}
 
 json holderJson(const std::optional<Holder>& h) {
     if (!h) {
@@ -366,7 +378,11 @@ std::string toJson(const Report& r, int indent) {
     j["warnings"] = r.warnings;
     j["devices"] = json::array();
     for (const DeviceTimeline& d : r.devices) {
-        j["devices"].push_back(deviceJson(d, r.iterations, r.boundary, r.series_iterations));
+        json dj = deviceJson(d, r.iterations, r.boundary, r.series_iterations);
+        if (dj.contains("roles")) {
+            markLeakingRoles(dj["roles"], r, d.device);
+        }
+        j["devices"].push_back(std::move(dj));
     }
     j["findings"] = nullptr; // written one at a time below
     j["causes"] = json::array();

@@ -186,6 +186,37 @@ TEST_CASE("Roles are written in stacking order with the core's line and read bac
     REQUIRE(back.devices.at(0).roles_at_peak == d.roles_at_peak);
 }
 
+TEST_CASE("Each role says whether a leak on its device has it, so views outline it as written") {
+    DeviceTimeline d;
+    d.device = "cuda:0";
+    d.allocated = {100 * MiB, 120 * MiB};
+    d.reserved = d.allocated;
+    d.peak = d.allocated;
+    d.roles_at_boundary = {RoleBytes{}, RoleBytes{}};
+    d.roles_at_peak = d.roles_at_boundary;
+    Report r;
+    r.iterations = 2;
+    r.devices = {d};
+    auto finding = [](Verdict v, const char* device, MemoryRole role) {
+        Finding f;
+        f.verdict = v;
+        f.device = device;
+        f.role = role;
+        return f;
+    };
+    r.findings = {finding(Verdict::Leak, "cuda:0", MemoryRole::UserHeld),
+                  finding(Verdict::Plateau, "cuda:0", MemoryRole::Gradients),
+                  finding(Verdict::Leak, "cuda:1", MemoryRole::Activations)};
+    const nlohmann::json j = nlohmann::json::parse(toJson(r));
+    std::vector<std::string> leaking;
+    for (const auto& entry : j["devices"][0]["roles"]) {
+        if (entry.at("leaks").get<bool>()) {
+            leaking.push_back(entry["role"]);
+        }
+    }
+    REQUIRE(leaking == std::vector<std::string>{"user_held"});
+}
+
 TEST_CASE("Roles that do not fit their device's points are dropped, unknown roles skipped") {
     Report r;
     r.iterations = 2;

@@ -44,7 +44,7 @@ const REPORT = {
   cause_groups: [{ text: "string", severity: "string", container: "string", causes: ["number"] }],
   devices: [{ device: "string", text: "string", allocated: ["number"], reserved: ["number"],
               peak: ["number"], leak_bytes_per_iteration: "number", roles_text: "string",
-              roles: [{ role: "string", label: "string", at_peak: ["number"] }],
+              roles: [{ role: "string", label: "string", at_peak: ["number"], leaks: "boolean" }],
               spikes: [{ text: "string" }] }],
   findings: [FINDING],
 };
@@ -629,8 +629,7 @@ function render({ model, el: host }) {
       box.appendChild(el("div", {}, device.text || device.device || ""));
       box.appendChild(drawCurve(device, rate, report.iterations || 0, unit, report.series_iterations,
                                 report.boundary === "cell"));
-      const leakRoles = new Set(findings.filter((f) => f.verdict === "leak" && f.device === device.device && f.role)
-        .map((f) => f.role));
+      const leakRoles = new Set((device.roles || []).filter((r) => r.leaks).map((r) => r.role));
       const roles = drawRoles(device, report.iterations || 0, unit, report.series_iterations, leakRoles);
       if (roles) {
         if (device.roles_text) box.appendChild(el("div", { class: "tl-note", "data-testid": "roles-text" }, device.roles_text));

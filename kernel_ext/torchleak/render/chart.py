@@ -142,13 +142,10 @@ def _extremes(values, buckets):
     return out
 
 
-def leak_roles(data, device):
-    """The roles of the leaks on `device`: where its chart outlines them."""
-    return {
-        f["role"]
-        for f in data.get("findings") or []
-        if f.get("verdict") == "leak" and f.get("device") == device.get("device") and f.get("role")
-    }
+def leak_roles(device):
+    """The roles of the leaks on `device`, as the core marked them (`leaks`): where its chart
+    outlines them."""
+    return {r["role"] for r in device.get("roles") or [] if r.get("leaks")}
 
 
 def sparkline(values, *, colour="#c0392b", at=None, unit="iteration"):

@@ -67,7 +67,7 @@ def _device(d, data, unit="iteration"):
         f"<div>{_e(device_text(d))}</div>",
         svg_img(curve_svg(series, at=at, unit=unit), f"memory of {d['device']} per {unit}"),
     ]
-    roles = roles_svg(d, at=at, unit=unit, leak_roles=leak_roles(data, d))
+    roles = roles_svg(d, at=at, unit=unit, leak_roles=leak_roles(d))
     if roles:
         parts.append(f'<div data-testid="roles-text" {_MUTED}>{_e(d.get("roles_text", ""))}</div>')
         parts.append(svg_img(roles, f"memory of {d['device']} by role at each {unit}'s peak"))

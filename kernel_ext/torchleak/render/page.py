@@ -39,7 +39,7 @@ def _devices(data, at, unit):
             f"<tr><td>{sparkline(d.get('allocated') or [], colour='#2c7fb8', at=at, unit=unit)}"
             f"</td><td>{_e(device_text(d))}</td></tr>"
         )
-        roles = roles_svg(d, at=at, unit=unit, leak_roles=leak_roles(data, d))
+        roles = roles_svg(d, at=at, unit=unit, leak_roles=leak_roles(d))
         if roles:
             spikes = "".join(f"<br>spike: {_e(s.get('text', ''))}" for s in d.get("spikes") or [])
             parts.append(f'<tr data-testid="roles"><td>{roles}</td><td>{_e(d.get("roles_text", ""))}{spikes}</td></tr>')
