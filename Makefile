@@ -121,6 +121,7 @@ test-matrix-full:
 # again (JupyterLab's builder, against the pinned JupyterLab, with Node) and compares.
 test-widgets: debian-packages venv
 	$(PY) widgets/build.py --check
+	node --test tests/widgets/widget.test.mjs
 
 # After editing widgets/src or widgets/labextension: writes widgets/dist, to be committed.
 widgets: debian-packages venv

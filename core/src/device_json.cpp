@@ -5,8 +5,10 @@
 #include "torchleak/devices.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
+#include "torchleak/trend.h"
 
 #include <cctype>
+#include <cmath>
 
 namespace torchleak {
 
@@ -60,6 +62,19 @@ json deviceJson(const DeviceTimeline& d,
               {"fragmentation_ratio", d.fragmentation_ratio},
               {"projection_text", projectionText(d, iterations, boundary)},
               {"text", deviceText(d, iterations, boundary)}};
+    // In cell watch a point is a run of any cell while the leak's rate is per run of its own
+    // cell: the chart's trend line takes the curve's least-squares slope (bytes per iteration
+    // of `at`), written here so that no view fits a line itself.
+    if (boundary == BoundaryKind::Cell && d.allocated.size() > 1) {
+        std::vector<double> x, y;
+        for (size_t i = 0; i < d.allocated.size(); ++i) {
+            x.push_back(static_cast<double>(
+                at.size() == d.allocated.size() ? at[i] : static_cast<int64_t>(i)));
+            y.push_back(static_cast<double>(d.allocated[i]));
+        }
+        const double slope = fitLine(x, y).slope;
+        j["allocated_trend_per_iteration"] = std::isfinite(slope) ? slope : 0.0;
+    }
     if (!d.roles_at_boundary.empty()) {
         j["roles"] = rolesJson(d);
         j["roles_text"] = rolesText(d, at);

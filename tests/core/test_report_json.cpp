@@ -254,3 +254,21 @@ TEST_CASE("A device that is not one is refused at load with its field named") {
     j["devices"][0]["device"] = "cuda:99999999999999999999";
     REQUIRE_THROWS_WITH(reportFromJson(j.dump()), Catch::Contains("devices[].device"));
 }
+
+TEST_CASE("In cell watch a device carries its curve's least-squares slope for the trend line") {
+    Report r;
+    r.boundary = BoundaryKind::Cell;
+    r.iterations = 7;
+    r.series_iterations = {0, 2, 4, 6};
+    DeviceTimeline d;
+    d.device = "cpu";
+    d.allocated = {0, 10, 20, 30};
+    d.reserved = d.allocated;
+    d.peak = d.allocated;
+    r.devices = {d};
+    const nlohmann::json cell = nlohmann::json::parse(toJson(r));
+    REQUIRE(cell["devices"][0]["allocated_trend_per_iteration"].get<double>() == Approx(5.0));
+    r.boundary = BoundaryKind::Explicit; // the leak's own rate is the curve's slope there
+    REQUIRE_FALSE(
+        nlohmann::json::parse(toJson(r))["devices"][0].contains("allocated_trend_per_iteration"));
+}

@@ -45,6 +45,7 @@ const REPORT = {
   cause_groups: [{ text: "string", severity: "string", container: "string", causes: ["number"] }],
   devices: [{ device: "string", text: "string", allocated: ["number"], reserved: ["number"],
               peak: ["number"], leak_bytes_per_iteration: "number", roles_text: "string",
+              allocated_trend_per_iteration: "number",
               roles: [{ role: "string", label: "string", at_peak: ["number"], leaks: "boolean" }],
               spikes: [{ text: "string" }] }],
   findings: [FINDING],
@@ -71,7 +72,7 @@ function kindOf(value) {
 }
 
 // Absent (null or missing) is never a problem: older and redacted reports leave fields out.
-function conform(value, shape, where, problems) {
+export function conform(value, shape, where, problems) {
   if (value === null || value === undefined) return undefined;
   const bad = (wanted) => { problems.push(`${where} is ${kindOf(value)}, not ${wanted}`); return undefined; };
   if (typeof shape === "string") {
@@ -134,7 +135,7 @@ function svgEl(tag, attrs = {}) {
 }
 
 // Min/max per bucket keeps spikes when a long run is drawn in a few hundred pixels.
-function downsample(values, buckets) {
+export function downsample(values, buckets) {
   if (values.length <= buckets * 2) return values.map((v, i) => [i, v]);
   const out = [];
   const size = values.length / buckets;
@@ -148,17 +149,6 @@ function downsample(values, buckets) {
     for (const i of lo < hi ? [lo, hi] : [hi, lo]) out.push([i, values[i]]);
   }
   return out;
-}
-
-// The least-squares slope of values over their iterations.
-function fittedSlope(at, values) {
-  const m = values.length;
-  let sx = 0, sy = 0;
-  for (let i = 0; i < m; i++) { sx += at[i]; sy += values[i]; }
-  const mx = sx / m, my = sy / m;
-  let sxy = 0, sxx = 0;
-  for (let i = 0; i < m; i++) { sxy += (at[i] - mx) * (values[i] - my); sxx += (at[i] - mx) ** 2; }
-  return sxx > 0 ? sxy / sxx : 0;
 }
 
 // Scales with its container (a split view, a narrow output): the viewBox is fixed and the
@@ -216,10 +206,10 @@ function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsP
   svg.appendChild(line(alloc, "alloc"));
   if (showTrend) {
     // Through the last point. Per iteration the rate is the curve's own slope; per cell run
-    // it is not, so the line takes the curve's fitted slope (at the leak's rate it ended far
-    // from the data).
+    // it is not, so the line takes the curve's least-squares slope, which the core writes
+    // (at the leak's rate it ended far from the data).
     const last = alloc.length - 1;
-    const slope = rateIsPerCellRun ? fittedSlope(at, alloc) : leakRate;
+    const slope = rateIsPerCellRun ? device.allocated_trend_per_iteration ?? leakRate : leakRate;
     const end = alloc[last];
     const start = end - slope * (at[last] - at[0]);
     const trend = svgEl("line", { class: "trend", x1: x(0), y1: y(Math.max(start, 0)), x2: x(last), y2: y(end) });
