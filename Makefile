@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format nodejs
 PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy \
 	"jupyterlab==4.5.11" "notebook==7.5.8" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
-	xeus-python playwright uv ruff build
+	xeus-python playwright uv ruff build "mypy==1.13.0"
 CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
@@ -196,6 +196,7 @@ test-format: debian-packages venv
 	clang-format --dry-run --Werror $(CXX_SOURCES)
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 clean:
 	rm -rf build

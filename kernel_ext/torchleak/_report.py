@@ -4,46 +4,95 @@ The analysis and the JSON come from C++; this module gives attribute access to f
 its text and HTML come from torchleak.render.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import pickle
 import stat
 import tempfile
+from typing import Any, Generic, TypeVar, overload
 
 from ._core import SCHEMA_VERSION
 from .render import memory_snapshot as _memory_snapshot, page as _page, text as _text
 from .render.format import format_bytes, site_text
 
 
+_T = TypeVar("_T")
+
+
+class _Field(Generic[_T]):
+    """A documented field of a finding, typed for checkers and editors; read from the JSON as
+    any other field is (a field the report lacks is an AttributeError)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, finding: None, owner: type | None = None) -> _Field[_T]: ...
+    @overload
+    def __get__(self, finding: Finding, owner: type | None = None) -> _T: ...
+    def __get__(self, finding: Finding | None, owner: type | None = None) -> _T | _Field[_T]:
+        if finding is None:
+            return self
+        try:
+            return finding._data[self._name]
+        except KeyError:
+            raise AttributeError(f"finding has no field {self._name!r}") from None
+
+
 class Finding:
     """One allocation site with its verdict; fields as in the report JSON (``f.site``,
-    ``f.bytes_per_iteration``, ``f.path_text`` ...)."""
+    ``f.bytes_per_iteration``, ``f.path_text`` ...). The fields below are the documented ones;
+    any other field of the JSON reads the same way."""
 
     __slots__ = ("_data",)
 
-    def __init__(self, data):
+    verdict: _Field[str] = _Field()  # leak, warmup, plateau, transient, fragmentation, allowed, growth
+    severity: _Field[str] = _Field()
+    device: _Field[str] = _Field()  # "cpu", "cuda:0"
+    site: _Field[dict[str, Any]] = _Field()  # file, line, function, text; cell in a notebook
+    stack: _Field[list[dict[str, Any]]] = _Field()
+    bytes_per_iteration: _Field[int] = _Field()
+    total_bytes: _Field[int] = _Field()
+    count: _Field[int] = _Field()
+    confidence: _Field[float] = _Field()
+    series: _Field[list[int]] = _Field()
+    trend: _Field[dict[str, Any]] = _Field()
+    dtype: _Field[str | None] = _Field()
+    shape: _Field[list[int] | None] = _Field()
+    tensor_text: _Field[str | None] = _Field()
+    retention: _Field[str] = _Field()
+    path: _Field[list[dict[str, Any]]] = _Field()
+    path_text: _Field[str | None] = _Field()
+    holder: _Field[dict[str, Any] | None] = _Field()
+    suggestion: _Field[str] = _Field()
+    fix_code: _Field[str] = _Field()
+    role: _Field[str] = _Field()
+
+    def __init__(self, data: dict[str, Any]) -> None:
         self._data = data
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         try:
             return self._data[name]
         except KeyError:
             raise AttributeError(f"finding has no field {name!r}") from None
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str) -> Any:
         return self._data[key]
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         return self._data.get(key, default)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return self._data
 
     @property
-    def site_text(self):
+    def site_text(self) -> str:
         return site_text(self._data.get("site"))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"<Finding {self.verdict} at {self.site_text}: "
             f"{format_bytes(self.bytes_per_iteration)}/iteration, {self.count} blocks>"
@@ -54,15 +103,15 @@ class Report:
     """A torchleak report. ``report.leaks``, ``report.findings``, ``report.to_json()``,
     ``report.save(path)`` (``.json``, ``.html`` or ``.pickle``); ``str(report)`` is the text report."""
 
-    def __init__(self, text):
+    def __init__(self, text: str | bytes | dict[str, Any]) -> None:
         data = json.loads(text) if isinstance(text, (str, bytes)) else text
         if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(f"not a {SCHEMA_VERSION} document")
-        self._data = data
-        self.findings = [Finding(f) for f in data.get("findings", [])]
+        self._data: dict[str, Any] = data
+        self.findings: list[Finding] = [Finding(f) for f in data.get("findings", [])]
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text: str | bytes | bytearray | memoryview) -> Report:
         """Parse and validate a saved report (str or UTF-8 bytes; the C++ schema checks every
         field)."""
         from . import _core
@@ -77,41 +126,41 @@ class Report:
         return cls(normalized)
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path: str | os.PathLike[str]) -> Report:
         """Read a saved report; a path that is no regular file (a FIFO, /dev/zero) is a
         ValueError, not a wait or a read without end."""
         return cls.from_json(read_report_file(path))
 
     # -- fields -------------------------------------------------------------------------------
     @property
-    def leaks(self):
+    def leaks(self) -> list[Finding]:
         """Findings whose verdict is "leak", biggest first."""
         leaks = [f for f in self.findings if f.verdict == "leak"]
         return sorted(leaks, key=lambda f: (f.total_bytes, f.bytes_per_iteration), reverse=True)
 
     @property
-    def causes(self):
+    def causes(self) -> list[dict[str, Any]]:
         """One entry per root cause of the leaks (a holder, a graph, a line), biggest first:
         ``cause["text"]``, ``cause["findings"]`` (indices into ``findings``), its fix."""
         return self._data.get("causes", [])
 
     @property
-    def iterations(self):
+    def iterations(self) -> int:
         return self._data.get("iterations", 0)
 
     @property
-    def series_iterations(self):
+    def series_iterations(self) -> list[int]:
         """The iteration each point of the findings' and devices' series was taken at. A long
         run keeps a thinned grid of boundaries (at most 528 points however long it ran); when
         every boundary was kept, point i is iteration i and this is ``range(iterations)``."""
         return self._data.get("series_iterations") or list(range(self.iterations))
 
     @property
-    def devices(self):
+    def devices(self) -> list[dict[str, Any]]:
         return self._data.get("devices", [])
 
     @property
-    def oom(self):
+    def oom(self) -> dict[str, Any] | None:
         """The forensics of the out-of-memory error that ended the run, or None: ``device``,
         its ``allocated_bytes`` / ``reserved_bytes`` / ``capacity_bytes`` at the failure,
         ``findings`` that grew before it (likely culprit first), live bytes ``by_site`` and
@@ -119,20 +168,20 @@ class Report:
         return self._data.get("oom")
 
     @property
-    def summary(self):
+    def summary(self) -> dict[str, Any]:
         return self._data.get("summary", {})
 
     @property
-    def warnings(self):
+    def warnings(self) -> list[str]:
         return self._data.setdefault("warnings", [])
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         return self._data
 
-    def to_json(self, indent=None):
+    def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self._data, indent=indent, ensure_ascii=False)
 
-    def redacted(self, project=None):
+    def redacted(self, project: str | os.PathLike[str] | None = None) -> Report:
         """A copy to share (a CI artefact, an issue): without tensor shapes and dtypes, source
         lines and notebook cell text, absolute paths (relative to ``project``, default the
         working directory, or to site-packages; any other hashed) and string dictionary keys
@@ -141,7 +190,7 @@ class Report:
 
         return Report(redact(self._data, project))
 
-    def save(self, path, redact=False):
+    def save(self, path: str | os.PathLike[str], redact: bool = False) -> str:
         """Write the report as JSON (``.json``), as a self-contained HTML page (``.html``) or
         as a memory snapshot for PyTorch's memory viewer (``.pickle``: the structure of
         ``torch.cuda.memory._snapshot()``, see :meth:`to_memory_snapshot`). With ``redact``,
@@ -150,6 +199,7 @@ class Report:
             return self.redacted().save(path)
         path = os.fspath(path)
         ext = os.path.splitext(path)[1].lower()
+        content: str | bytes
         if ext == ".json":
             content = self.to_json(indent=2)
         elif ext in (".html", ".htm"):
@@ -161,23 +211,23 @@ class Report:
         _write_atomically(path, content.encode("utf-8") if isinstance(content, str) else content)
         return path
 
-    def to_memory_snapshot(self):
+    def to_memory_snapshot(self) -> dict[str, Any]:
         """The live blocks with their allocation stacks, as ``torch.cuda.memory._snapshot()``
         structures them (``segments``, ``device_traces``): what https://pytorch.org/memory_viz
         and ``torch.cuda._memory_viz`` read."""
         return _memory_snapshot.render(self._data)
 
     # -- text ---------------------------------------------------------------------------------
-    def __str__(self):
+    def __str__(self) -> str:
         return _text.render(self._data)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (
             f"<torchleak.Report: {len(self.leaks)} leak(s), {len(self.findings)} finding(s), "
             f"{self.iterations} iterations>"
         )
 
-    def to_html(self):
+    def to_html(self) -> str:
         return _page.render(self._data)
 
 

@@ -1,10 +1,15 @@
 """track(), check() and step(): glue between Python and the C++ recorder (torchleak._core)."""
 
+from __future__ import annotations
+
 import functools
 import sys
 import threading
 import warnings
 import weakref
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Literal
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -16,9 +21,12 @@ from ._report import Report
 
 _profiler_module = sys.modules["torch.autograd.profiler"]
 
+# What ends iterations (see Tracker): _arguments.BOUNDARIES, spelled for type checkers.
+Boundary = Literal["auto", "explicit", "optimizer_step", "repeat", "cell"]
+
 # The Tracker that torchleak.step() reaches. The one-session-per-process guard itself is the
 # C++ session's (a second start() raises there), not this variable's.
-_active = None
+_active: Tracker | None = None
 
 
 def active_tracker():
@@ -68,16 +76,16 @@ class Tracker:
     def __init__(
         self,
         *,
-        warmup=None,
-        min_bytes=0,
-        capture_stacks=True,
-        boundary="auto",
-        on_preempt=None,
-        every=1,
-        sample_bytes=0,
-        gather_timeout=None,
-        on_boundary=None,
-    ):
+        warmup: int | None = None,
+        min_bytes: int = 0,
+        capture_stacks: bool = True,
+        boundary: Boundary = "auto",
+        on_preempt: Callable[[], object] | None = None,
+        every: int = 1,
+        sample_bytes: int = 0,
+        gather_timeout: float | None = None,
+        on_boundary: Callable[[Tracker], object] | None = None,
+    ) -> None:
         if warmup is None:
             warmup = _config.warmup
         check_options(
@@ -93,44 +101,50 @@ class Tracker:
         # Optimizer steps per iteration (run watch's boundary every N steps).
         self._every = every
         self._steps_seen = 0
-        self._optimizers = weakref.WeakSet()  # every optimizer seen stepping while tracked
+        self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = (
+            weakref.WeakSet()
+        )  # every optimizer seen stepping while tracked
         self._registry_failed = False
-        self._untracked_blocks = {}  # address -> (bytes, device) of named blocks from before tracking
+        self._untracked_blocks: dict[
+            int, tuple[int, str]
+        ] = {}  # address -> (bytes, device) of named blocks from before tracking
         self._sample_bytes = sample_bytes
         # In a torch.distributed job: seconds rank 0 waits for the other ranks' reports when
         # the block ends (None: no gathering), the job once seen, and the merged report.
         self._gather_timeout = gather_timeout
-        self._job = None
-        self._job_report = None
-        self.exchange = None
+        self._job: Any = None
+        self._job_report: Report | None = None
+        self.exchange: Any = None
         self._on_boundary = on_boundary
         self._capture_stacks = bool(capture_stacks)
         self._boundary = boundary
         self._explicit_seen = False
-        self._session = None
+        self._session: _core.Session | None = None
         self.live_bytes = 0  # tracked bytes alive at the last boundary (sampled at their weight)
-        self._optimizer_hook = None
-        self._warnings = []
-        self._report = None
+        self._optimizer_hook: Any = None
+        self._warnings: list[str] = []
+        self._report: Report | None = None
         self._cuda_history = _cuda.CudaHistory()
         self._graph_replays = _cuda.GraphReplays()
-        self._cuda_stacks = None  # of the blocks alive at stop
+        self._cuda_stacks: dict[Any, Any] | None = None  # of the blocks alive at stop
         # What the CUDA allocator held at stop, by its own snapshot: ([device types], addresses)
-        self._allocator_view = ([], [])
+        self._allocator_view: tuple[list[str], list[int]] = ([], [])
         # (type, message) of the out-of-memory error that ended the run, for the report's
         # `oom` forensics. Never the exception: its traceback's frames hold the user's tensors.
-        self._failure = None
-        self._stopped_in = None  # the iteration (from 1) _run_iterations' body raised in
+        self._failure: tuple[str, str, str] | None = None
+        self._stopped_in: int | None = None  # the iteration (from 1) _run_iterations' body raised in
         # Cell watch's (cell file, execution count) per boundary: rates per run of a cell.
-        self._cell_runs = []
+        self._cell_runs: list[tuple[str, int]] = []
         # Cell watch's: called when another Tracker starts, so it steps aside instead of failing.
         self._on_preempt = on_preempt
 
     # -- start and stop ------------------------------------------------------------------------
-    def __enter__(self):
+    def __enter__(self) -> Tracker:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
         self.stop()
         # The forensics ride on the exception; building them must not replace it.
         try:
@@ -155,16 +169,22 @@ class Tracker:
             self._job = _job.Job.current()
 
     @property
-    def job(self):
+    def job(self) -> Any:
         """The torch.distributed job this process is a rank of (seen while tracking), or None."""
         return self._job
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         """This process's rank in that job; 0 outside one."""
         return 0 if self._job is None else self._job.rank
 
-    def gather(self, *, failure=None, timeout=None, hurry=None):
+    def gather(
+        self,
+        *,
+        failure: BaseException | str | None = None,
+        timeout: float | None = None,
+        hurry: Callable[[], bool] | None = None,
+    ) -> Any:
         """In a torch.distributed job, after the block: post this rank's report and, on rank 0,
         merge every rank's (waiting at most ``timeout`` seconds, default the tracker's
         ``gather_timeout``); every rank calls it. Rank 0's ``report()`` is then the merged
@@ -190,12 +210,12 @@ class Tracker:
         self._job_report = self.exchange.merged
         return self.exchange
 
-    def rank_report(self):
+    def rank_report(self) -> Report:
         """This rank's own report, also on rank 0 after the merge."""
         # The rank's own final report is the one report() cached before the merge replaced it.
         return self._report if self._report is not None else self.report()
 
-    def start(self):
+    def start(self) -> Tracker:
         """Install the hooks and start recording (what ``with`` does on entry)."""
         global _active
         if _active is not None and _active._on_preempt is not None:
@@ -338,7 +358,7 @@ class Tracker:
             _profiler_module._run_on_profiler_start, _profiler_module._run_on_profiler_stop = originals
             self._profiler_originals = None
 
-    def stop(self):
+    def stop(self) -> None:
         """Stop recording and restore every hook (what ``with`` does on exit). Idempotent."""
         global _active
         self._unwrap_profiler_hooks()
@@ -396,7 +416,7 @@ class Tracker:
                 self._mark_boundary()
                 self._after_boundary()
 
-    def step(self):
+    def step(self) -> None:
         """End the current iteration. With ``boundary="auto"``, optimizer steps no longer end
         iterations once this was called."""
         if self._session is None or not self._session.active:
@@ -480,7 +500,7 @@ class Tracker:
             return {"live": 0, "born": 0, "freed": 0}
         return self._session.last_iteration
 
-    def note_failure(self, exc):
+    def note_failure(self, exc: BaseException | None) -> bool:
         """An exception ended the tracked run: when it is an out-of-memory error (the device's
         OutOfMemoryError, a CPU allocation failure, MemoryError), the report gets its ``oom``
         forensics. Returns whether it was one."""
@@ -548,21 +568,21 @@ class Tracker:
         return "explicit" if self._explicit_seen else "optimizer_step"
 
     @property
-    def iterations(self):
+    def iterations(self) -> int:
         return 0 if self._session is None else self._session.iterations
 
     @property
-    def events(self):
+    def events(self) -> int:
         """Allocation and free events recorded so far."""
         return 0 if self._session is None else self._session.events
 
     @property
-    def skipped_events(self):
+    def skipped_events(self) -> int:
         """Allocations seen but not recorded: sampling skipped them (``sample_bytes``)."""
         return 0 if self._session is None else self._session.skipped_events
 
     @property
-    def active(self):
+    def active(self) -> bool:
         return self._session is not None and self._session.active
 
     @property
@@ -571,7 +591,9 @@ class Tracker:
         return self._session is not None
 
     # -- report -------------------------------------------------------------------------------
-    def report(self, *, warmup=None, paths=True, roots=None):
+    def report(
+        self, *, warmup: int | None = None, paths: bool = True, roots: Mapping[str, object] | None = None
+    ) -> Report:
         """The report of what was recorded so far (or of the whole run after the block).
 
         With ``paths`` (the default) every finding gets its retaining path from a named root.
@@ -647,8 +669,13 @@ class Tracker:
 
 
 def track(
-    *, warmup=None, min_bytes=0, capture_stacks=True, boundary="auto", gather_timeout=_job.DEFAULT_GATHER_TIMEOUT
-):
+    *,
+    warmup: int | None = None,
+    min_bytes: int = 0,
+    capture_stacks: bool = True,
+    boundary: Boundary = "auto",
+    gather_timeout: float | None = _job.DEFAULT_GATHER_TIMEOUT,
+) -> Tracker:
     """Track tensor allocations in a ``with`` block; see :class:`Tracker`.
 
     In a torch.distributed job (a process group of two or more ranks initialised while
@@ -664,7 +691,7 @@ def track(
     )
 
 
-def step():
+def step() -> None:
     """Mark the end of an iteration in the active ``torchleak.track()`` block (or watch, or the
     CLI's run). Outside tracking it does nothing, so that a script instrumented with it runs
     under plain ``python`` as well."""
@@ -673,7 +700,16 @@ def step():
     _active.step()
 
 
-def check(fn, *args, iterations=20, warmup=None, min_bytes=0, capture_stacks=True, roots=None, **kwargs):
+def check(
+    fn: Callable[..., object],
+    *args: Any,
+    iterations: int = 20,
+    warmup: int | None = None,
+    min_bytes: int = 0,
+    capture_stacks: bool = True,
+    roots: Mapping[str, object] | None = None,
+    **kwargs: Any,
+) -> Report:
     """Run ``fn(*args, **kwargs)`` ``iterations`` times, each run an iteration, and report.
 
     The first ``warmup`` runs are recorded but not judged. ``roots`` ({name: object}) names

@@ -12,16 +12,22 @@ log line, the report written, ``on_leak`` called; the run goes on. A confirmed l
 stopped long enough (verdict.h's rule) is withdrawn the same way, with ``on_withdrawn``.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import time
 import warnings
 from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Literal
 
 from ._job import DEFAULT_GATHER_TIMEOUT, rank_path
 from ._arguments import check_options
 from ._config import brief
 from ._report import OUTPUT_EXTENSIONS, save_each, writable_path
+from ._report import Report
 from ._tracking import Tracker
 from .render.format import format_bytes
 
@@ -105,18 +111,18 @@ class Watch:
     def __init__(
         self,
         *,
-        every=1,
-        on_leak=None,
-        on_withdrawn=None,
-        json="torchleak-watch.json",
-        html=None,
-        sample_bytes=DEFAULT_SAMPLE_BYTES,
-        warmup=None,
-        min_bytes=0,
-        budget=0.005,
-        gather_timeout=DEFAULT_GATHER_TIMEOUT,
-        redact=False,
-    ):
+        every: int = 1,
+        on_leak: Callable[[Report], object] | None = None,
+        on_withdrawn: Callable[[Report], object] | None = None,
+        json: str | None = "torchleak-watch.json",
+        html: str | None = None,
+        sample_bytes: int = DEFAULT_SAMPLE_BYTES,
+        warmup: int | None = None,
+        min_bytes: int = 0,
+        budget: float = 0.005,
+        gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
+        redact: bool = False,
+    ) -> None:
         check_options(on_leak=on_leak, on_withdrawn=on_withdrawn, budget=budget)
         for (name, ends), path in zip(OUTPUT_EXTENSIONS.items(), (json, html)):
             if path is not None and (not isinstance(path, str) or not path.lower().endswith(ends)):
@@ -141,42 +147,45 @@ class Watch:
         self._paths = [os.path.abspath(p) for p in (json, html) if p]
         self._budget = float(budget)
         self._redact = bool(redact)
-        self._announced = {}  # key -> the holder said when it was announced
+        self._announced: dict[Any, Any] = {}  # key -> the holder said when it was announced
         self._cue = _CheckCue()
-        self.leaks = []
-        self.withdrawn = []
+        self.leaks: list[str] = []
+        self.withdrawn: list[str] = []
         self.checks = 0
         self.cued_checks = 0
         self._spent = 0.0
-        self._started = None
+        self._started: float | None = None
         self._broken = False
         # The CLI writes the end-of-run report itself (after gathering a job's ranks).
         self.save_at_end = True
 
     # -- start and stop ------------------------------------------------------------------------
-    def __enter__(self):
+    def __enter__(self) -> Watch:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
         self.tracker.__exit__(exc_type, exc, tb)
         self._save_final()
         return False
 
-    def start(self):
+    def start(self) -> Watch:
+        """Install the hooks and start watching (what ``with`` does on entry)."""
         self._started = time.perf_counter()
         self.tracker.start()
         return self
 
-    def stop(self):
+    def stop(self) -> None:
         """Stop watching, restore every hook and write the final report. Idempotent."""
         self.tracker.stop()
         self._save_final()
 
-    def report(self, **kwargs):
+    def report(self, **kwargs: Any) -> Report:
         return self.tracker.report(**kwargs)
 
     @property
-    def overhead(self):
+    def overhead(self) -> float:
         """Seconds spent on verdicts so far, as a fraction of the time watched."""
         elapsed = time.perf_counter() - self._started if self._started else 0.0
         return self._spent / elapsed if elapsed > 0 else 0.0
@@ -309,18 +318,18 @@ def _unit(report, every):
 
 def watch(
     *,
-    every=1,
-    on_leak=None,
-    on_withdrawn=None,
-    json="torchleak-watch.json",
-    html=None,
-    sample_bytes=DEFAULT_SAMPLE_BYTES,
-    warmup=None,
-    min_bytes=0,
-    budget=0.005,
-    gather_timeout=DEFAULT_GATHER_TIMEOUT,
-    redact=False,
-):
+    every: int = 1,
+    on_leak: Callable[[Report], object] | None = None,
+    on_withdrawn: Callable[[Report], object] | None = None,
+    json: str | None = "torchleak-watch.json",
+    html: str | None = None,
+    sample_bytes: int = DEFAULT_SAMPLE_BYTES,
+    warmup: int | None = None,
+    min_bytes: int = 0,
+    budget: float = 0.005,
+    gather_timeout: float | None = DEFAULT_GATHER_TIMEOUT,
+    redact: bool = False,
+) -> Watch:
     """Watch a whole training run: an iteration every ``every`` optimizer steps (or at each
     ``torchleak.step()``), blocks under ``sample_bytes`` sampled (0 records every block), and
     a verdict as the run goes, on at most ``budget`` of its time. When a leak is confirmed:
