@@ -510,38 +510,264 @@ const COLUMNS = [
   ["holder", (f) => (f.holder ? f.holder.path_text : f.path_text || "")],
 ];
 
+// What the user chose in one view, kept across redraws (a live update, a sort): the sort,
+// which <details> are open, whether "show N more" was pressed, and which control keeps the
+// keyboard focus through the redraw it caused.
+function viewState(redraw) {
+  const view = {
+    sortBy: null, descending: true, // null: the report's own order (leaks first, biggest first)
+    showAllCauses: false, showAllRows: false,
+    focusAfterDraw: null,
+    opened: new Set(),
+    redraw,
+  };
+  // A <details> the user opened stays open across redraws; the toggle event is sent again so
+  // that what it builds when opened (a stack's frames) is built.
+  view.rememberOpen = (details, key) => {
+    details.open = view.opened.has(key);
+    if (details.open) details.dispatchEvent(new Event("toggle"));
+    details.addEventListener("toggle", () => { if (details.open) view.opened.add(key); else view.opened.delete(key); });
+    return details;
+  };
+  // "show 47 more leaks" / "show fewer leaks": flips its state and redraws, keeping the
+  // keyboard focus on itself.
+  view.moreButton = (hidden, noun, shownAll, testid, flip) => {
+    const text = shownAll ? `show fewer ${noun}s` : `show ${hidden} more ${noun}${hidden === 1 ? "" : "s"}`;
+    const button = el("button", { class: "tl-more", type: "button", "data-testid": testid }, text);
+    button.addEventListener("click", () => { flip(); view.focusAfterDraw = testid; view.redraw(); });
+    return button;
+  };
+  return view;
+}
+
+// The holder is part of a finding's identity: one site's outputs kept in two lists are two rows.
+// The verdict is not: it changes as a live run gathers evidence, and an opened row stays open.
+const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${(f.holder && f.holder.path_text) || ""}`;
+
+// The headline, what was dropped from a malformed report, progress, the out-of-memory
+// forensics, warnings, sampling and a job's ranks: everything above the leaks.
+function drawHead(root, report, problem, progress, model) {
+  const summary = report.summary || {};
+  const head = el("div", { class: "tl-head" });
+  head.appendChild(el("b", {}, "torchleak"));
+  const unit = report.iteration_unit || "iteration"; // the core's word: "iteration", "cell run"
+  head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} ${unit}(s)`));
+  root.appendChild(head);
+  if (problem) root.appendChild(el("div", { class: "tl-warning", "data-testid": "report-problem" }, problem));
+  if (progress.n) root.appendChild(progressLine(progress, model));
+  if (report.oom) root.appendChild(oomBox(report.oom));
+  for (const warning of report.warnings || []) {
+    root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
+  }
+  if (report.sampling) root.appendChild(el("div", { class: "tl-note", "data-testid": "sampling" }, `sampled: ${report.sampling.text || ""}`));
+  if (report.ranks) root.appendChild(ranksBox(report.ranks));
+}
+
+// The core's groups (fifty lists in one object, one line), biggest first; the first few
+// shown, the rest behind "show N more". A report from before groups: each cause alone.
+function drawCauses(root, report, view) {
+  const findings = report.findings || [];
+  const causes = report.causes || [];
+  if (!causes.length && report.iterations) {
+    root.appendChild(el("div", { class: "tl-ok", "data-testid": "no-leak" },
+      `No leak. ${(report.summary || {}).headline || ""}`));
+  }
+  const groups = report.cause_groups || causes.map((c, i) => ({ text: c.text, severity: c.severity, causes: [i] }));
+  const causeLine = (cause, testid) => {
+    const line = el("div", { class: "tl-cause", "data-testid": testid });
+    line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
+    line.appendChild(document.createTextNode(`${cause.text} [${cause.severity}]`));
+    // The code of the fix is its biggest finding's, when that finding's fix is the cause's.
+    const lead = findings[(cause.findings || [])[0]];
+    const code = lead && lead.suggestion === cause.suggestion ? lead.fix_code : "";
+    if (cause.suggestion) line.appendChild(fixLine(cause.suggestion, "tl-note", code));
+    return line;
+  };
+  const groupLine = (group) => {
+    const members = (group.causes || []).map((i) => causes[i]).filter(Boolean);
+    if (members.length === 1) return causeLine(members[0], "cause");
+    const line = el("div", { class: "tl-cause", "data-testid": "cause-group" });
+    line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
+    line.appendChild(document.createTextNode(`${group.text} [${group.severity}]`));
+    const details = el("details", { class: "tl-group" });
+    details.appendChild(el("summary", {}, `the ${members.length} leaks`));
+    const box = el("div", { class: "tl-capped" });
+    for (const cause of members) box.appendChild(causeLine(cause, "group-cause"));
+    details.appendChild(box);
+    line.appendChild(view.rememberOpen(details, `group\u001f${group.container || ""}\u001f${members[0].text}`));
+    return line;
+  };
+  groups.slice(0, LEAKS_SHOWN).forEach((g) => root.appendChild(groupLine(g)));
+  if (groups.length > LEAKS_SHOWN) {
+    if (view.showAllCauses) {
+      const box = el("div", { class: "tl-capped", "data-testid": "more-causes" });
+      groups.slice(LEAKS_SHOWN).forEach((g) => box.appendChild(groupLine(g)));
+      root.appendChild(box);
+    }
+    root.appendChild(view.moreButton(groups.length - LEAKS_SHOWN, "leak", view.showAllCauses, "show-more-causes",
+                                     () => { view.showAllCauses = !view.showAllCauses; }));
+  }
+}
+
+// Each device's line, growth curve and memory by role, with its spikes.
+function drawDevices(root, report) {
+  const unit = report.iteration_unit || "iteration";
+  for (const device of report.devices || []) {
+    const box = el("div", { class: "tl-device", "data-testid": "growth-curve" });
+    const rate = device.leak_bytes_per_iteration || 0;
+    box.appendChild(el("div", {}, device.text || device.device || ""));
+    box.appendChild(drawCurve(device, rate, report.iterations || 0, unit, report.series_iterations,
+                              report.boundary === "cell"));
+    const leakRoles = new Set((device.roles || []).filter((r) => r.leaks).map((r) => r.role));
+    const roles = drawRoles(device, report.iterations || 0, unit, report.series_iterations, leakRoles);
+    if (roles) {
+      if (device.roles_text) box.appendChild(el("div", { class: "tl-note", "data-testid": "roles-text" }, device.roles_text));
+      box.appendChild(roles);
+      for (const spike of device.spikes || []) {
+        box.appendChild(el("div", { class: "tl-note", "data-testid": "spike" }, `spike: ${spike.text || ""}`));
+      }
+    }
+    root.appendChild(box);
+  }
+}
+
+// A finding's site cell: a notebook site links to its cell; its source line, the library line
+// it was allocated inside, its ranks and when its growth began beneath (the core's words).
+function siteCell(f, host) {
+  const site = f.site || {};
+  const cell = el("td", {}, `${siteText(site)} ${site.function || ""}`);
+  if (site.cell !== undefined) {
+    const link = el("a", { href: "#", class: "tl-site-link", "data-testid": "site-link", title: "show the cell" }, siteText(site));
+    link.addEventListener("click", (event) => {
+      event.preventDefault();
+      event.stopPropagation();
+      if (!revealCell(site.cell, host, site.line)) {
+        const gone = `no cell shows In [${site.cell}] in this notebook now (re-run since?)`;
+        link.title = gone;
+        link.classList.add("tl-missing");
+        if (!cell.querySelector("[data-testid=cell-gone]")) {
+          cell.insertBefore(el("div", { class: "tl-note", "data-testid": "cell-gone" }, gone), link.nextSibling);
+        }
+      }
+    });
+    cell.replaceChildren(link, document.createTextNode(` ${site.function || ""}`));
+  }
+  if (site.source) cell.appendChild(el("code", { class: "tl-source", "data-testid": "site-source" }, site.source));
+  // The installed package's line under the user's site, in the words of the text report.
+  const inside = f.allocated_inside;
+  if (inside && inside.text) {
+    const words = `allocated inside ${inside.text}` + (inside.function ? ` (${inside.function})` : "");
+    cell.appendChild(el("div", { class: "tl-note", "data-testid": "allocated-inside" }, words));
+  }
+  if (f.ranks_text) cell.appendChild(el("div", { class: "tl-note", "data-testid": "ranks-text" }, f.ranks_text));
+  // When the growth began, or that it stopped: the core's words ("leaking since iteration 122, ...").
+  if (f.growth_since && f.growth_since.text) {
+    cell.appendChild(el("div", { class: "tl-note", "data-testid": "growth-text" }, f.growth_since.text));
+  }
+  return cell;
+}
+
+// A finding's row and, when it has a path or a stack, the row of its details beneath.
+function findingRows(table, f, view, host) {
+  const row = el("tr", { class: "tl-row", "data-testid": "finding-row" });
+  row.appendChild(el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict));
+  row.appendChild(siteCell(f, host));
+  row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
+  const liveCell = el("td", { class: "tl-num" }, formatBytes(f.total_bytes));
+  if (f.tensor_text) liveCell.appendChild(el("div", { class: "tl-note", "data-testid": "tensor-text" }, f.tensor_text));
+  row.appendChild(liveCell);
+  const holderCell = el("td", { class: "tl-holder" });
+  if (f.holder || f.path_text) holderCell.appendChild(pathName(f.holder || f));
+  row.appendChild(holderCell);
+  table.appendChild(row);
+  if (!(f.path || []).length && !(f.stack || []).length) return;
+  const detailRow = el("tr");
+  const cell = el("td", { colspan: String(COLUMNS.length) });
+  const k = rowKey(f);
+  // Rows the user opened stay open across redraws, the path and the stack each.
+  const keep = (details, key) => cell.appendChild(view.rememberOpen(details, key));
+  const tree = (f.path || []).length ? keep(pathTree(f), k) : null;
+  if ((f.stack || []).length) keep(stackTree(f), `${k}\u001fstack`);
+  detailRow.appendChild(cell);
+  table.appendChild(detailRow);
+  if (tree) {
+    // From the keyboard too: Tab to the row, Enter or Space opens its path.
+    row.tabIndex = 0;
+    row.setAttribute("aria-expanded", String(tree.open));
+    tree.addEventListener("toggle", () => row.setAttribute("aria-expanded", String(tree.open)));
+    // aria-expanded is set here too: the details' toggle event comes later, asynchronously.
+    const toggle = () => {
+      tree.open = !tree.open;
+      row.setAttribute("aria-expanded", String(tree.open));
+      if (tree.open) tree.scrollIntoView({ block: "nearest" });
+    };
+    row.addEventListener("click", toggle);
+    onActivate(row, toggle);
+  }
+}
+
+// The findings' table, sortable by any column, the first rows shown and the rest behind
+// "show N more"; many findings scroll inside a box of capped height, not down the notebook.
+function drawFindings(root, report, view, host) {
+  const findings = report.findings || [];
+  const unit = report.iteration_unit || "iteration";
+  const table = el("table", { class: "tl-table", "data-testid": "findings" });
+  const header = el("tr");
+  COLUMNS.forEach(([name], i) => {
+    const sorted = i === view.sortBy;
+    const th = el("th", { "data-testid": `sort-${i}`, title: "sort", tabindex: "0", role: "button",
+                          "aria-sort": sorted ? (view.descending ? "descending" : "ascending") : "none" },
+                  (name === "per" ? `per ${unit}` : name) + (sorted ? (view.descending ? " ▾" : " ▴") : ""));
+    const sort = () => {
+      view.descending = view.sortBy === i ? !view.descending : true;
+      view.sortBy = i;
+      view.focusAfterDraw = `sort-${i}`;
+      view.redraw();
+    };
+    th.addEventListener("click", sort);
+    onActivate(th, sort);
+    header.appendChild(th);
+  });
+  table.appendChild(header);
+  const key = view.sortBy === null ? null : COLUMNS[view.sortBy][1];
+  const sorted = key === null ? findings : findings.slice().sort((a, b) => {
+    const ka = key(a), kb = key(b);
+    let c = typeof ka === "number" ? ka - kb : String(ka).localeCompare(String(kb));
+    if (c === 0) c = (a.bytes_per_iteration - b.bytes_per_iteration) || (a.total_bytes - b.total_bytes);
+    return view.descending ? -c : c;
+  });
+  for (const f of view.showAllRows ? sorted : sorted.slice(0, ROWS_SHOWN)) findingRows(table, f, view, host);
+  const tableBox = el("div", { class: "tl-table-box", "data-testid": "findings-box" });
+  tableBox.appendChild(table);
+  root.appendChild(tableBox);
+  if (sorted.length > ROWS_SHOWN) {
+    root.appendChild(view.moreButton(sorted.length - ROWS_SHOWN, "finding", view.showAllRows, "show-more-findings",
+                                     () => { view.showAllRows = !view.showAllRows; }));
+  }
+}
+
 function render({ model, el: host }) {
   const root = el("div", { class: "tl-root", "data-testid": "torchleak-widget" });
   const style = document.createElement("style");
   style.textContent = __TORCHLEAK_CSS__;
   host.appendChild(style);
   host.appendChild(root);
-  // null: the report's own order (leaks first, biggest first). Rows the user opened stay open
-  // across redraws (a live update, a sort).
-  let sortBy = null, descending = true;
-  let focusAfterDraw = null; // a sort header keeps the keyboard focus across the redraw
-  let showAllCauses = false, showAllRows = false; // "show N more", kept across redraws
-  // "show 47 more leaks" / "show fewer leaks": flips its state and redraws, keeping the
-  // keyboard focus on itself.
-  const moreButton = (hidden, noun, shownAll, testid, flip) => {
-    const text = shownAll ? `show fewer ${noun}s` : `show ${hidden} more ${noun}${hidden === 1 ? "" : "s"}`;
-    const button = el("button", { class: "tl-more", type: "button", "data-testid": testid }, text);
-    button.addEventListener("click", () => { flip(); focusAfterDraw = testid; draw(); });
-    return button;
-  };
-  // A <details> the user opened stays open across redraws (a live update, a sort); the toggle
-  // event is sent again so that what it builds when opened (a stack's frames) is built.
-  const rememberOpen = (details, key) => {
-    details.open = opened.has(key);
-    if (details.open) details.dispatchEvent(new Event("toggle"));
-    details.addEventListener("toggle", () => { if (details.open) opened.add(key); else opened.delete(key); });
-    return details;
-  };
-  const opened = new Set();
-  // The holder is part of a finding's identity: one site's outputs kept in two lists are two rows.
-  // The verdict is not: it changes as a live run gathers evidence, and an opened row stays open.
-  const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${(f.holder && f.holder.path_text) || ""}`;
 
+  const drawReport = () => {
+    const { report, problem } = checkReport(model.get("report"));
+    const progress = conform(model.get("progress"), PROGRESS, "progress", []) || {};
+    drawHead(root, report, problem, progress, model);
+    drawCauses(root, report, view);
+    drawDevices(root, report);
+    drawFindings(root, report, view, host);
+    const summary = report.summary || {};
+    if (summary.empty_text) root.appendChild(el("div", {}, summary.empty_text));
+    if (view.focusAfterDraw) {
+      const again = root.querySelector(`[data-testid="${view.focusAfterDraw}"]`);
+      view.focusAfterDraw = null;
+      if (again) again.focus();
+    }
+  };
   const draw = () => {
     root.replaceChildren();
     try {
@@ -552,188 +778,7 @@ function render({ model, el: host }) {
         `torchleak could not draw this report: ${(error && error.message) || error}`));
     }
   };
-
-  const drawReport = () => {
-    const { report, problem } = checkReport(model.get("report"));
-    const progress = conform(model.get("progress"), PROGRESS, "progress", []) || {};
-    const findings = report.findings || [];
-    const summary = report.summary || {};
-    const head = el("div", { class: "tl-head" });
-    head.appendChild(el("b", {}, "torchleak"));
-    const unit = report.iteration_unit || "iteration"; // the core's word: "iteration", "cell run"
-    head.appendChild(document.createTextNode(`: ${summary.headline || ""} in ${report.iterations || 0} ${unit}(s)`));
-    root.appendChild(head);
-    if (problem) root.appendChild(el("div", { class: "tl-warning", "data-testid": "report-problem" }, problem));
-    if (progress.n) root.appendChild(progressLine(progress, model));
-    if (report.oom) root.appendChild(oomBox(report.oom));
-    for (const warning of report.warnings || []) {
-      root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
-    }
-    if (report.sampling) root.appendChild(el("div", { class: "tl-note", "data-testid": "sampling" }, `sampled: ${report.sampling.text || ""}`));
-    if (report.ranks) root.appendChild(ranksBox(report.ranks));
-    const causes = report.causes || [];
-    if (!causes.length && report.iterations) {
-      root.appendChild(el("div", { class: "tl-ok", "data-testid": "no-leak" },
-        `No leak. ${summary.headline || ""}`));
-    }
-    // The core's groups (fifty lists in one object, one line), biggest first; the first few
-    // shown, the rest behind "show N more". A report from before groups: each cause alone.
-    const groups = report.cause_groups || causes.map((c, i) => ({ text: c.text, severity: c.severity, causes: [i] }));
-    const causeLine = (cause, testid) => {
-      const line = el("div", { class: "tl-cause", "data-testid": testid });
-      line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
-      line.appendChild(document.createTextNode(`${cause.text} [${cause.severity}]`));
-      // The code of the fix is its biggest finding's, when that finding's fix is the cause's.
-      const lead = findings[(cause.findings || [])[0]];
-      const code = lead && lead.suggestion === cause.suggestion ? lead.fix_code : "";
-      if (cause.suggestion) line.appendChild(fixLine(cause.suggestion, "tl-note", code));
-      return line;
-    };
-    const groupLine = (group) => {
-      const members = (group.causes || []).map((i) => causes[i]).filter(Boolean);
-      if (members.length === 1) return causeLine(members[0], "cause");
-      const line = el("div", { class: "tl-cause", "data-testid": "cause-group" });
-      line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
-      line.appendChild(document.createTextNode(`${group.text} [${group.severity}]`));
-      const details = el("details", { class: "tl-group" });
-      details.appendChild(el("summary", {}, `the ${members.length} leaks`));
-      const box = el("div", { class: "tl-capped" });
-      for (const cause of members) box.appendChild(causeLine(cause, "group-cause"));
-      details.appendChild(box);
-      line.appendChild(rememberOpen(details, `group\u001f${group.container || ""}\u001f${members[0].text}`));
-      return line;
-    };
-    groups.slice(0, LEAKS_SHOWN).forEach((g) => root.appendChild(groupLine(g)));
-    if (groups.length > LEAKS_SHOWN) {
-      if (showAllCauses) {
-        const box = el("div", { class: "tl-capped", "data-testid": "more-causes" });
-        groups.slice(LEAKS_SHOWN).forEach((g) => box.appendChild(groupLine(g)));
-        root.appendChild(box);
-      }
-      root.appendChild(moreButton(groups.length - LEAKS_SHOWN, "leak", showAllCauses, "show-more-causes",
-                                  () => { showAllCauses = !showAllCauses; }));
-    }
-    for (const device of report.devices || []) {
-      const box = el("div", { class: "tl-device", "data-testid": "growth-curve" });
-      const rate = device.leak_bytes_per_iteration || 0;
-      box.appendChild(el("div", {}, device.text || device.device || ""));
-      box.appendChild(drawCurve(device, rate, report.iterations || 0, unit, report.series_iterations,
-                                report.boundary === "cell"));
-      const leakRoles = new Set((device.roles || []).filter((r) => r.leaks).map((r) => r.role));
-      const roles = drawRoles(device, report.iterations || 0, unit, report.series_iterations, leakRoles);
-      if (roles) {
-        if (device.roles_text) box.appendChild(el("div", { class: "tl-note", "data-testid": "roles-text" }, device.roles_text));
-        box.appendChild(roles);
-        for (const spike of device.spikes || []) {
-          box.appendChild(el("div", { class: "tl-note", "data-testid": "spike" }, `spike: ${spike.text || ""}`));
-        }
-      }
-      root.appendChild(box);
-    }
-    const table = el("table", { class: "tl-table", "data-testid": "findings" });
-    const header = el("tr");
-    COLUMNS.forEach(([name], i) => {
-      const th = el("th", { "data-testid": `sort-${i}`, title: "sort", tabindex: "0", role: "button",
-                            "aria-sort": i === sortBy ? (descending ? "descending" : "ascending") : "none" },
-                    (name === "per" ? `per ${unit}` : name) +
-                    (i === sortBy ? (descending ? " ▾" : " ▴") : ""));
-      const sort = () => { descending = sortBy === i ? !descending : true; sortBy = i; focusAfterDraw = `sort-${i}`; draw(); };
-      th.addEventListener("click", sort);
-      onActivate(th, sort);
-      header.appendChild(th);
-    });
-    table.appendChild(header);
-    const key = sortBy === null ? null : COLUMNS[sortBy][1];
-    const sorted = key === null ? findings : findings.slice().sort((a, b) => {
-      const ka = key(a), kb = key(b);
-      let c = typeof ka === "number" ? ka - kb : String(ka).localeCompare(String(kb));
-      if (c === 0) c = (a.bytes_per_iteration - b.bytes_per_iteration) || (a.total_bytes - b.total_bytes);
-      return descending ? -c : c;
-    });
-    const shownRows = showAllRows ? sorted : sorted.slice(0, ROWS_SHOWN);
-    for (const f of shownRows) {
-      const row = el("tr", { class: "tl-row", "data-testid": "finding-row" });
-      row.appendChild(el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict));
-      const site = f.site || {};
-      const siteCell = el("td", {}, `${siteText(site)} ${site.function || ""}`);
-      if (site.cell !== undefined) {
-        const link = el("a", { href: "#", class: "tl-site-link", "data-testid": "site-link", title: "show the cell" }, siteText(site));
-        link.addEventListener("click", (event) => {
-          event.preventDefault();
-          event.stopPropagation();
-          if (!revealCell(site.cell, host, site.line)) {
-            const gone = `no cell shows In [${site.cell}] in this notebook now (re-run since?)`;
-            link.title = gone;
-            link.classList.add("tl-missing");
-            if (!siteCell.querySelector("[data-testid=cell-gone]")) {
-              siteCell.insertBefore(el("div", { class: "tl-note", "data-testid": "cell-gone" }, gone), link.nextSibling);
-            }
-          }
-        });
-        siteCell.replaceChildren(link, document.createTextNode(` ${site.function || ""}`));
-      }
-      if (site.source) siteCell.appendChild(el("code", { class: "tl-source", "data-testid": "site-source" }, site.source));
-      // The installed package's line under the user's site, in the words of the text report.
-      const inside = f.allocated_inside;
-      if (inside && inside.text) {
-        const words = `allocated inside ${inside.text}` + (inside.function ? ` (${inside.function})` : "");
-        siteCell.appendChild(el("div", { class: "tl-note", "data-testid": "allocated-inside" }, words));
-      }
-      if (f.ranks_text) siteCell.appendChild(el("div", { class: "tl-note", "data-testid": "ranks-text" }, f.ranks_text));
-      // When the growth began, or that it stopped: the core's words ("leaking since iteration 122, ...").
-      if (f.growth_since && f.growth_since.text) {
-        siteCell.appendChild(el("div", { class: "tl-note", "data-testid": "growth-text" }, f.growth_since.text));
-      }
-      row.appendChild(siteCell);
-      row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
-      const liveCell = el("td", { class: "tl-num" }, formatBytes(f.total_bytes));
-      if (f.tensor_text) liveCell.appendChild(el("div", { class: "tl-note", "data-testid": "tensor-text" }, f.tensor_text));
-      row.appendChild(liveCell);
-      const holderCell = el("td", { class: "tl-holder" });
-      if (f.holder || f.path_text) holderCell.appendChild(pathName(f.holder || f));
-      row.appendChild(holderCell);
-      table.appendChild(row);
-      if ((f.path || []).length || (f.stack || []).length) {
-        const detailRow = el("tr");
-        const cell = el("td", { colspan: String(COLUMNS.length) });
-        const k = rowKey(f);
-        // Rows the user opened stay open across redraws, the path and the stack each.
-        const keep = (details, key) => cell.appendChild(rememberOpen(details, key));
-        const tree = (f.path || []).length ? keep(pathTree(f), k) : null;
-        if ((f.stack || []).length) keep(stackTree(f), `${k}\u001fstack`);
-        detailRow.appendChild(cell);
-        table.appendChild(detailRow);
-        if (tree) {
-          // From the keyboard too: Tab to the row, Enter or Space opens its path.
-          row.tabIndex = 0;
-          row.setAttribute("aria-expanded", String(tree.open));
-          tree.addEventListener("toggle", () => row.setAttribute("aria-expanded", String(tree.open)));
-          // aria-expanded is set here too: the details' toggle event comes later, asynchronously.
-          const toggle = () => {
-            tree.open = !tree.open;
-            row.setAttribute("aria-expanded", String(tree.open));
-            if (tree.open) tree.scrollIntoView({ block: "nearest" });
-          };
-          row.addEventListener("click", toggle);
-          onActivate(row, toggle);
-        }
-      }
-    }
-    // Many findings scroll inside a box of capped height, not down the notebook.
-    const tableBox = el("div", { class: "tl-table-box", "data-testid": "findings-box" });
-    tableBox.appendChild(table);
-    root.appendChild(tableBox);
-    if (sorted.length > ROWS_SHOWN) {
-      root.appendChild(moreButton(sorted.length - ROWS_SHOWN, "finding", showAllRows, "show-more-findings",
-                                  () => { showAllRows = !showAllRows; }));
-    }
-    if (summary.empty_text) root.appendChild(el("div", {}, summary.empty_text));
-    if (focusAfterDraw) {
-      const again = root.querySelector(`[data-testid="${focusAfterDraw}"]`);
-      focusAfterDraw = null;
-      if (again) again.focus();
-    }
-  };
+  const view = viewState(draw);
 
   draw();
   model.on("change:report", draw);
