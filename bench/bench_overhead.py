@@ -8,7 +8,7 @@ rounds (10 by default, 20 for (b) and (c)), and the median time per mode:
   (b) an allocation-heavy loop of small tensor ops;
   (c) whole training runs (150 steps of a 2-layer transformer) untracked, under
       torchleak.track() and under torchleak.watch() with its defaults (blocks under 256 KiB
-      sampled, verdicts on a 0.5% time budget): watch mode's goal is at most 1% of step time.
+      sampled, verdicts on a 0.5% time budget): run watch's goal is at most 1% of step time.
 Then the cost per allocation event:
   - end to end on (b): (tracked time - untracked time) / allocation events, with and without
     CPU stack capture (this includes c10's own profiled-allocator bookkeeping);
@@ -17,11 +17,11 @@ Then the cost per allocation event:
 And the retaining-path walk: a heap of about 10^6 gc-tracked Python objects with 10^4 live tensors
 and an autograd graph of 10^5 nodes, the target block at the far end of the graph (the walk must
 cross everything), timed next to CPython's own gc.collect() over the same heap.
-And the notebook's costs (issue #10): what watch mode adds to a trivial cell, and the fixed
+And the notebook's costs (issue #10): what cell watch adds to a trivial cell, and the fixed
 cost of %%leakcheck, in an in-process IPython shell with torch loaded.
 Targets from the issues: at most 5% on (a), at most 1% for watch() on (c), at most 300 ns per
 allocation event with stacks, at most 100 ms for the walk, at most 20 ms per trivial cell in
-watch mode and 50 ms fixed cost.
+cell watch and 50 ms fixed cost.
 """
 
 import gc
@@ -104,7 +104,7 @@ def run_mode(mode, step, iterations, warmup, capture_stacks=True):
 
 
 def small_transformer_workload():
-    """(c): a smaller training step (tens of ms), so a run long enough for watch mode to judge
+    """(c): a smaller training step (tens of ms), so a run long enough for run watch to judge
     it (past its warm-up, checks on the clock) fits in the benchmark."""
     layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=512, dropout=0.0, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
@@ -238,7 +238,7 @@ def deep_call(depth, fn):
 
 def notebook_benchmark(rounds, cells=20):
     """The notebook costs of issue #10, in an in-process IPython shell with torch loaded (the
-    module count a notebook has): what watch mode adds to a trivial cell, and the fixed cost
+    module count a notebook has): what cell watch adds to a trivial cell, and the fixed cost
     of %%leakcheck (-n 1 on a trivial body, less the same body run as a plain cell). Each round
     times both sides back to back; returns per-round added milliseconds."""
     from IPython.core.displaypub import CapturingDisplayPublisher
@@ -361,7 +361,7 @@ def main():
         ),
         ("gc.collect() over the same heap (reference)", f"{collect_s * 1e3:.1f} ms", ""),
         (
-            "notebook: watch mode's cost per trivial cell",
+            "notebook: cell watch's cost per trivial cell",
             ms(watch_ms),
             f"median; min {min(watch_ms):.1f} ms (goal <= 20 ms)",
         ),

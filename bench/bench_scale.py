@@ -1,5 +1,5 @@
 """How torchleak scales (`make bench`, issue #15): report time and extra memory against what is
-alive and how long the run was, the step's cost late in a long run, and watch mode's cost per
+alive and how long the run was, the step's cost late in a long run, and cell watch's cost per
 cell with many tensors alive.
 
 Every scenario runs in a fresh interpreter (`python bench_scale.py --one NAME`), so that one
@@ -16,7 +16,7 @@ included, and nothing the scenario allocated before.
   load N            a saved report of N findings (the fixture leaky_loop.json's, repeated;
                     about 5 KiB each): Report.load's extra peak memory against the file's size
                     and against json.loads of the same file, each measured on its own.
-  watch N           %leakwatch with N tensors alive: what watch mode adds to a cell that
+  watch N           %leakwatch with N tensors alive: what cell watch adds to a cell that
                     allocates and keeps one tensor, in an in-process IPython shell.
 Each scenario is run `--rounds` times (fresh processes); the table prints the median and the
 minimum (the maximum for memory: the worse case) over the rounds.
@@ -331,7 +331,7 @@ def main():
             f"{statistics.median(load_per_json):.2f} median, {max(load_per_json):.2f} max (json.loads alone: 1)",
         ),
         (
-            "watch mode per cell, few / 10^5 tensors alive: ms",
+            "cell watch per cell, few / 10^5 tensors alive: ms",
             f"{statistics.median(col('watch 100000', 'ms_few_alive')):.1f} / "
             f"{statistics.median(col('watch 100000', 'ms_many_alive')):.1f}",
             f"ratio {statistics.median(watch_ratio):.2f} median, {min(watch_ratio):.2f} min (flat: 1)",

@@ -28,20 +28,19 @@ from ._widget import make_widget
 from .render.bundle import report_bundle, report_metadata
 from .render.format import escape, format_bytes, iteration_unit, progress_text
 
-USAGE = {
-    "leakcheck": "%%leakcheck [-n N] [--warmup K] [--min-bytes SIZE] [-o NAME] [--json PATH] [--html PATH] [--redact]",
-    "leakwatch": "%leakwatch [on|off|reset]    (no argument: what %leakwatch has seen)",
-    "leakreport": "%leakreport [--json PATH] [--html PATH] [--redact]",
-    "leakconfig": "%leakconfig [KEY=VALUE ...]    (no argument: show the settings)",
-}
 _UPDATES_PER_SECOND = 4
+_CELL_MAGICS = ("leakcheck",)
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises UsageError (with the usage line) instead of exiting."""
 
     def __init__(self, magic):
-        super().__init__(prog=f"%{magic}", add_help=False)
+        prefix = "%%" if magic in _CELL_MAGICS else "%"
+        # A fixed width: the help is the same in every terminal and notebook.
+        super().__init__(
+            prog=prefix + magic, add_help=False, formatter_class=lambda prog: argparse.HelpFormatter(prog, width=92)
+        )
         self.magic = magic
 
     def error(self, message):
@@ -83,6 +82,67 @@ def _size(text):
         return _core.parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _output_arguments(parser):
+    parser.add_argument("--json", default=None, metavar="PATH", help="write the report as JSON")
+    parser.add_argument("--html", default=None, metavar="PATH", help="write the report as a self-contained page")
+    parser.add_argument(
+        "--redact", action="store_true", help="write Report.redacted(): the output shown here stays whole"
+    )
+
+
+def _leakcheck_arguments(parser):
+    parser.add_argument("-n", type=_int_at_least(1), default=20, metavar="N", help="runs of the cell (default 20)")
+    parser.add_argument(
+        "--warmup",
+        type=_int_at_least(0),
+        default=None,
+        metavar="K",
+        help="first runs recorded but not judged (default torchleak.config.warmup, below N)",
+    )
+    parser.add_argument(
+        "--min-bytes", type=_size, default=0, metavar="SIZE", help="leave out sites that never hold this much (1MiB)"
+    )
+    parser.add_argument("-o", dest="output", default=None, metavar="NAME", help="keep the Report in this variable")
+    _output_arguments(parser)
+
+
+def _leakwatch_arguments(parser):
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=("on", "off", "reset"),
+        metavar="on|off|reset",
+        help="on: from the next cell; off: stop; reset: forget what was recorded. "
+        "No argument: what cell watch has seen",
+    )
+
+
+def _leakconfig_arguments(parser):
+    parser.add_argument(
+        "settings", nargs="*", metavar="KEY=VALUE", help="set all or none of them. No argument: show the settings"
+    )
+
+
+# Each magic's arguments, declared once: its parser, the usage line every error ends with, and
+# the options `%magic?` lists come from here.
+_ARGUMENTS = {
+    "leakcheck": _leakcheck_arguments,
+    "leakwatch": _leakwatch_arguments,
+    "leakreport": _output_arguments,
+    "leakconfig": _leakconfig_arguments,
+}
+
+
+def _parser(magic):
+    parser = _Parser(magic)
+    _ARGUMENTS[magic](parser)
+    return parser
+
+
+# One line each, whatever width argparse wrapped it to.
+USAGE = {magic: " ".join(_parser(magic).format_usage().removeprefix("usage: ").split()) for magic in _ARGUMENTS}
 
 
 def _check_outputs(args, magic):
@@ -228,15 +288,7 @@ class LeakMagics(Magics):
     def leakcheck(self, line, cell):
         """Run the cell N times, each run an iteration, and show where leaked memory was
         allocated, why it is still alive, and its growth curve."""
-        parser = _Parser("leakcheck")
-        parser.add_argument("-n", type=_int_at_least(1), default=20)
-        parser.add_argument("--warmup", type=_int_at_least(0), default=None)
-        parser.add_argument("--min-bytes", type=_size, default=0)
-        parser.add_argument("-o", dest="output", default=None)
-        parser.add_argument("--json", default=None)
-        parser.add_argument("--html", default=None)
-        parser.add_argument("--redact", action="store_true")
-        args = parser.parse_args(_split("leakcheck", line))
+        args = _parser("leakcheck").parse_args(_split("leakcheck", line))
         if args.output is not None and not _a_name_for_the_report(args.output):
             raise UsageError(
                 f"-o needs a Python name of your own (not a keyword or a __dunder__ name, which "
@@ -339,16 +391,14 @@ class LeakMagics(Magics):
     def leakwatch(self, line):
         """Cell watch: every cell run is an iteration; after a cell that left tensors alive or
         freed them, a ledger of what and who holds it. No argument: what cell watch has seen."""
-        words = _split("leakwatch", line)
-        if len(words) > 1 or (words and words[0] not in ("on", "off", "reset")):
-            raise UsageError(f"expected 'on', 'off', 'reset' or nothing\nusage: {USAGE['leakwatch']}")
-        if not words:
+        action = _parser("leakwatch").parse_args(_split("leakwatch", line)).action
+        if action is None:
             print(self._watch_state())
-        elif words[0] == "on":
+        elif action == "on":
             if self.watch is None:
                 self._register_events()
                 self._start_watch()
-        elif words[0] == "off":
+        elif action == "off":
             self._stop_watch()
             self._unregister_events()
         else:  # reset: forget what was recorded, keep watching if it was on
@@ -358,21 +408,21 @@ class LeakMagics(Magics):
             self._ledger.forget()
             if was_on:
                 self._start_watch()
-            print("torchleak: watch mode reset" + (", watching from the next cell" if was_on else ""))
+            print("torchleak: cell watch reset" + (", watching from the next cell" if was_on else ""))
 
     def _watch_state(self):
         if self.watch is None and not self._callbacks:
-            state = "torchleak: watch mode is off"
+            state = "torchleak: cell watch is off"
             return state + (" (%leakreport shows the last watch)" if self.watch_report else "")
         if self.watch is None:
-            return "torchleak: watch mode is on, paused while another tracking session runs"
+            return "torchleak: cell watch is on, paused while another tracking session runs"
         tracker = self.watch
         report = tracker.report(paths=False)
         data = report.to_dict()
         live = tracker._last_iteration["live"]
         leaks = len(data.get("causes") or [])
         return (
-            f"torchleak: watch mode is on: {tracker.iterations} cell run(s) recorded, "
+            f"torchleak: cell watch is on: {tracker.iterations} cell run(s) recorded, "
             f"{format_bytes(live)} tracked live, {leaks} leak(s) so far"
             + (" (%leakreport for details)" if leaks else "")
         )
@@ -446,7 +496,7 @@ class LeakMagics(Magics):
             )
             self._show_ledger(report, cell, totals["freed"], threshold)
         except Exception as exc:  # noqa: BLE001
-            print(f"torchleak: watch mode stopped after an internal error: {exc}")
+            print(f"torchleak: cell watch stopped after an internal error: {exc}")
             try:
                 self._stop_watch()
             except Exception:  # noqa: BLE001
@@ -467,11 +517,7 @@ class LeakMagics(Magics):
     def leakreport(self, line):
         """The notebook so far (every cell run an iteration): cells whose re-runs keep growing
         are leaks."""
-        parser = _Parser("leakreport")
-        parser.add_argument("--json", default=None)
-        parser.add_argument("--html", default=None)
-        parser.add_argument("--redact", action="store_true")
-        args = parser.parse_args(_split("leakreport", line))
+        args = _parser("leakreport").parse_args(_split("leakreport", line))
         _check_outputs(args, "leakreport")
         if self.watch is not None:
             report = self.watch.report()
@@ -486,7 +532,7 @@ class LeakMagics(Magics):
     @line_magic
     def leakconfig(self, line):
         """Set thresholds and the allow-list: %leakconfig min_leak_bytes_per_iteration=1MiB allow=kv_cache*"""
-        words = _split("leakconfig", line)
+        words = _parser("leakconfig").parse_args(_split("leakconfig", line)).settings
         if not words:
             print(repr(config))
             return
@@ -507,6 +553,16 @@ class LeakMagics(Magics):
 
 
 _loaded = {}
+
+
+def _document_options():
+    """`%leakcheck?` lists the options as the parser declares them, never a copy of them."""
+    for magic in _ARGUMENTS:
+        method = getattr(LeakMagics, magic)
+        method.__doc__ = f"{method.__doc__}\n\n{_parser(magic).format_help()}"
+
+
+_document_options()
 
 
 def load_ipython_extension(shell):

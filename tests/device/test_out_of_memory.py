@@ -229,7 +229,7 @@ def test_leakwatch_shows_the_forensics_of_a_cell_that_dies_of_an_oom(ipython):
     shown = [
         out for out in ipython.display_pub.outputs[before:] if "application/vnd.torchleak.report+json" in out["data"]
     ]
-    assert shown, "watch mode showed no forensics"
+    assert shown, "cell watch showed no forensics"
     oom = shown[-1]["data"]["application/vnd.torchleak.report+json"]["oom"]
     assert oom["device"] == "fakegpu:0"
     assert oom["requested_bytes"] == 16 * MiB

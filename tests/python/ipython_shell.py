@@ -48,7 +48,7 @@ def run(shell, source):
 
 
 def ledger(shell):
-    """The lines watch mode's ledger has shown so far."""
+    """The lines cell watch's ledger has shown so far."""
     return [
         o["data"]["text/plain"]
         for o in shell.display_pub.outputs

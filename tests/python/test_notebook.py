@@ -1,6 +1,7 @@
 """The IPython extension without a kernel: magics, MIME bundles, usage errors, unload."""
 
 import json
+import pathlib
 import re
 import sys
 
@@ -194,13 +195,13 @@ def test_the_ledger_says_what_a_cell_freed(shell):
 
 def test_leakwatch_without_argument_shows_state_and_reset_starts_over(shell):
     result = run(shell, "%leakwatch")
-    assert result.success and "watch mode is off" in result.output
+    assert result.success and "cell watch is off" in result.output
     run(shell, "%leakwatch on")
     run(shell, "kept = []")
     for _ in range(3):
         run(shell, "kept.append(torch.ones(256, 1024))")
     state = run(shell, "%leakwatch").output
-    assert "watch mode is on" in state and "1 leak(s) so far" in state, state
+    assert "cell watch is on" in state and "1 leak(s) so far" in state, state
     assert "cell run(s) recorded" in state
     result = run(shell, "%leakwatch reset")
     assert result.success and "reset" in result.output
@@ -208,7 +209,7 @@ def test_leakwatch_without_argument_shows_state_and_reset_starts_over(shell):
     assert "0 leak(s) so far" in run(shell, "%leakwatch").output
     run(shell, "%leakwatch off")
     assert not _core.profiler_state_installed()
-    assert "watch mode is off" in run(shell, "%leakwatch").output
+    assert "cell watch is off" in run(shell, "%leakwatch").output
 
 
 def test_leakcheck_inside_watch_mode_pauses_and_resumes_watching(shell):
@@ -437,3 +438,19 @@ def test_a_live_update_is_bounded_and_still_a_valid_report(monkeypatch):
     assert len(back["findings"]) == 10
     assert len(json.dumps(live)) < len(json.dumps(whole)) / 3
     assert len(data["findings"]) == 50  # the report itself is untouched
+
+
+def test_each_magics_usage_and_help_come_from_its_parser_and_the_docs_quote_them():
+    # The usage lines were a hand-kept copy of the parsers (#48 item 10): now each is the
+    # parser's, `%magic?` lists every option the parser takes, and docs/notebook.md quotes them.
+    from torchleak import _notebook
+
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "notebook.md").read_text()
+    for magic, usage in _notebook.USAGE.items():
+        parser = _notebook._parser(magic)
+        assert usage.startswith(("%%" if magic == "leakcheck" else "%") + magic)
+        assert f"`{usage}`" in docs, usage
+        help_text = getattr(_notebook.LeakMagics, magic).__doc__
+        for action in parser._actions:
+            for option in action.option_strings or [action.metavar]:
+                assert option in help_text and option in usage, (magic, option)
