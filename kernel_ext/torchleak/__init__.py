@@ -13,9 +13,12 @@ whether it really is a leak (its growth across iterations).
     report = torchleak.check(train_step, model, batch, iterations=20, warmup=2)
 """
 
+import importlib.metadata
+
 import torch  # noqa: F401  (loads libtorch before the extension that links it)
 
-__version__ = "0.1.0"
+# One source, pyproject.toml's version: as installed (torch has imported importlib.metadata).
+__version__ = importlib.metadata.version("torchleak")
 
 from ._build import check_torch
 

@@ -635,20 +635,12 @@ def install_kernel(argv):
     import tempfile
     from jupyter_client.kernelspec import KernelSpecManager
 
-    spec = {
-        "argv": [
-            sys.executable,
-            "-m",
-            "ipykernel_launcher",
-            "-f",
-            "{connection_file}",
-            "--ext=torchleak",
-            "--IPKernelApp.exec_lines=%leakwatch on",
-        ],
-        "display_name": "Python 3 (torchleak)",
-        "language": "python",
-        "metadata": {"debugger": True},
-    }
+    # The kernelspec pip put under sys.prefix (share/jupyter/kernels/torchleak), shipped in
+    # the package too; its "python" becomes this interpreter, as another prefix needs.
+    shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernelspec", "kernel.json")
+    with open(shipped, encoding="utf-8") as fh:
+        spec = json.load(fh)
+    spec["argv"][0] = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         # mkdtemp makes it 0700 and the spec directory is copied with its mode: other users
         # of a shared install could not read it. 0755, like Jupyter's own kernelspecs.

@@ -1,5 +1,6 @@
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -251,7 +252,13 @@ def test_the_installed_kernelspec_is_readable_by_other_users(tmp_path):
     assert proc.returncode == 0, proc.stderr
     spec = tmp_path / "kernels" / "torchleak"
     assert (spec.stat().st_mode & 0o777) == 0o755
-    assert json.loads((spec / "kernel.json").read_text())["display_name"] == "Python 3 (torchleak)"
+    installed = json.loads((spec / "kernel.json").read_text())
+    assert installed["display_name"] == "Python 3 (torchleak)"
+    # One kernelspec: the repository's, with this interpreter in it.
+    ours = json.loads(
+        (pathlib.Path(__file__).resolve().parents[2] / "share/jupyter/kernels/torchleak/kernel.json").read_text()
+    )
+    assert installed == dict(ours, argv=[sys.executable, *ours["argv"][1:]])
 
 
 FORKS = """\

@@ -83,3 +83,17 @@ def test_core_includes_neither_python_nor_pybind11():
         if path.suffix in (".h", ".cpp"):
             for included in INCLUDE.findall(path.read_text()):
                 assert not included.startswith(("Python.h", "pybind11", "torch/")), (path, included)
+
+
+def test_one_version_the_packages_and_the_lab_extensions():
+    # pyproject.toml is the source; torchleak.__version__ reads it as installed, and the lab
+    # extension's package.json (JupyterLab's builder needs one of its own) must agree.
+    import json
+
+    import torchleak
+
+    # (tomllib is 3.11's; the matrix runs this on 3.10 too)
+    version = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.MULTILINE).group(1)
+    assert torchleak.__version__ == version
+    for package in ("widgets/labextension/package.json", "widgets/dist/labextension/package.json"):
+        assert json.loads((ROOT / package).read_text())["version"] == version, package
