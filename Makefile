@@ -16,7 +16,7 @@ CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: sdist wheel test-install test-cuda gpu-proof-dry test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases format clean \
+.PHONY: sdist wheel test-install test-cuda gpu-proof-dry test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases print-leak-cases format clean \
 	test-api test-integrations test-distributed test-notebooks test-browser lab-newest
 
 demo: install
@@ -112,7 +112,7 @@ MATRIX_CORNERS := 3.13:2.15.0 3.10:2.11.0
 MATRIX_CELLS := $(MATRIX_CORNERS) 3.12:2.11.0 3.12:2.12.1 3.12:2.14.1 3.11:2.15.0 3.13:2.13.0
 MATRIX ?= $(MATRIX_CORNERS)
 test-matrix: debian-packages venv
-	$(PY) tests/matrix/run.py $(MATRIX) --results build/matrix/results.json
+	$(PY) tests/matrix/run.py $(MATRIX) --results build/matrix/results.json --leak-cases $(abspath $(LEAK_CASES))
 
 test-matrix-full:
 	$(MAKE) test-matrix MATRIX="$(MATRIX_CELLS)"
@@ -133,12 +133,15 @@ lab: install
 bench: install
 	$(PY) bench/bench_overhead.py
 	$(PY) bench/bench_scale.py
-	$(PY) bench/bench_verdicts.py
+	LEAK_CASES=$(abspath $(LEAK_CASES)) $(PY) bench/bench_verdicts.py
 	$(PY) bench/bench_shapes.py
 
 # The suite of real-world leak cases and its scorer live outside this repository, in the team's
-# shared folder beside it; LEAK_CASES=path points elsewhere.
+# shared folder beside it; LEAK_CASES=path points elsewhere. The one place that knows where:
+# the matrix, the GPU proof and the verdict bench are given it.
 LEAK_CASES ?= ../shared/leak-cases
+print-leak-cases:
+	@echo $(abspath $(LEAK_CASES))
 leak-cases: install
 	@test -f $(LEAK_CASES)/run.py || { echo "make leak-cases: no suite at $(LEAK_CASES)/run.py" \
 	  "(the shared leak-cases folder beside this repository); set LEAK_CASES=path"; exit 2; }

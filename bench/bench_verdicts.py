@@ -14,7 +14,7 @@ False alarms: clean training and inference loops, each run from its own seed,
     iteration (budget=1.0: the most looks a run can get, so the most chances to cry wolf);
   - under torchleak.check(iteration, state, iterations=20, warmup=2).
 A run is a false alarm when anything is called a leak. Goal: 0 in at least 200 clean watch runs.
-Time to verdict: every visible leak case of ../shared/leak-cases that runs under check() (the
+Time to verdict: every visible leak case of the suite (LEAK_CASES, which `make bench` sets) that runs under check() (the
 notebook cases have no iterations to count), run with WARMUP + k iterations for k = 1, 2, ...:
 the smallest k whose report calls the case's `# ALLOC` line a leak. Goal: k <= 5 for every case.
 """
@@ -32,7 +32,7 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = os.path.join(HERE, "..", "..", "shared", "leak-cases")
+CASES = os.environ.get("LEAK_CASES", "")
 
 
 # -- clean loops ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@
 # out of time is recorded and the next one still runs. What was skipped, and why, is printed.
 #
 # Environment: OUT (default build/gpu-proof), PYTHON (default python3), LEAK_CASES (default
-# .proof/leak-cases, else ../shared/leak-cases), BENCH_ARGS (bench_cuda.py's arguments),
+# .proof/leak-cases, the copy that travels with the tree; make gpu-proof-dry gives the Makefile's), BENCH_ARGS (bench_cuda.py's arguments),
 # PROOF_TARGET (where the build is installed; default a fresh temporary folder), PROOF_LIMIT_SCALE
 # (multiplies every step's time limit; the dry run on two CPU cores uses 4), PROOF_STEPS (the steps
 # to run, default all: "install smoke cuda_tier leak_cases truth bench"; without install,
@@ -36,7 +36,7 @@ OUT=$(cd "$OUT" && pwd)
 exec > >(tee -a "$OUT/proof.log") 2>&1
 
 if [ -z "${LEAK_CASES:-}" ]; then
-    if [ -f .proof/leak-cases/run.py ]; then LEAK_CASES=.proof/leak-cases; else LEAK_CASES=../shared/leak-cases; fi
+    LEAK_CASES=.proof/leak-cases
 fi
 BENCH_ARGS=${BENCH_ARGS:---rounds 10 --steps 4 --batch 8 --seq 1024 --detect-steps 60}
 TARGET=${PROOF_TARGET:-$(mktemp -d /tmp/torchleak-proof.XXXXXX)}
@@ -153,7 +153,7 @@ if [ -f "$LEAK_CASES/run.py" ]; then
     step truth 40 "$PYTHON" "$LEAK_CASES/run.py" --truth --timeout 60 --case C01 --case C02 --case C03 --case C04 \
         --json "$OUT/truth.json"
 else
-    skip leak_cases "no suite at $LEAK_CASES/run.py (copy ../shared/leak-cases to .proof/leak-cases)"
+    skip leak_cases "no suite at $LEAK_CASES/run.py (copy the suite to .proof/leak-cases: CONTRIBUTING.md, the GPU proof)"
     skip truth "no suite at $LEAK_CASES/run.py"
 fi
 

@@ -307,8 +307,8 @@ def main(argv=None):
     parser.add_argument(
         "--leak-cases",
         metavar="DIR",
-        default=os.path.join(os.path.dirname(ROOT), "shared", "leak-cases"),
-        help="the leak-case suite (default ../shared/leak-cases)",
+        default="",
+        help="the leak-case suite's folder (the Makefile's LEAK_CASES); without it, tests/python only",
     )
     args = parser.parse_args(argv)
     if args.table:
@@ -323,9 +323,12 @@ def main(argv=None):
     bad = [c for c in args.cells if not CELL.match(c)]
     if bad:
         parser.error(f"cells are PYTHON:TORCH such as 3.13:2.15.0, got {', '.join(bad)}")
-    leak_cases = args.leak_cases if os.path.exists(os.path.join(args.leak_cases, "run.py")) else None
+    leak_cases = (
+        args.leak_cases if args.leak_cases and os.path.isfile(os.path.join(args.leak_cases, "run.py")) else None
+    )
     if leak_cases is None:
-        print(f"matrix: no leak-case suite at {args.leak_cases}: the cells run tests/python only", flush=True)
+        where = f"at {args.leak_cases}" if args.leak_cases else "given (--leak-cases)"
+        print(f"matrix: no leak-case suite {where}: the cells run tests/python only", flush=True)
     log_dir = os.path.join(MATRIX_DIR, "logs")
     os.makedirs(log_dir, exist_ok=True)
     results = []

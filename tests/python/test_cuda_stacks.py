@@ -1,7 +1,7 @@
 """The CUDA path's contracts, on the CPU. CUDA stacks come from PyTorch's history recording and
 OOMs from its observer; both are driven here through a stand-in for torch.cuda's functions that
 behaves as torch 2.11-2.15's sources show (c10/cuda/CUDACachingAllocator.{h,cpp},
-torch/csrc/cuda/Module.cpp, torch/cuda/memory.py; ../shared/research/cuda-static-review.md):
+torch/csrc/cuda/Module.cpp, torch/cuda/memory.py; docs/out-of-memory.md says what they show):
 one global recording switch, isHistoryEnabled raising under the cudaMallocAsync backend,
 snapshots of segments and blocks, 2.15's per-block traceback, and an OOM observer called with
 (device, segment size, capacity or cap, free bytes)."""

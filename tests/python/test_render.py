@@ -117,7 +117,7 @@ def test_the_notebook_bundle_carries_every_view_and_the_data():
     data = fixture("hostile.json")
     mime = bundle.report_bundle(data, progress={"k": 2, "n": 8, "elapsed": 1.0, "remaining": 3.0})
     assert set(mime) == {"text/plain", "text/html", bundle.REPORT_MIME}
-    assert bundle.REPORT_MIME == "application/vnd.torchleak.report+json"  # a contract (../shared/design.md)
+    assert bundle.REPORT_MIME == "application/vnd.torchleak.report+json"  # a contract: saved notebooks carry it
     assert mime[bundle.REPORT_MIME] is data
     assert "2/8 iterations [1.0 s<3.0 s, 2.0 it/s]" in mime["text/plain"]
     assert "2/8 iterations [1.0 s<3.0 s, 2.0 it/s]" in mime["text/html"]

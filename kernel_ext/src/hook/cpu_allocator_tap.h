@@ -2,10 +2,10 @@
 // CpuAllocatorTap: every CPU allocation and free of the process, whichever thread makes it.
 //
 // c10 reports memory events only to the PROFILER_STATE of the allocating thread (a thread-local
-// slot: c10/core/Allocator.cpp, c10/util/ThreadLocalDebugInfo.cpp; the team's notes in
-// ../shared/research/torch-hooks.md 1.2-1.4). Autograd workers inherit the tracking thread's slot,
-// but threads the tracked code starts (DataLoader pin-memory threads, prefetchers, thread
-// pools, a backward() called on a worker) never do: their tensors were missed, and a tensor
+// slot: c10/core/Allocator.cpp's reportMemoryUsageToProfiler reads ThreadLocalDebugInfo's
+// PROFILER_STATE, c10/util/ThreadLocalDebugInfo.cpp). Autograd workers inherit the tracking
+// thread's slot, but threads the tracked code starts (DataLoader pin-memory threads, prefetchers,
+// thread pools, a backward() called on a worker) never do: their tensors were missed, and a tensor
 // allocated on the tracking thread and freed on another stayed "live" forever. PyTorch has no
 // process-wide reporter yet (a global one is proposed upstream, not merged). So for the CPU,
 // torchleak puts a thin allocator in front of c10's CPU allocator while a session runs: it
