@@ -100,7 +100,13 @@ Summary summarize(const Report& report) {
             penalty += 5;
         }
     }
-    if (!report.warnings.empty()) {
+    // Only where a profiler hid events: a warning about a stopped run, a missing stack or
+    // memory outside tensors is no reason to re-run without one.
+    const bool profilerHidEvents =
+        std::any_of(report.warnings.begin(), report.warnings.end(), [](const std::string& w) {
+            return w.find("torch.profiler") != std::string::npos;
+        });
+    if (profilerHidEvents) {
         s.recommendations.push_back(
             {"low",
              "re-run without torch.profiler active: some allocation events were missed",

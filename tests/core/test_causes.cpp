@@ -330,3 +330,19 @@ TEST_CASE("cause groups are written into the JSON, with HTML and quotes in names
     Report empty = reportWith({});
     REQUIRE(nlohmann::json::parse(toJson(empty))["cause_groups"].empty());
 }
+
+TEST_CASE("Re-running without the profiler is recommended only when a profiler hid events") {
+    Report r;
+    r.warnings = {"stopped in iteration 3 of 8 by RuntimeError: bad batch",
+                  "the process's resident memory grew 200.0 MiB from iteration 1 to 6 while ..."};
+    auto mentionsProfiler = [](const Summary& s) {
+        return std::any_of(s.recommendations.begin(), s.recommendations.end(),
+                           [](const Recommendation& rec) {
+                               return rec.text.find("torch.profiler") != std::string::npos;
+                           });
+    };
+    REQUIRE_FALSE(mentionsProfiler(summarize(r)));
+    r.warnings.push_back("another profiler (torch.profiler) was on top of torchleak's hook during "
+                         "2 iteration(s); allocations and frees on this thread were not seen");
+    REQUIRE(mentionsProfiler(summarize(r)));
+}
