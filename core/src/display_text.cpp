@@ -144,6 +144,19 @@ const char* iterationNoun(BoundaryKind boundary) {
     return boundary == BoundaryKind::Cell ? "cell run" : "iteration";
 }
 
+std::string untrackedGrowthText(const UntrackedGrowth& g, BoundaryKind boundary) {
+    const std::string noun = iterationNoun(boundary);
+    const int64_t tracked = std::max<int64_t>(g.tracked_growth, 0);
+    return "the process's resident memory grew " +
+           formatBytes(static_cast<double>(g.resident_growth)) + " from " + noun + " " +
+           groupThousands(g.from_iteration + 1) + " to " + groupThousands(g.to_iteration + 1) +
+           " while the CPU memory torchleak tracks grew " +
+           formatBytes(static_cast<double>(tracked)) + ": " +
+           formatBytes(static_cast<double>(g.resident_growth - tracked)) +
+           " grew outside tensors (Python objects, a native library's buffers, an allocator's "
+           "cache), which no finding covers";
+}
+
 std::string projectionText(const DeviceTimeline& d, int iterations, BoundaryKind boundary) {
     if (d.leak_bytes_per_iteration <= 0 || !d.projected_oom_iteration) {
         return "";

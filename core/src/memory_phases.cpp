@@ -1,8 +1,11 @@
 // The builder's phases over memory rather than sites (report_assembly.h): each finding's role
-// and live block list, each device's spikes, and the out-of-memory forensics.
+// and live block list, each device's spikes, memory that grew outside tensors, and the
+// out-of-memory forensics.
 
 #include "report_assembly.h"
+#include "torchleak/display_text.h"
 #include "torchleak/peak_spikes.h"
+#include "torchleak/resident_memory.h"
 #include "torchleak/site_rule.h"
 
 #include <algorithm>
@@ -114,6 +117,21 @@ void ReportBuilder::addOutOfMemoryForensics() {
         d_report.warnings.push_back(std::string("the out-of-memory forensics could not be "
                                                 "built (") +
                                     e.what() + "); the report covers the iterations seen");
+    }
+}
+
+// Resident memory that grew while the tracked CPU memory did not: a warning, so that every
+// view says so beside (or instead of) the leaks.
+void ReportBuilder::warnAboutUntrackedGrowth() {
+    const DeviceTimeline* cpu = nullptr;
+    for (const DeviceTimeline& d : d_report.devices) {
+        if (d.device == "cpu") {
+            cpu = &d;
+        }
+    }
+    if (const auto growth = findUntrackedGrowth(d_inputs.resident, cpu, d_report.series_iterations,
+                                                d_inputs.warmup)) {
+        d_report.warnings.push_back(untrackedGrowthText(*growth, d_inputs.boundary));
     }
 }
 

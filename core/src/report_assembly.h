@@ -146,6 +146,7 @@ class ReportBuilder {
     void findPeakSpikes();
     std::vector<LiveNow> liveNowByFinding() const;
     void addOutOfMemoryForensics();
+    void warnAboutUntrackedGrowth();
 
     // Why each finding's blocks are alive (finding_paths.cpp).
     void explainFindings(RetentionExplainer& explainer);

@@ -61,6 +61,7 @@ Report ReportBuilder::build(RetentionExplainer* explainer) {
     warnAboutShadowedIterations();
     warnAboutRejectedTotals();
     warnAboutDroppedEvents();
+    warnAboutUntrackedGrowth();
     d_report.summary = summarize(d_report);
     if (d_inputs.out_of_memory) {
         addOutOfMemoryForensics();

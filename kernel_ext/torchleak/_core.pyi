@@ -77,6 +77,7 @@ class Session:
         autocast_devices: Sequence[str] = ...,
         dynamo_compiled_frames: _Int = 0,
         torchscript_functions: _Int = 0,
+        resident_memory: Sequence[tuple[_Int, _Int]] = ...,
     ) -> str: ...
     @property
     def active(self) -> bool: ...

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from . import _core, _cuda, _devices, _job, _out_of_memory, _roots, _torch_caches, _user_code
+from . import _core, _cuda, _devices, _job, _out_of_memory, _resident, _roots, _torch_caches, _user_code
 from ._arguments import check_options
 from ._config import checked_int, config as _config
 from ._report import Report
@@ -125,6 +125,7 @@ class Tracker:
         self._warnings: list[str] = []
         self._report: Report | None = None
         self._cuda_history = _cuda.CudaHistory()
+        self._resident: _resident.ResidentSampler | None = None  # from start()
         self._graph_replays = _cuda.GraphReplays()
         self._cuda_stacks: dict[Any, Any] | None = None  # of the blocks alive at stop
         # What the CUDA allocator held at stop, by its own snapshot: ([device types], addresses)
@@ -237,6 +238,7 @@ class Tracker:
         else:
             session.start()
         self._session = session
+        self._resident = _resident.ResidentSampler()
         self._thread = threading.get_ident()
         _active = self
         # From here on the hook is in: whatever fails takes it out again before raising.
@@ -365,6 +367,8 @@ class Tracker:
         self._unwrap_backward()
         self._unmark_optimizer_steps()
         self._graph_replays.stop()
+        if self._resident is not None:
+            self._resident.close()  # its samples stay for the report
         if self.active:
             self._find_job()  # a script with no boundary at all is still a rank
         try:
@@ -428,6 +432,8 @@ class Tracker:
     def _mark_boundary(self):
         self._name_held_blocks()
         self.live_bytes = self._session.step()
+        if self._resident is not None:
+            self._resident.note(self._session.iterations - 1)
 
     # Before a boundary, the optimizers seen stepping name the blocks of their parameters, the
     # parameters' gradients and their state, and the recorder counts those bytes by what they
@@ -658,6 +664,7 @@ class Tracker:
             describe_tensors=bool(shapes),
             allocator_view_devices=view_devices,
             allocator_live_blocks=live_blocks,
+            resident_memory=self._resident.samples if self._resident is not None else [],
             **(_torch_caches.evidence() if paths else {}),
         )
         del roots, given

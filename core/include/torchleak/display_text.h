@@ -6,6 +6,7 @@
 // viewer's pickle) shows the same words instead of deriving its own.
 
 #include "torchleak/model.h"
+#include "torchleak/resident_memory.h"
 
 #include <cstdint>
 #include <string>
@@ -37,6 +38,10 @@ std::string groupThousands(int64_t value);
 
 // What one iteration is, as rates say it: "iteration", or "cell run" in cell watch.
 const char* iterationNoun(BoundaryKind boundary);
+
+// "the process's resident memory grew 412.0 MiB from iteration 4 to 50 while the CPU memory
+// torchleak tracks grew 1.0 MiB: 411.0 MiB grew outside tensors (...)": a report's warning.
+std::string untrackedGrowthText(const UntrackedGrowth& growth, BoundaryKind boundary);
 
 // "at 2.0 MiB per iteration, cuda:0 is full in ~9,582 iterations", or "" when the device does
 // not leak or its capacity is unknown.

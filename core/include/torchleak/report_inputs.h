@@ -10,6 +10,7 @@
 #include "torchleak/model.h"
 #include "torchleak/out_of_memory.h"
 #include "torchleak/recorder.h"
+#include "torchleak/resident_memory.h"
 #include "torchleak/retention.h"
 
 #include <cstdint>
@@ -99,6 +100,8 @@ struct ReportInputs {
     bool explain_grown_only = false;
     // What torch's C++ caches hold now: the evidence for naming one as a keeper.
     TorchCacheState torch_caches;
+    // The process's resident set at boundaries (resident_memory.h), where it can be read.
+    std::vector<ResidentSample> resident;
     // Set when an out-of-memory error ended the run: the report gets its `oom` forensics.
     std::optional<OutOfMemoryInputs> out_of_memory;
 };

@@ -164,7 +164,8 @@ PYBIND11_MODULE(_core, m) {
                bool describeTensors, const std::vector<std::string>& allocatorViewDevices,
                const std::vector<uintptr_t>& allocatorLiveBlocks,
                const std::vector<std::string>& autocastDevices, uint64_t dynamoCompiledFrames,
-               uint64_t torchscriptFunctions) {
+               uint64_t torchscriptFunctions,
+               const std::vector<std::pair<int64_t, int64_t>>& residentMemory) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -182,6 +183,9 @@ PYBIND11_MODULE(_core, m) {
                 in.devices = python::deviceCapacities(capacities, in.privateuse1_backend);
                 in.explain_grown_only = explainGrownOnly;
                 in.torch_caches = {autocastDevices, dynamoCompiledFrames, torchscriptFunctions};
+                for (const auto& [iteration, bytes] : residentMemory) {
+                    in.resident.push_back({iteration, bytes});
+                }
                 for (const std::string& type : allocatorViewDevices) {
                     in.allocator_view_devices.push_back(
                         parseDeviceName(type + ":0", in.privateuse1_backend).type);
@@ -217,7 +221,8 @@ PYBIND11_MODULE(_core, m) {
             py::arg("allocator_view_devices") = std::vector<std::string>{},
             py::arg("allocator_live_blocks") = std::vector<uintptr_t>{},
             py::arg("autocast_devices") = std::vector<std::string>{},
-            py::arg("dynamo_compiled_frames") = 0, py::arg("torchscript_functions") = 0)
+            py::arg("dynamo_compiled_frames") = 0, py::arg("torchscript_functions") = 0,
+            py::arg("resident_memory") = std::vector<std::pair<int64_t, int64_t>>{})
         .def(
             "note_out_of_memory",
             [](python::TrackingSession& self, const std::string& device,
