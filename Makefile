@@ -200,6 +200,7 @@ test-format: debian-packages venv
 	$(PY) -m ruff format --check .
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(PY) widgets/build.py --lint
 
 clean:
 	rm -rf build

@@ -2,6 +2,7 @@
 
     python widgets/build.py           # writes widgets/dist/
     python widgets/build.py --check   # fails if the committed files differ from the sources
+    python widgets/build.py --lint    # ESLint over the view, the lab extension and their tests
 
 - ``dist/torchleak-widget.js``: the live anywidget view, an ES module with the CSS inlined
   (JupyterLab, VS Code and Colab then need no second file and no CDN). Written here: the view
@@ -62,26 +63,41 @@ def check_jupyterlab():
         )
 
 
-def build_lab_extension():
-    """jlpm install (from the lock file, nothing else) and JupyterLab's builder, which writes
-    widgets/dist/labextension from widgets/labextension and dist/torchleak-widget.js."""
-    check_jupyterlab()
+def run_steps(steps, cwd=EXTENSION):
+    for command, name in steps:
+        run = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise SystemExit(
+                f"widgets/build.py: {name} failed ({run.returncode}):\n" + (run.stdout + run.stderr)[-4000:]
+            )
+
+
+def install_packages():
+    """jlpm install from the lock file, nothing else: the builder and ESLint."""
     if shutil.which("node") is None:
         raise SystemExit("widgets/build.py: building the lab extension needs Node.js (Debian's nodejs package)")
     bin_dir = pathlib.Path(sys.executable).parent
     jlpm = shutil.which("jlpm", path=str(bin_dir)) or shutil.which("jlpm")
     if jlpm is None:
         raise SystemExit("widgets/build.py: no jlpm (JupyterLab's yarn) beside this Python")
-    steps = [
-        ([jlpm, "install", "--immutable"], "jlpm install"),
-        ([sys.executable, "-m", "jupyter", "labextension", "build", str(EXTENSION)], "jupyter labextension build"),
-    ]
-    for command, name in steps:
-        run = subprocess.run(command, cwd=EXTENSION, capture_output=True, text=True)
-        if run.returncode != 0:
-            raise SystemExit(
-                f"widgets/build.py: {name} failed ({run.returncode}):\n" + (run.stdout + run.stderr)[-4000:]
-            )
+    run_steps([([jlpm, "install", "--immutable"], "jlpm install")])
+
+
+def build_lab_extension():
+    """JupyterLab's builder, which writes widgets/dist/labextension from widgets/labextension
+    and dist/torchleak-widget.js."""
+    check_jupyterlab()
+    install_packages()
+    build = [sys.executable, "-m", "jupyter", "labextension", "build", str(EXTENSION)]
+    run_steps([(build, "jupyter labextension build")])
+
+
+def lint():
+    """ESLint's recommended rules (eslint.config.mjs at the repository's root)."""
+    install_packages()
+    eslint = str(EXTENSION / "node_modules" / "eslint" / "bin" / "eslint.js")
+    run_steps([(["node", eslint, "widgets/src", "widgets/labextension/src", "tests/widgets"], "eslint")], HERE.parent)
+    return 0
 
 
 def files_under(folder):
@@ -127,6 +143,8 @@ def check():
 def main(argv):
     if "--check" in argv:
         return check()
+    if "--lint" in argv:
+        return lint()
     DIST.mkdir(exist_ok=True)
     WIDGET.write_text(widget_module(), encoding="utf-8")
     shutil.rmtree(LAB_OUTPUT, ignore_errors=True)

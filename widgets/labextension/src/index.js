@@ -32,7 +32,7 @@ class ReportRenderer extends Widget {
       try {
         for (const f of this.live.listeners) f();
         return Promise.resolve();
-      } catch (error) {
+      } catch {
         // A redraw that throws: start over below, and say so if that throws too.
       }
     }
