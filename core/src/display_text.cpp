@@ -144,6 +144,11 @@ const char* iterationNoun(BoundaryKind boundary) {
     return boundary == BoundaryKind::Cell ? "cell run" : "iteration";
 }
 
+std::string liveViewText(size_t shown, size_t total) {
+    return "while the cell runs: the first " + std::to_string(shown) + " of " +
+           std::to_string(total) + " findings; the finished report lists every one";
+}
+
 std::string untrackedGrowthText(const UntrackedGrowth& g, BoundaryKind boundary) {
     const std::string noun = iterationNoun(boundary);
     const int64_t tracked = std::max<int64_t>(g.tracked_growth, 0);

@@ -3,11 +3,13 @@
 #include "report_assembly.h"
 #include "torchleak/causes.h"
 #include "torchleak/display_text.h"
+#include "torchleak/report_subset.h"
 #include "torchleak/scoring.h"
 #include "torchleak/site_rule.h"
 #include "torchleak/suggestion.h"
 
 #include <algorithm>
+#include <numeric>
 #include <sstream>
 
 namespace torchleak {
@@ -49,7 +51,7 @@ Report ReportBuilder::build(RetentionExplainer* explainer) {
     }
     finalizeFindings();
     sortFindings();
-    if (!d_inputs.explain_grown_only) {
+    if (!d_inputs.explain_grown_only && !d_inputs.live_findings) {
         listLiveBlocks();
     }
     publishFindings();
@@ -510,8 +512,8 @@ void ReportBuilder::describeExamples() {
 }
 
 // Each finding's verdict is final only now that its path is known: the machinery rule,
-// then the allow-list; then the fix. (A leak's severity is its cause's, set by
-// groupCauses; every other finding is Info.)
+// then the allow-list; then the fix, in words and, with the site's line, as code. (A leak's
+// severity is its cause's, set by groupCauses; every other finding is Info.)
 void ReportBuilder::finalizeFindings() {
     for (FindingDraft& draft : d_drafts) {
         Finding& f = draft.finding;
@@ -531,6 +533,12 @@ void ReportBuilder::finalizeFindings() {
             f.suggestion += " (it is released only at a coarser boundary, such as an epoch "
                             "end, and grows within each)";
         }
+        if (!f.site.source) {
+            f.site.source = d_symbolizer.sourceLine(f.site);
+        }
+        // The fix as a line of Python, where the rule is certain of it (it reads the site's
+        // line: `losses.append(loss)` becomes `losses.append(loss.item())`).
+        f.fix_code = suggestFixCode(f);
     }
 }
 
@@ -615,7 +623,15 @@ Report buildReport(const AllocationRecorder& recorder,
                    StackSymbolizer& symbolizer,
                    BlockDescriber& describer,
                    RetentionExplainer* explainer) {
-    return assembly::ReportBuilder(recorder, inputs, symbolizer, describer).build(explainer);
+    Report report =
+        assembly::ReportBuilder(recorder, inputs, symbolizer, describer).build(explainer);
+    if (inputs.live_findings && report.findings.size() > *inputs.live_findings) {
+        std::vector<int> first(*inputs.live_findings);
+        std::iota(first.begin(), first.end(), 0);
+        const std::string warning = liveViewText(first.size(), report.findings.size());
+        report = keepFindings(std::move(report), first, warning);
+    }
+    return report;
 }
 
 } // namespace torchleak

@@ -584,12 +584,4 @@ Report reportFromJson(std::string_view text) {
     }
 }
 
-Finding findingFromJson(std::string_view text) {
-    try {
-        return findingFrom(json::parse(text));
-    } catch (const json::exception& e) {
-        throw SchemaError(std::string("not a torchleak.report/1 finding: ") + e.what());
-    }
-}
-
 } // namespace torchleak

@@ -172,46 +172,6 @@ def _save(report, json_path, html_path, redact=False):
 LIVE_FINDINGS = 100
 
 
-def _live_data(data):
-    """What a live update sends: the report without its findings' live-block lists (up to 4,096
-    blocks each, for the memory viewer; 50 findings made a 30-iteration run send 4.1 MiB), and
-    past LIVE_FINDINGS findings only the first (leaks first, biggest first), the causes and
-    their groups renumbered to match and a warning saying so: an update's size is bounded
-    whatever the run finds. The final report keeps everything."""
-    findings = data.get("findings")
-    if not isinstance(findings, list):
-        return data
-    out = dict(data)
-    out["findings"] = [
-        {k: v for k, v in f.items() if k != "live_blocks"} if isinstance(f, dict) else f
-        for f in findings[:LIVE_FINDINGS]
-    ]
-    if len(findings) <= LIVE_FINDINGS:
-        return out
-    kept = range(LIVE_FINDINGS)
-    causes, cause_of = [], {}
-    for i, cause in enumerate(data.get("causes") or []):
-        mine = [k for k in cause.get("findings", []) if k in kept]
-        if mine:
-            cause_of[i] = len(causes)
-            causes.append({**cause, "findings": mine})
-    out["causes"] = causes
-    groups = []
-    for group in data.get("cause_groups") or []:
-        mine = [cause_of[i] for i in group.get("causes", []) if i in cause_of]
-        if mine:
-            groups.append({**group, "causes": mine})
-    if "cause_groups" in data:
-        out["cause_groups"] = groups
-    out.pop("oom", None)  # the finished report's, with every finding it names
-    out["warnings"] = [
-        *data.get("warnings", []),
-        f"while the cell runs: the first {LIVE_FINDINGS} of {len(findings)} "
-        f"findings; the finished report lists every one",
-    ]
-    return out
-
-
 def _with_text(progress, data):
     """The progress with its line (`text`) as format.progress_text words it: the widget and the
     saved report's renderer show that line, not one of their own."""
@@ -239,9 +199,9 @@ class _LiveDisplay:
         self.handle = None
         self.last = 0.0
 
-    def show(self, data, progress=None):
-        progress = _with_text(progress, data)
-        live = _live_data(data)
+    def show(self, live, progress=None):
+        """`live`: the report's live view (Tracker._build_report's live_findings)."""
+        progress = _with_text(progress, live)
         self.widget = make_widget(live, progress)
         self.handle = display(
             report_bundle(live, widget=self.widget, progress=progress),
@@ -254,11 +214,11 @@ class _LiveDisplay:
         """Whether a live update is due (a few per second); building one costs a report."""
         return time.monotonic() - self.last >= 1.0 / _UPDATES_PER_SECOND
 
-    def update(self, data, progress=None):
+    def update(self, live, progress=None):
         self.last = time.monotonic()
         if self.widget is not None:
-            self.widget.report = _live_data(data)
-            self.widget.progress = _with_text(progress, data) or {}
+            self.widget.report = live
+            self.widget.progress = _with_text(progress, live) or {}
 
     def finish(self, data, progress=None):
         """The final report, in place of the live one; the widget's model is closed.
@@ -314,14 +274,15 @@ class LeakMagics(Magics):
             if live.due():
                 elapsed = time.monotonic() - started
                 live.update(
-                    tracker.report(paths=False).to_dict(),
+                    tracker._build_report(paths=False, live_findings=LIVE_FINDINGS).to_dict(),
                     {"k": k, "n": args.n, "elapsed": elapsed, "remaining": elapsed / k * (args.n - k)},
                 )
 
         try:
             with tracker:
                 live.show(
-                    tracker.report(paths=False).to_dict(), {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0}
+                    tracker._build_report(paths=False, live_findings=LIVE_FINDINGS).to_dict(),
+                    {"k": 0, "n": args.n, "elapsed": 0.0, "remaining": 0.0},
                 )
                 failure = tracker._run_iterations(run_cell, args.n, after_each=after_each, describe=self._in_cell_names)
             report = tracker.report()

@@ -8,7 +8,8 @@ came from outside torchleak (an exception's message, a failed rank's note) every
 string. Kept: verdicts, rates, sizes, roles, line numbers, function names and the retaining
 paths' structure, so the redacted report still says where, why and whether.
 
-Every string field of a report is declared once, in FIELDS, with what redaction does to it;
+Every string field of a report is declared once, in the core (FIELDS, from
+core/src/redaction_fields.cpp), with what redaction does to it;
 tests/python/test_redact.py walks reports with every section and fails on a string field that
 FIELDS does not name, so a new field cannot slip through unredacted. The sentences the core
 writes from the fields (site texts, cause texts, the headline) are written again by the core
@@ -22,6 +23,8 @@ import os
 import re
 import site
 import sysconfig
+
+from . import _core
 
 # Where installed code lives: a path under one of these is public (torch/nn/modules/module.py).
 _LIBRARY_DIRS = sorted(
@@ -57,93 +60,9 @@ SENTENCE = "sentence"  # torchleak's words quoting the fields: each withheld str
 FREE_TEXT = "free text"  # words from outside torchleak: its paths, quoted strings, shapes replaced too
 WRITTEN_AGAIN = "written again"  # a display string the core writes again from the redacted fields
 
-_FRAME = {"file": FILE, "function": KEEP, "source": DROP, "text": WRITTEN_AGAIN}
-_HOLDER = {"path_text": SENTENCE, "path_short": WRITTEN_AGAIN, "type": KEEP}
-_ROLES = {"role": KEEP, "label": KEEP}
-_DEVICE = {
-    "device": KEEP,
-    "verdict": KEEP,
-    "text": WRITTEN_AGAIN,
-    "projection_text": WRITTEN_AGAIN,
-    "roles_text": WRITTEN_AGAIN,
-    **{f"roles[].{k}": v for k, v in _ROLES.items()},
-    **{f"spikes[].site.{k}": v for k, v in _FRAME.items()},
-    "spikes[].role": KEEP,
-    "spikes[].text": WRITTEN_AGAIN,
-}
-
-
-def _under(prefix, table):
-    return {f"{prefix}.{k}": v for k, v in table.items()}
-
-
-# Every string field of a torchleak.report/1 document, by its place ("[]": each item of a list).
-FIELDS = {
-    "schema_version": KEEP,
-    "torch_version": KEEP,
-    "python_version": KEEP,
-    "boundary": KEEP,
-    "iteration_unit": KEEP,
-    "warnings[]": FREE_TEXT,  # a failed rank's error or a profiler's complaint can be quoted in one
-    "sampling.text": WRITTEN_AGAIN,
-    "summary.grade": KEEP,
-    "summary.headline": WRITTEN_AGAIN,
-    "summary.empty_text": WRITTEN_AGAIN,
-    "summary.critical_issues[]": SENTENCE,
-    "summary.recommendations[].priority": KEEP,
-    "summary.recommendations[].text": SENTENCE,
-    "cause_groups[].severity": KEEP,
-    "cause_groups[].text": WRITTEN_AGAIN,
-    "causes[].verdict": KEEP,
-    "causes[].severity": KEEP,
-    "causes[].keeper": SENTENCE,
-    "causes[].suggestion": SENTENCE,
-    "causes[].text": WRITTEN_AGAIN,
-    **_under("causes[].holder", _HOLDER),
-    **_under("devices[]", _DEVICE),
-    "findings[].verdict": KEEP,
-    "findings[].severity": KEEP,
-    "findings[].device": KEEP,
-    "findings[].role": KEEP,
-    "findings[].retention": KEEP,
-    "findings[].autograd_node": KEEP,
-    "findings[].dtype": DROP,
-    "findings[].fix_code": DROP,
-    "findings[].suggestion": SENTENCE,
-    "findings[].path_text": SENTENCE,
-    "findings[].path_short": WRITTEN_AGAIN,
-    "findings[].block_label": WRITTEN_AGAIN,
-    "findings[].tensor_text": WRITTEN_AGAIN,
-    "findings[].ranks_text": WRITTEN_AGAIN,
-    "findings[].growth_since.text": WRITTEN_AGAIN,
-    **_under("findings[].holder", _HOLDER),
-    **_under("findings[].site", _FRAME),
-    **_under("findings[].allocated_inside", _FRAME),
-    **_under("findings[].stack[]", _FRAME),
-    "findings[].path[].kind": KEEP,
-    "findings[].path[].label": KEY,
-    "findings[].path[].note": SENTENCE,
-    "findings[].path[].type": SENTENCE,
-    "findings[].path[].tensor.device": KEEP,
-    "findings[].path[].tensor.dtype": DROP,
-    "findings[].path[].tensor.text": WRITTEN_AGAIN,
-    **_under("findings[].path[].tensor.site", _FRAME),
-    "oom.device": KEEP,
-    "oom.error": KEEP,
-    "oom.totals_from": KEEP,
-    "oom.message": FREE_TEXT,
-    "oom.text": WRITTEN_AGAIN,
-    "oom.roles_text": WRITTEN_AGAIN,
-    **_under("oom.roles[]", _ROLES),
-    "oom.by_site[].site": SENTENCE,
-    "oom.by_site[].size_text": WRITTEN_AGAIN,
-    "oom.by_holder[].holder": SENTENCE,
-    "oom.by_holder[].size_text": WRITTEN_AGAIN,
-    "ranks.ranks[].status": KEEP,
-    "ranks.ranks[].note": FREE_TEXT,
-    "ranks.ranks[].text": WRITTEN_AGAIN,
-    **_under("ranks.ranks[].devices[]", _DEVICE),
-}
+# Every string field of a torchleak.report/1 document, by its place ("[]": each item of a list),
+# with its rule: declared by the core beside the schema's writer (redaction_fields.cpp).
+FIELDS = dict(_core.REDACTION_FIELDS)
 
 
 def string_fields(data, place=""):
@@ -259,6 +178,4 @@ def redact(data, project=None):
         else:
             owner.pop(key, None)
     # The core writes its sentences again from the redacted fields and checks the result.
-    from . import _core
-
     return json.loads(_core.normalize_report(json.dumps(out)))

@@ -609,11 +609,23 @@ class Tracker:
         """
         return self._build_report(warmup=warmup, paths=paths, roots=roots)
 
-    def _build_report(self, *, warmup=None, paths=True, roots=None, grown_paths_only=False, failure=None, shapes=True):
+    def _build_report(
+        self,
+        *,
+        warmup=None,
+        paths=True,
+        roots=None,
+        grown_paths_only=False,
+        failure=None,
+        shapes=True,
+        live_findings=None,
+    ):
         """report(), with what torchleak's own front ends ask for besides: paths only for the
         findings that grew in the last iteration (the %leakwatch ledger), no dtype and shape
-        (torchleak.watch()'s checks mid-run: finding tensors costs a scan of the heap), and the
-        out-of-memory error a cell raised (`failure`) for a report built before it is noted."""
+        (torchleak.watch()'s checks mid-run: finding tensors costs a scan of the heap), the
+        out-of-memory error a cell raised (`failure`) for a report built before it is noted, and
+        a live view (`live_findings`: %%leakcheck's updates, cut by the core to that many
+        findings without their live-block lists)."""
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         # Checked here: a bad argument reaching the binding would make pybind11 print the
@@ -624,7 +636,15 @@ class Tracker:
         given = _roots.given(roots)
         # The whole run's final report is kept; one with a partial explanation or roots of the
         # caller's is not.
-        final = warmup is None and not self.active and not grown_paths_only and failure is None and not given and shapes
+        final = (
+            warmup is None
+            and not self.active
+            and not grown_paths_only
+            and failure is None
+            and not given
+            and shapes
+            and live_findings is None
+        )
         failure = _out_of_memory.describe(failure) if failure is not None else self._failure
         if self._job_report is not None and final:
             return self._job_report
@@ -665,11 +685,11 @@ class Tracker:
             allocator_view_devices=view_devices,
             allocator_live_blocks=live_blocks,
             resident_memory=self._resident.samples if self._resident is not None else [],
+            live_findings=live_findings,
             **(_torch_caches.evidence() if paths else {}),
         )
         del roots, given
         report = Report(text)
-        _user_code.add_source_lines(report.to_dict())
         if final:
             self._report = report
         return report

@@ -130,28 +130,6 @@ def cell_files(shell=None):
         return {}
 
 
-def add_source_lines(data):
-    """Each site gets its source line (`source`, an added field): notebook cells are in
-    linecache under the name IPython compiled them with, files are read from disk. A leak whose
-    fix the core can write as code from that line gets it (`fix_code`, an added field)."""
-    import json
-    import linecache
-
-    for finding in data.get("findings", []):
-        site = finding.get("site") or {}
-        try:
-            line = linecache.getline(site.get("file") or "", int(site.get("line") or 0))
-        except (OSError, ValueError, TypeError):
-            line = ""
-        if line.strip():
-            site["source"] = line.strip()
-        if finding.get("verdict") == "leak":
-            # Without its live-block list (up to 4,096 entries the rule never reads).
-            code = _core.fix_code(json.dumps({k: v for k, v in finding.items() if k != "live_blocks"}))
-            if code:
-                finding["fix_code"] = code
-
-
 def frame_capture_warning():
     """The report's warning when this interpreter's allocation stacks cannot be read (None when
     they can). Checked once per process: the frame layout does not change while it runs."""

@@ -1,5 +1,6 @@
 // buildReport end to end on a recorder fed synthetic events, with fake Python collaborators.
 #include "torchleak/report_builder.h"
+#include "torchleak/suggestion.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -565,4 +566,76 @@ TEST_CASE("Allocations that could not be recorded are a warning, zero-byte ones 
     const Report r = buildReport(rec, in, sym, desc, nullptr);
     REQUIRE(r.warnings.size() == 1);
     REQUIRE(r.warnings[0].rfind("1 allocation(s) could not be recorded", 0) == 0);
+}
+
+namespace {
+// FakeSymbolizer with the site's line as the interpreter would give it.
+class LineSymbolizer final : public StackSymbolizer {
+  public:
+    std::vector<Frame> symbolize(std::span<const RawFrame> frames) override {
+        return FakeSymbolizer().symbolize(frames);
+    }
+    std::optional<std::string> sourceLine(const Frame& frame) override {
+        asked.push_back(frame.line);
+        return frame.line == 42 ? std::optional<std::string>("keep.append(x)") : std::nullopt;
+    }
+    std::vector<int> asked;
+};
+} // namespace
+
+TEST_CASE("The builder asks each site's line once and writes a leak's fix as code from it") {
+    AllocationRecorder rec;
+    std::vector<RawFrame> leaking = {{0x1, 42}};
+    for (uint32_t i = 0; i < 6; ++i) {
+        rec.recordAlloc(0x2000000 + i * 0x200000, MiB, kCpu, leaking, nullptr, 0, 0, false);
+        rec.markBoundary();
+    }
+    LineSymbolizer sym;
+    FakeDescriber desc;
+    ListExplainer explainer;
+    ReportInputs in;
+    Report r = buildReport(rec, in, sym, desc, &explainer);
+    REQUIRE(r.findings.size() == 1);
+    REQUIRE(r.findings[0].verdict == Verdict::Leak);
+    REQUIRE(r.findings[0].site.source == "keep.append(x)");
+    REQUIRE(sym.asked == std::vector<int>{42});
+    REQUIRE(r.findings[0].fix_code == "keep.clear()");
+    REQUIRE(r.findings[0].fix_code == suggestFixCode(r.findings[0]));
+}
+
+TEST_CASE("A live view lists no live blocks and keeps the first findings, its causes renumbered") {
+    AllocationRecorder rec;
+    for (uint32_t i = 0; i < 6; ++i) {
+        for (uint32_t site = 0; site < 5; ++site) {
+            std::vector<RawFrame> at = {{0x1, static_cast<int32_t>(40 + site)}};
+            rec.recordAlloc(0x3000000 + (i * 5 + site) * 0x200000, MiB * (site + 1), kCpu, at,
+                            nullptr, 0, 0, false);
+        }
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ReportInputs in;
+    const Report whole = buildReport(rec, in, sym, desc);
+    REQUIRE(whole.findings.size() == 5);
+    REQUIRE_FALSE(whole.findings[0].live_blocks.empty());
+    in.live_findings = 2;
+    const Report live = buildReport(rec, in, sym, desc);
+    REQUIRE(live.findings.size() == 2);
+    for (size_t k = 0; k < 2; ++k) {
+        REQUIRE(live.findings[k].site.line == whole.findings[k].site.line);
+        REQUIRE(live.findings[k].live_blocks.empty());
+    }
+    for (const Cause& c : live.causes) {
+        for (int f : c.findings) {
+            REQUIRE((f >= 0 && f < 2));
+        }
+    }
+    REQUIRE(live.warnings.back() ==
+            "while the cell runs: the first 2 of 5 findings; the finished report lists every one");
+    in.live_findings = 5; // all of them fit: no warning, still no live blocks
+    const Report all = buildReport(rec, in, sym, desc);
+    REQUIRE(all.findings.size() == 5);
+    REQUIRE(all.warnings == whole.warnings);
+    REQUIRE(all.findings[0].live_blocks.empty());
 }

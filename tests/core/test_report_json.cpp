@@ -1,9 +1,11 @@
 #include "torchleak/errors.h"
+#include "torchleak/redaction_fields.h"
 #include "torchleak/report_json.h"
 
 #include <catch2/catch.hpp>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 
 using namespace torchleak;
 
@@ -271,4 +273,25 @@ TEST_CASE("In cell watch a device carries its curve's least-squares slope for th
     r.boundary = BoundaryKind::Explicit; // the leak's own rate is the curve's slope there
     REQUIRE_FALSE(
         nlohmann::json::parse(toJson(r))["devices"][0].contains("allocated_trend_per_iteration"));
+}
+
+TEST_CASE("Redaction's table names each string field once, with one of its rules") {
+    std::set<std::string_view> places;
+    for (const RedactionField& f : redactionFields()) {
+        REQUIRE(places.insert(f.place).second);
+        REQUIRE_FALSE(toString(f.rule).empty());
+    }
+    auto ruleOf = [](std::string_view place) {
+        for (const RedactionField& f : redactionFields()) {
+            if (f.place == place) {
+                return toString(f.rule);
+            }
+        }
+        return std::string_view("none");
+    };
+    REQUIRE(ruleOf("findings[].site.file") == "file");
+    REQUIRE(ruleOf("findings[].fix_code") == "dropped");
+    REQUIRE(ruleOf("findings[].path[].label") == "key");
+    REQUIRE(ruleOf("oom.message") == "free text");
+    REQUIRE(ruleOf("ranks.ranks[].devices[].spikes[].site.file") == "file");
 }

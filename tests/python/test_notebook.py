@@ -387,11 +387,16 @@ def test_a_live_view_updates_in_place_and_sends_no_live_blocks(shell):
     from torchleak import _notebook
 
     kept = []
-    report = torchleak.check(lambda: kept.append(torch.ones(64, 1024)), iterations=4).to_dict()
+    with torchleak.track(boundary="explicit") as tracker:
+        for _ in range(4):
+            kept.append(torch.ones(64, 1024))
+            torchleak.step()
+        live_view = tracker._build_report(paths=False, live_findings=_notebook.LIVE_FINDINGS).to_dict()
+    report = tracker.report().to_dict()
     assert any(f.get("live_blocks") for f in report["findings"])
     before = len(shell.display_pub.outputs)
     live = _notebook._LiveDisplay()
-    live.show(report, {"k": 0, "n": 30})
+    live.show(live_view, {"k": 0, "n": 30})
     assert len(shell.display_pub.outputs) == before + 1
     shown = shell.display_pub.outputs[-1]["data"]
     assert all("live_blocks" not in f for f in shown[REPORT]["findings"])
@@ -400,7 +405,7 @@ def test_a_live_view_updates_in_place_and_sends_no_live_blocks(shell):
     assert all("live_blocks" not in f for f in live.widget.report["findings"])
     # Updates change the widget's traits only: no display is replaced until the end.
     for k in range(1, 30):
-        live.update(report, {"k": k, "n": 30})
+        live.update(live_view, {"k": k, "n": 30})
     assert len(shell.display_pub.outputs) == before + 1
     progress = live.widget.progress
     assert (progress["k"], progress["n"]) == (29, 30)
@@ -414,18 +419,30 @@ def test_a_live_view_updates_in_place_and_sends_no_live_blocks(shell):
     assert any(f.get("live_blocks") for f in final["data"][REPORT]["findings"])
 
 
-def test_a_live_update_is_bounded_and_still_a_valid_report(monkeypatch):
-    from live_reports import fifty_lists_report
-    from torchleak import _notebook
+def test_a_live_update_is_bounded_and_still_a_valid_report():
+    # The core cuts the live view (ReportInputs::live_findings): no live-block lists, the first
+    # findings only, the causes and their groups renumbered, a warning saying so.
+    import torch
 
-    data = fifty_lists_report()
+    import torchleak
+    from live_reports import Buffers
+
+    buffers = Buffers()
+    for i in range(50):
+        setattr(buffers, f"l{i}", [])
+    tracker = torchleak.track(boundary="explicit")
+    with tracker:
+        for _ in range(8):
+            for i in range(50):
+                getattr(buffers, f"l{i}").append(torch.ones(2560))
+            torchleak.step()
+        whole = tracker._build_report(live_findings=100, roots={"buffers": buffers}).to_dict()
+        live = tracker._build_report(live_findings=10, roots={"buffers": buffers}).to_dict()
+    data = tracker.report(roots={"buffers": buffers}).to_dict()
     assert any(f.get("live_blocks") for f in data["findings"])
-    whole = _notebook._live_data(data)
     assert len(whole["findings"]) == 50 and whole["causes"] == data["causes"]
-    assert not any("live_blocks" in f for f in whole["findings"])
+    assert not any(f.get("live_blocks") for f in whole["findings"] + live["findings"])
     assert whole["warnings"] == data["warnings"]
-    monkeypatch.setattr(_notebook, "LIVE_FINDINGS", 10)
-    live = _notebook._live_data(data)
     assert len(live["findings"]) == 10 and len(live["causes"]) == 10
     assert all(0 <= i < 10 for c in live["causes"] for i in c["findings"])
     [group] = live["cause_groups"]
@@ -437,7 +454,7 @@ def test_a_live_update_is_bounded_and_still_a_valid_report(monkeypatch):
     back = json.loads(_core.normalize_report(json.dumps(live)))
     assert len(back["findings"]) == 10
     assert len(json.dumps(live)) < len(json.dumps(whole)) / 3
-    assert len(data["findings"]) == 50  # the report itself is untouched
+    assert len(data["findings"]) == 50
 
 
 def test_each_magics_usage_and_help_come_from_its_parser_and_the_docs_quote_them():

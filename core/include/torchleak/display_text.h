@@ -39,6 +39,10 @@ std::string groupThousands(int64_t value);
 // What one iteration is, as rates say it: "iteration", or "cell run" in cell watch.
 const char* iterationNoun(BoundaryKind boundary);
 
+// A live view's warning: "while the cell runs: the first 10 of 50 findings; the finished
+// report lists every one".
+std::string liveViewText(size_t shown, size_t total);
+
 // "the process's resident memory grew 412.0 MiB from iteration 4 to 50 while the CPU memory
 // torchleak tracks grew 1.0 MiB: 411.0 MiB grew outside tensors (...)": a report's warning.
 std::string untrackedGrowthText(const UntrackedGrowth& growth, BoundaryKind boundary);

@@ -28,6 +28,9 @@ class StackSymbolizer {
   public:
     virtual ~StackSymbolizer() = default;
     virtual std::vector<Frame> symbolize(std::span<const RawFrame> frames) = 0;
+    // The text of a site's line, stripped (a notebook cell's from where the interpreter keeps
+    // it), or nothing: asked once per finding, for its `source` and the fix written as code.
+    virtual std::optional<std::string> sourceLine(const Frame& /*frame*/) { return std::nullopt; }
 };
 
 struct BlockDescription {
@@ -100,6 +103,10 @@ struct ReportInputs {
     bool explain_grown_only = false;
     // What torch's C++ caches hold now: the evidence for naming one as a keeper.
     TorchCacheState torch_caches;
+    // A live view (a cell's report while it runs, sent a few times a second): no live-block
+    // lists, and at most this many findings (leaks first), the causes renumbered with them and
+    // a warning saying so, so that an update's size is bounded whatever the run finds.
+    std::optional<size_t> live_findings;
     // The process's resident set at boundaries (resident_memory.h), where it can be read.
     std::vector<ResidentSample> resident;
     // Set when an out-of-memory error ended the run: the report gets its `oom` forensics.

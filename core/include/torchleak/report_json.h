@@ -19,7 +19,5 @@ inline constexpr const char* kReportSchema = "torchleak.report/1";
 std::string toJson(const Report& report, int indent = -1);
 // Parses a torchleak.report/1 document; throws SchemaError on anything else.
 Report reportFromJson(std::string_view text);
-// One finding of such a document, alone; throws SchemaError when it is not one.
-Finding findingFromJson(std::string_view text);
 
 } // namespace torchleak

@@ -14,11 +14,11 @@
 #include "torchleak/errors.h"
 #include "torchleak/memory_roles.h"
 #include "torchleak/rank_merge.h"
+#include "torchleak/redaction_fields.h"
 #include "torchleak/report_diff.h"
 #include "torchleak/report_json.h"
 #include "torchleak/report_subset.h"
 #include "torchleak/retention.h"
-#include "torchleak/suggestion.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -165,7 +165,8 @@ PYBIND11_MODULE(_core, m) {
                const std::vector<uintptr_t>& allocatorLiveBlocks,
                const std::vector<std::string>& autocastDevices, uint64_t dynamoCompiledFrames,
                uint64_t torchscriptFunctions,
-               const std::vector<std::pair<int64_t, int64_t>>& residentMemory) {
+               const std::vector<std::pair<int64_t, int64_t>>& residentMemory,
+               std::optional<size_t> liveFindings) {
                 if (warmup < 0) {
                     throw InvalidArgument("warmup must be >= 0");
                 }
@@ -183,6 +184,7 @@ PYBIND11_MODULE(_core, m) {
                 in.devices = python::deviceCapacities(capacities, in.privateuse1_backend);
                 in.explain_grown_only = explainGrownOnly;
                 in.torch_caches = {autocastDevices, dynamoCompiledFrames, torchscriptFunctions};
+                in.live_findings = liveFindings;
                 for (const auto& [iteration, bytes] : residentMemory) {
                     in.resident.push_back({iteration, bytes});
                 }
@@ -222,7 +224,8 @@ PYBIND11_MODULE(_core, m) {
             py::arg("allocator_live_blocks") = std::vector<uintptr_t>{},
             py::arg("autocast_devices") = std::vector<std::string>{},
             py::arg("dynamo_compiled_frames") = 0, py::arg("torchscript_functions") = 0,
-            py::arg("resident_memory") = std::vector<std::pair<int64_t, int64_t>>{})
+            py::arg("resident_memory") = std::vector<std::pair<int64_t, int64_t>>{},
+            py::arg("live_findings") = std::nullopt)
         .def(
             "note_out_of_memory",
             [](python::TrackingSession& self, const std::string& device,
@@ -268,12 +271,6 @@ PYBIND11_MODULE(_core, m) {
         [](std::string_view text, int indent) { return toJson(reportFromJson(text), indent); },
         py::arg("text"), py::arg("indent") = -1,
         "Parse a torchleak.report/1 document with the C++ schema and write it back.");
-    m.def(
-        "fix_code",
-        [](std::string_view finding) { return suggestFixCode(findingFromJson(finding)); },
-        py::arg("finding"),
-        "The fix of one finding (JSON, its site's source line filled in) as a line of Python, "
-        "or '' where none is certain.");
     m.def(
         "diff_reports",
         [](const std::string& before, const std::string& after, double tolerance) {
@@ -337,4 +334,11 @@ PYBIND11_MODULE(_core, m) {
         verdicts[v] = std::string(verdictNames()[v]);
     }
     m.attr("VERDICTS") = verdicts;
+    // (place, rule) of every string field: what Report.redacted() does to each.
+    pybind11::tuple fields(redactionFields().size());
+    for (size_t k = 0; k < redactionFields().size(); ++k) {
+        const RedactionField& f = redactionFields()[k];
+        fields[k] = pybind11::make_tuple(std::string(f.place), std::string(toString(f.rule)));
+    }
+    m.attr("REDACTION_FIELDS") = fields;
 }

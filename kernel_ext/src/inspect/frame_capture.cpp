@@ -395,6 +395,32 @@ std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> fr
     return out;
 }
 
+std::optional<std::string> PythonStackSymbolizer::sourceLine(const Frame& frame) {
+    if (frame.file.empty() || frame.line <= 0) {
+        return std::nullopt;
+    }
+    PyObject* linecache = PyImport_ImportModule("linecache");
+    PyObject* name =
+        PyUnicode_FromStringAndSize(frame.file.data(), static_cast<Py_ssize_t>(frame.file.size()));
+    PyObject* line = linecache == nullptr || name == nullptr
+                         ? nullptr
+                         : PyObject_CallMethod(linecache, "getline", "Oi", name, frame.line);
+    Py_XDECREF(name);
+    Py_XDECREF(linecache);
+    std::optional<std::string> out;
+    if (line != nullptr && PyUnicode_Check(line)) {
+        std::string text = utf8(line);
+        const size_t begin = text.find_first_not_of(" \t\r\n\f\v");
+        if (begin != std::string::npos) {
+            const size_t end = text.find_last_not_of(" \t\r\n\f\v");
+            out = text.substr(begin, end - begin + 1);
+        }
+    }
+    Py_XDECREF(line);
+    PyErr_Clear(); // a file that cannot be read has no line; the report goes on
+    return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Frame locals
 

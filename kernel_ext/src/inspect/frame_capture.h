@@ -97,6 +97,9 @@ class PythonStackSymbolizer final : public StackSymbolizer {
   public:
     explicit PythonStackSymbolizer(FrameFilter filter) : d_filter(std::move(filter)) {}
     std::vector<Frame> symbolize(std::span<const RawFrame> frames) override;
+    // linecache.getline: notebook cells are there under the name IPython compiled them with,
+    // files are read from disk. Any error is no line.
+    std::optional<std::string> sourceLine(const Frame& frame) override;
 
   private:
     struct CodeInfo {
