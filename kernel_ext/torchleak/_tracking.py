@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 import warnings
-import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from . import _core, _cuda, _devices, _job, _out_of_memory, _resident, _roots, _torch_caches, _user_code
+from . import (
+    _core,
+    _cuda,
+    _devices,
+    _job,
+    _optimizer_registry,
+    _out_of_memory,
+    _resident,
+    _roots,
+    _torch_caches,
+    _torch_patches,
+    _user_code,
+)
 from ._arguments import check_options
 from ._config import checked_int, config as _config
 from ._report import Report
-
-_profiler_module = sys.modules["torch.autograd.profiler"]
 
 # What ends iterations (see Tracker): _arguments.BOUNDARIES, spelled for type checkers.
 Boundary = Literal["auto", "explicit", "optimizer_step", "repeat", "cell"]
@@ -32,15 +40,6 @@ _active: Tracker | None = None
 def active_tracker():
     """The Tracker that is recording now, or None."""
     return _active
-
-
-def _block_of(tensor):
-    """The allocation a tensor's memory lies in, as the allocator reported it (its storage's
-    start), or 0 for a tensor with no ordinary storage (meta, sparse, a wrapper subclass)."""
-    try:
-        return tensor.untyped_storage().data_ptr()
-    except Exception:  # noqa: BLE001
-        return 0
 
 
 def _on_cuda_out_of_memory(device, segment_bytes, limit_bytes, device_free):
@@ -101,13 +100,7 @@ class Tracker:
         # Optimizer steps per iteration (run watch's boundary every N steps).
         self._every = every
         self._steps_seen = 0
-        self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = (
-            weakref.WeakSet()
-        )  # every optimizer seen stepping while tracked
-        self._registry_failed = False
-        self._untracked_blocks: dict[
-            int, tuple[int, str]
-        ] = {}  # address -> (bytes, device) of named blocks from before tracking
+        self._registry = _optimizer_registry.OptimizerRegistry()  # the optimizers seen stepping
         self._sample_bytes = sample_bytes
         # In a torch.distributed job: seconds rank 0 waits for the other ranks' reports when
         # the block ends (None: no gathering), the job once seen, and the merged report.
@@ -126,6 +119,7 @@ class Tracker:
         self._report: Report | None = None
         self._cuda_history = _cuda.CudaHistory()
         self._resident: _resident.ResidentSampler | None = None  # from start()
+        self._patches = [patch(self) for patch in _torch_patches.PATCHES]
         self._graph_replays = _cuda.GraphReplays()
         self._cuda_stacks: dict[Any, Any] | None = None  # of the blocks alive at stop
         # What the CUDA allocator held at stop, by its own snapshot: ([device types], addresses)
@@ -251,9 +245,8 @@ class Tracker:
             self._cuda_history.start()
             self._graph_replays.start()
             _cuda.observe_out_of_memory(_on_cuda_out_of_memory)
-            self._wrap_profiler_hooks()
-            self._wrap_backward()
-            self._mark_optimizer_steps()
+            for patch in self._patches:
+                patch.install()
             if self._boundary in ("auto", "optimizer_step"):
                 self._optimizer_hook = register_optimizer_step_post_hook(self._on_optimizer_step)
         except BaseException:
@@ -261,111 +254,11 @@ class Tracker:
             raise
         return self
 
-    # torch.profiler refuses to start while anything sits in PROFILER_STATE, so step aside when
-    # it starts on this thread and come back when it stops. torch calls these two module
-    # functions right before enabling and right after disabling its profiler.
-    def _wrap_profiler_hooks(self):
-        original_start = _profiler_module._run_on_profiler_start
-        original_stop = _profiler_module._run_on_profiler_stop
-        tracker = self
-
-        def on_profiler_start():
-            session = tracker._session
-            if (
-                session is not None
-                and session.active
-                and not session.paused
-                and threading.get_ident() == tracker._thread
-            ):
-                session.pause()
-                msg = "torch.profiler ran inside torchleak.track(): allocations made while it was on were not recorded"
-                tracker._warn(msg)
-            return original_start()
-
-        def on_profiler_stop():
-            result = original_stop()
-            session = tracker._session
-            if (
-                session is not None
-                and session.active
-                and session.paused
-                and threading.get_ident() == tracker._thread
-                and not _core.profiler_state_installed()
-            ):
-                session.resume()
-            return result
-
-        self._profiler_originals = (original_start, original_stop)
-        _profiler_module._run_on_profiler_start = on_profiler_start
-        _profiler_module._run_on_profiler_stop = on_profiler_stop
-
-    # Blocks that autograd's nodes make on a device's own thread (no Python stack there; on
-    # CUDA no capture at all, the hook runs under the allocator's mutex) are attributed to the
-    # line that called backward() or autograd.grad(). Both reach the engine through
-    # torch.autograd._engine_run_backward (torch 2.11 to 2.15, imported into torch.autograd by
-    # name); a torch without it leaves such blocks named by their node alone.
-    def _wrap_backward(self):
-        original = getattr(torch.autograd, "_engine_run_backward", None)
-        if original is None:
-            return
-        tracker = self
-
-        @functools.wraps(original)
-        def run_backward(*args, **kwargs):
-            session = tracker._session
-            if session is None or not session.active:
-                return original(*args, **kwargs)
-            previous = session.begin_backward()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                session.end_backward(previous)
-
-        self._backward_original = original
-        torch.autograd._engine_run_backward = run_backward
-
-    # The blocks an optimizer's step makes (its state, at the first step) are born in that
-    # phase: every optimizer's step runs torch.optim's global pre- and post-step hooks.
-    def _mark_optimizer_steps(self):
-        tracker = self
-
-        def begin(optimizer, args, kwargs):
-            session = tracker._session
-            if session is not None and session.active:
-                tracker._optimizers.add(optimizer)
-                session.begin_optimizer_step()
-
-        def end(optimizer, args, kwargs):
-            session = tracker._session
-            if session is not None and session.active:
-                session.end_optimizer_step()
-
-        self._optimizer_phase_hooks = [register_optimizer_step_pre_hook(begin)]
-        self._optimizer_phase_hooks.append(register_optimizer_step_post_hook(end))
-
-    def _unmark_optimizer_steps(self):
-        for handle in getattr(self, "_optimizer_phase_hooks", None) or []:
-            handle.remove()
-        self._optimizer_phase_hooks = None
-
-    def _unwrap_backward(self):
-        original = getattr(self, "_backward_original", None)
-        if original is not None:
-            torch.autograd._engine_run_backward = original
-            self._backward_original = None
-
-    def _unwrap_profiler_hooks(self):
-        originals = getattr(self, "_profiler_originals", None)
-        if originals is not None:
-            _profiler_module._run_on_profiler_start, _profiler_module._run_on_profiler_stop = originals
-            self._profiler_originals = None
-
     def stop(self) -> None:
         """Stop recording and restore every hook (what ``with`` does on exit). Idempotent."""
         global _active
-        self._unwrap_profiler_hooks()
-        self._unwrap_backward()
-        self._unmark_optimizer_steps()
+        for patch in reversed(self._patches):
+            patch.remove()
         self._graph_replays.stop()
         if self._resident is not None:
             self._resident.close()  # its samples stay for the report
@@ -430,60 +323,10 @@ class Tracker:
         self._after_boundary()
 
     def _mark_boundary(self):
-        self._name_held_blocks()
+        self._registry.name_held_blocks(self._session, self._warn)
         self.live_bytes = self._session.step()
         if self._resident is not None:
             self._resident.note(self._session.iterations - 1)
-
-    # Before a boundary, the optimizers seen stepping name the blocks of their parameters, the
-    # parameters' gradients and their state, and the recorder counts those bytes by what they
-    # are (the rest by the phase they were born in). O(parameters) per boundary. Never raises:
-    # a registry that fails leaves the blocks counted by phase, and says so once.
-    def _name_held_blocks(self):
-        if not self._optimizers:
-            return
-        try:
-            # Each block once, however many tensors view it, with one of those tensors: a block
-            # made before tracking is no tracked block, and memory by role sizes it from that.
-            params, grads, state = {}, {}, {}
-            for optimizer in list(self._optimizers):
-                for group in optimizer.param_groups:
-                    for p in group["params"]:
-                        params.setdefault(_block_of(p), p)
-                        if p.grad is not None:
-                            grads.setdefault(_block_of(p.grad), p.grad)
-                for values in optimizer.state.values():
-                    for value in values.values() if isinstance(values, dict) else ():
-                        if isinstance(value, torch.Tensor):
-                            state.setdefault(_block_of(value), value)
-            for held, found in (("parameter", params), ("gradient", grads), ("optimizer_state", state)):
-                found.pop(0, None)
-                blocks = list(found)
-                missing = self._session.mark_held_as(blocks, held)
-                if missing:
-                    self._note_untracked(held, blocks, found, missing)
-        except Exception as error:  # noqa: BLE001
-            if not self._registry_failed:
-                self._registry_failed = True
-                self._warn(
-                    f"the optimizers' parameters could not be read ({error!r}): their memory is counted by phase"
-                )
-
-    # Blocks made before tracking that the registry named: their size and device, remembered
-    # by address (such a block is the same one at every boundary: an address reused after
-    # tracking began holds a tracked block), summed by device for the recorder.
-    def _note_untracked(self, held, blocks, tensors, missing):
-        by_device = {}
-        for i in missing:
-            block = blocks[i]
-            known = self._untracked_blocks.get(block)
-            if known is None:
-                tensor = tensors[block]
-                known = self._untracked_blocks[block] = (tensor.untyped_storage().nbytes(), str(tensor.device))
-            by_device[known[1]] = by_device.get(known[1], 0) + known[0]
-        backend = _devices.privateuse1_name()
-        for device, size in by_device.items():
-            self._session.note_untracked_held(device, held, size, backend)
 
     def _after_boundary(self):
         self._find_job()
