@@ -13,12 +13,12 @@ whether it really is a leak (its growth across iterations).
     report = torchleak.check(train_step, model, batch, iterations=20, warmup=2)
 """
 
-import importlib.metadata
-
 import torch  # noqa: F401  (loads libtorch before the extension that links it)
 
-# One source, pyproject.toml's version: as installed (torch has imported importlib.metadata).
-__version__ = importlib.metadata.version("torchleak")
+# pyproject.toml's version (tests/python/test_house.py holds them equal). Not read from the
+# installed metadata: `make wheel` tags the wheel's version with its torch (0.1.0+torch2.13.0.cpu),
+# and the version torchleak names in its messages is the release's.
+__version__ = "0.1.0"
 
 from ._build import check_torch
 
