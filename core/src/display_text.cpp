@@ -408,6 +408,9 @@ std::string mechanism(const Cause& c, const Finding& f) {
         stepStarting(f.path, ".ag_frame")) {
         return keeper + " keeps suspended generators with their frames";
     }
+    if (c.holder && c.holder->hooks) {
+        return "hooks accumulate in " + keeper + ", one more every iteration";
+    }
     if (keepsAutogradGraph(f.path)) {
         return keeper + (c.holder ? " keeps every iteration's autograd graph"
                                   : " keeps the autograd graph of every iteration");

@@ -73,10 +73,14 @@ json holderJson(const std::optional<Holder>& h) {
     if (!h) {
         return nullptr;
     }
-    return {{"path_text", h->path_text},
-            {"path_short", shortPath(h->path_text)},
-            {"type", h->type},
-            {"growth_per_iteration", h->growth_per_iteration}};
+    json out = {{"path_text", h->path_text},
+                {"path_short", shortPath(h->path_text)},
+                {"type", h->type},
+                {"growth_per_iteration", h->growth_per_iteration}};
+    if (h->hooks) {
+        out["hooks"] = {{"added", h->hooks->added}, {"newest", h->hooks->newest}};
+    }
+    return out;
 }
 
 // The "holder" member of a finding or a cause.
@@ -85,8 +89,13 @@ std::optional<Holder> holderFrom(const json& owner) {
         return std::nullopt;
     }
     const json& h = owner["holder"];
-    return Holder{h.at("path_text").get<std::string>(), h.value("type", ""),
-                  realOr(h, "growth_per_iteration", 0.0)};
+    Holder holder{h.at("path_text").get<std::string>(), h.value("type", ""),
+                  realOr(h, "growth_per_iteration", 0.0), std::nullopt};
+    if (h.contains("hooks") && h["hooks"].is_object()) {
+        const json& hooks = h["hooks"];
+        holder.hooks = HookDictGrowth{hooks.value("added", 0u), hooks.value("newest", "")};
+    }
+    return holder;
 }
 
 json outOfMemoryJson(const OutOfMemoryReport& oom, const Report& r) {

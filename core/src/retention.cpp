@@ -156,6 +156,16 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
     std::string prefix;
     for (size_t k = 0; k + 1 < path.size(); ++k) {
         prefix += path[k].label;
+        // A dict of hooks that gained about one hook per iteration is what grows, however the
+        // paths fan out below it: each hook keeps what it records, so every path may run
+        // through the oldest hook (which records every later iteration too) and clearing
+        // what one hook keeps frees nothing the others keep.
+        if (const auto& hooks = path[k].hooks; hooks && hooks->added >= 2) {
+            const double growth = static_cast<double>(hooks->added) / std::max(iterations, 1.0);
+            if (growth >= 0.5) {
+                return Holder{prefix, path[k].type, growth, hooks};
+            }
+        }
         // A module that gains a submodule, parameter or buffer per iteration grows too: the
         // path then ends at a parameter or buffer of its new entry (a static model's layers are
         // only a route, to .grad or a graph made in the loop).
@@ -176,7 +186,7 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
         }
         double growth = iterations > 0 ? n / iterations : n;
         if (b.next.size() >= 2 && growth >= 0.5) {
-            return Holder{prefix, path[k].type, growth};
+            return Holder{prefix, path[k].type, growth, std::nullopt};
         }
     }
     return std::nullopt;

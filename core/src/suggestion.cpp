@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cctype>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <utility>
 
 namespace torchleak {
 
@@ -329,6 +331,49 @@ std::string boundedForm(const std::string& type) {
 }
 } // namespace
 
+namespace {
+// What grows is a dict of hooks: something registers a hook every iteration and drops the
+// handle, and each hook keeps what it records. Clearing what one hook keeps frees nothing the
+// others keep, so the fix is where the hooks come from.
+std::string hookDictFix(const Holder& holder) {
+    const std::string& path = holder.path_text;
+    const size_t dot = path.rfind('.');
+    const std::string dict = dot == std::string::npos ? path : path.substr(dot + 1);
+    const std::string owner = dot == std::string::npos ? "" : shortPath(path.substr(0, dot));
+    // The method that fills each dict, by the dict's name (nn.Module's and Tensor's own).
+    static constexpr std::pair<std::string_view, std::string_view> kRegisteredBy[] = {
+        {"_forward_hooks", "register_forward_hook"},
+        {"_forward_pre_hooks", "register_forward_pre_hook"},
+        {"_backward_hooks", "register_full_backward_hook"},
+        {"_backward_pre_hooks", "register_full_backward_pre_hook"},
+        {"_state_dict_hooks", "register_state_dict_post_hook"},
+        {"_post_accumulate_grad_hooks", "register_post_accumulate_grad_hook"},
+    };
+    std::string registeredBy = "its register_*_hook call";
+    for (const auto& [name, method] : kRegisteredBy) {
+        if (dict == name) {
+            registeredBy = std::string(method);
+        }
+    }
+    const std::string& newest = holder.hooks->newest;
+    // "Explainer._save": a method of the class whose instances register it.
+    const size_t method = newest.rfind('.');
+    const std::string registrar =
+        method == std::string::npos || newest.find("<locals>") != std::string::npos
+            ? std::string()
+            : newest.substr(0, method);
+    return "hooks accumulate: " + (owner.empty() ? path : owner + "." + dict) + " gains " +
+           growthText(holder) + " hook per iteration" +
+           (newest.empty() ? std::string() : " (the newest: " + newest + ")") +
+           ", each keeping what it records, because one is registered every iteration and its "
+           "handle dropped. Register it once" +
+           (registrar.empty() ? std::string()
+                              : " (create the " + registrar + " once, outside the loop)") +
+           ", or keep the handle " + registeredBy + " returns and call handle.remove() when done";
+}
+
+} // namespace
+
 std::string suggestFix(const Finding& f) {
     if (f.verdict == Verdict::Growth) {
         const std::string holder = f.holder ? f.holder->path_text : f.path_text;
@@ -387,6 +432,9 @@ std::string suggestFix(const Finding& f) {
         return "a hook on the autograd graph (Tensor.register_hook, Node.register_hook) keeps "
                "what its closure captured for as long as the graph lives: capture .detach()ed "
                "copies or nothing, remove it with handle.remove(), or let the graph go";
+    }
+    if (f.holder && f.holder->hooks) {
+        return hookDictFix(*f.holder);
     }
     if (auto machinery = suggestForPythonMachinery(f)) {
         return *machinery;
@@ -569,7 +617,9 @@ std::string suggestFixCode(const Finding& f) {
     if (f.verdict == Verdict::Leak && isLastExceptionRoot(root)) {
         return lastExceptionFixCode(f);
     }
-    if (f.verdict != Verdict::Leak || !f.holder || f.retention != Retention::Reachable) {
+    // A dict of hooks is emptied by removing the hooks, which only their handles do safely.
+    if (f.verdict != Verdict::Leak || !f.holder || f.holder->hooks ||
+        f.retention != Retention::Reachable) {
         return "";
     }
     const std::string& holder = f.holder->path_text;

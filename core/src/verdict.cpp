@@ -185,168 +185,248 @@ std::vector<size_t> recentStretches(size_t m) {
     return starts;
 }
 
-} // namespace
+// What the verdict rules read: a site's judged part (from the end of warm-up) and its
+// statistics, computed once.
+struct JudgedSeries {
+    JudgedSeries(const SiteSeries& series, int warmupIterations, const AnalysisConfig& cfg)
+        : s(series), warmup(warmupIterations), config(cfg),
+          first(firstJudged(series.at, warmupIterations, series.bytes.size())),
+          post(series.bytes.begin() + static_cast<std::ptrdiff_t>(first), series.bytes.end()),
+          m(post.size()), x(iterationsOf(series.at, first, m)),
+          minRate(static_cast<double>(cfg.min_leak_bytes_per_iteration)), last(series.bytes.back()),
+          whole(stretchEvidence(x, post, 0, series.noise_variance_per_byte, minRate)),
+          // Where the growth began and whether it stopped: the words and the rate of a leak or
+          // a plateau. A site whose growth stopped long enough ago is no leak, whatever rule
+          // its ramp meets; a leak's rate is measured from its onset.
+          shape(growthShape(x, post, series.noise_variance_per_byte, minRate)),
+          stretches(recentStretches(m)),
+          // Growth is a leak only on evidence that noise would give with at most the run's
+          // false-alarm budget for this many judged iterations (falseAlarmBudget), the noise a
+          // sampled series is known to carry included. The budget of a look is shared: half for
+          // the whole judged part, half among the recent stretches a late leak is looked for in.
+          budget(m == 0 ? 0.0 : falseAlarmBudget(cfg.false_alarm_rate, x.back() - x.front())),
+          wholeBudget(stretches.empty() ? budget : 0.5 * budget),
+          // Too short, nothing alive, or a window that slides: no growth rule applies.
+          growthJudged(m >= 3 && last > 0 && !slidingWindow(series, first)) {}
 
-Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
-    Classification c;
-    const size_t n = s.bytes.size();
-    if (n == 0) {
-        return c;
-    }
-    // The boundary that ends the last warm-up iteration is the baseline of the judged part.
-    size_t first = firstJudged(s.at, warmup, n);
-    std::vector<double> post(s.bytes.begin() + static_cast<std::ptrdiff_t>(first), s.bytes.end());
-    const size_t m = post.size();
-    const std::vector<double> x = iterationsOf(s.at, first, m);
-    const double minRate = static_cast<double>(config.min_leak_bytes_per_iteration);
-    LineFit ols = fitLine(x, post);
-    c.fit.r2 = ols.r2;
-    c.fit.intercept = ols.intercept;
-    // The whole judged part's statistics, once: the fit the report shows and the rules' evidence.
-    const StretchEvidence whole = stretchEvidence(x, post, 0, s.noise_variance_per_byte, minRate);
-    c.fit.slope = whole.slope;
-    c.fit.p_value = whole.trendP;
-    c.bytes_per_iteration = static_cast<int64_t>(std::llround(c.fit.slope));
-    const int64_t last = s.bytes.back();
-    // Where the growth began and whether it stopped: the words and the rate of a leak or a
-    // plateau. A site whose growth stopped long enough ago is no leak, whatever rule its ramp
-    // meets; a leak's rate is measured from its onset.
-    const GrowthShape shape = growthShape(x, post, s.noise_variance_per_byte, minRate);
+    const SiteSeries& s;
+    const int warmup;
+    const AnalysisConfig& config;
+    const size_t first;
+    const std::vector<double> post;
+    const size_t m;
+    const std::vector<double> x;
+    const double minRate;
+    const int64_t last;
+    const StretchEvidence whole;
+    const GrowthShape shape;
+    const std::vector<size_t> stretches;
+    const double budget;
+    const double wholeBudget;
+    const bool growthJudged;
+
     // The first iteration that grew after the knot `k`, the last point before the growth; with
     // no warm-up and no knot, the first point is itself judged: the run's first iteration grew.
-    auto firstGrown = [&](size_t k) {
+    int64_t firstGrown(size_t k) const {
         return static_cast<int64_t>(x[k]) + (k == 0 && warmup <= 0 ? 0 : 1);
-    };
-    auto describe = [&](size_t onset) {
+    }
+
+    // Where and how fast the growth went since `onset` (a plateau's: since its shape's onset,
+    // until it stopped).
+    GrowthSince growthSince(size_t onset, double wholeSlope) const {
         GrowthSince g;
         g.iteration = firstGrown(onset);
-        if (shape.stopped) { // a plateau's: `onset` is the shape's
+        if (shape.stopped) {
             const double span = std::max(x[shape.top] - x[shape.onset], 1.0);
             g.stopped_at = static_cast<int64_t>(x[shape.top]);
             g.grown_bytes = static_cast<int64_t>(std::llround(shape.grown));
             g.bytes_per_iteration = static_cast<int64_t>(std::llround(shape.grown / span));
         } else {
-            const double rate = onset == 0 ? c.fit.slope
+            const double rate = onset == 0 ? wholeSlope
                                            : theilSenSlope(std::span(x).subspan(onset),
                                                            std::span(post).subspan(onset));
             g.bytes_per_iteration = static_cast<int64_t>(std::llround(rate));
             g.grown_bytes = static_cast<int64_t>(std::llround(post.back() - post[onset]));
         }
-        c.growth_since = g;
-    };
-    auto leak = [&](double confidence, size_t onset) {
+        return g;
+    }
+
+    // A leak since `onset` at `confidence` — unless the growth stopped long enough ago.
+    bool leak(Classification& c, double confidence, size_t onset) const {
         if (shape.stopped) {
             return false;
         }
         c.verdict = Verdict::Leak;
         c.confidence = confidence;
-        describe(onset);
+        c.growth_since = growthSince(onset, c.fit.slope);
         c.bytes_per_iteration = c.growth_since->bytes_per_iteration;
         c.fit.slope = static_cast<double>(c.bytes_per_iteration);
         return true;
-    };
+    }
+};
 
-    if (m >= 3 && last > 0 && !slidingWindow(s, first)) {
-        // Growth is a leak only on evidence that noise would give with at most the run's
-        // false-alarm budget for this many judged iterations (falseAlarmBudget), the noise a
-        // sampled series is known to carry included. The budget of a look is shared: half for
-        // the whole judged part, half among the recent stretches a late leak is looked for in.
-        const std::vector<size_t> stretches = recentStretches(m);
-        const double budget = falseAlarmBudget(config.false_alarm_rate, x.back() - x.front());
-        const double wholeBudget = stretches.empty() ? budget : 0.5 * budget;
-        if (keptFromEveryIteration(s, first) && whole.slope >= minRate && whole.tailGrows &&
-            leak(std::clamp(1.0 - whole.trendP, 0.5, 1.0), riseOnset(x, post))) {
-            return c; // every judged iteration left bytes that are alive now
-        }
-        if (double confidence = leakConfidence(whole, wholeBudget, config);
-            confidence > 0.0 && leak(confidence, riseOnset(x, post))) {
-            return c;
-        }
-        // A leak that began late: a recent stretch grows on its own. Its onset is the knot of
-        // the flat-then-rising fit, kept whatever the knot costs: the stretch already showed
-        // that the recent regime grows.
-        for (size_t from : stretches) {
-            const StretchEvidence recent =
-                stretchEvidence(x, post, from, s.noise_variance_per_byte, minRate);
-            const double confidence = leakConfidence(
-                recent, 0.5 * budget / static_cast<double>(stretches.size()), config);
-            if (confidence > 0.0) {
-                if (leak(confidence, riseOnset(x, post, true))) {
-                    return c;
-                }
-                break;
-            }
-        }
-        // Grows between releases at a coarser boundary (outputs kept for an epoch-end hook):
-        // still a leak at this granularity. The releases are found in the data, so the
-        // segments' growth is no evidence on its own: one block whose size follows the batch
-        // falls by half often enough that the runs between its falls look like growth (0.4%
-        // of 200-step runs judged every step; run watch's reproducer). What accumulates
-        // between releases was kept from earlier iterations; a block replaced every
-        // iteration was born in the last one.
-        auto segments = segmentsBetweenReleases(post);
-        const bool keptAcrossIterations =
-            s.born.empty() || static_cast<double>(s.born.back()) <= 0.5 * static_cast<double>(last);
-        if (segments.size() >= 2 && keptAcrossIterations) {
-            std::vector<double> segmentSlopes;
-            bool allRise = true;
-            for (const auto& [a, b] : segments) {
-                if (b - a < 3) {
-                    continue;
-                }
-                std::vector<double> seg(post.begin() + static_cast<std::ptrdiff_t>(a),
-                                        post.begin() + static_cast<std::ptrdiff_t>(b));
-                std::vector<double> segX(x.begin() + static_cast<std::ptrdiff_t>(a),
-                                         x.begin() + static_cast<std::ptrdiff_t>(b));
-                segmentSlopes.push_back(theilSenSlope(segX, seg));
-                allRise = allRise && riseFraction(post, a, b) >= 0.75;
-            }
-            if (segmentSlopes.size() >= 2 && allRise &&
-                commonGrowthPValue(x, post, segments, whole.varianceFloor) <= wholeBudget) {
-                std::nth_element(segmentSlopes.begin(),
-                                 segmentSlopes.begin() +
-                                     static_cast<std::ptrdiff_t>(segmentSlopes.size() / 2),
-                                 segmentSlopes.end());
-                double slope = segmentSlopes[segmentSlopes.size() / 2];
-                if (slope >= minRate) {
-                    c.verdict = Verdict::Leak;
-                    c.released_periodically = true;
-                    c.fit.slope = slope;
-                    c.bytes_per_iteration = static_cast<int64_t>(std::llround(slope));
-                    c.confidence = 0.8;
-                    return c;
-                }
-            }
+// A verdict rule: true when it decided the site's classification (written into `c`, whose fit
+// is the judged part's), false to let the next rule try.
+using VerdictRule = bool (*)(const JudgedSeries& j, Classification& c);
+
+// Every judged iteration left bytes that are alive now.
+bool keptFromEveryJudgedIteration(const JudgedSeries& j, Classification& c) {
+    return j.growthJudged && keptFromEveryIteration(j.s, j.first) && j.whole.slope >= j.minRate &&
+           j.whole.tailGrows &&
+           j.leak(c, std::clamp(1.0 - j.whole.trendP, 0.5, 1.0), riseOnset(j.x, j.post));
+}
+
+// The whole judged part grows beyond its share of the false-alarm budget.
+bool growsOverTheJudgedPart(const JudgedSeries& j, Classification& c) {
+    if (!j.growthJudged) {
+        return false;
+    }
+    const double confidence = leakConfidence(j.whole, j.wholeBudget, j.config);
+    return confidence > 0.0 && j.leak(c, confidence, riseOnset(j.x, j.post));
+}
+
+// A leak that began late: a recent stretch grows on its own. Its onset is the knot of the
+// flat-then-rising fit, kept whatever the knot costs: the stretch already showed that the
+// recent regime grows.
+bool beganLate(const JudgedSeries& j, Classification& c) {
+    if (!j.growthJudged) {
+        return false;
+    }
+    for (size_t from : j.stretches) {
+        const StretchEvidence recent =
+            stretchEvidence(j.x, j.post, from, j.s.noise_variance_per_byte, j.minRate);
+        const double confidence = leakConfidence(
+            recent, 0.5 * j.budget / static_cast<double>(j.stretches.size()), j.config);
+        if (confidence > 0.0) {
+            return j.leak(c, confidence, riseOnset(j.x, j.post, true));
         }
     }
-    if (last == 0) {
-        c.verdict = Verdict::Transient; // everything the site left alive was freed later
-        c.confidence = 1.0;
-        c.bytes_per_iteration = 0;
-        return c;
+    return false;
+}
+
+// Grows between releases at a coarser boundary (outputs kept for an epoch-end hook): still a
+// leak at this granularity. The releases are found in the data, so the segments' growth is no
+// evidence on its own: one block whose size follows the batch falls by half often enough that
+// the runs between its falls look like growth (0.4% of 200-step runs judged every step; run
+// watch's reproducer). What accumulates between releases was kept from earlier iterations; a
+// block replaced every iteration was born in the last one.
+bool growsBetweenReleases(const JudgedSeries& j, Classification& c) {
+    if (!j.growthJudged) {
+        return false;
     }
-    uint32_t oldest = s.oldest.empty() ? 0 : s.oldest.back();
-    int64_t bornLast = s.born.empty() ? 0 : s.born.back();
-    double growth = post.back() - post.front();
-    if (bornLast == last && growth <= 0.0) {
-        // What is alive now was allocated in the last iteration and will be replaced in the
-        // next: a per-iteration working set that survives one boundary.
-        c.verdict = Verdict::Transient;
-        c.confidence = 0.9;
-        c.bytes_per_iteration = 0;
-        return c;
+    const auto segments = segmentsBetweenReleases(j.post);
+    const bool keptAcrossIterations = j.s.born.empty() || static_cast<double>(j.s.born.back()) <=
+                                                              0.5 * static_cast<double>(j.last);
+    if (segments.size() < 2 || !keptAcrossIterations) {
+        return false;
     }
-    if (growth <= 0.0 && oldest <= static_cast<uint32_t>(std::max(warmup, 0))) {
-        c.verdict = Verdict::Warmup; // created in the first iterations, then kept and reused
-        c.confidence = 0.9;
-        c.bytes_per_iteration = 0;
-        return c;
+    std::vector<double> segmentSlopes;
+    bool allRise = true;
+    for (const auto& [a, b] : segments) {
+        if (b - a < 3) {
+            continue;
+        }
+        std::vector<double> seg(j.post.begin() + static_cast<std::ptrdiff_t>(a),
+                                j.post.begin() + static_cast<std::ptrdiff_t>(b));
+        std::vector<double> segX(j.x.begin() + static_cast<std::ptrdiff_t>(a),
+                                 j.x.begin() + static_cast<std::ptrdiff_t>(b));
+        segmentSlopes.push_back(theilSenSlope(segX, seg));
+        allRise = allRise && riseFraction(j.post, a, b) >= 0.75;
     }
-    c.verdict = Verdict::Plateau; // grew, then stopped: bounded
+    if (segmentSlopes.size() < 2 || !allRise ||
+        commonGrowthPValue(j.x, j.post, segments, j.whole.varianceFloor) > j.wholeBudget) {
+        return false;
+    }
+    const auto middle =
+        segmentSlopes.begin() + static_cast<std::ptrdiff_t>(segmentSlopes.size() / 2);
+    std::nth_element(segmentSlopes.begin(), middle, segmentSlopes.end());
+    if (*middle < j.minRate) {
+        return false;
+    }
+    c.verdict = Verdict::Leak;
+    c.released_periodically = true;
+    c.fit.slope = *middle;
+    c.bytes_per_iteration = static_cast<int64_t>(std::llround(*middle));
     c.confidence = 0.8;
+    return true;
+}
+
+bool bounded(Classification& c, Verdict verdict, double confidence) {
+    c.verdict = verdict;
+    c.confidence = confidence;
     c.bytes_per_iteration = 0;
-    if (shape.stopped) {
-        describe(shape.onset);
+    return true;
+}
+
+// Everything the site left alive was freed later.
+bool allFreed(const JudgedSeries& j, Classification& c) {
+    return j.last == 0 && bounded(c, Verdict::Transient, 1.0);
+}
+
+// What is alive now was allocated in the last iteration and will be replaced in the next: a
+// per-iteration working set that survives one boundary.
+bool replacedEveryIteration(const JudgedSeries& j, Classification& c) {
+    const int64_t bornLast = j.s.born.empty() ? 0 : j.s.born.back();
+    return bornLast == j.last && j.post.back() - j.post.front() <= 0.0 &&
+           bounded(c, Verdict::Transient, 0.9);
+}
+
+// Created in the first iterations, then kept and reused.
+bool keptSinceWarmup(const JudgedSeries& j, Classification& c) {
+    const uint32_t oldest = j.s.oldest.empty() ? 0 : j.s.oldest.back();
+    return j.post.back() - j.post.front() <= 0.0 &&
+           oldest <= static_cast<uint32_t>(std::max(j.warmup, 0)) &&
+           bounded(c, Verdict::Warmup, 0.9);
+}
+
+// Grew, then stopped: bounded. The last rule: it always decides.
+bool grewThenStopped(const JudgedSeries& j, Classification& c) {
+    bounded(c, Verdict::Plateau, 0.8);
+    if (j.shape.stopped) {
+        c.growth_since = j.growthSince(j.shape.onset, c.fit.slope);
+    }
+    return true;
+}
+
+struct NamedVerdictRule {
+    const char* name;
+    VerdictRule decide;
+};
+
+// The verdict rules in the order they are tried: the first that decides gives the verdict. The
+// leak rules come first (each at its share of the false-alarm budget), then the bounded
+// shapes, the last of which always decides. A new rule goes where its evidence ranks.
+constexpr NamedVerdictRule kVerdictRules[] = {
+    {"kept from every judged iteration", keptFromEveryJudgedIteration},
+    {"grows over the judged part", growsOverTheJudgedPart},
+    {"began late", beganLate},
+    {"grows between releases", growsBetweenReleases},
+    {"all freed", allFreed},
+    {"replaced every iteration", replacedEveryIteration},
+    {"kept since warm-up", keptSinceWarmup},
+    {"grew, then stopped", grewThenStopped},
+};
+
+} // namespace
+
+Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& config) {
+    Classification c;
+    if (s.bytes.empty()) {
+        return c;
+    }
+    const JudgedSeries judged(s, warmup, config);
+    // The judged part's fit, which the report shows whichever rule decides.
+    LineFit ols = fitLine(judged.x, judged.post);
+    c.fit.r2 = ols.r2;
+    c.fit.intercept = ols.intercept;
+    c.fit.slope = judged.whole.slope;
+    c.fit.p_value = judged.whole.trendP;
+    c.bytes_per_iteration = static_cast<int64_t>(std::llround(c.fit.slope));
+    for (const NamedVerdictRule& rule : kVerdictRules) {
+        if (rule.decide(judged, c)) {
+            c.rule = rule.name;
+            break;
+        }
     }
     return c;
 }

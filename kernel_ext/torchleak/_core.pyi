@@ -24,6 +24,31 @@ class AnalysisConfig:
     @staticmethod
     def settings() -> list[tuple[str, str, str]]: ...
 
+class ReportInputs:
+    """What a report is built from besides the recording; a list field is assigned whole."""
+
+    torch_version: str
+    python_version: str
+    warmup: int
+    boundary: str
+    config: AnalysisConfig
+    capacities: dict[str, int]
+    warnings: list[str]
+    external_stacks: dict[Any, Any]
+    boundary_runs: list[tuple[str, int]]
+    explain_grown_only: bool
+    privateuse1_backend: str
+    out_of_memory: tuple[str, str, str] | None
+    allocator_view_devices: list[str]
+    allocator_live_blocks: list[int]
+    autocast_devices: list[str]
+    dynamo_compiled_frames: int
+    torchscript_functions: int
+    resident_memory: list[tuple[int, int]]
+    live_findings: int | None
+    first_hook_id: int | None
+    def __init__(self) -> None: ...
+
 class FrameFilter:
     def __init__(
         self,
@@ -55,31 +80,13 @@ class Session:
     def stackless_device_blocks(self) -> list[tuple[int, int]]: ...
     def report_json(
         self,
-        torch_version: str,
-        python_version: str,
-        warmup: _Int,
-        boundary: str,
-        config: AnalysisConfig = ...,
-        capacities: Mapping[str, _Int] = ...,
-        warnings: Sequence[str] = ...,
+        inputs: ReportInputs,
         frame_filter: FrameFilter = ...,
         roots: list[Any] = ...,
         explain: bool = True,
-        external_stacks: dict[Any, Any] = ...,
-        indent: _Int = -1,
-        boundary_runs: Sequence[tuple[str, _Int]] = ...,
         parameter_owners: list[Any] = ...,
-        explain_grown_only: bool = False,
-        privateuse1_backend: str = "privateuseone",
-        out_of_memory: tuple[str, str, str] | None = None,
         describe_tensors: bool = True,
-        allocator_view_devices: Sequence[str] = ...,
-        allocator_live_blocks: Sequence[_Int] = ...,
-        autocast_devices: Sequence[str] = ...,
-        dynamo_compiled_frames: _Int = 0,
-        torchscript_functions: _Int = 0,
-        resident_memory: Sequence[tuple[_Int, _Int]] = ...,
-        live_findings: _Int | None = None,
+        indent: _Int = -1,
     ) -> str: ...
     @property
     def active(self) -> bool: ...

@@ -320,6 +320,12 @@ def parameter_owners(roots, limit=100_000):
                 for name, value in list(namespace.items())
                 if type(name) is str and module_type in type(value).__mro__
             )
+    # torch.compile's wrapper (`cmodel = torch.compile(model)`) holds the user's module as
+    # `_orig_mod`: walked last, so a module the user also names is `model[0]`, not
+    # `cmodel._orig_mod[0]` (the stack is popped from its end).
+    compiled = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
+    if compiled is not None:
+        stack.sort(key=lambda entry: compiled not in type(entry[1]).__mro__)
     while stack and len(seen) < limit:
         label, module = stack.pop()
         if id(module) in seen:

@@ -53,10 +53,8 @@ def torchscript_functions():
         return 0
 
 
-def evidence():
-    """The keyword arguments the report builder takes."""
-    return {
-        "autocast_devices": autocast_devices(),
-        "dynamo_compiled_frames": dynamo_compiled_frames(),
-        "torchscript_functions": torchscript_functions(),
-    }
+def fill(inputs):
+    """Gives the report's inputs (a `_core.ReportInputs`) what torch's caches hold now."""
+    inputs.autocast_devices = autocast_devices()
+    inputs.dynamo_compiled_frames = dynamo_compiled_frames()
+    inputs.torchscript_functions = torchscript_functions()

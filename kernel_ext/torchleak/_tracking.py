@@ -7,7 +7,7 @@ import threading
 import warnings
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -29,12 +29,23 @@ from ._arguments import check_options
 from ._config import checked_int, config as _config
 from ._report import Report
 
+if TYPE_CHECKING:
+    from ._front_end import TrackerFrontEnd
+
 # What ends iterations (see Tracker): _arguments.BOUNDARIES, spelled for type checkers.
 Boundary = Literal["auto", "explicit", "optimizer_step", "repeat", "cell"]
 
 # The Tracker that torchleak.step() reaches. The one-session-per-process guard itself is the
 # C++ session's (a second start() raises there), not this variable's.
 _active: Tracker | None = None
+
+
+def _next_hook_id() -> int | None:
+    """The id torch gives the next hook it registers (torch.utils.hooks.RemovableHandle: one
+    counter for module, tensor, optimizer and global hooks, which only grows)."""
+    handle = getattr(sys.modules.get("torch.utils.hooks"), "RemovableHandle", None)
+    next_id = getattr(handle, "next_id", None)
+    return next_id if type(next_id) is int and next_id >= 0 else None
 
 
 def active_tracker():
@@ -127,6 +138,9 @@ class Tracker:
         # (type, message) of the out-of-memory error that ended the run, for the report's
         # `oom` forensics. Never the exception: its traceback's frames hold the user's tensors.
         self._failure: tuple[str, str, str] | None = None
+        # torch's next hook handle id when recording started: a hook dict's entries at or above
+        # it were registered during the run (hooks that accumulate are named as the cause).
+        self._first_hook_id: int | None = None
         self._stopped_in: int | None = None  # the iteration (from 1) _run_iterations' body raised in
         # Cell watch's (cell file, execution count) per boundary: rates per run of a cell.
         self._cell_runs: list[tuple[str, int]] = []
@@ -232,6 +246,7 @@ class Tracker:
         else:
             session.start()
         self._session = session
+        self._first_hook_id = _next_hook_id()
         self._resident = _resident.ResidentSampler()
         self._thread = threading.get_ident()
         _active = self
@@ -333,7 +348,7 @@ class Tracker:
         if self._on_boundary is not None:
             self._on_boundary(self)
 
-    def _end_cell(self, cell_file, execution_count):
+    def _end_cell(self, cell_file: str, execution_count: int) -> None:
         """Cell watch's boundary: the cell compiled as ``cell_file`` ran as ``execution_count``.
         A site's rate is then per run of its cell, and a re-run cell's site names every run."""
         if self._session is None or not self._session.active:
@@ -342,7 +357,7 @@ class Tracker:
         self._cell_runs.append((str(cell_file or ""), int(execution_count or 0)))
 
     @property
-    def _last_iteration(self):
+    def _last_iteration(self) -> dict[str, int]:
         """Bytes the last iteration left alive (`born`), freed (`freed`) and all tracked live
         bytes (`live`), from the recorder's counts alone: no report is built."""
         if self._session is None:
@@ -367,7 +382,7 @@ class Tracker:
         except Exception:  # noqa: BLE001 - never in the way of the user's own exception
             return None
 
-    def _warn(self, message):
+    def _warn(self, message: str) -> None:
         """Add a warning to the report (once)."""
         if message not in self._warnings:
             self._warnings.append(message)
@@ -380,7 +395,14 @@ class Tracker:
                 out.append(w)
         return out
 
-    def _run_iterations(self, body, iterations, *, after_each=None, describe=str):
+    def _run_iterations(
+        self,
+        body: Callable[[], object],
+        iterations: int,
+        *,
+        after_each: Callable[[int], object] | None = None,
+        describe: Callable[[BaseException], str] = str,
+    ) -> BaseException | None:
         """Call ``body()`` ``iterations`` times, ending an iteration after each, and
         ``after_each(k)`` after iteration k (1-based). An exception from ``body`` (an OOM, a bug,
         KeyboardInterrupt) stops the loop, is noted in the report's warnings (its message as
@@ -435,7 +457,7 @@ class Tracker:
         return self._session is not None and self._session.active
 
     @property
-    def _started(self):
+    def _started(self) -> bool:
         """Whether recording ever started (a report can be built)."""
         return self._session is not None
 
@@ -455,14 +477,14 @@ class Tracker:
     def _build_report(
         self,
         *,
-        warmup=None,
-        paths=True,
-        roots=None,
-        grown_paths_only=False,
-        failure=None,
-        shapes=True,
-        live_findings=None,
-    ):
+        warmup: int | None = None,
+        paths: bool = True,
+        roots: object = None,
+        grown_paths_only: bool = False,
+        failure: BaseException | None = None,
+        shapes: bool = True,
+        live_findings: int | None = None,
+    ) -> Report:
         """report(), with what torchleak's own front ends ask for besides: paths only for the
         findings that grew in the last iteration (the %leakwatch ledger), no dtype and shape
         (torchleak.watch()'s checks mid-run: finding tensors costs a scan of the heap), the
@@ -488,7 +510,7 @@ class Tracker:
             and shapes
             and live_findings is None
         )
-        failure = _out_of_memory.describe(failure) if failure is not None else self._failure
+        described = _out_of_memory.describe(failure) if failure is not None else self._failure
         if self._job_report is not None and final:
             return self._job_report
         if self._report is not None and final:
@@ -500,36 +522,41 @@ class Tracker:
             # Only while history records: listing the live device blocks walks them all, a
             # cost run watch's checks must not pay on a machine without CUDA.
             external_stacks = history.stacks_now(self._session.stackless_device_blocks()) if history.recording else {}
-            view_devices, live_blocks = [], []
+            view_devices: list[str] = []
+            live_blocks: list[int] = []
         else:
             external_stacks = self._cuda_stacks or {}
             view_devices, live_blocks = self._allocator_view
-        cfg = _config.snapshot()
+        inputs = _core.ReportInputs()
+        inputs.torch_version = torch.__version__
+        inputs.python_version = ".".join(map(str, sys.version_info[:3]))
+        inputs.warmup = self.warmup if warmup is None else warmup
+        inputs.boundary = self._kind
+        config = _config.snapshot()
         if self.min_bytes:
-            cfg.set("min_bytes", str(self.min_bytes))
+            config.set("min_bytes", str(self.min_bytes))
+        inputs.config = config
+        inputs.capacities = _devices.capacities()
+        inputs.warnings = self._all_warnings()
+        inputs.external_stacks = external_stacks
+        inputs.boundary_runs = self._cell_runs if self._boundary == "cell" else []
+        inputs.explain_grown_only = bool(grown_paths_only)
+        inputs.privateuse1_backend = _devices.privateuse1_name()
+        inputs.out_of_memory = described
+        inputs.allocator_view_devices = view_devices
+        inputs.allocator_live_blocks = live_blocks
+        inputs.resident_memory = self._resident.samples if self._resident is not None else []
+        inputs.live_findings = live_findings
+        inputs.first_hook_id = self._first_hook_id
+        if paths:
+            _torch_caches.fill(inputs)
         text = self._session.report_json(
-            torch_version=torch.__version__,
-            python_version=".".join(map(str, sys.version_info[:3])),
-            warmup=self.warmup if warmup is None else warmup,
-            boundary=self._kind,
-            config=cfg,
-            capacities=_devices.capacities(),
-            warnings=self._all_warnings(),
+            inputs,
             frame_filter=_core.FrameFilter(library, packages, _user_code.cell_files()),
             roots=roots,
             explain=bool(paths),
-            external_stacks=external_stacks,
-            boundary_runs=self._cell_runs if self._boundary == "cell" else [],
             parameter_owners=_roots.parameter_owners(roots) if paths else [],
-            explain_grown_only=bool(grown_paths_only),
-            privateuse1_backend=_devices.privateuse1_name(),
-            out_of_memory=failure,
             describe_tensors=bool(shapes),
-            allocator_view_devices=view_devices,
-            allocator_live_blocks=live_blocks,
-            resident_memory=self._resident.samples if self._resident is not None else [],
-            live_findings=live_findings,
-            **(_torch_caches.evidence() if paths else {}),
         )
         del roots, given
         report = Report(text)
@@ -602,3 +629,9 @@ def check(
         _out_of_memory.attach(failure, report)
         raise failure
     return report
+
+
+if TYPE_CHECKING:
+
+    def _drives_the_front_ends(tracker: Tracker) -> TrackerFrontEnd:
+        return tracker  # a type checker holds the Tracker to what the front ends call

@@ -58,7 +58,7 @@ std::vector<PathStep> graphPath(const std::string& root) {
 } // namespace
 
 TEST_CASE("one holder, four sites: one cause, biggest site first, rates summed") {
-    Holder losses{"loss_history", "list", 0.92};
+    Holder losses{"loss_history", "list", 0.92, std::nullopt};
     Report r = reportWith({leakAt(17, 10 * 1024, graphPath("loss_history"), losses),
                            leakAt(16, 2 * MiB, graphPath("loss_history"), losses),
                            leakAt(14, MiB / 2, graphPath("loss_history"), losses),
@@ -210,7 +210,7 @@ TEST_CASE("a cause's severity follows its rate and the time its device has left"
 }
 
 TEST_CASE("the score counts causes, not allocation sites") {
-    Holder h{"kept", "list", 1.0};
+    Holder h{"kept", "list", 1.0, std::nullopt};
     std::vector<Finding> many;
     for (int line = 1; line <= 30; ++line) {
         many.push_back(leakAt(line, 64, {step(StepKind::Root, "kept")}, h));
@@ -226,7 +226,7 @@ TEST_CASE("the score counts causes, not allocation sites") {
 }
 
 TEST_CASE("causes round-trip through the JSON, a bad finding index is a schema error") {
-    Holder h{"losses", "list", 1.0};
+    Holder h{"losses", "list", 1.0, std::nullopt};
     Report r = reportWith({leakAt(3, MiB, graphPath("losses"), h)});
     r.causes = groupCauses(r, AnalysisConfig{});
     std::string text = toJson(r);
@@ -251,7 +251,8 @@ Report fiftyLists(const std::string& container) {
         std::string name = ".l" + std::to_string(k);
         std::vector<PathStep> path = {step(StepKind::Root, container), step(StepKind::Attr, name),
                                       step(StepKind::Index, "[7]")};
-        findings.push_back(leakAt(3, 10 * 1024 + k, path, Holder{container + name, "list", 1.0}));
+        findings.push_back(
+            leakAt(3, 10 * 1024 + k, path, Holder{container + name, "list", 1.0, std::nullopt}));
     }
     return reportWith(std::move(findings));
 }
@@ -259,7 +260,7 @@ Report fiftyLists(const std::string& container) {
 
 TEST_CASE("fifty lists in one object are one group of fifty causes, named once") {
     Report r = fiftyLists("obj");
-    Holder big{"losses", "list", 1.0};
+    Holder big{"losses", "list", 1.0, std::nullopt};
     r.findings.push_back(leakAt(9, MiB, graphPath("losses"), big));
     r.causes = groupCauses(r, AnalysisConfig{});
     REQUIRE(r.causes.size() == 51);
@@ -301,7 +302,7 @@ TEST_CASE("three side by side stay three causes, names without a container group
         std::string name = "g" + std::to_string(k);
         globals.push_back(leakAt(3, 10 * 1024,
                                  {step(StepKind::Root, name), step(StepKind::Index, "[2]")},
-                                 Holder{name, "list", 1.0}));
+                                 Holder{name, "list", 1.0, std::nullopt}));
     }
     Report g = reportWith(std::move(globals));
     g.causes = groupCauses(g, AnalysisConfig{});

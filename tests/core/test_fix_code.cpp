@@ -27,7 +27,7 @@ Finding kept(const std::string& holder,
     f.verdict = Verdict::Leak;
     f.retention = Retention::Reachable;
     f.site.source = source;
-    f.holder = Holder{holder, holderType, 1.0};
+    f.holder = Holder{holder, holderType, 1.0, std::nullopt};
     PathStep entry = step(StepKind::Index, "[3]", "Tensor", graph ? kKeepsGraphNote : "");
     entry.tensor = TensorInfo{};
     entry.tensor->dtype = "float32";

@@ -20,7 +20,7 @@ Finding finding(Verdict verdict, int line, int64_t perIteration, const std::stri
     f.bytes_per_iteration = perIteration;
     f.total_bytes = static_cast<uint64_t>(perIteration) * 20 + 100;
     if (verdict == Verdict::Leak) {
-        f.holder = Holder{"losses", "list", 1.0};
+        f.holder = Holder{"losses", "list", 1.0, std::nullopt};
         f.path_text = "losses[19]";
     }
     return f;
@@ -135,7 +135,7 @@ TEST_CASE("rank merge: bad input") {
 TEST_CASE("rank merge: one site's two holders stay two findings, each on every rank") {
     auto heldBy = [](const std::string& holder, int64_t rate, int rank) {
         Finding f = finding(Verdict::Leak, 42, rate, "cuda:" + std::to_string(rank));
-        f.holder = Holder{holder, "list", 1.0};
+        f.holder = Holder{holder, "list", 1.0, std::nullopt};
         f.path_text = holder + "[19]";
         return f;
     };

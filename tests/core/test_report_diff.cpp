@@ -27,7 +27,7 @@ Finding finding(Verdict verdict,
     f.device = "cpu";
     f.bytes_per_iteration = perIteration;
     if (!holder.empty()) {
-        f.holder = Holder{holder, "list", 1.0};
+        f.holder = Holder{holder, "list", 1.0, std::nullopt};
     }
     return f;
 }

@@ -36,8 +36,8 @@ Report hostileReport() {
     f.total_bytes = 3 << 20;
     f.bytes_per_iteration = 1 << 20;
     f.series = {1 << 20, 2 << 20, 3 << 20};
-    PathStep root{StepKind::Root, "losses\n\t\\", "list", "", std::nullopt, ""};
-    PathStep item{StepKind::Index, "[2]", "Tensor", "<script>", TensorInfo{}, ""};
+    PathStep root{StepKind::Root, "losses\n\t\\", "list", "", std::nullopt, "", std::nullopt};
+    PathStep item{StepKind::Index, "[2]", "Tensor", "<script>", TensorInfo{}, "", std::nullopt};
     item.tensor->dtype = "float32";
     item.tensor->shape = {4, 4};
     item.tensor->device = "cpu";
@@ -46,7 +46,7 @@ Report hostileReport() {
     f.path = {root, item};
     f.retention = Retention::Reachable;
     f.path_text = "losses[2]";
-    f.holder = Holder{"losses", "list", 1.0};
+    f.holder = Holder{"losses", "list", 1.0, std::nullopt};
     f.suggestion = "store loss.item() — not the tensor \u2714";
     f.severity = Severity::Warning;
     f.trend = {1048576.0, 1.0, 0.0};
@@ -59,6 +59,8 @@ Report hostileReport() {
     Finding stopped = f;
     stopped.verdict = Verdict::Plateau;
     stopped.growth_since = GrowthSince{0, 1 << 19, 2, 1 << 20};
+    stopped.holder = Holder{"model._forward_hooks", "collections.OrderedDict", 1.0,
+                            HookDictGrowth{3, "Explainer.<\"save\">"}};
     r.findings.push_back(stopped);
     DeviceTimeline d;
     d.device = "cpu";
@@ -127,6 +129,9 @@ TEST_CASE("JSON round-trips through reportFromJson unchanged") {
     REQUIRE(toJson(back) == once);
     REQUIRE(back.findings[0].site.file == r.findings[0].site.file);
     REQUIRE(back.findings[0].suggestion == r.findings[0].suggestion);
+    REQUIRE(back.findings[1].holder->hooks->added == 3);
+    REQUIRE(back.findings[1].holder->hooks->newest == "Explainer.<\"save\">");
+    REQUIRE_FALSE(back.findings[0].holder->hooks);
 }
 
 TEST_CASE("Findings written one at a time lay out as nlohmann's own dump, at every indent") {

@@ -7,7 +7,7 @@ using namespace torchleak;
 
 namespace {
 PathStep step(const char* kind, const char* label, const char* type) {
-    return PathStep{stepKindFromString(kind), label, type, "", std::nullopt, ""};
+    return PathStep{stepKindFromString(kind), label, type, "", std::nullopt, "", std::nullopt};
 }
 std::vector<PathStep> lossPath(int i) {
     return {step("root", "losses", "list"),
@@ -89,7 +89,7 @@ TEST_CASE("Suggestions follow the pattern of the path") {
     f.verdict = Verdict::Leak;
     f.retention = Retention::Reachable;
     f.path = lossPath(3);
-    f.holder = Holder{"losses", "list", 1.0};
+    f.holder = Holder{"losses", "list", 1.0, std::nullopt};
     REQUIRE(suggestFix(f).find("loss.detach() or loss.item()") != std::string::npos);
 
     f.holder.reset();
@@ -137,6 +137,59 @@ TEST_CASE("create_graph suggestion needs a .grad that has a graph") {
     f.path = {step("root", "outs", "list"), step("index", "[3]", "Tensor"),
               step("grad_fn", ".grad_fn", "X"), step("attr", ".variable", "Tensor"),
               step("grad", ".grad", "Tensor")};
-    f.holder = Holder{"outs", "list", 1.0};
+    f.holder = Holder{"outs", "list", 1.0, std::nullopt};
     REQUIRE(suggestFix(f).find("loss.detach()") != std::string::npos);
+}
+
+TEST_CASE("A dict of hooks that gains one per iteration is the holder, above the lists below it") {
+    // Every explainer's hook records every later output, so the paths all run through the
+    // oldest hook and fan out in its list: the list looked like the holder.
+    auto hookPath = [](int i) {
+        std::vector<PathStep> p = {
+            step("root", "model", "Sequential"),
+            step("attr", "[0]", "Linear"),
+            step("attr", "._forward_hooks", "collections.OrderedDict"),
+            step("key", "[2]", "method"),
+            step("attr", ".__self__", "Explainer"),
+            step("attr", ".acts", "list"),
+            step("index", ("[" + std::to_string(i) + "]").c_str(), "Tensor")};
+        p[2].hooks = HookDictGrowth{8, "Explainer._save"};
+        return p;
+    };
+    std::vector<std::vector<PathStep>> all;
+    for (int i = 0; i < 8; ++i) {
+        all.push_back(hookPath(i));
+    }
+    std::vector<const std::vector<PathStep>*> ptrs;
+    for (const auto& p : all) {
+        ptrs.push_back(&p);
+    }
+    auto h = chooseHolder(all[3], ptrs, 8.0);
+    REQUIRE(h);
+    CHECK(h->path_text == "model[0]._forward_hooks");
+    CHECK(h->growth_per_iteration == Approx(1.0));
+    REQUIRE(h->hooks);
+    CHECK(h->hooks->newest == "Explainer._save");
+
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.retention = Retention::Reachable;
+    f.path = all[3];
+    f.holder = h;
+    const std::string fix = suggestFix(f);
+    CHECK(fix.find("model[0]._forward_hooks gains 1 hook per iteration (the newest: "
+                   "Explainer._save)") != std::string::npos);
+    CHECK(fix.find("create the Explainer once") != std::string::npos);
+    CHECK(fix.find("register_forward_hook returns and call handle.remove()") != std::string::npos);
+    CHECK(suggestFixCode(f).empty()); // no `.clear()` on torch's own dict
+
+    // One hook registered during the run (a lazy first-iteration setup) is no growth: the list
+    // below it is what grows.
+    for (auto& p : all) {
+        p[2].hooks = HookDictGrowth{1, "Explainer._save"};
+    }
+    h = chooseHolder(all[3], ptrs, 8.0);
+    REQUIRE(h);
+    CHECK(h->path_text == "model[0]._forward_hooks[2].__self__.acts");
+    CHECK_FALSE(h->hooks);
 }

@@ -1,11 +1,13 @@
 // Verdicts on synthetic growth curves (issue: leak, warm-up, plateau, transient,
 // fragmentation, allowed).
+#include "series_shapes.h"
 #include "torchleak/config.h"
 #include "torchleak/errors.h"
 #include "torchleak/verdict.h"
 
 #include <catch2/catch.hpp>
 #include <random>
+#include <string>
 
 using namespace torchleak;
 
@@ -221,12 +223,13 @@ TEST_CASE("ownRecord: a few bytes per iteration the user keeps by name are growt
     f.verdict = Verdict::Leak;
     f.retention = Retention::Reachable;
     f.bytes_per_iteration = 48;
-    f.path = {{StepKind::Root, "history", "list", "", std::nullopt, ""},
-              {StepKind::Index, "[47]", "Tensor", "", std::nullopt, ""}};
+    f.path = {{StepKind::Root, "history", "list", "", std::nullopt, "", std::nullopt},
+              {StepKind::Index, "[47]", "Tensor", "", std::nullopt, "", std::nullopt}};
     const uint64_t capacity = 24ULL << 30;
     REQUIRE(ownRecord(f, capacity));
     SECTION("not when it keeps a graph") {
-        f.path.push_back({StepKind::GradFn, ".grad_fn", "MulBackward0", "", std::nullopt, ""});
+        f.path.push_back(
+            {StepKind::GradFn, ".grad_fn", "MulBackward0", "", std::nullopt, "", std::nullopt});
         REQUIRE_FALSE(ownRecord(f, capacity));
     }
     SECTION("not when its tensor carries one") {
@@ -266,4 +269,27 @@ TEST_CASE("A buffer re-allocated one iteration larger is a leak, not a sliding w
     s.surviving.assign(40, 0);
     s.surviving.back() = s.bytes.back();
     REQUIRE(classify(s, 2).verdict == Verdict::Leak);
+}
+
+TEST_CASE("classify names the verdict rule that decided, tried in order") {
+    using namespace torchleak::shapes;
+    auto rule = [](const SiteSeries& s, int warmup = 0) {
+        const char* name = classify(s, warmup).rule;
+        return std::string(name != nullptr ? name : "");
+    };
+    SiteSeries ramp = series({MiB, 2 * MiB, 3 * MiB, 4 * MiB, 5 * MiB}, {MiB, MiB, MiB, MiB, MiB},
+                             {0, 0, 0, 0, 0});
+    CHECK(rule(ramp) == "grows over the judged part");
+    ramp.surviving = {MiB, MiB, MiB, MiB, MiB}; // and each iteration's blocks are still alive
+    CHECK(rule(ramp) == "kept from every judged iteration");
+    CHECK(rule(lateOnset(400, 300, 64 * kKiB).series) == "began late");
+    CHECK(rule(risingFloor(240, 12, kMiB).series) == "grows between releases");
+    CHECK(rule(series({MiB, 2 * MiB, 0}, {MiB, MiB, 0}, {0, 0, 0})) == "all freed");
+    CHECK(rule(series({MiB, MiB, MiB, MiB}, {MiB, MiB, MiB, MiB}, {0, 1, 2, 3})) ==
+          "replaced every iteration");
+    CHECK(rule(series({6 * MiB, 6 * MiB, 6 * MiB, 6 * MiB}, {6 * MiB, 0, 0, 0}, {0, 0, 0, 0})) ==
+          "kept since warm-up");
+    CHECK(rule(series({MiB, 2 * MiB, 3 * MiB, 3 * MiB, 3 * MiB, 3 * MiB, 3 * MiB},
+                      {MiB, MiB, MiB, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0})) == "grew, then stopped");
+    CHECK(rule(SiteSeries{}).empty()); // nothing to judge: no rule ran
 }

@@ -30,10 +30,20 @@ def test_schema_error_is_a_value_error():
 
 def test_bad_report_inputs_are_value_errors():
     session = _core.Session()
-    with pytest.raises(ValueError, match="boundary"):
-        session.report_json(torch_version="x", python_version="y", warmup=0, boundary="weekly")
+    weekly = _core.ReportInputs()
+    weekly.boundary = "weekly"
+    with pytest.raises(ValueError, match="boundary must be one of explicit"):
+        session.report_json(weekly)
+    negative = _core.ReportInputs()
+    negative.warmup = -1
     with pytest.raises(ValueError, match="warmup"):
-        session.report_json(torch_version="x", python_version="y", warmup=-1, boundary="repeat")
+        session.report_json(negative)
+    unknown = _core.ReportInputs()
+    unknown.capacities = {"tpu:0": 1}
+    with pytest.raises(ValueError, match="tpu"):
+        session.report_json(unknown)
+    with pytest.raises(TypeError):
+        unknown.warmup = "3"  # a field takes its own type only
 
 
 def test_diff_of_bad_documents_or_tolerance_is_a_value_error():

@@ -1049,3 +1049,54 @@ def test_set_elements_are_numbered_and_the_set_is_the_holder():
     leak = the_leak(step)
     assert_form(leak, path="seen<element ", holder="seen", site_of=step, fix=".clear() it")
     assert leak.path[1]["note"] == "an element of the set (numbered in its iteration order)"
+
+
+class Explainer:
+    """An object made per batch that registers a forward hook and drops its handle (#47 item 2:
+    the report named one explainer's list and offered `.clear()` on it, which frees nothing the
+    other explainers' lists keep)."""
+
+    def __init__(self, model):
+        self.acts = []
+        model[0].register_forward_hook(self._save)
+
+    def _save(self, module, inputs, output):
+        self.acts.append(output.detach())
+
+
+def test_hooks_registered_every_iteration_are_the_cause_with_the_function_registered():
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU())
+    x = torch.ones(64, 256)
+
+    def step():
+        Explainer(model)
+        model(x)  # ALLOC: the first layer's output, recorded by every explainer's hook
+
+    leak = the_leak(step)
+    assert_form(
+        leak,
+        path="model[0]._forward_hooks[",
+        holder="model[0]._forward_hooks",
+        site_of=step,
+        fix="hooks accumulate: model[0]._forward_hooks gains 1 hook per iteration (the newest: Explainer._save)",
+    )
+    assert leak.holder["hooks"]["added"] == ITERATIONS
+    assert leak.holder["hooks"]["newest"] == "Explainer._save"
+    assert "create the Explainer once" in leak.suggestion
+    assert "register_forward_hook returns and call handle.remove()" in leak.suggestion
+    assert "fix_code" not in leak.to_dict()  # clearing the dict behind torch's back is no fix to paste
+
+
+def test_hooks_that_were_there_before_tracking_are_a_route_not_the_cause():
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU())
+    explainers = [Explainer(model) for _ in range(3)]  # registered before the run
+    x = torch.ones(64, 256)
+
+    def step():
+        model(x)  # ALLOC: recorded by each of the three hooks
+
+    leak = the_leak(step)
+    assert leak.holder["path_text"].endswith(".acts"), leak.holder
+    assert "hooks" not in leak.holder
+    assert "hooks accumulate" not in leak.suggestion
+    del explainers

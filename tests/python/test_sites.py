@@ -219,3 +219,31 @@ def test_a_compiled_models_leak_is_sited_at_the_users_line_not_in_inductors_gene
     finally:
         torch._dynamo.reset()
         _user_code.library_prefixes.cache_clear()
+
+
+def test_a_compiled_models_modules_are_named_as_the_user_wrote_them(tmp_path, monkeypatch):
+    # #47 item 7: the module that made a node was named `cmodel._orig_mod[0]`, and only the
+    # first of the modules whose parameters a compiled graph takes.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    _user_code.library_prefixes.cache_clear()
+    torch._dynamo.reset()
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        cmodel = torch.compile(model)
+        try:
+            cmodel(torch.randn(32, 64))
+        except Exception as exc:  # noqa: BLE001 - no compiler, an interpreter dynamo does not support
+            pytest.skip(f"torch.compile does not run here: {type(exc).__name__}: {str(exc)[:200]}")
+        kept = []
+
+        def step():
+            kept.append(cmodel(torch.randn(32, 64)).sum())
+
+        report = torchleak.check(step, iterations=6, roots={"model": model, "cmodel": cmodel})
+        assert report.leaks
+        notes = [s.get("note") or "" for s in report.leaks[0].path]
+        assert any("made by model[0] (Linear) and model[2] (Linear)" in n for n in notes), notes
+        assert "_orig_mod" not in str(report)
+    finally:
+        torch._dynamo.reset()
+        _user_code.library_prefixes.cache_clear()

@@ -32,5 +32,11 @@ def test_dynamo_counts_only_what_its_own_counters_say(monkeypatch):
     assert _torch_caches.dynamo_compiled_frames() == 0
 
 
-def test_evidence_is_what_the_report_builder_takes():
-    assert set(_torch_caches.evidence()) == {"autocast_devices", "dynamo_compiled_frames", "torchscript_functions"}
+def test_fill_sets_the_report_inputs_caches_fields():
+    from torchleak import _core
+
+    inputs = _core.ReportInputs()
+    _torch_caches.fill(inputs)
+    assert inputs.dynamo_compiled_frames == _torch_caches.dynamo_compiled_frames()
+    assert inputs.torchscript_functions == _torch_caches.torchscript_functions()
+    assert inputs.autocast_devices == _torch_caches.autocast_devices()

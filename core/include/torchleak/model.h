@@ -110,6 +110,14 @@ inline constexpr const char* kDefinesResetNote = "its class defines reset()";
 // The note on a path's last tensor when it has a grad_fn: kept, it keeps its graph's nodes.
 inline constexpr const char* kKeepsGraphNote = "keeps its autograd graph through .grad_fn";
 
+// A dict of hooks (an nn.Module's `_forward_hooks`, a tensor's `_backward_hooks`): keyed by
+// torch's hook handle ids, which only grow, so the entries registered since tracking started
+// are counted exactly. Not part of the report: the holder and its fix are decided from it.
+struct HookDictGrowth {
+    uint32_t added = 0; // entries registered since tracking started (and still there)
+    std::string newest; // the newest entry's function ("Explainer._save"), or ""
+};
+
 struct PathStep {
     StepKind kind = StepKind::Root;
     std::string label; // the pasteable fragment: "losses", "[3]", ".grad_fn", "['k']"
@@ -121,12 +129,16 @@ struct PathStep {
     // before normalizePath showed it as `.name`. The module is then the container (not part of
     // the report: the holder and the fix are decided while building it).
     std::string registry;
+    std::optional<HookDictGrowth> hooks; // set on the step that is a dict of hooks
 };
 
 struct Holder {
     std::string path_text;
     std::string type;
     double growth_per_iteration = 0.0;
+    // Set when what grows is a dict of hooks: one more hook registered (and its handle dropped)
+    // per iteration, each keeping what it records.
+    std::optional<HookDictGrowth> hooks;
 };
 
 // One block a finding has alive when the report is built: what PyTorch's memory viewer

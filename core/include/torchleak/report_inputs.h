@@ -107,6 +107,9 @@ struct ReportInputs {
     // lists, and at most this many findings (leaks first), the causes renumbered with them and
     // a warning saying so, so that an update's size is bounded whatever the run finds.
     std::optional<size_t> live_findings;
+    // torch's next hook handle id (torch.utils.hooks.RemovableHandle.next_id) when tracking
+    // started: a hook dict's entries keyed at or above it were registered during the run.
+    std::optional<uint64_t> first_hook_id;
     // The process's resident set at boundaries (resident_memory.h), where it can be read.
     std::vector<ResidentSample> resident;
     // Set when an out-of-memory error ended the run: the report gets its `oom` forensics.

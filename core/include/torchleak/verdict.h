@@ -44,6 +44,9 @@ struct Classification {
     bool released_periodically = false; // a saw-tooth: grows, released at a coarser boundary
     // A leak's onset and its rate from there; growth that stopped (a plateau's).
     std::optional<GrowthSince> growth_since;
+    // The name of the verdict rule that decided (verdict.cpp's kVerdictRules, tried in order),
+    // or null for an empty series: for tests and for a reader of a surprising verdict.
+    const char* rule = nullptr;
 };
 
 // The verdict of one site from its series. The first `warmup` iterations are not judged.

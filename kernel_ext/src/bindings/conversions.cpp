@@ -157,6 +157,8 @@ HeldAs parseHeldAs(const std::string& name) {
                           name + "'");
 }
 
+namespace {
+
 BoundaryKind parseBoundary(const std::string& name) {
     try {
         return boundaryFromString(name);
@@ -196,6 +198,49 @@ std::unordered_map<uintptr_t, std::vector<Frame>> externalStacks(const py::dict&
         out.emplace(block.cast<uintptr_t>(), std::move(decoded));
     }
     return out;
+}
+
+} // namespace
+
+ReportInputs reportInputs(const ReportRequest& request, const FrameFilter& filter) {
+    if (request.warmup < 0) {
+        throw InvalidArgument("warmup must be >= 0");
+    }
+    ReportInputs in;
+    in.torch_version = request.torch_version;
+    in.python_version = request.python_version;
+    in.warmup = request.warmup;
+    in.boundary = parseBoundary(request.boundary);
+    in.config = request.config;
+    in.external_stacks = externalStacks(request.external_stacks, filter);
+    in.warnings = request.warnings;
+    if (!request.privateuse1_backend.empty()) {
+        in.privateuse1_backend = request.privateuse1_backend;
+    }
+    in.devices = deviceCapacities(request.capacities, in.privateuse1_backend);
+    in.explain_grown_only = request.explain_grown_only;
+    in.torch_caches = {request.autocast_devices, request.dynamo_compiled_frames,
+                       request.torchscript_functions};
+    in.live_findings = request.live_findings;
+    in.first_hook_id = request.first_hook_id;
+    for (const auto& [iteration, bytes] : request.resident_memory) {
+        in.resident.push_back({iteration, bytes});
+    }
+    for (const std::string& type : request.allocator_view_devices) {
+        in.allocator_view_devices.push_back(
+            parseDeviceName(type + ":0", in.privateuse1_backend).type);
+    }
+    in.allocator_live_blocks.insert(request.allocator_live_blocks.begin(),
+                                    request.allocator_live_blocks.end());
+    if (request.out_of_memory) {
+        const auto& [error, message, device] = *request.out_of_memory;
+        in.out_of_memory = OutOfMemoryInputs{error, message, device};
+    }
+    // Grouped by the same rule as the frames, so a cell's re-runs are one group.
+    for (const auto& [file, cell] : request.boundary_runs) {
+        in.boundary_runs.push_back({filter.classify(file).group, cell});
+    }
+    return in;
 }
 
 } // namespace torchleak::python

@@ -4,13 +4,18 @@
 
 #include "inspect/frame_capture.h"
 #include "inspect/heap_walker.h"
+#include "torchleak/config.h"
 #include "torchleak/recorder.h"
 #include "torchleak/report_builder.h"
+#include "torchleak/report_inputs.h"
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <pybind11/pybind11.h>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace torchleak::python {
@@ -39,16 +44,46 @@ pybind11::list birthPhasesList(const std::vector<BoundarySnapshot>& boundaries);
 // "parameter", "gradient" or "optimizer_state", with the accepted names in the error.
 HeldAs parseHeldAs(const std::string& name);
 
-// A boundary kind by its schema name, with the accepted names in the error.
-BoundaryKind parseBoundary(const std::string& name);
+// What Python supplies for a report (torchleak._core.ReportInputs), in Python's own types: one
+// object the Tracker fills field by field, as it fills an AnalysisConfig, turned into the core's
+// ReportInputs (report_inputs.h) in one place, reportInputs below. The walk's own arguments (the
+// roots, the frame filter, the parameter owners) stay report_json's: they are objects the walk
+// reads, not facts about the run.
+struct ReportRequest {
+    std::string torch_version;
+    std::string python_version;
+    int warmup = 0;
+    std::string boundary = "explicit";
+    AnalysisConfig config;
+    // Devices by name ("cuda:0") with their capacity in bytes.
+    std::map<std::string, uint64_t> capacities;
+    std::vector<std::string> warnings;
+    // {block pointer: [(file, line, function), ...]} as PyTorch's history recording gives them,
+    // innermost first.
+    pybind11::dict external_stacks;
+    // Cell watch: (cell file, execution count) per boundary.
+    std::vector<std::pair<std::string, int>> boundary_runs;
+    bool explain_grown_only = false;
+    std::string privateuse1_backend = std::string(kPrivateUse1DefaultName);
+    // (error type, message, device) of the out-of-memory error that ended the run.
+    std::optional<std::tuple<std::string, std::string, std::string>> out_of_memory;
+    // Device types ("cuda") whose allocator's own view of its live blocks was read, and those
+    // blocks.
+    std::vector<std::string> allocator_view_devices;
+    std::vector<uintptr_t> allocator_live_blocks;
+    std::vector<std::string> autocast_devices;
+    uint64_t dynamo_compiled_frames = 0;
+    uint64_t torchscript_functions = 0;
+    // (iteration, resident bytes) pairs.
+    std::vector<std::pair<int64_t, int64_t>> resident_memory;
+    std::optional<size_t> live_findings;
+    // torch.utils.hooks.RemovableHandle.next_id when tracking started.
+    std::optional<uint64_t> first_hook_id;
+};
 
-// Devices by name ("cuda:0") with their capacity in bytes.
-std::vector<DeviceInfo> deviceCapacities(const std::map<std::string, uint64_t>& capacities,
-                                         std::string_view privateUse1);
-
-// {block pointer: [(file, line, function), ...]} as PyTorch's history recording gives them,
-// innermost first; every frame is classified by the same rule as the frames the hook captured.
-std::unordered_map<uintptr_t, std::vector<Frame>> externalStacks(const pybind11::dict& stacks,
-                                                                 const FrameFilter& filter);
+// The core's inputs from a request. Frames (the external stacks) and cells (the boundary runs)
+// are classified by the filter the report's own frames are classified by. Throws InvalidArgument
+// for a negative warmup, an unknown boundary kind or device name.
+ReportInputs reportInputs(const ReportRequest& request, const FrameFilter& filter);
 
 } // namespace torchleak::python

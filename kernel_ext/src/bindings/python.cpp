@@ -102,6 +102,31 @@ PYBIND11_MODULE(_core, m) {
             },
             "(user, cell) of a file: is it user code, and which notebook cell is it");
 
+    // Filled field by field, as AnalysisConfig is; a list field is assigned whole (reading one
+    // gives a copy).
+    py::class_<python::ReportRequest>(m, "ReportInputs")
+        .def(py::init<>())
+        .def_readwrite("torch_version", &python::ReportRequest::torch_version)
+        .def_readwrite("python_version", &python::ReportRequest::python_version)
+        .def_readwrite("warmup", &python::ReportRequest::warmup)
+        .def_readwrite("boundary", &python::ReportRequest::boundary)
+        .def_readwrite("config", &python::ReportRequest::config)
+        .def_readwrite("capacities", &python::ReportRequest::capacities)
+        .def_readwrite("warnings", &python::ReportRequest::warnings)
+        .def_readwrite("external_stacks", &python::ReportRequest::external_stacks)
+        .def_readwrite("boundary_runs", &python::ReportRequest::boundary_runs)
+        .def_readwrite("explain_grown_only", &python::ReportRequest::explain_grown_only)
+        .def_readwrite("privateuse1_backend", &python::ReportRequest::privateuse1_backend)
+        .def_readwrite("out_of_memory", &python::ReportRequest::out_of_memory)
+        .def_readwrite("allocator_view_devices", &python::ReportRequest::allocator_view_devices)
+        .def_readwrite("allocator_live_blocks", &python::ReportRequest::allocator_live_blocks)
+        .def_readwrite("autocast_devices", &python::ReportRequest::autocast_devices)
+        .def_readwrite("dynamo_compiled_frames", &python::ReportRequest::dynamo_compiled_frames)
+        .def_readwrite("torchscript_functions", &python::ReportRequest::torchscript_functions)
+        .def_readwrite("resident_memory", &python::ReportRequest::resident_memory)
+        .def_readwrite("live_findings", &python::ReportRequest::live_findings)
+        .def_readwrite("first_hook_id", &python::ReportRequest::first_hook_id);
+
     py::class_<python::TrackingSession>(m, "Session")
         .def(py::init<bool, uint64_t>(), py::arg("capture_stacks") = true,
              py::arg("sample_bytes") = 0)
@@ -152,80 +177,20 @@ PYBIND11_MODULE(_core, m) {
              })
         .def(
             "report_json",
-            [](python::TrackingSession& self, const std::string& torchVersion,
-               const std::string& pythonVersion, int warmup, const std::string& boundary,
-               const AnalysisConfig& config, const std::map<std::string, uint64_t>& capacities,
-               const std::vector<std::string>& warnings, const python::FrameFilter& filter,
-               const py::list& roots, bool explain, const py::dict& externalStacks, int indent,
-               const std::vector<std::pair<std::string, int>>& boundaryRuns,
-               const py::list& parameterOwners, bool explainGrownOnly,
-               const std::string& privateUse1Backend,
-               const std::optional<std::tuple<std::string, std::string, std::string>>& outOfMemory,
-               bool describeTensors, const std::vector<std::string>& allocatorViewDevices,
-               const std::vector<uintptr_t>& allocatorLiveBlocks,
-               const std::vector<std::string>& autocastDevices, uint64_t dynamoCompiledFrames,
-               uint64_t torchscriptFunctions,
-               const std::vector<std::pair<int64_t, int64_t>>& residentMemory,
-               std::optional<size_t> liveFindings) {
-                if (warmup < 0) {
-                    throw InvalidArgument("warmup must be >= 0");
-                }
-                ReportInputs in;
-                in.torch_version = torchVersion;
-                in.python_version = pythonVersion;
-                in.warmup = warmup;
-                in.boundary = python::parseBoundary(boundary);
-                in.config = config;
-                in.external_stacks = python::externalStacks(externalStacks, filter);
-                in.warnings = warnings;
-                if (!privateUse1Backend.empty()) {
-                    in.privateuse1_backend = privateUse1Backend;
-                }
-                in.devices = python::deviceCapacities(capacities, in.privateuse1_backend);
-                in.explain_grown_only = explainGrownOnly;
-                in.torch_caches = {autocastDevices, dynamoCompiledFrames, torchscriptFunctions};
-                in.live_findings = liveFindings;
-                for (const auto& [iteration, bytes] : residentMemory) {
-                    in.resident.push_back({iteration, bytes});
-                }
-                for (const std::string& type : allocatorViewDevices) {
-                    in.allocator_view_devices.push_back(
-                        parseDeviceName(type + ":0", in.privateuse1_backend).type);
-                }
-                in.allocator_live_blocks.insert(allocatorLiveBlocks.begin(),
-                                                allocatorLiveBlocks.end());
-                if (outOfMemory) {
-                    const auto& [error, message, device] = *outOfMemory;
-                    in.out_of_memory = OutOfMemoryInputs{error, message, device};
-                }
-                // Cell watch's (cell file, execution count) per boundary, grouped by the same
-                // rule as the frames, so a cell's re-runs are one group.
-                for (const auto& [file, cell] : boundaryRuns) {
-                    in.boundary_runs.push_back({filter.classify(file).group, cell});
-                }
+            [](python::TrackingSession& self, const python::ReportRequest& inputs,
+               const python::FrameFilter& filter, const py::list& roots, bool explain,
+               const py::list& parameterOwners, bool describeTensors, int indent) {
+                ReportInputs in = python::reportInputs(inputs, filter);
                 // `roots` (the Python list) keeps every root object alive during the walk.
                 std::vector<py::object> owned;
                 return self.reportJson(in, filter, python::namedRoots(roots, owned), explain,
                                        indent, python::parameterOwners(parameterOwners),
                                        describeTensors);
             },
-            py::arg("torch_version"), py::arg("python_version"), py::arg("warmup"),
-            py::arg("boundary"), py::arg("config") = AnalysisConfig{},
-            py::arg("capacities") = std::map<std::string, uint64_t>{},
-            py::arg("warnings") = std::vector<std::string>{},
-            py::arg("frame_filter") = python::FrameFilter{}, py::arg("roots") = py::list(),
-            py::arg("explain") = true, py::arg("external_stacks") = py::dict(),
-            py::arg("indent") = -1,
-            py::arg("boundary_runs") = std::vector<std::pair<std::string, int>>{},
-            py::arg("parameter_owners") = py::list(), py::arg("explain_grown_only") = false,
-            py::arg("privateuse1_backend") = std::string(kPrivateUse1DefaultName),
-            py::arg("out_of_memory") = std::nullopt, py::arg("describe_tensors") = true,
-            py::arg("allocator_view_devices") = std::vector<std::string>{},
-            py::arg("allocator_live_blocks") = std::vector<uintptr_t>{},
-            py::arg("autocast_devices") = std::vector<std::string>{},
-            py::arg("dynamo_compiled_frames") = 0, py::arg("torchscript_functions") = 0,
-            py::arg("resident_memory") = std::vector<std::pair<int64_t, int64_t>>{},
-            py::arg("live_findings") = std::nullopt)
+            py::arg("inputs"), py::arg("frame_filter") = python::FrameFilter{},
+            py::arg("roots") = py::list(), py::arg("explain") = true,
+            py::arg("parameter_owners") = py::list(), py::arg("describe_tensors") = true,
+            py::arg("indent") = -1)
         .def(
             "note_out_of_memory",
             [](python::TrackingSession& self, const std::string& device,

@@ -62,7 +62,7 @@ std::unordered_set<uintptr_t> RetainingPathFinder::walkFromNamedRoots(
     Walk walk(targets, visited, d_stats);
     walk.addRoots(d_roots);
     walk.run();
-    PathBuilder builder(walk.nodes(), d_roots, &d_owners);
+    PathBuilder builder(walk.nodes(), d_roots, &d_owners, d_firstHookId);
     for (const auto& [block, node] : walk.found()) {
         result[block] = BlockPath{Retention::Reachable, builder.build(node)};
     }
@@ -167,7 +167,7 @@ void RetainingPathFinder::explainHookAnchors(const std::vector<PyObject*>& tenso
     Walk island(unreached, visited, d_stats);
     island.addRoots(anchorRoots);
     island.run();
-    PathBuilder builder(island.nodes(), anchorRoots, &d_owners);
+    PathBuilder builder(island.nodes(), anchorRoots, &d_owners, d_firstHookId);
     for (const auto& [block, node] : island.found()) {
         result[block] = BlockPath{Retention::CppOnly, builder.build(node)};
         unreached.erase(block);

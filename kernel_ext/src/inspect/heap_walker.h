@@ -21,6 +21,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <Python.h>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -30,8 +31,12 @@ namespace torchleak::python {
 
 class RetainingPathFinder final : public RetentionExplainer {
   public:
-    explicit RetainingPathFinder(std::vector<NamedRoot> roots, ParameterOwners owners = {})
-        : d_roots(std::move(roots)), d_owners(std::move(owners)) {}
+    // `firstHookId`: torch's next hook handle id when tracking started (ReportInputs), so a
+    // path's dict of hooks says how many of its hooks the run registered.
+    explicit RetainingPathFinder(std::vector<NamedRoot> roots,
+                                 ParameterOwners owners = {},
+                                 std::optional<uint64_t> firstHookId = std::nullopt)
+        : d_roots(std::move(roots)), d_owners(std::move(owners)), d_firstHookId(firstHookId) {}
     std::unordered_map<uintptr_t, BlockPath> explain(const std::vector<uintptr_t>& blocks) override;
     const WalkStats& stats() const noexcept { return d_stats; }
 
@@ -59,6 +64,7 @@ class RetainingPathFinder final : public RetentionExplainer {
 
     std::vector<NamedRoot> d_roots;
     ParameterOwners d_owners;
+    std::optional<uint64_t> d_firstHookId;
     WalkStats d_stats;
 };
 

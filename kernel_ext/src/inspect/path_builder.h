@@ -21,8 +21,9 @@ class PathBuilder {
   public:
     PathBuilder(const std::vector<WalkNode>& nodes,
                 const std::vector<NamedRoot>& roots,
-                const ParameterOwners* owners = nullptr)
-        : d_nodes(nodes), d_roots(roots), d_owners(owners) {}
+                const ParameterOwners* owners = nullptr,
+                std::optional<uint64_t> firstHookId = std::nullopt)
+        : d_nodes(nodes), d_roots(roots), d_owners(owners), d_firstHookId(firstHookId) {}
 
     // Steps from the root to node `i`. With `dropRoot`, the root itself is left out.
     std::vector<PathStep> build(uint32_t i, bool dropRoot = false);
@@ -46,7 +47,21 @@ class PathBuilder {
     // running user code.
     std::optional<std::string> attributeName(PyObject* parent, PyObject* child);
 
+    // The step node `i` is, by a table of its edge kind (path_builder.cpp): fixed text around
+    // the node's name and index, or one of the labellers below.
     PathStep label(uint32_t i);
+    PathStep labelRoot(const WalkNode& n);
+    PathStep labelDictEntry(const WalkNode& n);
+    PathStep labelSequenceItem(const WalkNode& n);
+    PathStep labelClosureCell(const WalkNode& n);
+    PathStep labelReferent(const WalkNode& n);
+    PathStep labelFrameLocal(const WalkNode& n);
+    PathStep labelSavedPacked(const WalkNode& n);
+    PathStep labelUnpackHook(const WalkNode& n);
+    PathStep labelScriptConstant(const WalkNode& n);
+    PathStep labelNodeHooks(const WalkNode& n);
+    PyObject* parentObject(const WalkNode& n) const;
+    std::optional<HookDictGrowth> hookDictGrowth(const std::string& name, PyObject* dict);
 
     // A dict entry keyed by an object (a parameter keying optimizer.state) is named by the
     // parameter's path through its module, else by the key's own path when the walk reached it.
@@ -58,6 +73,7 @@ class PathBuilder {
     const std::vector<NamedRoot>& d_roots;
     QualifiedNames d_names;
     const ParameterOwners* d_owners;
+    std::optional<uint64_t> d_firstHookId;
 };
 
 } // namespace torchleak::python

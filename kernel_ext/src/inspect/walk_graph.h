@@ -41,6 +41,9 @@ enum class Edge : uint8_t {
                      // name and index as for SavedPacked
     ScriptConstant,  // a tensor constant of a TorchScript graph; name: the function
 };
+// The last Edge: a new one goes before it or moves this, and path_builder.cpp's label tables
+// then refuse to compile until it is labelled.
+inline constexpr Edge kLastEdge = Edge::ScriptConstant;
 
 struct WalkNode {
     const void* ptr;
