@@ -3,9 +3,11 @@
 #include "torchleak/display_text.h"
 #include "torchleak/retention.h"
 #include "torchleak/scoring.h"
+#include "torchleak/suggestion.h"
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace torchleak {
 
@@ -42,7 +44,44 @@ std::string causeKey(const Finding& f) {
     return "site:" + siteText(f.site) + "\x1f" + f.device;
 }
 
+namespace {
+// The dict entry a holder's newest sampled path goes into (`['task7']`), with the line that
+// allocated it and its device: findings of one line whose holders differ but gain the same new
+// entry are one call filling several containers. Empty without a holder.
+std::string newEntryKey(const Finding& f) {
+    if (!f.holder || f.retention != Retention::Reachable) {
+        return "";
+    }
+    for (size_t k = 1; k < f.path.size(); ++k) {
+        if (pathText(f.path, k) == f.holder->path_text) {
+            const PathStep& entry = f.path[k];
+            // A dict's key: lists that one line appends to in turn gain the same index
+            // without being one container's entries (cause groups show them together).
+            if (entry.kind != StepKind::Key) {
+                return "";
+            }
+            std::string key = siteText(f.site);
+            key += '\x1f';
+            key += f.device;
+            key += '\x1f';
+            key += entry.label;
+            return key;
+        }
+    }
+    return "";
+}
+} // namespace
+
 std::vector<Cause> groupCauses(Report& report, const AnalysisConfig& config) {
+    // Entries under one new key in several containers: which holders gain each.
+    std::map<std::string, std::set<std::string>> holdersOfEntry;
+    for (const Finding& f : report.findings) {
+        if (f.verdict == Verdict::Leak) {
+            if (std::string entry = newEntryKey(f); !entry.empty()) {
+                holdersOfEntry[entry].insert(f.holder->path_text);
+            }
+        }
+    }
     std::map<std::string, size_t> byKey;
     std::vector<Cause> causes;
     for (size_t i = 0; i < report.findings.size(); ++i) {
@@ -51,6 +90,11 @@ std::vector<Cause> groupCauses(Report& report, const AnalysisConfig& config) {
             continue;
         }
         std::string key = causeKey(f);
+        const std::string entry = newEntryKey(f);
+        const bool shared = !entry.empty() && holdersOfEntry[entry].size() >= 2;
+        if (shared) {
+            key = "entry:" + entry;
+        }
         auto [it, fresh] = byKey.emplace(key, causes.size());
         if (fresh) {
             Cause c;
@@ -60,6 +104,9 @@ std::vector<Cause> groupCauses(Report& report, const AnalysisConfig& config) {
                 c.keeper = siteText(f.site);
             }
             c.holder = f.holder;
+            if (shared) {
+                c.new_key = entry.substr(entry.rfind('\x1f') + 1);
+            }
             causes.push_back(std::move(c));
         }
         Cause& c = causes[it->second];
@@ -71,6 +118,21 @@ std::vector<Cause> groupCauses(Report& report, const AnalysisConfig& config) {
         std::stable_sort(c.findings.begin(), c.findings.end(), [&](int a, int b) {
             return report.findings[a].total_bytes > report.findings[b].total_bytes;
         });
+        if (!c.new_key.empty()) {
+            // One fix for every container: each finding's own (`.clear()` one of them) frees
+            // only its share.
+            const Finding& biggest = report.findings[c.findings.front()];
+            c.keeper = biggest.holder->path_text;
+            c.holder = biggest.holder;
+            for (int i : c.findings) {
+                c.holders.push_back(report.findings[i].holder->path_text);
+            }
+            const std::string fix = suggestForSharedNewKey(c.holders, c.new_key);
+            for (int i : c.findings) {
+                report.findings[i].suggestion = fix;
+                report.findings[i].fix_code.clear();
+            }
+        }
         // The biggest site's fix: its path is the one every view shows for the cause.
         c.suggestion = report.findings[c.findings.front()].suggestion;
         c.projected_oom_iteration = projectedOomIteration(c, report);

@@ -356,16 +356,23 @@ std::string pathTensorText(const TensorInfo& tensor) {
 }
 
 std::string headline(const Report& report) {
-    size_t leakSites = std::count_if(report.findings.begin(), report.findings.end(),
-                                     [](const Finding& f) { return f.verdict == Verdict::Leak; });
-    std::string others = std::to_string(report.findings.size() - leakSites) + " other finding(s)";
-    // Reports built before causes existed (or loaded from such a file) count sites.
-    if (report.causes.empty() || report.causes.size() == leakSites) {
-        return std::to_string(leakSites) + " leak(s), " + others;
+    size_t leakFindings = 0;
+    std::set<std::string> leakSites; // one line's entries in several containers: one site
+    for (const Finding& f : report.findings) {
+        if (f.verdict == Verdict::Leak) {
+            ++leakFindings;
+            leakSites.insert(siteText(f.site) + '\x1f' + f.device);
+        }
+    }
+    std::string others =
+        std::to_string(report.findings.size() - leakFindings) + " other finding(s)";
+    // Reports built before causes existed (or loaded from such a file) count findings.
+    if (report.causes.empty() || report.causes.size() == leakFindings) {
+        return std::to_string(leakFindings) + " leak(s), " + others;
     }
     return std::to_string(report.causes.size()) +
-           (report.causes.size() == 1 ? " leak (" : " leaks (") + std::to_string(leakSites) +
-           " allocation sites), " + others;
+           (report.causes.size() == 1 ? " leak (" : " leaks (") + std::to_string(leakSites.size()) +
+           (leakSites.size() == 1 ? " allocation site), " : " allocation sites), ") + others;
 }
 
 namespace {
@@ -408,6 +415,11 @@ std::string mechanism(const Cause& c, const Finding& f) {
         stepStarting(f.path, ".ag_frame")) {
         return keeper + " keeps suspended generators with their frames";
     }
+    if (c.holders.size() >= 2) {
+        return "one line adds an entry under a new key to " + std::to_string(c.holders.size()) +
+               " containers every iteration (" + shortPath(c.holders.front()) + " and " +
+               std::to_string(c.holders.size() - 1) + " more)";
+    }
     if (c.holder && c.holder->hooks) {
         return "hooks accumulate in " + keeper + ", one more every iteration";
     }
@@ -435,8 +447,12 @@ std::string causeText(const Cause& c, const Report& report) {
                                  iterationNoun(report.boundary) + ": "
                            : formatBytes(static_cast<double>(c.total_bytes)) + " held: ";
     text += mechanism(c, biggest);
-    if (c.findings.size() > 1) {
-        return text + ", across " + std::to_string(c.findings.size()) + " allocation sites";
+    std::set<std::string> sites;
+    for (int i : c.findings) {
+        sites.insert(siteText(report.findings[static_cast<size_t>(i)].site));
+    }
+    if (sites.size() > 1) {
+        return text + ", across " + std::to_string(sites.size()) + " allocation sites";
     }
     return text + ", at " + siteText(biggest.site);
 }

@@ -21,7 +21,8 @@ std::vector<FindingBlock> samplePathBlocks(const std::vector<FindingBlock>& bloc
 const BlockPath* representativePath(const std::vector<FindingBlock>& blocks,
                                     const std::unordered_map<uintptr_t, BlockPath>& paths,
                                     uint32_t lastBoundaryIteration,
-                                    std::vector<const std::vector<PathStep>*>& found) {
+                                    std::vector<const std::vector<PathStep>*>& found,
+                                    std::vector<uint32_t>* births) {
     const BlockPath* representative = nullptr;
     const BlockPath* newest = nullptr;
     uint32_t lastIteration = lastBoundaryIteration;
@@ -34,6 +35,9 @@ const BlockPath* representativePath(const std::vector<FindingBlock>& blocks,
             continue;
         }
         found.push_back(&it->second.steps);
+        if (births != nullptr) {
+            births->push_back(b.birth);
+        }
         if (newest == nullptr) {
             newest = &it->second;
         }

@@ -92,16 +92,18 @@ ReportBuilder::blockHolders(const Finding& whole,
                             double sampleScale,
                             const std::unordered_map<uintptr_t, BlockPath>& paths) const {
     std::vector<const std::vector<PathStep>*> all;
+    std::vector<uint32_t> births;
     for (const FindingBlock& b : sample) {
         if (auto it = paths.find(b.block); it != paths.end()) {
             all.push_back(&it->second.steps);
+            births.push_back(b.birth);
         }
     }
     std::unordered_map<uintptr_t, BlockHolder> holders;
     if (all.size() < 2) {
         return holders;
     }
-    const PathFanout fanout(all);
+    const PathFanout fanout(all, births);
     for (const FindingBlock& b : sample) {
         auto it = paths.find(b.block);
         if (it == paths.end()) {
@@ -247,8 +249,9 @@ void ReportBuilder::applyRepresentativePath(Finding& f,
                                             double sampleScale,
                                             const std::unordered_map<uintptr_t, BlockPath>& paths) {
     std::vector<const std::vector<PathStep>*> all;
+    std::vector<uint32_t> births;
     const BlockPath* representative =
-        representativePath(blocks, paths, d_n > 0 ? d_at.back() : 0, all);
+        representativePath(blocks, paths, d_n > 0 ? d_at.back() : 0, all, &births);
     if (representative == nullptr) {
         return;
     }
@@ -267,7 +270,7 @@ void ReportBuilder::applyRepresentativePath(Finding& f,
         f.shape = f.path.back().tensor->shape;
     }
     if (f.retention == Retention::Reachable) {
-        f.holder = chooseHolder(f.path, all, growthIterations(f), sampleScale);
+        f.holder = chooseHolder(f.path, all, growthIterations(f), sampleScale, births);
     }
 }
 

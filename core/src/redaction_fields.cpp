@@ -51,6 +51,8 @@ std::span<const RedactionField> redactionFields() {
         {"causes[].holder.path_short", Redaction::WrittenAgain},
         {"causes[].holder.type", Redaction::Keep},
         {"causes[].holder.hooks.newest", Redaction::Keep},
+        {"causes[].holders[]", Redaction::Sentence},
+        {"causes[].new_key", Redaction::Key},
         {"devices[].device", Redaction::Keep},
         {"devices[].verdict", Redaction::Keep},
         {"devices[].text", Redaction::WrittenAgain},

@@ -406,6 +406,10 @@ std::string toJson(const Report& r, int indent) {
                    {"projected_oom_iteration", optionalJson(c.projected_oom_iteration)},
                    {"text", causeText(c, r)}};
         cj["holder"] = holderJson(c.holder);
+        if (!c.holders.empty()) {
+            cj["holders"] = c.holders;
+            cj["new_key"] = c.new_key;
+        }
         j["causes"].push_back(std::move(cj));
     }
     // Derived from the causes whenever a report is written, so a report read back (or from an
@@ -559,6 +563,10 @@ Report reportFromJson(std::string_view text) {
                 c.projected_oom_iteration = integerAt<int64_t>(cj, "projected_oom_iteration");
             }
             c.holder = holderFrom(cj);
+            if (cj.contains("holders") && cj["holders"].is_array()) {
+                c.holders = cj["holders"].get<std::vector<std::string>>();
+                c.new_key = cj.value("new_key", "");
+            }
             r.causes.push_back(std::move(c));
         }
         if (j.contains("oom") && !j["oom"].is_null()) {

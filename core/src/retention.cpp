@@ -136,16 +136,40 @@ bool isLastExceptionRoot(const std::string& label) {
     return label.rfind("<last exception>", 0) == 0;
 }
 
-PathFanout::PathFanout(const std::vector<const std::vector<PathStep>*>& paths) {
-    for (const auto* p : paths) {
+PathFanout::PathFanout(const std::vector<const std::vector<PathStep>*>& paths,
+                       const std::vector<uint32_t>& births) {
+    const bool born = births.size() == paths.size();
+    for (size_t i = 0; i < paths.size(); ++i) {
+        const std::vector<PathStep>& p = *paths[i];
         std::string prefix;
-        for (size_t k = 0; k + 1 < p->size(); ++k) {
-            prefix += (*p)[k].label;
+        for (size_t k = 0; k + 1 < p.size(); ++k) {
+            prefix += p[k].label;
             Branch& b = d_branches[prefix];
             b.paths += 1;
-            b.next.insert((*p)[k + 1].label);
+            b.next.insert(p[k + 1].label);
+            if (born) {
+                b.births[p[k + 1].label].insert(births[i]);
+            }
         }
     }
+}
+
+// Most of the branch's elements each hold blocks born in several iterations (at least 3, and
+// at least half of those the branch holds): elements that were there before the growth and
+// gain something each iteration. An element added per iteration holds that iteration's blocks.
+bool PathFanout::isRoute(const Branch& b) {
+    if (b.births.size() < 2) {
+        return false;
+    }
+    std::set<uint32_t> all;
+    for (const auto& [next, iterations] : b.births) {
+        all.insert(iterations.begin(), iterations.end());
+    }
+    const size_t many = std::max<size_t>(3, (all.size() + 1) / 2);
+    const auto spanning = std::count_if(b.births.begin(), b.births.end(), [&](const auto& entry) {
+        return entry.second.size() >= many;
+    });
+    return 2 * static_cast<size_t>(spanning) > b.births.size();
 }
 
 std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
@@ -180,6 +204,9 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
             continue;
         }
         const Branch& b = it->second;
+        if (isRoute(b)) {
+            continue;
+        }
         double n = static_cast<double>(b.next.size());
         if (b.next.size() >= 2 && b.next.size() == b.paths) {
             n *= std::max(sampleScale, 1.0); // no two samples shared an element
@@ -195,8 +222,9 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
 std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
                                    const std::vector<const std::vector<PathStep>*>& paths,
                                    double iterations,
-                                   double sampleScale) {
-    return PathFanout(paths).holderOn(representative, iterations, sampleScale);
+                                   double sampleScale,
+                                   const std::vector<uint32_t>& births) {
+    return PathFanout(paths, births).holderOn(representative, iterations, sampleScale);
 }
 
 std::string holderName(const BlockPath& path, const std::optional<Holder>& holder) {

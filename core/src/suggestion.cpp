@@ -609,6 +609,22 @@ std::optional<std::string_view> appendedTo(std::string_view line, const std::str
 }
 } // namespace
 
+std::string suggestForSharedNewKey(const std::vector<std::string>& holders,
+                                   const std::string& newKey) {
+    std::string named;
+    constexpr size_t kNamed = 3;
+    for (size_t k = 0; k < std::min(holders.size(), kNamed); ++k) {
+        named += (k == 0 ? "" : (k + 1 == holders.size() ? " and " : ", ")) + shortPath(holders[k]);
+    }
+    if (holders.size() > kNamed) {
+        named += " and " + std::to_string(holders.size() - kNamed) + " more";
+    }
+    return "one line adds an entry under a new key (the newest: " + newKey + ") to each of " +
+           std::to_string(holders.size()) + " containers every iteration (" + named +
+           "): clearing one frees only its share. Delete the key from every one of them once it "
+           "is used (del container[key] in each, where the key is added), or reuse one key";
+}
+
 std::string suggestFixCode(const Finding& f) {
     const std::string root = f.path.empty() ? "" : f.path.front().label;
     if (f.verdict == Verdict::Leak && isOutputCacheRoot(root)) {

@@ -347,3 +347,64 @@ TEST_CASE("Re-running without the profiler is recommended only when a profiler h
                          "2 iteration(s); allocations and frees on this thread were not seen");
     REQUIRE(mentionsProfiler(summarize(r)));
 }
+
+namespace {
+// One line adds `name` to the adapters dict of each of `layers` wrapped layers (#47 item 5).
+Report adaptersPerLayer(int layers, int line = 13) {
+    std::vector<Finding> findings;
+    for (int k = 0; k < layers; ++k) {
+        const std::string layer = "[" + std::to_string(k) + "]";
+        std::vector<PathStep> path = {step(StepKind::Root, "layers"), step(StepKind::Index, layer),
+                                      step(StepKind::Attr, ".adapters"),
+                                      step(StepKind::Key, "['task7']")};
+        findings.push_back(
+            leakAt(line, 16 * 1024 + k, path,
+                   Holder{"layers" + layer + ".adapters", "dict", 1.0, std::nullopt}));
+        findings.back().fix_code = "layers" + layer + ".adapters.clear()";
+    }
+    return reportWith(std::move(findings));
+}
+} // namespace
+
+TEST_CASE("one line adding the same new key to several dicts is one cause with one fix") {
+    Report r = adaptersPerLayer(4);
+    r.causes = groupCauses(r, AnalysisConfig{});
+    REQUIRE(r.causes.size() == 1);
+    const Cause& c = r.causes[0];
+    REQUIRE(c.findings.size() == 4);
+    REQUIRE(c.new_key == "['task7']");
+    REQUIRE(c.holders == std::vector<std::string>{"layers[3].adapters", "layers[2].adapters",
+                                                  "layers[1].adapters", "layers[0].adapters"});
+    REQUIRE(c.keeper == "layers[3].adapters"); // the biggest
+    CHECK(c.suggestion.find("to each of 4 containers every iteration (layers[3].adapters, "
+                            "layers[2].adapters, layers[1].adapters and 1 more)") !=
+          std::string::npos);
+    CHECK(c.suggestion.find("clearing one frees only its share") != std::string::npos);
+    for (const Finding& f : r.findings) {
+        CHECK(f.suggestion == c.suggestion); // one fix for all, none that frees a quarter
+        CHECK(f.fix_code.empty());
+    }
+    CHECK(causeText(c, r) == "64.0 KiB per iteration: one line adds an entry under a new key to 4 "
+                             "containers every iteration (layers[3].adapters and 3 more), at "
+                             "train.py:13");
+    CHECK(headline(r) == "1 leak (1 allocation site), 0 other finding(s)");
+    // Written and read back: the same cause.
+    Report back = reportFromJson(toJson(r));
+    REQUIRE(back.causes[0].holders == c.holders);
+    REQUIRE(back.causes[0].new_key == c.new_key);
+    REQUIRE(toJson(back) == toJson(r));
+}
+
+TEST_CASE("dicts filled by different lines stay different causes, and a lone dict is itself") {
+    Report r = adaptersPerLayer(1, 13);
+    Report other = adaptersPerLayer(1, 20);
+    r.findings.push_back(other.findings[0]);
+    r.findings.back().holder->path_text = "cache";
+    r.causes = groupCauses(r, AnalysisConfig{});
+    REQUIRE(r.causes.size() == 2);
+    for (const Cause& c : r.causes) {
+        CHECK(c.holders.empty());
+        CHECK(c.new_key.empty());
+    }
+    CHECK(r.findings[0].fix_code == "layers[0].adapters.clear()");
+}

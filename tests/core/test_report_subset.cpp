@@ -31,9 +31,30 @@ Report fiveLeaks() {
         r.findings.push_back(leakAt(10 + i, 1000 * (i + 1)));
     }
     r.causes = {
-        Cause{Verdict::Leak, "losses", std::nullopt, 3000, 0, {0, 2}, "", Severity::Critical, {}},
-        Cause{Verdict::Leak, "cache", std::nullopt, 2000, 0, {1}, "", Severity::Warning, {}},
-        Cause{Verdict::Leak, "acts", std::nullopt, 5000, 0, {4, 3}, "", Severity::Warning, {}}};
+        Cause{Verdict::Leak,
+              "losses",
+              std::nullopt,
+              3000,
+              0,
+              {0, 2},
+              "",
+              Severity::Critical,
+              {},
+              {},
+              ""},
+        Cause{
+            Verdict::Leak, "cache", std::nullopt, 2000, 0, {1}, "", Severity::Warning, {}, {}, ""},
+        Cause{Verdict::Leak,
+              "acts",
+              std::nullopt,
+              5000,
+              0,
+              {4, 3},
+              "",
+              Severity::Warning,
+              {},
+              {},
+              ""}};
     r.summary.recommendations = {{"high", "store loss.item()", {0, 1}},
                                  {"low", "about the whole run", {}},
                                  {"medium", "clear the cache", {1}}};

@@ -1100,3 +1100,37 @@ def test_hooks_that_were_there_before_tracking_are_a_route_not_the_cause():
     assert "hooks" not in leak.holder
     assert "hooks accumulate" not in leak.suggestion
     del explainers
+
+
+class WrappedLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.base = torch.nn.Linear(8, 8)
+        self.adapters = {}
+
+
+def test_one_line_adding_a_new_key_to_every_layer_is_one_cause_held_by_each_layers_dict():
+    # #47 item 5: four findings, one per layer's dict, each with its own `.clear()`, before
+    # that the fixed list of layers was taken for the holder and `layers.clear()` offered.
+    layers = [WrappedLayer() for _ in range(4)]
+    names = iter(range(1000))
+
+    def step():
+        name = f"task{next(names)}"
+        for layer in layers:
+            layer.adapters[name] = torch.zeros(64, 256)  # ALLOC
+
+    report = torchleak.check(step, iterations=ITERATIONS)
+    assert len(report.causes) == 1, str(report)
+    cause = report.causes[0]
+    assert len(cause["findings"]) == 4
+    assert sorted(cause["holders"]) == [f"layers[{k}].adapters" for k in range(4)]
+    assert cause["new_key"].startswith("['task")
+    assert "one line adds an entry under a new key to 4 containers every iteration" in cause["text"]
+    for leak in report.leaks:
+        assert leak.holder["path_text"] in cause["holders"]  # never `layers`, which does not grow
+        assert leak.site["line"] == alloc_line(step)
+        assert "clearing one frees only its share" in leak.suggestion
+        assert "fix_code" not in leak.to_dict()
+    assert "containers (biggest first):" in str(report)
+    assert "1 leak (1 allocation site)" in str(report)

@@ -43,10 +43,12 @@ std::vector<FindingBlock> samplePathBlocks(const std::vector<FindingBlock>& bloc
 // leaks; the newest block's when every path is from then; nullptr when no path was found.
 // `lastBoundaryIteration` is the iteration the run's last boundary ended: in cell watch it may
 // end another cell's run, and the site's own newest blocks are then just as much current state.
-// `found` receives every path the blocks have, for the holder's fan-out.
+// `found` receives every path the blocks have, for the holder's fan-out, and `births` (when
+// given) the iteration of each one's block.
 const BlockPath* representativePath(const std::vector<FindingBlock>& blocks,
                                     const std::unordered_map<uintptr_t, BlockPath>& paths,
                                     uint32_t lastBoundaryIteration,
-                                    std::vector<const std::vector<PathStep>*>& found);
+                                    std::vector<const std::vector<PathStep>*>& found,
+                                    std::vector<uint32_t>* births = nullptr);
 
 } // namespace torchleak

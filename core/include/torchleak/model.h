@@ -264,6 +264,12 @@ struct Cause {
     std::string suggestion;
     Severity severity = Severity::Info;
     std::optional<int64_t> projected_oom_iteration; // its device full at this rate alone
+    // Set when one line adds an entry under the same new key to several containers every
+    // iteration (an adapter's name in every wrapped layer): the containers (biggest first) and
+    // the entry's label in its newest sampled form ("['task7']"). One cause, one fix for all:
+    // clearing one of them frees only its share.
+    std::vector<std::string> holders;
+    std::string new_key;
 };
 
 // Causes that are one pattern: kCauseGroupMin or more kept side by side in one container

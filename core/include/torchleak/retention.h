@@ -39,7 +39,12 @@ std::string pathText(const std::vector<PathStep>& steps, size_t count);
 // is what grows.
 class PathFanout {
   public:
-    explicit PathFanout(const std::vector<const std::vector<PathStep>*>& paths);
+    // `births`, when given, has the iteration each path's block was allocated in (one per
+    // path): a container whose every element holds blocks of many iterations (a fixed list of
+    // layers, each gaining an entry per iteration) is the route to what grows, not the thing
+    // that grows, however many elements the paths go through.
+    explicit PathFanout(const std::vector<const std::vector<PathStep>*>& paths,
+                        const std::vector<uint32_t>& births = {});
 
     // The first container on `path` through which the paths fan out (one more element per
     // iteration for a list that keeps a loss per step). The paths are a sample standing for
@@ -53,7 +58,10 @@ class PathFanout {
     struct Branch {
         size_t paths = 0;
         std::set<std::string> next;
+        // The iterations the blocks behind each next step were born in.
+        std::map<std::string, std::set<uint32_t>> births;
     };
+    static bool isRoute(const Branch& b);
     std::map<std::string, Branch> d_branches;
 };
 
@@ -61,7 +69,8 @@ class PathFanout {
 std::optional<Holder> chooseHolder(const std::vector<PathStep>& representative,
                                    const std::vector<const std::vector<PathStep>*>& paths,
                                    double iterations,
-                                   double sampleScale = 1.0);
+                                   double sampleScale = 1.0,
+                                   const std::vector<uint32_t>& births = {});
 
 // The name a user knows a block's keeper by: the growing container it hangs in, else the
 // root its path starts from (`y`, `model`, `<held only from C++>`); empty when no path was

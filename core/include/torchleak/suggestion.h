@@ -5,11 +5,17 @@
 #include "torchleak/model.h"
 
 #include <string>
+#include <vector>
 
 namespace torchleak {
 
 // Empty for a finding that is not a leak.
 std::string suggestFix(const Finding& finding);
+
+// The fix for a cause whose findings are one line's entries under the same new key in several
+// containers (Cause::holders, Cause::new_key): every container, one remedy.
+std::string suggestForSharedNewKey(const std::vector<std::string>& holders,
+                                   const std::string& newKey);
 
 // The fix as one line of Python, for the forms where it is certain: the site's own line
 // `holder.append(x)` rewritten to keep `x.item()` (a one-element tensor) or `x.detach()` when the

@@ -23,6 +23,14 @@ def site_text(frame):
     return frame.get("text") or "<unknown>"
 
 
+def member_text(cause, finding):
+    """How a cause lists one of its findings: by its container when the cause is one line's new
+    key in several containers (the core's `holders`), else by its allocation site."""
+    if cause.get("holders") and finding.get("holder"):
+        return short_path(finding["holder"])
+    return site_text(finding.get("site"))
+
+
 def short_path(owner):
     """A finding's or holder's path as sentences and cells show it: the core's `path_short`
     (middle steps elided), or the whole path in a report written before it had one."""

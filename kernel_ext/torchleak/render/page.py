@@ -13,6 +13,7 @@ from .format import (
     format_bytes,
     growth_text,
     iteration_unit,
+    member_text,
     oom_parts,
     path_code,
     site_text,
@@ -127,7 +128,7 @@ def _oom(oom):
 
 def _cause_item(cause, findings, unit):
     sites = "".join(
-        f"<li><code>{_e(site_text(findings[i]['site']))}</code> "
+        f"<li><code>{_e(member_text(cause, findings[i]))}</code> "
         f"{_e(format_bytes(findings[i]['bytes_per_iteration']))} per {_e(unit)}</li>"
         for i in cause["findings"]
     )

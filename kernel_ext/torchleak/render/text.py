@@ -14,6 +14,7 @@ from .format import (
     job_lines,
     keeper_text,
     leaks_and_others,
+    member_text,
     oom_parts,
     short_path,
     site_text,
@@ -90,7 +91,13 @@ def _cause_block(cause, findings, unit, span=None):
     """One leak: the cause's line, its sites (biggest first), the biggest site in detail."""
     members = [findings[i] for i in cause["findings"]]
     out = [f"LEAK  {cause['text']}  [{cause.get('severity')}]"]
-    if len(members) > 1:
+    if len(members) > 1 and cause.get("holders"):
+        # One line's new key in several containers: the containers are what differ.
+        out.append("  containers (biggest first):")
+        for f in members:
+            out.append(f"    {format_bytes(f['bytes_per_iteration']):>10s} per {unit} in {member_text(cause, f)}")
+        out.append(f"  the biggest, {member_text(cause, members[0])}:")
+    elif len(members) > 1:
         out.append("  allocation sites (biggest first):")
         for f in members:
             out.append(
