@@ -150,6 +150,8 @@ class ReportBuilder {
 
     // Why each finding's blocks are alive (finding_paths.cpp).
     void explainFindings(RetentionExplainer& explainer);
+    // fix_proof.cpp
+    void proveFixes(RetentionExplainer& explainer);
     void nameCppOwners(const std::vector<std::vector<FindingBlock>>& sampled,
                        std::unordered_map<uintptr_t, BlockPath>& paths);
     std::unordered_map<uintptr_t, BlockHolder>

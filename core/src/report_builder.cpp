@@ -50,6 +50,9 @@ Report ReportBuilder::build(RetentionExplainer* explainer) {
         explainFindings(*explainer);
     }
     finalizeFindings();
+    if (explainer != nullptr && !d_inputs.explain_grown_only && !d_inputs.live_findings) {
+        proveFixes(*explainer);
+    }
     sortFindings();
     if (!d_inputs.explain_grown_only && !d_inputs.live_findings) {
         listLiveBlocks();

@@ -244,6 +244,14 @@ json findingJson(const Finding& f, const Report& r) {
     if (!f.fix_code.empty()) {
         fj["fix_code"] = f.fix_code;
     }
+    if (f.fix) {
+        fj["fix"] = {{"frees_bytes", f.fix->frees_bytes}, {"also_held_by", f.fix->also_held_by}};
+        if (!f.fix->owner.empty()) {
+            fj["fix"]["owner"] = f.fix->owner;
+            fj["fix"]["owner_frees_bytes"] = f.fix->owner_frees_bytes;
+            fj["fix"]["owner_methods"] = f.fix->owner_methods;
+        }
+    }
     if (f.role) {
         fj["role"] = toString(*f.role);
     }
@@ -356,6 +364,12 @@ Finding findingFrom(const json& fj) {
     f.holder = holderFrom(fj);
     f.suggestion = fj.value("suggestion", "");
     f.fix_code = fj.value("fix_code", "");
+    if (fj.contains("fix") && fj["fix"].is_object()) {
+        const json& fix = fj["fix"];
+        f.fix = FixProof{integerOr<uint64_t>(fix, "frees_bytes", 0), fix.value("also_held_by", ""),
+                         fix.value("owner", ""), integerOr<uint64_t>(fix, "owner_frees_bytes", 0),
+                         fix.value("owner_methods", std::vector<std::string>{})};
+    }
     if (fj.contains("role") && fj["role"].is_string()) {
         f.role = memoryRoleFromString(fj["role"].get<std::string>());
     }

@@ -188,6 +188,16 @@ std::string growthText(const Holder& h) {
 std::string keptWithGraphFix(const Finding& f) {
     const std::string holder = shortPath(f.holder->path_text);
     const PathStep* entry = entryOf(f);
+    // The templates below are for what the user's own line made (a loss, a batch of logits). A
+    // tensor a third-party library made and keeps (a copy of the weights per step in its
+    // private state) is that library's to stop keeping: "store loss.item()" has no premise.
+    if (const auto& inside = f.allocated_inside;
+        inside && inside->package && inside->file.find("/torch/") == std::string::npos) {
+        return holder + " keeps tensors that " + siteText(*inside) + " (in " + inside->function +
+               ", library code) made, each with the autograd graph that made it: a setting or "
+               "method of the object that keeps them controls this (see its documentation); "
+               "failing that, keep .detach()ed copies where it stores them";
+    }
     bool afterBackward =
         !f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos;
     if (entry != nullptr && entry->type != "Tensor" &&

@@ -59,6 +59,7 @@ Report hostileReport() {
     Finding stopped = f;
     stopped.verdict = Verdict::Plateau;
     stopped.growth_since = GrowthSince{0, 1 << 19, 2, 1 << 20};
+    stopped.fix = FixProof{0, "store._by_name", "store", 3 << 20, {"clear", "<reset>"}};
     stopped.holder = Holder{"model._forward_hooks", "collections.OrderedDict", 1.0,
                             HookDictGrowth{3, "Explainer.<\"save\">"}};
     r.findings.push_back(stopped);
@@ -132,6 +133,9 @@ TEST_CASE("JSON round-trips through reportFromJson unchanged") {
     REQUIRE(back.findings[1].holder->hooks->added == 3);
     REQUIRE(back.findings[1].holder->hooks->newest == "Explainer.<\"save\">");
     REQUIRE_FALSE(back.findings[0].holder->hooks);
+    REQUIRE(back.findings[1].fix->also_held_by == "store._by_name");
+    REQUIRE(back.findings[1].fix->owner_frees_bytes == 3u << 20);
+    REQUIRE(back.findings[1].fix->owner_methods == std::vector<std::string>{"clear", "<reset>"});
 }
 
 TEST_CASE("Findings written one at a time lay out as nlohmann's own dump, at every indent") {

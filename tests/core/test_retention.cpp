@@ -193,3 +193,31 @@ TEST_CASE("A dict of hooks that gains one per iteration is the holder, above the
     CHECK(h->path_text == "model[0]._forward_hooks[2].__self__.acts");
     CHECK_FALSE(h->hooks);
 }
+
+TEST_CASE("The loss template is offered only where the user's line made the tensor") {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.retention = Retention::Reachable;
+    f.path = {step("root", "trainer", "Trainer"), step("attr", "._ema", "EMA"),
+              step("attr", "._history", "list"), step("index", "[3]", "Tensor"),
+              step("grad_fn", ".grad_fn", "CloneBackward0")};
+    f.holder = Holder{"trainer._ema._history", "list", 1.0, std::nullopt};
+    REQUIRE(suggestFix(f).find("loss.detach() or loss.item()") != std::string::npos);
+    // Made inside an installed package (not torch's own ops): that library's setting, not a loss.
+    f.allocated_inside = Frame{"/venv/site-packages/emalib/core.py",
+                               41,
+                               "EMA.update",
+                               std::nullopt,
+                               false,
+                               std::nullopt,
+                               ""};
+    f.allocated_inside->package = true;
+    const std::string fix = suggestFix(f);
+    CHECK(fix.find("loss") == std::string::npos);
+    CHECK(fix.find("a setting or method of the object that keeps them controls this") !=
+          std::string::npos);
+    CHECK(fix.find("in EMA.update, library code") != std::string::npos);
+    // torch's own ops inside the user's line are still the user's computation.
+    f.allocated_inside->file = "/venv/site-packages/torch/nn/functional.py";
+    CHECK(suggestFix(f).find("loss.detach() or loss.item()") != std::string::npos);
+}

@@ -1134,3 +1134,53 @@ def test_one_line_adding_a_new_key_to_every_layer_is_one_cause_held_by_each_laye
         assert "fix_code" not in leak.to_dict()
     assert "containers (biggest first):" in str(report)
     assert "1 leak (1 allocation site)" in str(report)
+
+
+class ParamStore:
+    """A library-style store that indexes each tensor in two dicts (#47 item 1: the report said
+    to clear the one on the path, which frees nothing)."""
+
+    def __init__(self):
+        self._params = {}
+        self._by_name = {}
+
+    def add(self, name, value):
+        self._params[len(self._params)] = value
+        self._by_name[name] = value
+
+    def clear(self):
+        self._params.clear()
+        self._by_name.clear()
+
+
+def test_a_fix_that_frees_nothing_is_never_offered_and_the_owner_that_frees_all_is_named():
+    store = ParamStore()
+    names = iter(range(1000))
+
+    def step():
+        store.add(f"p{next(names)}", torch.zeros(256, 256))  # ALLOC
+
+    leak = the_leak(step)
+    holder = leak.holder["path_text"]
+    assert holder in ("store._params", "store._by_name"), holder
+    other = ({"store._params", "store._by_name"} - {holder}).pop()
+    fix = leak.to_dict()["fix"]
+    assert fix["frees_bytes"] == 0 and fix["also_held_by"] == other
+    assert fix["owner"] == "store" and fix["owner_frees_bytes"] == leak.total_bytes
+    assert fix["owner_methods"] == ["clear"]
+    assert leak.suggestion.startswith(f"clearing {holder} alone frees nothing: {other} also holds them")
+    assert "its class's own clear() says it releases" in leak.suggestion
+    assert ".clear() it" not in leak.suggestion
+    assert "fix_code" not in leak.to_dict()
+
+
+def test_a_fix_that_frees_the_leak_is_proven_so():
+    kept = []
+
+    def step():
+        kept.append(torch.zeros(256, 256))  # ALLOC
+
+    leak = the_leak(step)
+    fix = leak.to_dict()["fix"]
+    assert fix["frees_bytes"] == leak.total_bytes and fix["also_held_by"] == ""
+    assert leak.fix_code == "kept.clear()"

@@ -191,59 +191,54 @@ def test_a_distribution_outside_site_packages_is_library_code_unless_editable(tm
         assert leak.allocated_inside["file"] == str(tmp_path / "libs" / name / "__init__.py")
 
 
-def test_a_compiled_models_leak_is_sited_at_the_users_line_not_in_inductors_generated_code(tmp_path, monkeypatch):
+@pytest.fixture
+def compiled(tmp_path, monkeypatch):
+    """(model, torch.compile(model), inductor's cache directory) with the compiled model run once;
+    skipped where torch.compile cannot run (no compiler, an interpreter dynamo does not support)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    _user_code.library_prefixes.cache_clear()
+    torch._dynamo.reset()
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        cmodel = torch.compile(model)
+        try:
+            cmodel(torch.randn(32, 64))
+        except Exception as exc:  # noqa: BLE001 - no compiler, an interpreter dynamo does not support
+            pytest.skip(f"torch.compile does not run here: {type(exc).__name__}: {str(exc)[:200]}")
+        yield model, cmodel, tmp_path / "inductor"
+    finally:
+        torch._dynamo.reset()
+        _user_code.library_prefixes.cache_clear()
+
+
+def test_a_compiled_models_leak_is_sited_at_the_users_line_not_in_inductors_generated_code(compiled):
     # #47 item 7: with torch.compile the biggest leaking site was a line of the generated file
     # under /tmp/torchinductor_<user>/ (`buf0 = empty_strided_cpu(...)`).
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    _user_code.library_prefixes.cache_clear()
-    torch._dynamo.reset()
-    try:
-        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
-        cmodel = torch.compile(model)
-        try:
-            cmodel(torch.randn(32, 64))
-        except Exception as exc:  # noqa: BLE001 - no compiler, an interpreter dynamo does not support
-            pytest.skip(f"torch.compile does not run here: {type(exc).__name__}: {str(exc)[:200]}")
-        generated = [str(p) for p in (tmp_path / "inductor").rglob("*.py")]
-        assert generated, "inductor wrote its code elsewhere"
-        kept = []
+    _model, cmodel, inductor = compiled
+    assert list(inductor.rglob("*.py")), "inductor wrote its code elsewhere"
+    kept = []
 
-        def step():
-            kept.append(cmodel(torch.randn(32, 64)))  # the user's line
+    def step():
+        kept.append(cmodel(torch.randn(32, 64)))  # the user's line
 
-        report = torchleak.check(step, iterations=6)
-        assert report.leaks
-        for leak in report.leaks:
-            assert (leak.site["file"], leak.site["line"]) == (__file__, step.__code__.co_firstlineno + 1)
-        assert not any(str(tmp_path / "inductor") in f.site["file"] for f in report.findings)
-    finally:
-        torch._dynamo.reset()
-        _user_code.library_prefixes.cache_clear()
+    report = torchleak.check(step, iterations=6)
+    assert report.leaks
+    for leak in report.leaks:
+        assert (leak.site["file"], leak.site["line"]) == (__file__, step.__code__.co_firstlineno + 1)
+    assert not any(str(inductor) in f.site["file"] for f in report.findings)
 
 
-def test_a_compiled_models_modules_are_named_as_the_user_wrote_them(tmp_path, monkeypatch):
+def test_a_compiled_models_modules_are_named_as_the_user_wrote_them(compiled):
     # #47 item 7: the module that made a node was named `cmodel._orig_mod[0]`, and only the
     # first of the modules whose parameters a compiled graph takes.
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    _user_code.library_prefixes.cache_clear()
-    torch._dynamo.reset()
-    try:
-        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
-        cmodel = torch.compile(model)
-        try:
-            cmodel(torch.randn(32, 64))
-        except Exception as exc:  # noqa: BLE001 - no compiler, an interpreter dynamo does not support
-            pytest.skip(f"torch.compile does not run here: {type(exc).__name__}: {str(exc)[:200]}")
-        kept = []
+    model, cmodel, _inductor = compiled
+    kept = []
 
-        def step():
-            kept.append(cmodel(torch.randn(32, 64)).sum())
+    def step():
+        kept.append(cmodel(torch.randn(32, 64)).sum())
 
-        report = torchleak.check(step, iterations=6, roots={"model": model, "cmodel": cmodel})
-        assert report.leaks
-        notes = [s.get("note") or "" for s in report.leaks[0].path]
-        assert any("made by model[0] (Linear) and model[2] (Linear)" in n for n in notes), notes
-        assert "_orig_mod" not in str(report)
-    finally:
-        torch._dynamo.reset()
-        _user_code.library_prefixes.cache_clear()
+    report = torchleak.check(step, iterations=6, roots={"model": model, "cmodel": cmodel})
+    assert report.leaks
+    notes = [s.get("note") or "" for s in report.leaks[0].path]
+    assert any("made by model[0] (Linear) and model[2] (Linear)" in n for n in notes), notes
+    assert "_orig_mod" not in str(report)

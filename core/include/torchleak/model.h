@@ -130,6 +130,13 @@ struct PathStep {
     // the report: the holder and the fix are decided while building it).
     std::string registry;
     std::optional<HookDictGrowth> hooks; // set on the step that is a dict of hooks
+    // The object this step reaches (a Python object's address; 0 for C++ state), so that a
+    // fix can be proven by walking again with it cut. Not part of the report.
+    uintptr_t object = 0;
+    // Public methods of the object's class whose names say they release what it holds (clear,
+    // reset, close, release*, delete_*, remove_*), read from its class dicts without running
+    // user code: what a fix may call on a library's object. Not part of the report.
+    std::vector<std::string> release_methods = {};
 };
 
 struct Holder {
@@ -171,6 +178,19 @@ struct GrowthSince {
     int64_t grown_bytes = 0;           // what it added from its start (to the stop)
 };
 
+// What the suggested fix was proven to free: the heap walked again from the named roots with
+// the holder cut (as if cleared). A fix that frees less than the leak says so, and names what
+// else holds it.
+struct FixProof {
+    uint64_t frees_bytes = 0; // of the finding's live bytes, scaled from its sampled blocks
+    std::string also_held_by; // the path of one block the holder's clearing leaves reachable
+    // When the holder alone frees less: its owner (the object the holder is an attribute of),
+    // what releasing everything the owner keeps frees, and the owner's releasing methods.
+    std::string owner;
+    uint64_t owner_frees_bytes = 0;
+    std::vector<std::string> owner_methods;
+};
+
 struct Finding {
     Verdict verdict = Verdict::Transient;
     Frame site;
@@ -193,6 +213,7 @@ struct Finding {
     // The fix as a line of code the user can paste, where one can be written with certainty
     // (suggestion.h's suggestFixCode); empty otherwise. Never prose: copying it must run.
     std::string fix_code;
+    std::optional<FixProof> fix; // set where the fix was checked on the heap
     Retention retention = Retention::Unknown;
     bool released_periodically = false; // grows, then freed at a coarser boundary (saw-tooth)
     // A leak's onset, or growth that stopped (a plateau); absent for a site that never grew.

@@ -27,6 +27,13 @@ class RetentionExplainer {
     virtual ~RetentionExplainer() = default;
     virtual std::unordered_map<uintptr_t, BlockPath>
     explain(const std::vector<uintptr_t>& blocks) = 0;
+    // The blocks among `blocks` that the named roots still reach with the object `cut` (a
+    // PathStep::object) taken out of the graph, as if it were cleared, each with its path then;
+    // nothing when this explainer cannot walk again.
+    virtual std::optional<std::unordered_map<uintptr_t, BlockPath>>
+    explainWithout(const std::vector<uintptr_t>& /*blocks*/, uintptr_t /*cut*/) {
+        return std::nullopt;
+    }
 };
 
 // "losses[3].grad_fn": the labels joined, in the syntax a user can paste.

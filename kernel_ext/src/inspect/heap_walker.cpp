@@ -55,6 +55,24 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
     return result;
 }
 
+// A fix's proof: the named roots walked again with `cut` marked visited before the walk
+// starts, so nothing is reached through it (a root that is `cut` is itself skipped).
+std::optional<std::unordered_map<uintptr_t, BlockPath>>
+RetainingPathFinder::explainWithout(const std::vector<uintptr_t>& blocks, uintptr_t cut) {
+    std::unordered_set<uintptr_t> targets(blocks.begin(), blocks.end());
+    PointerSet visited(1 << 12, kVisitedLoadQuarters);
+    visited.insert(tag(reinterpret_cast<const void*>(cut), NodeKind::Python));
+    Walk walk(targets, visited, d_stats);
+    walk.addRoots(d_roots);
+    walk.run();
+    PathBuilder builder(walk.nodes(), d_roots, &d_owners, d_firstHookId);
+    Paths result;
+    for (const auto& [block, node] : walk.found()) {
+        result[block] = BlockPath{Retention::Reachable, builder.build(node)};
+    }
+    return result;
+}
+
 // Phase 1: breadth first from the named roots, so each reached block gets a shortest path from
 // a name the user knows. Returns the blocks no root reaches.
 std::unordered_set<uintptr_t> RetainingPathFinder::walkFromNamedRoots(

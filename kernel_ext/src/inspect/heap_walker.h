@@ -38,6 +38,8 @@ class RetainingPathFinder final : public RetentionExplainer {
                                  std::optional<uint64_t> firstHookId = std::nullopt)
         : d_roots(std::move(roots)), d_owners(std::move(owners)), d_firstHookId(firstHookId) {}
     std::unordered_map<uintptr_t, BlockPath> explain(const std::vector<uintptr_t>& blocks) override;
+    std::optional<std::unordered_map<uintptr_t, BlockPath>>
+    explainWithout(const std::vector<uintptr_t>& blocks, uintptr_t cut) override;
     const WalkStats& stats() const noexcept { return d_stats; }
 
   private:

@@ -1,0 +1,182 @@
+// The phase of buildReport that proves a leak's fix on the heap before it is printed: the named
+// roots are walked again with the holder cut out (as if cleared), and what the roots still
+// reach is what the fix would not free. A container that shares its tensors with another (a
+// store that indexes each parameter in two dicts) is then not offered as the fix: clearing it
+// frees nothing.
+
+#include "report_assembly.h"
+#include "torchleak/display_text.h"
+#include "torchleak/retention.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torchleak::assembly {
+
+namespace {
+
+// A proof is one more walk of the heap per finding: the biggest leaks only, and a few of each
+// one's blocks (spread over its iterations) standing for all of them.
+constexpr size_t kProvenFindings = 8;
+constexpr size_t kProofBlocks = 64;
+
+// The index of the holder's step on the finding's path (the last step of its prefix).
+std::optional<size_t> holderStep(const Finding& f) {
+    for (size_t k = 1; k <= f.path.size(); ++k) {
+        if (pathText(f.path, k) == f.holder->path_text) {
+            return k - 1;
+        }
+    }
+    return std::nullopt;
+}
+
+std::vector<FindingBlock> spreadOver(const std::vector<FindingBlock>& blocks) {
+    if (blocks.size() <= kProofBlocks) {
+        return blocks;
+    }
+    std::vector<FindingBlock> chosen;
+    for (size_t k = 0; k < kProofBlocks; ++k) {
+        chosen.push_back(blocks[k * blocks.size() / kProofBlocks]);
+    }
+    return chosen;
+}
+
+// The container one step above the block's tensor on its remaining path: what else holds it.
+std::string otherHolder(const BlockPath& path) {
+    std::vector<PathStep> steps = normalizePath(path.steps);
+    return pathText(steps, steps.size() > 1 ? steps.size() - 1 : steps.size());
+}
+
+} // namespace
+
+namespace {
+
+// What cutting `cut` leaves: the bytes of `chosen` the roots still reach, and one block's path.
+struct CutResult {
+    uint64_t keptBytes = 0;
+    std::optional<BlockPath> other;
+};
+
+std::optional<CutResult>
+cutAndWalk(RetentionExplainer& explainer, const std::vector<FindingBlock>& chosen, uintptr_t cut) {
+    std::vector<uintptr_t> blocks;
+    for (const FindingBlock& b : chosen) {
+        blocks.push_back(b.block);
+    }
+    const auto stillReached = explainer.explainWithout(blocks, cut);
+    if (!stillReached) {
+        return std::nullopt;
+    }
+    CutResult result;
+    for (const FindingBlock& b : chosen) {
+        if (auto it = stillReached->find(b.block); it != stillReached->end()) {
+            result.keptBytes += b.size;
+            if (!result.other) {
+                result.other = it->second;
+            }
+        }
+    }
+    return result;
+}
+
+uint64_t scaled(uint64_t total, uint64_t part, uint64_t whole) {
+    return whole == 0
+               ? 0
+               : static_cast<uint64_t>(static_cast<double>(total) * static_cast<double>(part) /
+                                       static_cast<double>(whole));
+}
+
+std::string methodList(const std::vector<std::string>& methods) {
+    std::string text;
+    for (size_t k = 0; k < methods.size(); ++k) {
+        text += (k == 0 ? "" : (k + 1 == methods.size() ? " or " : ", ")) + methods[k] + "()";
+    }
+    return text;
+}
+
+// The words of a proof that the holder alone does not free the leak.
+std::string partialFixText(const Finding& f, const FixProof& proof, bool freesNothing) {
+    std::string text =
+        "clearing " + shortPath(f.holder->path_text) + " alone frees " +
+        (freesNothing ? std::string("nothing")
+                      : "only " + formatBytes(static_cast<double>(proof.frees_bytes)) + " of " +
+                            formatBytes(static_cast<double>(f.total_bytes))) +
+        ": " + shortPath(proof.also_held_by) + " also holds them. ";
+    if (!proof.owner.empty() && proof.owner_frees_bytes > proof.frees_bytes) {
+        text += "Releasing everything " + shortPath(proof.owner) + " keeps frees " +
+                formatBytes(static_cast<double>(proof.owner_frees_bytes)) +
+                " (checked on the heap)";
+        text += proof.owner_methods.empty()
+                    ? ": a setting or method of its class controls what it keeps"
+                    : "; its class's own " + methodList(proof.owner_methods) + " says it releases";
+        return text + ". Otherwise release them where both are filled";
+    }
+    return text + "Release them there too, where both are filled";
+}
+
+} // namespace
+
+void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
+    std::vector<FindingDraft*> leaks;
+    for (FindingDraft& draft : d_drafts) {
+        const Finding& f = draft.finding;
+        if (f.verdict == Verdict::Leak && f.holder && !f.holder->hooks &&
+            f.retention == Retention::Reachable && !draft.blocks.empty()) {
+            leaks.push_back(&draft);
+        }
+    }
+    std::stable_sort(leaks.begin(), leaks.end(), [](const FindingDraft* a, const FindingDraft* b) {
+        return a->finding.bytes_per_iteration > b->finding.bytes_per_iteration;
+    });
+    leaks.resize(std::min(leaks.size(), kProvenFindings));
+    for (FindingDraft* draft : leaks) {
+        Finding& f = draft->finding;
+        const auto step = holderStep(f);
+        if (!step || f.path[*step].object == 0) {
+            continue;
+        }
+        const std::vector<FindingBlock> chosen = spreadOver(draft->blocks);
+        uint64_t chosenBytes = 0;
+        for (const FindingBlock& b : chosen) {
+            chosenBytes += b.size;
+        }
+        const auto holderCut = cutAndWalk(explainer, chosen, f.path[*step].object);
+        if (!holderCut || chosenBytes == 0) {
+            return; // this explainer cannot walk again: no fix is proven, none is refuted
+        }
+        FixProof proof;
+        proof.frees_bytes = scaled(f.total_bytes, chosenBytes - holderCut->keptBytes, chosenBytes);
+        if (holderCut->other) {
+            proof.also_held_by = otherHolder(*holderCut->other);
+            // The object the holder belongs to (`store` of `store._params`), cut as a whole.
+            if (*step >= 1 && f.path[*step - 1].object != 0) {
+                const PathStep& owner = f.path[*step - 1];
+                if (const auto ownerCut = cutAndWalk(explainer, chosen, owner.object)) {
+                    proof.owner = pathText(f.path, *step);
+                    proof.owner_frees_bytes =
+                        scaled(f.total_bytes, chosenBytes - ownerCut->keptBytes, chosenBytes);
+                    proof.owner_methods = owner.release_methods;
+                }
+            }
+            // Printed only as proven: a fix that frees nothing is not offered, and one that frees
+            // part says what else holds the rest.
+            const bool freesNothing = holderCut->keptBytes == chosenBytes;
+            if (freesNothing) {
+                f.suggestion = partialFixText(f, proof, true);
+                f.fix_code.clear();
+            } else {
+                // Most of it freed (the rest is often the loop's current state, held by a
+                // local until the next iteration): the fix stands, with what it leaves.
+                f.suggestion += " (" + partialFixText(f, proof, false) + ")";
+                if (2 * proof.frees_bytes < f.total_bytes) {
+                    f.fix_code.clear();
+                }
+            }
+        }
+        f.fix = std::move(proof);
+    }
+}
+
+} // namespace torchleak::assembly
