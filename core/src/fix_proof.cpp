@@ -9,6 +9,7 @@
 #include "torchleak/retention.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,10 @@ namespace {
 // one's blocks (spread over its iterations) standing for all of them.
 constexpr size_t kProvenFindings = 8;
 constexpr size_t kProofBlocks = 64;
+// A proof that frees its blocks walks everything the roots reach: on a large heap a second
+// each. Past this much time the remaining findings keep their fix unproven (no `fix` in
+// the JSON), so a final report never waits long for its proofs.
+constexpr auto kProofBudget = std::chrono::seconds(2);
 
 // The index of the holder's step on the finding's path (the last step of its prefix).
 std::optional<size_t> holderStep(const Finding& f) {
@@ -131,7 +136,11 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
         return a->finding.bytes_per_iteration > b->finding.bytes_per_iteration;
     });
     leaks.resize(std::min(leaks.size(), kProvenFindings));
+    const auto started = std::chrono::steady_clock::now();
     for (FindingDraft* draft : leaks) {
+        if (std::chrono::steady_clock::now() - started > kProofBudget) {
+            break;
+        }
         Finding& f = draft->finding;
         const auto step = holderStep(f);
         if (!step || f.path[*step].object == 0) {
