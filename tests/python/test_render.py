@@ -441,3 +441,20 @@ def test_the_text_report_and_the_page_are_the_golden_ones(name):
         assert not diff, (
             f"{name}{suffix} differs from its golden output (run tests/fixtures/regenerate.py):\n{diff[:3000]}"
         )
+
+
+def test_a_cause_of_one_new_key_in_several_dicts_lists_its_containers_not_its_one_site():
+    from torchleak.render import format as render_format, page as render_page
+
+    site = {"text": "train.py:13", "function": "add_adapter"}
+    findings = [
+        {"bytes_per_iteration": 1024 * (4 - k), "site": site, "holder": {"path_text": f"layers[{k}].adapters"}}
+        for k in range(3)
+    ]
+    cause = {"text": "3.0 KiB per iteration: ...", "severity": "warning", "findings": [0, 1, 2]}
+    assert render_format.member_text(cause, findings[0]) == "train.py:13"
+    cause["holders"] = [f["holder"]["path_text"] for f in findings]
+    assert render_format.member_text(cause, findings[1]) == "layers[1].adapters"
+    item = render_page._cause_item(cause, findings, "iteration")
+    assert re.findall(r"<li><code>([^<]*)</code>", item) == [f"layers[{k}].adapters" for k in range(3)]
+    # (The text report's listing is held by test_retention_forms on a real run.)
