@@ -275,8 +275,8 @@ PathStep PathBuilder::labelDictEntry(const WalkNode& n) {
 // started (ids at or above the first one of the run; torch's ids only grow), and the newest's
 // function. Keys that are not ints mean it is no such dict.
 std::optional<HookDictGrowth> PathBuilder::hookDictGrowth(const std::string& name, PyObject* dict) {
-    if (!d_firstHookId || !PyDict_Check(dict) || name.size() < 5 ||
-        name.compare(name.size() - 5, 5, "hooks") != 0) {
+    if (!d_firstHookId || name.size() < 5 || name.compare(name.size() - 5, 5, "hooks") != 0 ||
+        !PyDict_Check(dict)) {
         return std::nullopt;
     }
     HookDictGrowth growth;
@@ -348,16 +348,23 @@ PathStep PathBuilder::labelClosureCell(const WalkNode& n) {
 // container is (an lru_cache's entries, a deque's index, a set's element).
 PathStep PathBuilder::labelReferent(const WalkNode& n) {
     PathStep s;
+    auto* child = static_cast<PyObject*>(const_cast<void*>(n.ptr));
+    // An attribute reached without a __dict__ (Python 3.12+ keeps an object's attributes inline
+    // until its dict is asked for) is still an attribute, a dict of hooks included.
     if (n.name != nullptr) {
         s.kind = StepKind::Attr;
         s.label = std::string(".") + n.name;
+        if (n.kind == NodeKind::Python) { // (a sparse tensor's parts are C++ tensors)
+            s.hooks = hookDictGrowth(n.name, child);
+        }
         return s;
     }
     PyObject* parent = parentObject(n);
-    auto name = attributeName(parent, static_cast<PyObject*>(const_cast<void*>(n.ptr)));
+    auto name = attributeName(parent, child);
     if (name) {
         s.kind = StepKind::Attr;
         s.label = "." + *name;
+        s.hooks = hookDictGrowth(*name, child);
     } else if (std::strcmp(Py_TYPE(parent)->tp_name, "functools._lru_cache_wrapper") == 0) {
         s.kind = StepKind::Ref;
         s.label = "<lru_cache entries>";
