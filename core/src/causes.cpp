@@ -49,36 +49,35 @@ namespace {
 // allocated it and its device: findings of one line whose holders differ but gain the same new
 // entry are one call filling several containers. Empty without a holder.
 std::string newEntryKey(const Finding& f) {
-    if (!f.holder || f.retention != Retention::Reachable) {
+    const auto end = holderEnd(f);
+    if (!end || f.retention != Retention::Reachable) {
         return "";
     }
-    for (size_t k = 1; k < f.path.size(); ++k) {
-        if (pathText(f.path, k) == f.holder->path_text) {
-            const PathStep& entry = f.path[k];
-            // A dict's key: lists that one line appends to in turn gain the same index
-            // without being one container's entries (cause groups show them together).
-            if (entry.kind != StepKind::Key) {
-                return "";
-            }
-            std::string key = siteText(f.site);
-            key += '\x1f';
-            key += f.device;
-            key += '\x1f';
-            key += entry.label;
-            return key;
-        }
+    const PathStep& entry = f.path[*end + 1];
+    // A dict's key: lists that one line appends to in turn gain the same index without being
+    // one container's entries (cause groups show them together).
+    if (entry.kind != StepKind::Key) {
+        return "";
     }
-    return "";
+    std::string key = siteText(f.site);
+    key += '\x1f';
+    key += f.device;
+    key += '\x1f';
+    key += entry.label;
+    return key;
 }
 } // namespace
 
 std::vector<Cause> groupCauses(Report& report, const AnalysisConfig& config) {
     // Entries under one new key in several containers: which holders gain each.
+    std::vector<std::string> entryOf(report.findings.size());
     std::map<std::string, std::set<std::string>> holdersOfEntry;
-    for (const Finding& f : report.findings) {
+    for (size_t i = 0; i < report.findings.size(); ++i) {
+        const Finding& f = report.findings[i];
         if (f.verdict == Verdict::Leak) {
-            if (std::string entry = newEntryKey(f); !entry.empty()) {
-                holdersOfEntry[entry].insert(f.holder->path_text);
+            entryOf[i] = newEntryKey(f);
+            if (!entryOf[i].empty()) {
+                holdersOfEntry[entryOf[i]].insert(f.holder->path_text);
             }
         }
     }
@@ -90,7 +89,7 @@ std::vector<Cause> groupCauses(Report& report, const AnalysisConfig& config) {
             continue;
         }
         std::string key = causeKey(f);
-        const std::string entry = newEntryKey(f);
+        const std::string& entry = entryOf[i];
         const bool shared = !entry.empty() && holdersOfEntry[entry].size() >= 2;
         if (shared) {
             key = "entry:" + entry;

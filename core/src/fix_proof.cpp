@@ -27,16 +27,6 @@ constexpr size_t kProofBlocks = 64;
 // the JSON), so a final report never waits long for its proofs.
 constexpr auto kProofBudget = std::chrono::seconds(2);
 
-// The index of the holder's step on the finding's path (the last step of its prefix).
-std::optional<size_t> holderStep(const Finding& f) {
-    for (size_t k = 1; k <= f.path.size(); ++k) {
-        if (pathText(f.path, k) == f.holder->path_text) {
-            return k - 1;
-        }
-    }
-    return std::nullopt;
-}
-
 std::vector<FindingBlock> spreadOver(const std::vector<FindingBlock>& blocks) {
     if (blocks.size() <= kProofBlocks) {
         return blocks;
@@ -53,10 +43,6 @@ std::string otherHolder(const BlockPath& path) {
     std::vector<PathStep> steps = normalizePath(path.steps);
     return pathText(steps, steps.size() > 1 ? steps.size() - 1 : steps.size());
 }
-
-} // namespace
-
-namespace {
 
 // What cutting `cut` leaves: the bytes of `chosen` the roots still reach, and one block's path.
 struct CutResult {
@@ -142,7 +128,7 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
             break;
         }
         Finding& f = draft->finding;
-        const auto step = holderStep(f);
+        const auto step = holderEnd(f);
         if (!step || f.path[*step].object == 0) {
             continue;
         }

@@ -19,6 +19,20 @@ std::string pathText(const std::vector<PathStep>& steps, size_t count) {
     return out;
 }
 
+std::optional<size_t> holderEnd(const Finding& f) {
+    if (!f.holder) {
+        return std::nullopt;
+    }
+    std::string prefix;
+    for (size_t k = 0; k + 1 < f.path.size(); ++k) {
+        prefix += f.path[k].label;
+        if (prefix == f.holder->path_text) {
+            return k;
+        }
+    }
+    return std::nullopt;
+}
+
 const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view prefix) {
     for (const PathStep& s : path) {
         if (std::string_view(s.label).substr(0, prefix.size()) == prefix) {

@@ -157,22 +157,6 @@ std::optional<std::string> suggestForTorchOwner(const Finding& f) {
     return std::nullopt;
 }
 
-// The holder's last step on the path, when an entry follows it: the entry the holder keeps per
-// iteration is the next step, its owner the steps before.
-std::optional<size_t> holderEnd(const Finding& f) {
-    if (!f.holder) {
-        return std::nullopt;
-    }
-    std::string prefix;
-    for (size_t k = 0; k + 1 < f.path.size(); ++k) {
-        prefix += f.path[k].label;
-        if (prefix == f.holder->path_text) {
-            return k;
-        }
-    }
-    return std::nullopt;
-}
-
 const PathStep* entryOf(const Finding& f) {
     auto k = holderEnd(f);
     return k ? &f.path[*k + 1] : nullptr;

@@ -88,6 +88,10 @@ std::string holderName(const BlockPath& path, const std::optional<Holder>& holde
 // `.weight`, `._modules['0']` becomes `[0]`.
 std::vector<PathStep> normalizePath(std::vector<PathStep> steps);
 
+// The holder's last step on the finding's path, when an entry follows it: the entry the holder
+// keeps per iteration is the next step, its owner the steps before. Nothing without a holder.
+std::optional<size_t> holderEnd(const Finding& f);
+
 // The first step of `path` whose label starts with `prefix` (".__traceback__", "<lru_cache"),
 // or null.
 const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view prefix);
