@@ -127,6 +127,25 @@ std::string shortPath(const std::string& path, size_t most) {
     return front + kEllipsis + path.substr(bounds[tail]);
 }
 
+std::string listWords(const std::vector<std::string>& items, const char* last) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) {
+        if (i > 0) {
+            out += i + 1 == items.size() ? std::string(" ") + last + " " : ", ";
+        }
+        out += items[i];
+    }
+    return out;
+}
+
+std::string methodCalls(const std::vector<std::string>& methods) {
+    std::vector<std::string> calls;
+    for (const std::string& m : methods) {
+        calls.push_back(m + "()");
+    }
+    return listWords(calls, "or");
+}
+
 std::string groupThousands(int64_t value) {
     std::string digits =
         std::to_string(value < 0 ? -static_cast<uint64_t>(value) : static_cast<uint64_t>(value));
@@ -421,14 +440,11 @@ namespace {
 
 // "0", "0 and 2", "0, 2 and 5".
 std::string listRanks(const std::vector<int>& ranks) {
-    std::string out;
-    for (size_t i = 0; i < ranks.size(); ++i) {
-        if (i > 0) {
-            out += i + 1 == ranks.size() ? " and " : ", ";
-        }
-        out += std::to_string(ranks[i]);
+    std::vector<std::string> words;
+    for (int rank : ranks) {
+        words.push_back(std::to_string(rank));
     }
-    return out;
+    return listWords(words);
 }
 
 std::string plural(int64_t n, const char* noun) {

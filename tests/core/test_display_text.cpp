@@ -204,3 +204,11 @@ TEST_CASE("growthText: a leak's onset, growth that stopped, a record in proporti
             "growing 48 B per iteration since iteration 2: at this rate cuda:0 would take over "
             "100,000,000 iterations to fill");
 }
+
+TEST_CASE("A list is said one way: commas and the last word") {
+    CHECK(listWords({}).empty());
+    CHECK(listWords({"a"}) == "a");
+    CHECK(listWords({"a", "b"}) == "a and b");
+    CHECK(listWords({"a", "b", "c"}, "or") == "a, b or c");
+    CHECK(methodCalls({"clear", "reset"}) == "clear() or reset()");
+}

@@ -35,6 +35,10 @@ std::string shortPath(const std::string& path, size_t most = kShortPathChars);
 
 // "12,345": thousands separated as users read counts of iterations.
 std::string groupThousands(int64_t value);
+// "a, b and c" (or "a, b or c"): the one way a list is said in a sentence.
+std::string listWords(const std::vector<std::string>& items, const char* last = "and");
+// "clear() or reset()": methods a user may call instead of one another.
+std::string methodCalls(const std::vector<std::string>& methods);
 
 // What one iteration is, as rates say it: "iteration", or "cell run" in cell watch.
 const char* iterationNoun(BoundaryKind boundary);
