@@ -18,6 +18,9 @@ std::string causeKey(const Finding& f) {
     if (f.holder) {
         return "holder:" + f.holder->path_text;
     }
+    if (f.retention == Retention::CppOnly && !f.path.empty() && !f.path.front().graph.empty()) {
+        return "graph:" + f.path.front().graph; // several tensors of one graph C++ keeps
+    }
     // One owner in torch's C++: its constants and what it allocated while running are one leak.
     switch (torchOwnerOf(f)) {
     case TorchOwner::TorchScriptUnit:

@@ -271,6 +271,9 @@ void ReportBuilder::applyRepresentativePath(Finding& f,
     }
     if (f.retention == Retention::Reachable) {
         f.holder = chooseHolder(f.path, all, growthIterations(f), sampleScale, births);
+        if (f.holder) {
+            f.holder->library = libraryOwnerOf(f);
+        }
     }
 }
 

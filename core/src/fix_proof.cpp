@@ -79,14 +79,6 @@ uint64_t scaled(uint64_t total, uint64_t part, uint64_t whole) {
                                        static_cast<double>(whole));
 }
 
-std::string methodList(const std::vector<std::string>& methods) {
-    std::string text;
-    for (size_t k = 0; k < methods.size(); ++k) {
-        text += (k == 0 ? "" : (k + 1 == methods.size() ? " or " : ", ")) + methods[k] + "()";
-    }
-    return text;
-}
-
 // The words of a proof that the holder alone does not free the leak.
 std::string partialFixText(const Finding& f, const FixProof& proof, bool freesNothing) {
     std::string text =
@@ -101,10 +93,39 @@ std::string partialFixText(const Finding& f, const FixProof& proof, bool freesNo
                 " (checked on the heap)";
         text += proof.owner_methods.empty()
                     ? ": a setting or method of its class controls what it keeps"
-                    : "; its class's own " + methodList(proof.owner_methods) + " says it releases";
+                    : "; its class's own " + methodCalls(proof.owner_methods) + " says it releases";
         return text + ". Otherwise release them where both are filled";
     }
     return text + "Release them there too, where both are filled";
+}
+
+// A library object's private state is not the user's to clear: the proof is what releasing
+// the object itself frees (what its releasing method or setting would reach at most).
+void proveLibraryOwner(RetentionExplainer& explainer,
+                       Finding& f,
+                       const std::vector<FindingBlock>& chosen,
+                       uint64_t chosenBytes,
+                       size_t holderStep,
+                       FixProof& proof) {
+    const LibraryObject& lib = *f.holder->library;
+    for (size_t j = 0; j < holderStep; ++j) {
+        if (f.path[j].object == 0 || pathText(f.path, j + 1) != lib.object) {
+            continue;
+        }
+        const auto ownerCut = cutAndWalk(explainer, chosen, f.path[j].object);
+        if (!ownerCut) {
+            return;
+        }
+        proof.owner = lib.object;
+        proof.owner_frees_bytes =
+            scaled(f.total_bytes, chosenBytes - ownerCut->keptBytes, chosenBytes);
+        proof.owner_methods = lib.methods;
+        f.suggestion += " (checked on the heap: releasing everything " + shortPath(lib.object) +
+                        " keeps frees " +
+                        formatBytes(static_cast<double>(proof.owner_frees_bytes)) + " of " +
+                        formatBytes(static_cast<double>(f.total_bytes)) + ")";
+        return;
+    }
 }
 
 } // namespace
@@ -143,7 +164,9 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
         }
         FixProof proof;
         proof.frees_bytes = scaled(f.total_bytes, chosenBytes - holderCut->keptBytes, chosenBytes);
-        if (holderCut->other) {
+        if (f.holder->library) {
+            proveLibraryOwner(explainer, f, chosen, chosenBytes, *step, proof);
+        } else if (holderCut->other) {
             proof.also_held_by = otherHolder(*holderCut->other);
             // The object the holder belongs to (`store` of `store._params`), cut as a whole.
             if (*step >= 1 && f.path[*step - 1].object != 0) {

@@ -80,6 +80,12 @@ json holderJson(const std::optional<Holder>& h) {
     if (h->hooks) {
         out["hooks"] = {{"added", h->hooks->added}, {"newest", h->hooks->newest}};
     }
+    if (h->library) {
+        out["library"] = {{"object", h->library->object},
+                          {"type", h->library->type},
+                          {"package", h->library->package},
+                          {"methods", h->library->methods}};
+    }
     return out;
 }
 
@@ -94,6 +100,12 @@ std::optional<Holder> holderFrom(const json& owner) {
     if (h.contains("hooks") && h["hooks"].is_object()) {
         const json& hooks = h["hooks"];
         holder.hooks = HookDictGrowth{hooks.value("added", 0u), hooks.value("newest", "")};
+    }
+    if (h.contains("library") && h["library"].is_object()) {
+        const json& lib = h["library"];
+        holder.library =
+            LibraryObject{lib.value("object", ""), lib.value("type", ""), lib.value("package", ""),
+                          lib.value("methods", std::vector<std::string>{})};
     }
     return holder;
 }

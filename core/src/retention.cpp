@@ -33,6 +33,27 @@ std::optional<size_t> holderEnd(const Finding& f) {
     return std::nullopt;
 }
 
+std::optional<LibraryObject> libraryOwnerOf(const Finding& f) {
+    const auto end = holderEnd(f);
+    if (!end) {
+        return std::nullopt;
+    }
+    for (size_t j = *end; j-- > 0;) {
+        const PathStep& owner = f.path[j];
+        if (owner.package.empty()) {
+            continue;
+        }
+        // Its private state: what its own methods fill and empty. A public attribute is the
+        // library's interface, which the holder's own fix may use.
+        if (f.path[j + 1].label.rfind("._", 0) != 0) {
+            return std::nullopt;
+        }
+        return LibraryObject{pathText(f.path, j + 1), owner.type, owner.package,
+                             owner.release_methods};
+    }
+    return std::nullopt;
+}
+
 const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view prefix) {
     for (const PathStep& s : path) {
         if (std::string_view(s.label).substr(0, prefix.size()) == prefix) {

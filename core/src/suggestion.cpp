@@ -167,6 +167,27 @@ std::string growthText(const Holder& h) {
     return std::to_string(static_cast<long long>(h.growth_per_iteration + 0.5));
 }
 
+// A library object's private state grows (a copy of the weights per step in an EMA's private
+// list): the library's own switch or method stops it. A patch of its internals is no fix: its
+// next call may rely on them, and a template ("store loss.item()") has no premise there.
+std::string libraryStateFix(const Finding& f) {
+    const LibraryObject& lib = *f.holder->library;
+    const std::string named = lib.type + " (" + lib.package + ")";
+    const bool graph =
+        keepsAutogradGraph(f.path) ||
+        (!f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos);
+    std::string text =
+        shortPath(f.holder->path_text) + " is private state of " + shortPath(lib.object) + " (" +
+        lib.type + ", from " + lib.package + ") and gains " + growthText(*f.holder) +
+        " per iteration" + (graph ? ", each kept with the autograd graph that made it" : "") +
+        ": a setting or method of " + named + " controls this (see its documentation)";
+    if (!lib.methods.empty()) {
+        text += "; its class's public " + methodCalls(lib.methods) +
+                ", which takes no argument, says it releases";
+    }
+    return text + ". Do not clear its private state yourself: its next call may rely on it";
+}
+
 // A holder keeps tensors with their autograd graphs: the fix is worded for what it keeps (a
 // scalar loss, a batch of logits, the graph's nodes themselves).
 std::string keptWithGraphFix(const Finding& f) {
@@ -386,7 +407,7 @@ std::string suggestFix(const Finding& f) {
         return *owner;
     }
     if (f.retention == Retention::CppOnly && !f.path.empty() &&
-        f.path.front().note.find("ctx saved a view of this output") != std::string::npos) {
+        f.path.front().note.find("ctx saved a view of") != std::string::npos) {
         return "a custom autograd.Function saved a view of its own output with "
                "ctx.save_for_backward, a cycle through C++ that keeps every output: save the "
                "output itself (autograd saves an output without the cycle) or the inputs you "
@@ -429,6 +450,9 @@ std::string suggestFix(const Finding& f) {
     }
     if (f.holder && f.holder->hooks) {
         return hookDictFix(*f.holder);
+    }
+    if (f.holder && f.holder->library) {
+        return libraryStateFix(f);
     }
     if (auto machinery = suggestForPythonMachinery(f)) {
         return *machinery;
@@ -627,8 +651,9 @@ std::string suggestFixCode(const Finding& f) {
     if (f.verdict == Verdict::Leak && isLastExceptionRoot(root)) {
         return lastExceptionFixCode(f);
     }
-    // A dict of hooks is emptied by removing the hooks, which only their handles do safely.
-    if (f.verdict != Verdict::Leak || !f.holder || f.holder->hooks ||
+    // A dict of hooks is emptied by removing the hooks, which only their handles do safely; a
+    // library's private state by the library.
+    if (f.verdict != Verdict::Leak || !f.holder || f.holder->hooks || f.holder->library ||
         f.retention != Retention::Reachable) {
         return "";
     }

@@ -62,6 +62,7 @@ Report hostileReport() {
     stopped.fix = FixProof{0, "store._by_name", "store", 3 << 20, {"clear", "<reset>"}};
     stopped.holder = Holder{"model._forward_hooks", "collections.OrderedDict", 1.0,
                             HookDictGrowth{3, "Explainer.<\"save\">"}};
+    stopped.holder->library = LibraryObject{"trainer.<\"ema\">", "EMA<b>", "ema'lib", {"reset"}};
     r.findings.push_back(stopped);
     DeviceTimeline d;
     d.device = "cpu";
@@ -136,6 +137,9 @@ TEST_CASE("JSON round-trips through reportFromJson unchanged") {
     REQUIRE(back.findings[1].fix->also_held_by == "store._by_name");
     REQUIRE(back.findings[1].fix->owner_frees_bytes == 3u << 20);
     REQUIRE(back.findings[1].fix->owner_methods == std::vector<std::string>{"clear", "<reset>"});
+    REQUIRE(back.findings[1].holder->library->object == "trainer.<\"ema\">");
+    REQUIRE(back.findings[1].holder->library->package == "ema'lib");
+    REQUIRE_FALSE(back.findings[0].holder->library);
 }
 
 TEST_CASE("Findings written one at a time lay out as nlohmann's own dump, at every indent") {

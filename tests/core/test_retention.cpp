@@ -221,3 +221,40 @@ TEST_CASE("The loss template is offered only where the user's line made the tens
     f.allocated_inside->file = "/venv/site-packages/torch/nn/functional.py";
     CHECK(suggestFix(f).find("loss.detach() or loss.item()") != std::string::npos);
 }
+
+TEST_CASE("A library object's private state is named with its type, package and methods") {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.retention = Retention::Reachable;
+    f.path = {step("root", "trainer", "Trainer"), step("attr", ".ema", "EMA"),
+              step("attr", "._history", "list"), step("index", "[3]", "Tensor"),
+              step("grad_fn", ".grad_fn", "MulBackward0")};
+    f.path[1].package = "emalib";
+    f.path[1].release_methods = {"reset", "clear"};
+    f.holder = Holder{"trainer.ema._history", "list", 1.0, std::nullopt};
+    const auto lib = libraryOwnerOf(f);
+    REQUIRE(lib);
+    CHECK(lib->object == "trainer.ema");
+    CHECK(lib->type == "EMA");
+    CHECK(lib->package == "emalib");
+    CHECK(lib->methods == std::vector<std::string>{"reset", "clear"});
+    f.holder->library = lib;
+    const std::string fix = suggestFix(f);
+    CHECK(fix.rfind("trainer.ema._history is private state of trainer.ema (EMA, from emalib) "
+                    "and gains 1 per iteration, each kept with the autograd graph that made it",
+                    0) == 0);
+    CHECK(fix.find("a setting or method of EMA (emalib) controls this") != std::string::npos);
+    CHECK(fix.find("public reset() or clear(), which takes no argument") != std::string::npos);
+    CHECK(fix.find("loss") == std::string::npos);
+    CHECK(suggestFixCode(f).empty()); // never a patch of its internals
+
+    // A public attribute is the library's interface: no library owner, the ordinary fix.
+    f.path[2].label = ".history";
+    f.holder = Holder{"trainer.ema.history", "list", 1.0, std::nullopt};
+    CHECK_FALSE(libraryOwnerOf(f));
+    // The user's own class (no package) is never a library object.
+    f.path[1].package.clear();
+    f.path[2].label = "._history";
+    f.holder = Holder{"trainer.ema._history", "list", 1.0, std::nullopt};
+    CHECK_FALSE(libraryOwnerOf(f));
+}

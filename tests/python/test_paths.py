@@ -202,6 +202,53 @@ def test_memory_held_only_from_cpp():
     assert leak.site["line"] == SaveViewOfOutput.forward.__code__.co_firstlineno + 2
 
 
+def test_one_graph_held_only_from_cpp_is_one_cause_with_one_fix():
+    # #47 item 5: one graph a custom Function's cycle keeps gave three "held only from C++"
+    # entries, two of them with the generic "C++ state torch does not expose" fix.
+    w1 = torch.randn(256, 256, requires_grad=True)
+    w2 = torch.randn(256, 256, requires_grad=True)
+
+    def step():
+        h = torch.randn(64, 256) @ w1
+        h = SaveViewOfOutput.apply(h)
+        h = torch.relu(h @ w2)
+        SaveViewOfOutput.apply(h).sum()
+
+    report = torchleak.check(step, iterations=5)
+    assert len(report.leaks) == 3, str(report)  # three lines' tensors, all kept by one graph
+    assert all(leak.retention == "cpp_only" for leak in report.leaks)
+    assert "1 leak (3 allocation sites)" in str(report)
+    (cause,) = report.causes
+    assert cause["keeper"] == "the autograd graph of SaveViewOfOutputBackward", cause["keeper"]
+    assert len(cause["findings"]) == len(report.leaks)
+    for leak in report.leaks:
+        assert "save the output itself" in leak.suggestion, (leak.path_text, leak.suggestion)
+        assert "C++ state torch does not expose" not in leak.suggestion
+
+
+def test_two_graphs_that_share_only_parameters_are_not_one_graph():
+    # A parameter's AccumulateGrad is in every graph that uses it: two custom Functions' cycles
+    # over one weight are two graphs, each named by its own Function.
+    class SaveViewAgain(SaveViewOfOutput):
+        @staticmethod
+        def forward(ctx, x):
+            out = x * 3
+            ctx.save_for_backward(out[:])
+            return out
+
+    w = torch.randn(256, 1024, requires_grad=True)
+
+    def step():
+        SaveViewOfOutput.apply(w * 1)
+        SaveViewAgain.apply(w * 1)
+
+    report = torchleak.check(step, iterations=4)
+    assert sorted(c["keeper"] for c in report.causes) == [
+        "the autograd graph of SaveViewAgainBackward",
+        "the autograd graph of SaveViewOfOutputBackward",
+    ], str(report)
+
+
 def test_a_report_built_after_the_holder_let_go_blames_no_one():
     # Issue #30: after the block ends no free is seen, and a block freed since read "held
     # only from C++"; its address may hold another tensor by then, whose holder would be named.

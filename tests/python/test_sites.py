@@ -2,11 +2,11 @@
 package's own line is kept as "allocated inside", and its module globals name what it caches."""
 
 import sys
-import textwrap
 
 import pytest
 import torch
 
+import site_packages
 import torchleak
 from torchleak import _user_code
 
@@ -16,7 +16,6 @@ KiB = 1 << 10
 @pytest.fixture
 def somepkg(tmp_path, monkeypatch):
     """An installed package `somepkg` in a site-packages directory of the test's own."""
-    site = tmp_path / "site-packages"
     files = {
         "somepkg/__init__.py": "",
         "somepkg/ops.py": """
@@ -44,16 +43,9 @@ def somepkg(tmp_path, monkeypatch):
                 return DEFAULT.make_grid(n)
             """,
     }
-    for name, text in files.items():
-        path = site / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    prefixes = _user_code.package_prefixes()
-    monkeypatch.setattr(_user_code, "package_prefixes", lambda: prefixes + (str(site) + "/",))
-    monkeypatch.syspath_prepend(str(site))
+    site = site_packages.install(tmp_path, monkeypatch, files)
     yield site
-    for name in [m for m in sys.modules if m == "somepkg" or m.startswith("somepkg.")]:
-        del sys.modules[name]
+    site_packages.forget("somepkg")
 
 
 def line_of(path, marker):

@@ -134,9 +134,28 @@ struct PathStep {
     // fix can be proven by walking again with it cut. Not part of the report.
     uintptr_t object = 0;
     // Public methods of the object's class whose names say they release what it holds (clear,
-    // reset, close, release*, delete_*, remove_*), read from its class dicts without running
-    // user code: what a fix may call on a library's object. Not part of the report.
+    // reset, close, release*, delete_*, remove_*) and take no argument beyond self, read from
+    // its class dicts without running user code: what a fix may call on a library's object.
+    // Not part of the report.
     std::vector<std::string> release_methods = {};
+    // The installed third-party package the object's class was written in ("trainpkg"), or ""
+    // for the user's own classes, torch's and Python's. Not part of the path text.
+    std::string package = {};
+    // On the first step of a path held only from C++: the autograd graph it belongs to ("the
+    // autograd graph of SaveOwnViewBackward") when other such paths share it, so that one graph
+    // is one cause. Not part of the report.
+    std::string graph = {};
+};
+
+// A library's object whose private state is what grows (`ema._history` of a trainpkg EMA): the
+// report names it, its type and package and its releasing methods instead of patching its
+// internals (#47).
+struct LibraryObject {
+    std::string object;  // its path text: "ema"
+    std::string type;    // its class: "EMA"
+    std::string package; // "trainpkg"
+    // Public methods of its class that say they release and take no argument beyond self.
+    std::vector<std::string> methods;
 };
 
 struct Holder {
@@ -146,6 +165,9 @@ struct Holder {
     // Set when what grows is a dict of hooks: one more hook registered (and its handle dropped)
     // per iteration, each keeping what it records.
     std::optional<HookDictGrowth> hooks;
+    // Set when the holder is a library object's private state (reached by a `._name` step
+    // from it).
+    std::optional<LibraryObject> library = std::nullopt;
 };
 
 // One block a finding has alive when the report is built: what PyTorch's memory viewer

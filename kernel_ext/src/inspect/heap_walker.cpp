@@ -10,6 +10,7 @@
 #include "torchleak/pointer_table.h"
 
 #include <chrono>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_function.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -65,7 +66,7 @@ RetainingPathFinder::explainWithout(const std::vector<uintptr_t>& blocks, uintpt
     Walk walk(targets, visited, d_stats);
     walk.addRoots(d_roots);
     walk.run();
-    PathBuilder builder(walk.nodes(), d_roots, &d_owners, d_firstHookId);
+    PathBuilder builder(walk.nodes(), d_roots, &d_owners, d_firstHookId, &d_origins);
     Paths result;
     for (const auto& [block, node] : walk.found()) {
         result[block] = BlockPath{Retention::Reachable, builder.build(node)};
@@ -80,7 +81,7 @@ std::unordered_set<uintptr_t> RetainingPathFinder::walkFromNamedRoots(
     Walk walk(targets, visited, d_stats);
     walk.addRoots(d_roots);
     walk.run();
-    PathBuilder builder(walk.nodes(), d_roots, &d_owners, d_firstHookId);
+    PathBuilder builder(walk.nodes(), d_roots, &d_owners, d_firstHookId, &d_origins);
     for (const auto& [block, node] : walk.found()) {
         result[block] = BlockPath{Retention::Reachable, builder.build(node)};
     }
@@ -94,32 +95,38 @@ std::unordered_set<uintptr_t> RetainingPathFinder::walkFromNamedRoots(
 }
 
 // Phase 2a: reference cycles that only gc.collect() frees. The entry of a cycle is the member
-// a user recognizes: an instance of their own class when the cycle has one (an Attention whose
-// .score_fn is its own bound method), else another member that reaches the tensor first. The path
-// starts there, goes around the cycle back to it (the last of those steps is noted: that is an
-// edge to break) and then on to the tensor.
+// a user recognizes: an instance of a class of their own code when the cycle has one (an
+// Attention whose .score_fn is its own bound method; the user's module, not the training
+// framework's optimizer wrapper that closes the cycle with it), else another member that
+// reaches the tensor first. The path starts there, goes around the cycle back to it (the last
+// of those steps is noted: that is the edge that closes it) and then on to the tensor.
 void RetainingPathFinder::explainCycles(const std::vector<PyObject*>& garbage,
                                         std::unordered_set<uintptr_t>& unreached,
                                         PointerSet& visited,
                                         Paths& result) {
-    // Entries in order of what a user recognizes: their own classes' instances, other objects
-    // (a custom Function's ctx), then plain containers (often an object's __dict__, whose owner
-    // names the path better), and tensors last: a tensor is usually what a cycle keeps, not a
-    // member of it.
-    std::vector<PyObject*> users, objects, containers, tensors;
+    // Entries in order of what a user recognizes: their own classes' instances, a library's
+    // classes' instances, other objects (a custom Function's ctx), then plain containers (often
+    // an object's __dict__, whose owner names the path better), and tensors last: a tensor is
+    // usually what a cycle keeps, not a member of it.
+    std::vector<PyObject*> own, library, objects, containers, tensors;
     for (PyObject* o : garbage) {
-        if (isUserClassInstance(o)) {
-            users.push_back(o);
-        } else if (isTensor(o)) {
+        if (isTensor(o)) {
             tensors.push_back(o);
         } else if (PyDict_Check(o) || PyList_Check(o) || PyTuple_Check(o) || PyAnySet_Check(o) ||
                    PyCell_Check(o)) {
             containers.push_back(o);
+        } else if (!(Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) || PyType_Check(o) ||
+                   isCustomFunctionCtx(o) || PyExceptionInstance_Check(o)) {
+            objects.push_back(o);
+        } else if (const ClassOrigin& origin = d_origins.of(Py_TYPE(o)); origin.user) {
+            own.push_back(o);
+        } else if (origin.package) {
+            library.push_back(o);
         } else {
             objects.push_back(o);
         }
     }
-    for (const auto* members : {&users, &objects, &containers, &tensors}) {
+    for (const auto* members : {&own, &library, &objects, &containers, &tensors}) {
         if (unreached.empty() || members->empty()) {
             continue;
         }
@@ -133,7 +140,7 @@ void RetainingPathFinder::explainCycles(const std::vector<PyObject*>& garbage,
         Walk cycles(unreached, visited, d_stats);
         cycles.addRoots(cycleRoots);
         cycles.run();
-        PathBuilder cycleBuilder(cycles.nodes(), cycleRoots, &d_owners);
+        PathBuilder cycleBuilder(cycles.nodes(), cycleRoots, &d_owners, std::nullopt, &d_origins);
         for (const auto& [block, node] : cycles.found()) {
             std::vector<PathStep> steps = cycleBuilder.build(node);
             uint32_t rootNode = rootOf(cycles.nodes(), node);
@@ -185,11 +192,27 @@ void RetainingPathFinder::explainHookAnchors(const std::vector<PyObject*>& tenso
     Walk island(unreached, visited, d_stats);
     island.addRoots(anchorRoots);
     island.run();
-    PathBuilder builder(island.nodes(), anchorRoots, &d_owners, d_firstHookId);
+    PathBuilder builder(island.nodes(), anchorRoots, &d_owners, d_firstHookId, &d_origins);
     for (const auto& [block, node] : island.found()) {
         result[block] = BlockPath{Retention::CppOnly, builder.build(node)};
         unreached.erase(block);
     }
+}
+
+// The autograd node an object outside the roots stands for: a tensor's grad_fn, a custom
+// Function ctx's node.
+static Node* graphNodeOf(PyObject* o) {
+    if (isCustomFunctionCtx(o)) {
+        return nodeOfCtx(o);
+    }
+    if (isTensor(o)) {
+        try {
+            return THPVariable_Unpack(o).grad_fn().get();
+        } catch (...) {
+            return nullptr;
+        }
+    }
+    return nullptr;
 }
 
 // Phase 2c: held by objects outside the roots: library state, C extensions, or (a tensor or a
@@ -231,18 +254,123 @@ void RetainingPathFinder::explainOutsideRoots(const std::vector<PyObject*>& exte
                  StepKind::Root, "held from C code or library state", o});
         }
     }
-    Walk outside(unreached, visited, d_stats);
-    outside.addRoots(outsideRoots);
-    outside.run();
-    PathBuilder outsideBuilder(outside.nodes(), outsideRoots, &d_owners);
-    for (const auto& [block, node] : outside.found()) {
-        uint32_t rootNode = rootOf(outside.nodes(), node);
-        auto* rootObj = static_cast<PyObject*>(const_cast<void*>(outside.nodes()[rootNode].ptr));
-        bool cpp = isCustomFunctionCtx(rootObj) || isTensor(rootObj);
-        result[block] =
-            BlockPath{cpp ? Retention::CppOnly : Retention::Unnamed, outsideBuilder.build(node)};
-        unreached.erase(block);
+    const std::unordered_map<PyObject*, std::string> graphs = sameGraph(outsideRoots);
+    // Members of an autograd graph first: a tensor a node saved (an input of a matmul) is then
+    // shown inside the graph that keeps it, not as a root of its own.
+    std::vector<NamedRoot> ofGraphs, others;
+    for (NamedRoot& root : outsideRoots) {
+        (graphNodeOf(root.object) != nullptr ? ofGraphs : others).push_back(std::move(root));
     }
+    for (const auto* roots : {&ofGraphs, &others}) {
+        if (unreached.empty() || roots->empty()) {
+            continue;
+        }
+        Walk outside(unreached, visited, d_stats);
+        outside.addRoots(*roots);
+        outside.run();
+        PathBuilder outsideBuilder(outside.nodes(), *roots, &d_owners, std::nullopt, &d_origins);
+        for (const auto& [block, node] : outside.found()) {
+            uint32_t rootNode = rootOf(outside.nodes(), node);
+            auto* rootObj =
+                static_cast<PyObject*>(const_cast<void*>(outside.nodes()[rootNode].ptr));
+            bool cpp = isCustomFunctionCtx(rootObj) || isTensor(rootObj);
+            std::vector<PathStep> steps = outsideBuilder.build(node);
+            if (auto graph = graphs.find(rootObj); graph != graphs.end() && !steps.empty()) {
+                steps.front().graph = graph->second;
+            }
+            result[block] =
+                BlockPath{cpp ? Retention::CppOnly : Retention::Unnamed, std::move(steps)};
+            unreached.erase(block);
+        }
+    }
+}
+
+// "MulBackward0", or a custom Function's own class name ("SaveOwnViewBackward").
+static std::string nodeName(Node* node) {
+    if (isPyNode(node)) {
+        if (PyObject* ctx = torch::autograd::functionToPyObject(node->getptr())) {
+            std::string name = Py_TYPE(ctx)->tp_name;
+            Py_DECREF(ctx);
+            return name;
+        }
+        PyErr_Clear();
+    }
+    return shortTypeName(typeid(*node).name());
+}
+
+// Objects held only from C++ that belong to one autograd graph (a recomputed region, a model's
+// forward kept by one custom Function's cycle) are one leak: each gets the graph's name, and all
+// get the note of the member that says why the graph stays (`ctx saved a view of this
+// output`). Two members are in one graph when the nodes reachable from theirs meet.
+std::unordered_map<PyObject*, std::string>
+RetainingPathFinder::sameGraph(std::vector<NamedRoot>& roots) {
+    std::vector<size_t> parent(roots.size());
+    for (size_t k = 0; k < parent.size(); ++k) {
+        parent[k] = k;
+    }
+    auto find = [&](size_t k) {
+        while (parent[k] != k) {
+            k = parent[k] = parent[parent[k]];
+        }
+        return k;
+    };
+    constexpr size_t kMostNodes = 200000; // a graph bigger than this is named by what was seen
+    std::unordered_map<const Node*, size_t> seenBy;
+    std::vector<Node*> rootNodes(roots.size(), nullptr);
+    for (size_t k = 0; k < roots.size(); ++k) {
+        Node* start = graphNodeOf(roots[k].object);
+        rootNodes[k] = start;
+        std::vector<Node*> queue;
+        if (start != nullptr) {
+            queue.push_back(start);
+        }
+        while (!queue.empty() && seenBy.size() < kMostNodes) {
+            Node* node = queue.back();
+            queue.pop_back();
+            auto [it, fresh] = seenBy.emplace(node, k);
+            if (!fresh) {
+                parent[find(it->second)] = find(k); // met another member's graph
+                continue;
+            }
+            for (const torch::autograd::Edge& edge : node->next_edges()) {
+                // A parameter's AccumulateGrad is in every graph that uses it: meeting there
+                // does not make two graphs one.
+                if (edge.function && dynamic_cast<torch::autograd::AccumulateGrad*>(
+                                         edge.function.get()) == nullptr) {
+                    queue.push_back(edge.function.get());
+                }
+            }
+        }
+    }
+    std::unordered_map<size_t, std::vector<size_t>> members;
+    for (size_t k = 0; k < roots.size(); ++k) {
+        if (rootNodes[k] != nullptr) {
+            members[find(k)].push_back(k);
+        }
+    }
+    std::unordered_map<PyObject*, std::string> names;
+    for (const auto& [top, group] : members) {
+        if (group.size() < 2) {
+            continue;
+        }
+        // The member whose note says why the graph stays names it; else the first.
+        size_t why = group.front();
+        for (size_t k : group) {
+            if (roots[k].note.find("ctx saved a view of") != std::string::npos) {
+                why = k;
+            }
+        }
+        const std::string name = "the autograd graph of " + nodeName(rootNodes[why]);
+        for (size_t k : group) {
+            names[roots[k].object] = name;
+            if (k != why && roots[why].note.find("ctx saved a view of") != std::string::npos) {
+                roots[k].note += "; one autograd graph with a custom Function whose ctx saved a "
+                                 "view of its own output with save_for_backward: that cycle "
+                                 "through C++ keeps the whole graph";
+            }
+        }
+    }
+    return names;
 }
 
 // A custom Function that saved (a view of) its own output with ctx.save_for_backward: the

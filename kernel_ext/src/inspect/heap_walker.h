@@ -15,6 +15,7 @@
 // that gc.collect() would free, a Python hook an unreached autograd node keeps (hook_anchors.h),
 // memory held by objects outside the roots, or by C++ alone.
 
+#include "inspect/class_origin.h"
 #include "inspect/walk_graph.h"
 #include "torchleak/pointer_table.h"
 #include "torchleak/retention.h"
@@ -33,10 +34,14 @@ class RetainingPathFinder final : public RetentionExplainer {
   public:
     // `firstHookId`: torch's next hook handle id when tracking started (ReportInputs), so a
     // path's dict of hooks says how many of its hooks the run registered.
+    // `filter`: the report's rule for which code is the user's, by which a class's instances
+    // are told the user's own or a library's (class_origin.h); it must outlive the finder.
     explicit RetainingPathFinder(std::vector<NamedRoot> roots,
                                  ParameterOwners owners = {},
-                                 std::optional<uint64_t> firstHookId = std::nullopt)
-        : d_roots(std::move(roots)), d_owners(std::move(owners)), d_firstHookId(firstHookId) {}
+                                 std::optional<uint64_t> firstHookId = std::nullopt,
+                                 const FrameFilter* filter = nullptr)
+        : d_roots(std::move(roots)), d_owners(std::move(owners)), d_firstHookId(firstHookId),
+          d_origins(filter) {}
     std::unordered_map<uintptr_t, BlockPath> explain(const std::vector<uintptr_t>& blocks) override;
     std::optional<std::unordered_map<uintptr_t, BlockPath>>
     explainWithout(const std::vector<uintptr_t>& blocks, uintptr_t cut) override;
@@ -62,11 +67,13 @@ class RetainingPathFinder final : public RetentionExplainer {
                              PointerSet& visited,
                              Paths& result);
     static std::string savedOwnOutput(const at::Tensor& t);
+    static std::unordered_map<PyObject*, std::string> sameGraph(std::vector<NamedRoot>& roots);
     static void markHeldOnlyFromCpp(const std::unordered_set<uintptr_t>& unreached, Paths& result);
 
     std::vector<NamedRoot> d_roots;
     ParameterOwners d_owners;
     std::optional<uint64_t> d_firstHookId;
+    ClassOrigins d_origins;
     WalkStats d_stats;
 };
 

@@ -29,6 +29,21 @@ void appendNote(PathStep& step, const std::string& note) {
 
 // The public methods a heap type (and the heap types it derives from) defines whose names say
 // they release what the object holds, in MRO order, read from the types' own dicts.
+// A method a fix may tell the user to call as `obj.name()`: every parameter after self has a
+// default. Read from its code object and defaults, without calling or inspecting it in Python.
+bool callableWithoutArguments(PyObject* function) {
+    auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(function));
+    PyObject* defaults = PyFunction_GET_DEFAULTS(function);
+    PyObject* kwDefaults = PyFunction_GET_KW_DEFAULTS(function);
+    const Py_ssize_t positional = code->co_argcount;
+    const Py_ssize_t defaulted =
+        defaults && PyTuple_Check(defaults) ? PyTuple_GET_SIZE(defaults) : 0;
+    const Py_ssize_t keywordOnly = code->co_kwonlyargcount;
+    const Py_ssize_t keywordDefaulted =
+        kwDefaults && PyDict_Check(kwDefaults) ? PyDict_Size(kwDefaults) : 0;
+    return positional - defaulted <= 1 && keywordOnly <= keywordDefaulted;
+}
+
 std::vector<std::string> releaseMethods(PyObject* obj) {
     std::vector<std::string> names;
     PyTypeObject* type = Py_TYPE(obj);
@@ -58,7 +73,8 @@ std::vector<std::string> releaseMethods(PyObject* obj) {
         Py_ssize_t pos = 0;
         PyObject *key = nullptr, *value = nullptr;
         while (PyDict_Next(base->tp_dict, &pos, &key, &value) && names.size() < kMost) {
-            if (!PyUnicode_Check(key) || !PyFunction_Check(value)) {
+            if (!PyUnicode_Check(key) || !PyFunction_Check(value) ||
+                !callableWithoutArguments(value)) {
                 continue;
             }
             std::string name = utf8(key);
@@ -126,7 +142,7 @@ std::vector<PathStep> PathBuilder::build(uint32_t i, bool dropRoot) {
             step.object = reinterpret_cast<uintptr_t>(n.ptr);
         }
         describeTensor(n, step);
-        noteResetMethod(n, step);
+        noteClass(n, step);
         noteModuleOfNode(n, step);
         steps.push_back(std::move(step));
     }
@@ -298,7 +314,7 @@ void PathBuilder::noteGraphOfLastTensor(const WalkNode& n, std::vector<PathStep>
     }
 }
 
-void PathBuilder::noteResetMethod(const WalkNode& n, PathStep& step) {
+void PathBuilder::noteClass(const WalkNode& n, PathStep& step) {
     if (n.kind != NodeKind::Python) {
         return;
     }
@@ -308,6 +324,11 @@ void PathBuilder::noteResetMethod(const WalkNode& n, PathStep& step) {
     }
     if (!isTensor(obj)) {
         step.release_methods = releaseMethods(obj);
+        if (d_origins != nullptr) {
+            if (const ClassOrigin& origin = d_origins->of(Py_TYPE(obj)); origin.package) {
+                step.package = origin.top;
+            }
+        }
     }
 }
 

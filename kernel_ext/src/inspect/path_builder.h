@@ -4,6 +4,7 @@
 // for the paths that are reported, from the nodes a Walk recorded, and without running user
 // code: names come from dict entries, slots and code objects, never from __repr__.
 
+#include "inspect/class_origin.h"
 #include "inspect/frame_capture.h"
 #include "inspect/walk_graph.h"
 
@@ -22,8 +23,10 @@ class PathBuilder {
     PathBuilder(const std::vector<WalkNode>& nodes,
                 const std::vector<NamedRoot>& roots,
                 const ParameterOwners* owners = nullptr,
-                std::optional<uint64_t> firstHookId = std::nullopt)
-        : d_nodes(nodes), d_roots(roots), d_owners(owners), d_firstHookId(firstHookId) {}
+                std::optional<uint64_t> firstHookId = std::nullopt,
+                ClassOrigins* origins = nullptr)
+        : d_nodes(nodes), d_roots(roots), d_owners(owners), d_firstHookId(firstHookId),
+          d_origins(origins) {}
 
     // Steps from the root to node `i`. With `dropRoot`, the root itself is left out.
     std::vector<PathStep> build(uint32_t i, bool dropRoot = false);
@@ -39,7 +42,9 @@ class PathBuilder {
     static at::Tensor tensorOf(const WalkNode& n);
 
     void describeTensor(const WalkNode& n, PathStep& step);
-    void noteResetMethod(const WalkNode& n, PathStep& step);
+    // What the object's class offers and where it was written: reset(), its releasing methods,
+    // its package.
+    void noteClass(const WalkNode& n, PathStep& step);
     void noteModuleOfNode(const WalkNode& n, PathStep& step);
     void noteGraphOfLastTensor(const WalkNode& n, std::vector<PathStep>& steps);
 
@@ -74,6 +79,7 @@ class PathBuilder {
     QualifiedNames d_names;
     const ParameterOwners* d_owners;
     std::optional<uint64_t> d_firstHookId;
+    ClassOrigins* d_origins; // which package an object's class is from, when known
 };
 
 } // namespace torchleak::python

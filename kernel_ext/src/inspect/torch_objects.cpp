@@ -122,27 +122,6 @@ PyObject* pythonHookDict(const torch::autograd::FunctionPostHook& hook) {
     return nullptr;
 }
 
-bool isUserClassInstance(PyObject* obj) {
-    PyTypeObject* type = Py_TYPE(obj);
-    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) || isTensor(obj) ||
-        isCustomFunctionCtx(obj) || PyExceptionInstance_Check(obj)) {
-        return false;
-    }
-    // The module the class was defined in, from its own dict: no attribute lookup, no user code.
-    PyObject* module = type->tp_dict ? PyDict_GetItemString(type->tp_dict, "__module__") : nullptr;
-    if (module == nullptr || !PyUnicode_Check(module)) {
-        return false;
-    }
-    std::string name = utf8(module);
-    for (const char* library : {"torch", "builtins", "functools", "collections", "typing", "abc",
-                                "enum", "weakref", "dataclasses", "_"}) {
-        if (name.rfind(library, 0) == 0) {
-            return false;
-        }
-    }
-    return true;
-}
-
 std::string typeQualname(PyObject* obj) {
     PyTypeObject* type = Py_TYPE(obj);
     if (type->tp_flags & Py_TPFLAGS_HEAPTYPE) {

@@ -21,9 +21,6 @@ torch::autograd::Node* nodeOfWrapper(PyObject* wrapper);
 bool isPyNode(const torch::autograd::Node* node);
 // A Tensor handle on an impl a walk reached (takes a reference for the handle's lifetime).
 at::Tensor tensorFromImpl(const c10::TensorImpl* impl);
-// An instance of a class the user wrote (a heap type that is not torch's or Python's own): what
-// a user recognizes as the entry of a reference cycle.
-bool isUserClassInstance(PyObject* obj);
 // "Attention", "Trainer.Inner": the qualified name of an object's type, read from the type.
 std::string typeQualname(PyObject* obj);
 

@@ -236,7 +236,7 @@ std::string TrackingSession::reportJson(const ReportInputs& inputs,
     PythonStackSymbolizer symbolizer(filter);
     LiveTensorIndex tensors = LiveTensorIndex::onFirstUse();
     NoBlockDescriptions none;
-    RetainingPathFinder finder(std::move(roots), std::move(owners), inputs.first_hook_id);
+    RetainingPathFinder finder(std::move(roots), std::move(owners), inputs.first_hook_id, &filter);
     std::optional<ReportInputs> late;
     if (d_lateFrees) {
         std::vector<uintptr_t> freed = d_lateFrees->freed();
