@@ -2,6 +2,7 @@
 
 #include "report_assembly.h"
 #include "torchleak/causes.h"
+#include "torchleak/compiled_op.h"
 #include "torchleak/display_text.h"
 #include "torchleak/report_subset.h"
 #include "torchleak/scoring.h"
@@ -539,6 +540,7 @@ void ReportBuilder::finalizeFindings() {
         if (!f.site.source) {
             f.site.source = d_symbolizer.sourceLine(f.site);
         }
+        f.compiled_op = compiledOpOf(f.stack, d_symbolizer);
         // The fix as a line of Python, where the rule is certain of it (it reads the site's
         // line: `losses.append(loss)` becomes `losses.append(loss.item())`).
         f.fix_code = suggestFixCode(f);

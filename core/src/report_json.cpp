@@ -5,6 +5,7 @@
 #include "json_numbers.h"
 #include "roles_json.h"
 #include "torchleak/cause_groups.h"
+#include "torchleak/compiled_op.h"
 #include "torchleak/devices.h"
 #include "torchleak/display_text.h"
 #include "torchleak/errors.h"
@@ -205,6 +206,11 @@ json findingJson(const Finding& f, const Report& r) {
     if (f.allocated_inside) {
         fj["allocated_inside"] = frameJson(*f.allocated_inside, false);
     }
+    if (f.compiled_op) {
+        fj["compiled_op"] = {{"source_nodes", f.compiled_op->source_nodes},
+                             {"aten_ops", f.compiled_op->aten_ops},
+                             {"text", compiledOpText(*f.compiled_op)}};
+    }
     fj["count"] = f.count;
     fj["total_bytes"] = f.total_bytes;
     fj["bytes_per_iteration"] = f.bytes_per_iteration;
@@ -321,6 +327,11 @@ Finding findingFrom(const json& fj) {
     }
     if (fj.contains("allocated_inside") && !fj["allocated_inside"].is_null()) {
         f.allocated_inside = frameFrom(fj["allocated_inside"]);
+    }
+    if (fj.contains("compiled_op") && fj["compiled_op"].is_object()) {
+        const json& op = fj["compiled_op"];
+        f.compiled_op = CompiledOp{op.value("source_nodes", std::vector<std::string>{}),
+                                   op.value("aten_ops", std::vector<std::string>{})};
     }
     f.count = integerAt<uint64_t>(fj, "count");
     f.total_bytes = integerAt<uint64_t>(fj, "total_bytes");

@@ -62,6 +62,7 @@ Report hostileReport() {
     stopped.fix = FixProof{0, "store._by_name", "store", 3 << 20, {"clear", "<reset>"}};
     stopped.holder = Holder{"model._forward_hooks", "collections.OrderedDict", 1.0,
                             HookDictGrowth{3, "Explainer.<\"save\">"}};
+    stopped.compiled_op = CompiledOp{{"input_<3>"}, {"aten.t", "aten.\"addmm\""}};
     stopped.holder->library = LibraryObject{"trainer.<\"ema\">", "EMA<b>", "ema'lib", {"reset"}};
     r.findings.push_back(stopped);
     DeviceTimeline d;
@@ -140,6 +141,9 @@ TEST_CASE("JSON round-trips through reportFromJson unchanged") {
     REQUIRE(back.findings[1].holder->library->object == "trainer.<\"ema\">");
     REQUIRE(back.findings[1].holder->library->package == "ema'lib");
     REQUIRE_FALSE(back.findings[0].holder->library);
+    REQUIRE(back.findings[1].compiled_op->aten_ops ==
+            std::vector<std::string>{"aten.t", "aten.\"addmm\""});
+    REQUIRE_FALSE(back.findings[0].compiled_op);
 }
 
 TEST_CASE("Findings written one at a time lay out as nlohmann's own dump, at every indent") {

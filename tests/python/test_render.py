@@ -458,3 +458,19 @@ def test_a_cause_of_one_new_key_in_several_dicts_lists_its_containers_not_its_on
     item = render_page._cause_item(cause, findings, "iteration")
     assert re.findall(r"<li><code>([^<]*)</code>", item) == [f"layers[{k}].adapters" for k in range(3)]
     # (The text report's listing is held by test_retention_forms on a real run.)
+
+
+def test_the_op_of_compiled_code_is_said_beside_or_without_a_package_line():
+    from torchleak.render.format import allocated_inside_text
+
+    op = {"text": "made in torch.compile's generated code by aten.addmm (graph node input_3)"}
+    assert allocated_inside_text({"compiled_op": op}) == op["text"]
+    inside = {
+        "file": "/venv/site-packages/somepkg/ops.py",
+        "line": 41,
+        "function": "reshape_heads",
+        "text": "somepkg/ops.py:41",
+    }
+    both = allocated_inside_text({"allocated_inside": inside, "compiled_op": op})
+    assert both.startswith("allocated inside ") and both.endswith("; " + op["text"])
+    assert allocated_inside_text({}) is None

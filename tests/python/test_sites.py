@@ -234,3 +234,24 @@ def test_a_compiled_models_modules_are_named_as_the_user_wrote_them(compiled):
     notes = [s.get("note") or "" for s in report.leaks[0].path]
     assert any("made by model[0] (Linear) and model[2] (Linear)" in n for n in notes), notes
     assert "_orig_mod" not in str(report)
+
+
+def test_a_buffer_of_a_compiled_model_names_the_op_from_inductors_source_node_comment(compiled):
+    # #47 item 7: the site is the user's line; which op of the compiled graph made the buffer
+    # was lost with the generated frame.
+    _model, cmodel, inductor = compiled
+    kept = []
+
+    def step():
+        kept.append(cmodel(torch.randn(32, 64)).detach())  # the output: inductor's buffer
+
+    report = torchleak.check(step, iterations=6)
+    (leak,) = report.leaks
+    assert leak.site["line"] == step.__code__.co_firstlineno + 1
+    assert str(inductor) in leak.stack[0]["file"]  # inductor's generated code allocated it
+    op = leak.to_dict()["compiled_op"]
+    assert "aten.addmm" in op["aten_ops"], op
+    assert op["source_nodes"], op
+    assert op["text"].startswith("made in torch.compile's generated code by "), op
+    assert op["text"] in str(report)
+    assert torchleak.Report.from_json(report.to_json()).leaks[0].to_dict()["compiled_op"] == op

@@ -94,6 +94,13 @@ struct Frame {
     std::vector<int> runs = {};
 };
 
+// What torch.compile's generated code allocated a finding's block for (compiled_op.h): the
+// graph nodes and ATen ops of inductor's comment beside the allocation.
+struct CompiledOp {
+    std::vector<std::string> source_nodes; // "input_3"
+    std::vector<std::string> aten_ops;     // "aten.t", "aten.addmm"
+};
+
 // A tensor met on a retaining path.
 struct TensorInfo {
     std::string dtype;
@@ -224,6 +231,8 @@ struct Finding {
     // The innermost frame of an installed package between the allocation and the site, when
     // the user's line called into one: "allocated inside somepkg/ops.py:41".
     std::optional<Frame> allocated_inside;
+    // When the innermost frame is torch.compile's generated code: the op it allocated for.
+    std::optional<CompiledOp> compiled_op;
     uint64_t count = 0;       // live blocks of this site at the last boundary
     uint64_t total_bytes = 0; // their bytes
     int64_t bytes_per_iteration = 0;

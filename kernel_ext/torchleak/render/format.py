@@ -78,11 +78,15 @@ def iteration_unit(data):
 
 def allocated_inside_text(finding):
     """`allocated inside somepkg/ops.py:41 (reshape_heads)`: the installed package's line under
-    the user's site, or None."""
+    the user's site, and the core's words for the op of torch.compile's generated code that
+    allocated (`made in torch.compile's generated code by aten.addmm (graph node input_3)`);
+    None when neither."""
     inside = finding.get("allocated_inside")
-    if not inside:
-        return None
-    return f"allocated inside {site_text(inside)} ({inside.get('function')})"
+    parts = [f"allocated inside {site_text(inside)} ({inside.get('function')})"] if inside else []
+    compiled = (finding.get("compiled_op") or {}).get("text")
+    if compiled:
+        parts.append(compiled)
+    return "; ".join(parts) or None
 
 
 def growth_text(finding):
