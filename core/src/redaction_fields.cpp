@@ -107,6 +107,8 @@ std::span<const RedactionField> redactionFields() {
         {"findings[].compiled_op.source_nodes[]", Redaction::Keep},
         {"findings[].compiled_op.aten_ops[]", Redaction::Keep},
         {"findings[].compiled_op.text", Redaction::WrittenAgain},
+        {"findings[].holder_read.line", Redaction::Keep},
+        {"findings[].holder_read.source", Redaction::Drop},
         {"findings[].stack[].file", Redaction::File},
         {"findings[].stack[].function", Redaction::Keep},
         {"findings[].stack[].source", Redaction::Drop},

@@ -4,6 +4,7 @@
 #include "torchleak/causes.h"
 #include "torchleak/compiled_op.h"
 #include "torchleak/display_text.h"
+#include "torchleak/loop_reads.h"
 #include "torchleak/report_subset.h"
 #include "torchleak/scoring.h"
 #include "torchleak/site_rule.h"
@@ -544,6 +545,16 @@ void ReportBuilder::finalizeFindings() {
         // The fix as a line of Python, where the rule is certain of it (it reads the site's
         // line: `losses.append(loss)` becomes `losses.append(loss.item())`).
         f.fix_code = suggestFixCode(f);
+        // Clearing a holder the loop reads is no fix: it crashes the next iteration.
+        if (f.verdict == Verdict::Leak && f.holder &&
+            f.suggestion.find(": .clear() it") != std::string::npos) {
+            if (auto read =
+                    loopReadOf(f.site, f.holder->path_text, d_symbolizer.sourceLines(f.site))) {
+                f.suggestion = loopReadFixText(f, *read);
+                f.fix_code.clear();
+                f.holder_read = std::move(read);
+            }
+        }
     }
 }
 

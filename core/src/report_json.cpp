@@ -211,6 +211,9 @@ json findingJson(const Finding& f, const Report& r) {
                              {"aten_ops", f.compiled_op->aten_ops},
                              {"text", compiledOpText(*f.compiled_op)}};
     }
+    if (f.holder_read) {
+        fj["holder_read"] = {{"line", f.holder_read->line}, {"source", f.holder_read->source}};
+    }
     fj["count"] = f.count;
     fj["total_bytes"] = f.total_bytes;
     fj["bytes_per_iteration"] = f.bytes_per_iteration;
@@ -327,6 +330,10 @@ Finding findingFrom(const json& fj) {
     }
     if (fj.contains("allocated_inside") && !fj["allocated_inside"].is_null()) {
         f.allocated_inside = frameFrom(fj["allocated_inside"]);
+    }
+    if (fj.contains("holder_read") && fj["holder_read"].is_object()) {
+        f.holder_read =
+            HolderRead{fj["holder_read"].value("line", 0), fj["holder_read"].value("source", "")};
     }
     if (fj.contains("compiled_op") && fj["compiled_op"].is_object()) {
         const json& op = fj["compiled_op"];

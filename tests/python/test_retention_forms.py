@@ -1184,3 +1184,42 @@ def test_a_fix_that_frees_the_leak_is_proven_so():
     fix = leak.to_dict()["fix"]
     assert fix["frees_bytes"] == leak.total_bytes and fix["also_held_by"] == ""
     assert leak.fix_code == "kept.clear()"
+
+
+class LoopState:
+    def __init__(self):
+        self.Y = [torch.zeros(1, 256)]
+
+
+def test_a_container_the_loop_reads_is_never_cleared_by_the_fix():
+    # #47 item 1: the suggested `state.Y.clear()` crashed the loop, which reads state.Y[-1].
+    state = LoopState()
+
+    def step():
+        prev = state.Y[-1]  # the next iteration reads what the last one appended
+        state.Y.append(prev + torch.zeros(64, 256))  # ALLOC
+
+    leak = the_leak(step)
+    assert leak.holder["path_text"] == "state.Y"
+    read_line = step.__code__.co_firstlineno + 1
+    assert leak.to_dict()["holder_read"] == {
+        "line": read_line,
+        "source": "prev = state.Y[-1]  # the next iteration reads what the last one appended",
+    }
+    assert leak.suggestion.startswith(
+        f"state.Y grows every iteration, but the code around it reads it (line {read_line}: "
+    ), leak.suggestion
+    assert "clearing it would break the next iteration" in leak.suggestion
+    assert "fix_code" not in leak.to_dict()
+
+
+def test_a_container_only_filled_around_its_site_keeps_its_clear():
+    state = LoopState()
+
+    def step():
+        y = torch.zeros(64, 256)  # ALLOC
+        state.Y.append(y)
+
+    leak = the_leak(step)
+    assert "holder_read" not in leak.to_dict()
+    assert leak.fix_code == "state.Y.clear()"

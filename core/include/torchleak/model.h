@@ -101,6 +101,13 @@ struct CompiledOp {
     std::vector<std::string> aten_ops;     // "aten.t", "aten.addmm"
 };
 
+// A line of the code around a leak's site that reads its holder (loop_reads.h): clearing the
+// holder would break it.
+struct HolderRead {
+    int line = 0;
+    std::string source;
+};
+
 // A tensor met on a retaining path.
 struct TensorInfo {
     std::string dtype;
@@ -233,6 +240,8 @@ struct Finding {
     std::optional<Frame> allocated_inside;
     // When the innermost frame is torch.compile's generated code: the op it allocated for.
     std::optional<CompiledOp> compiled_op;
+    // When the holder's fix would clear it and the code around the site reads it.
+    std::optional<HolderRead> holder_read;
     uint64_t count = 0;       // live blocks of this site at the last boundary
     uint64_t total_bytes = 0; // their bytes
     int64_t bytes_per_iteration = 0;

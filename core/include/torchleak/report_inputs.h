@@ -31,6 +31,9 @@ class StackSymbolizer {
     // The text of a site's line, stripped (a notebook cell's from where the interpreter keeps
     // it), or nothing: asked once per finding, for its `source` and the fix written as code.
     virtual std::optional<std::string> sourceLine(const Frame& /*frame*/) { return std::nullopt; }
+    // Every line of the frame's file or cell as written (indentation kept, line 1 first), or
+    // none: asked only for a leak whose fix would clear its holder, to read the loop around it.
+    virtual std::vector<std::string> sourceLines(const Frame& /*frame*/) { return {}; }
 };
 
 struct BlockDescription {

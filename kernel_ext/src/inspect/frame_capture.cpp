@@ -421,6 +421,30 @@ std::optional<std::string> PythonStackSymbolizer::sourceLine(const Frame& frame)
     return out;
 }
 
+std::vector<std::string> PythonStackSymbolizer::sourceLines(const Frame& frame) {
+    std::vector<std::string> out;
+    if (frame.file.empty()) {
+        return out;
+    }
+    PyObject* linecache = PyImport_ImportModule("linecache");
+    PyObject* name =
+        PyUnicode_FromStringAndSize(frame.file.data(), static_cast<Py_ssize_t>(frame.file.size()));
+    PyObject* lines = linecache == nullptr || name == nullptr
+                          ? nullptr
+                          : PyObject_CallMethod(linecache, "getlines", "O", name);
+    Py_XDECREF(name);
+    Py_XDECREF(linecache);
+    if (lines != nullptr && PyList_Check(lines)) {
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(lines); ++k) {
+            PyObject* line = PyList_GET_ITEM(lines, k);
+            out.push_back(PyUnicode_Check(line) ? utf8(line) : std::string());
+        }
+    }
+    Py_XDECREF(lines);
+    PyErr_Clear();
+    return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Frame locals
 

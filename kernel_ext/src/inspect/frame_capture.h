@@ -100,6 +100,8 @@ class PythonStackSymbolizer final : public StackSymbolizer {
     // linecache.getline: notebook cells are there under the name IPython compiled them with,
     // files are read from disk. Any error is no line.
     std::optional<std::string> sourceLine(const Frame& frame) override;
+    // linecache.getlines, likewise; any error is no lines.
+    std::vector<std::string> sourceLines(const Frame& frame) override;
 
   private:
     struct CodeInfo {
