@@ -268,43 +268,6 @@ std::optional<std::string> suggestForModuleRegistry(const Finding& f) {
            ", or reuse one name";
 }
 
-// The fix names the cycle (its entry and the way around it) and the edge to break there.
-std::string suggestForCycle(const Finding& f) {
-    size_t closing = 0; // the step that leads back to the entry
-    for (size_t k = 1; k < f.path.size(); ++k) {
-        if (f.path[k].note.find("back to the ") != std::string::npos) {
-            closing = k;
-            break;
-        }
-    }
-    std::string loop;
-    for (size_t k = 1; k <= closing; ++k) {
-        loop += f.path[k].label;
-    }
-    std::string cycle = f.path.empty() ? std::string("a reference cycle")
-                                       : "a reference cycle (" + f.path.front().label +
-                                             (loop.empty() ? "" : " \u21c4 " + loop) + ")";
-    std::string hint;
-    bool ctx = hasKind(f, StepKind::Ctx);
-    for (size_t k = 1; k <= closing && hint.empty(); ++k) {
-        const PathStep& s = f.path[k];
-        if (s.label == ".__self__") {
-            hint = "it stores a bound method of itself (" + loop.substr(0, loop.find(".__self__")) +
-                   "): keep a weakref.WeakMethod, a staticmethod or a plain function there";
-        } else if (s.kind == StepKind::Closure) {
-            hint = "a closure refers back to it (" + s.note.substr(0, s.note.find("; back to")) +
-                   "): pass the object in as an argument, or capture a weakref.ref";
-        }
-    }
-    if (hint.empty() && ctx) {
-        hint = "save tensors with ctx.save_for_backward() instead of ctx attributes";
-    }
-    if (hint.empty()) {
-        hint = "break it at " + (loop.empty() ? std::string("one edge") : loop) +
-               " (a weakref, or del the back reference when done)";
-    }
-    return cycle + " keeps it until gc.collect() runs: " + hint + ", or call gc.collect()";
-}
 } // namespace
 
 namespace {

@@ -1223,3 +1223,41 @@ def test_a_container_only_filled_around_its_site_keeps_its_clear():
     leak = the_leak(step)
     assert "holder_read" not in leak.to_dict()
     assert leak.fix_code == "state.Y.clear()"
+
+
+class ScaleKeepingModule(torch.autograd.Function):
+    """A library-style op that saves its output (no cycle by itself) and, for its backward, the
+    module that called it."""
+
+    @staticmethod
+    def forward(ctx, x, module):
+        out = x * 2  # ALLOC
+        ctx.module = module
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2, None
+
+
+class BlockKeepingItsOutput(torch.nn.Module):
+    def forward(self, x):
+        out = ScaleKeepingModule.apply(x, self)
+        self.last_out = out  # the user's attribute closes the cycle through the autograd node
+        return out
+
+
+def test_a_cycle_through_an_autograd_node_blames_the_users_attribute_not_the_op():
+    # #47 item 4: the op that saved its output was blamed ("save tensors with
+    # ctx.save_for_backward() instead of ctx attributes"); the edge that makes the cycle is the
+    # user's own attribute holding the output.
+    w = torch.ones(64, 256, requires_grad=True)
+    leak = run_without_gc(lambda: BlockKeepingItsOutput()(w))
+    assert leak.retention == "cycle"
+    assert leak.path_text.startswith("<cycle: BlockKeepingItsOutput>.last_out.grad_fn.module"), leak.path_text
+    assert "its own attribute .last_out keeps a tensor with its autograd graph" in leak.suggestion
+    assert "ScaleKeepingModuleBackward keeps it back" in leak.suggestion
+    assert "(self.last_out = out.detach())" in leak.suggestion
+    assert "ctx attributes" not in leak.suggestion
+    assert "ctx saved a view" not in leak.path_text

@@ -12,6 +12,9 @@ namespace torchleak {
 // Empty for a finding that is not a leak.
 std::string suggestFix(const Finding& finding);
 
+// The fix for a finding kept by a reference cycle (cycle_fix.cpp).
+std::string suggestForCycle(const Finding& finding);
+
 // The fix for a cause whose findings are one line's entries under the same new key in several
 // containers (Cause::holders, Cause::new_key): every container, one remedy.
 std::string suggestForSharedNewKey(const std::vector<std::string>& holders,

@@ -391,7 +391,10 @@ std::string RetainingPathFinder::savedOwnOutput(const at::Tensor& t) {
     const void* storage = t.storage().data_ptr().get();
     for (const auto& saved : fn->saved_variables) {
         auto raw = rawSavedTensor(saved);
-        if (raw && raw->has_storage() && raw->storage().data_ptr().get() == storage) {
+        // A view of the output: the output saved itself is kept without its grad_fn (autograd
+        // saves an output's data alone), no cycle, and not to be blamed.
+        if (raw && raw->is_view() && raw->has_storage() &&
+            raw->storage().data_ptr().get() == storage) {
             found = std::string(", whose ctx saved a view of this output with "
                                 "save_for_backward: a cycle through C++ (output, its grad_fn, "
                                 "the saved view, the output's storage) that nothing frees");
