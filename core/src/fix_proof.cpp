@@ -12,6 +12,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace torchleak::assembly {
@@ -131,6 +132,9 @@ void proveLibraryOwner(RetentionExplainer& explainer,
 } // namespace
 
 void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
+    if (!explainer.canWalkAgain()) {
+        return; // no fix is proven, none is refuted
+    }
     std::vector<FindingDraft*> leaks;
     for (FindingDraft& draft : d_drafts) {
         const Finding& f = draft.finding;
@@ -142,6 +146,7 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
     std::stable_sort(leaks.begin(), leaks.end(), [](const FindingDraft* a, const FindingDraft* b) {
         return a->finding.bytes_per_iteration > b->finding.bytes_per_iteration;
     });
+    const std::vector<FindingDraft*> all = leaks;
     leaks.resize(std::min(leaks.size(), kProvenFindings));
     const auto started = std::chrono::steady_clock::now();
     for (FindingDraft* draft : leaks) {
@@ -194,6 +199,15 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
             }
         }
         f.fix = std::move(proof);
+    }
+    // What was left unproven (past the budget, past the eight biggest, or reached only through
+    // C++) keeps its words but not a `.clear()` to paste: fix_code is only what was proven.
+    for (FindingDraft* draft : all) {
+        Finding& f = draft->finding;
+        const std::string_view code = f.fix_code;
+        if (!f.fix && code.size() > 8 && code.substr(code.size() - 8) == ".clear()") {
+            f.fix_code.clear();
+        }
     }
 }
 

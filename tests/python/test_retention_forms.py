@@ -1261,3 +1261,33 @@ def test_a_cycle_through_an_autograd_node_blames_the_users_attribute_not_the_op(
     assert "(self.last_out = out.detach())" in leak.suggestion
     assert "ctx attributes" not in leak.suggestion
     assert "ctx saved a view" not in leak.path_text
+
+
+def test_a_clear_that_was_not_proven_is_not_offered_as_code():
+    # #47 item 1: fix_code only where it is proven. The proofs cover the eight biggest leaks;
+    # the two smallest keep their words but no `.clear()` to paste.
+    l0, l1, l2, l3, l4, l5, l6, l7, l8, l9 = ([] for _ in range(10))
+
+    def step():
+        l0.append(torch.zeros(160, 64))
+        l1.append(torch.zeros(150, 64))
+        l2.append(torch.zeros(140, 64))
+        l3.append(torch.zeros(130, 64))
+        l4.append(torch.zeros(120, 64))
+        l5.append(torch.zeros(110, 64))
+        l6.append(torch.zeros(100, 64))
+        l7.append(torch.zeros(90, 64))
+        l8.append(torch.zeros(80, 64))
+        l9.append(torch.zeros(70, 64))
+
+    report = torchleak.check(step, iterations=ITERATIONS)
+    assert len(report.leaks) == 10, str(report)
+    proven = [leak for leak in report.leaks if "fix" in leak.to_dict()]
+    assert len(proven) == 8
+    for leak in report.leaks:
+        holder = leak.holder["path_text"]
+        if leak in proven:
+            assert leak.fix_code == f"{holder}.clear()"
+        else:
+            assert holder in ("l8", "l9") and "fix_code" not in leak.to_dict(), holder
+            assert ".clear() it" in leak.suggestion  # the words stay

@@ -26,7 +26,7 @@ const SITE = { text: "string", function: "string", cell: "number", line: "number
 const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
   total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
-  fix_code: "string", tensor_text: "string", allocated_inside: SITE,
+  fix_code: "string", tensor_text: "string", allocated_inside: SITE, compiled_op: { text: "string" },
   ranks_text: "string", role: "string", growth_since: { text: "string" },
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
@@ -61,6 +61,8 @@ export const NOT_SHOWN = {
            "sampling_bytes", "job_id"],
   finding: ["autograd_node", "block_label", "confidence", "count", "dtype", "shape", "fix", "live_blocks",
             "live_blocks_unlisted", "live_bytes_unlisted", "released_periodically", "retention",
+            // its line is quoted in the suggestion the view shows
+            "holder_read",
             "ranks", "series", "severity", "trend"],
 };
 
@@ -659,6 +661,10 @@ function siteCell(f, host) {
   if (inside && inside.text) {
     const words = `allocated inside ${inside.text}` + (inside.function ? ` (${inside.function})` : "");
     cell.appendChild(el("div", { class: "tl-note", "data-testid": "allocated-inside" }, words));
+  }
+  // The op of torch.compile's generated code that made the buffer: the core's words.
+  if (f.compiled_op && f.compiled_op.text) {
+    cell.appendChild(el("div", { class: "tl-note", "data-testid": "compiled-op" }, f.compiled_op.text));
   }
   if (f.ranks_text) cell.appendChild(el("div", { class: "tl-note", "data-testid": "ranks-text" }, f.ranks_text));
   // When the growth began, or that it stopped: the core's words ("leaking since iteration 122, ...").

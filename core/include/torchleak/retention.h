@@ -34,6 +34,9 @@ class RetentionExplainer {
     explainWithout(const std::vector<uintptr_t>& /*blocks*/, uintptr_t /*cut*/) {
         return std::nullopt;
     }
+    // Whether explainWithout walks (fixes can be proven at all): without it no fix is proven
+    // and none is refuted.
+    virtual bool canWalkAgain() const { return false; }
 };
 
 // "losses[3].grad_fn": the labels joined, in the syntax a user can paste.
