@@ -138,6 +138,15 @@ std::string listWords(const std::vector<std::string>& items, const char* last) {
     return out;
 }
 
+std::string listFirst(const std::vector<std::string>& items, size_t most, const std::string& more) {
+    if (items.size() <= most) {
+        return listWords(items);
+    }
+    std::vector<std::string> said(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(most));
+    said.push_back(std::to_string(items.size() - most) + " " + more);
+    return listWords(said);
+}
+
 std::string methodCalls(const std::vector<std::string>& methods) {
     std::vector<std::string> calls;
     for (const std::string& m : methods) {

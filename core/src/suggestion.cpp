@@ -370,7 +370,7 @@ std::string suggestFix(const Finding& f) {
         return *owner;
     }
     if (f.retention == Retention::CppOnly && !f.path.empty() &&
-        f.path.front().note.find("ctx saved a view of") != std::string::npos) {
+        f.path.front().note.find(kSavedViewOfOutput) != std::string::npos) {
         return "a custom autograd.Function saved a view of its own output with "
                "ctx.save_for_backward, a cycle through C++ that keeps every output: save the "
                "output itself (autograd saves an output without the cycle) or the inputs you "
@@ -592,14 +592,11 @@ std::optional<std::string_view> appendedTo(std::string_view line, const std::str
 
 std::string suggestForSharedNewKey(const std::vector<std::string>& holders,
                                    const std::string& newKey) {
-    std::string named;
-    constexpr size_t kNamed = 3;
-    for (size_t k = 0; k < std::min(holders.size(), kNamed); ++k) {
-        named += (k == 0 ? "" : (k + 1 == holders.size() ? " and " : ", ")) + shortPath(holders[k]);
+    std::vector<std::string> shortened;
+    for (const std::string& holder : holders) {
+        shortened.push_back(shortPath(holder));
     }
-    if (holders.size() > kNamed) {
-        named += " and " + std::to_string(holders.size() - kNamed) + " more";
-    }
+    const std::string named = listFirst(shortened, 3);
     return "one line adds an entry under a new key (the newest: " + newKey + ") to each of " +
            std::to_string(holders.size()) + " containers every iteration (" + named +
            "): clearing one frees only its share. Delete the key from every one of them once it "

@@ -211,4 +211,7 @@ TEST_CASE("A list is said one way: commas and the last word") {
     CHECK(listWords({"a", "b"}) == "a and b");
     CHECK(listWords({"a", "b", "c"}, "or") == "a, b or c");
     CHECK(methodCalls({"clear", "reset"}) == "clear() or reset()");
+    CHECK(listFirst({"a", "b", "c"}, 3) == "a, b and c");
+    CHECK(listFirst({"a", "b", "c", "d", "e"}, 3) == "a, b, c and 2 more");
+    CHECK(listFirst({"a", "b", "c", "d"}, 3, "more module(s)") == "a, b, c and 1 more module(s)");
 }

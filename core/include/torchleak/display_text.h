@@ -37,6 +37,9 @@ std::string shortPath(const std::string& path, size_t most = kShortPathChars);
 std::string groupThousands(int64_t value);
 // "a, b and c" (or "a, b or c"): the one way a list is said in a sentence.
 std::string listWords(const std::vector<std::string>& items, const char* last = "and");
+// The first `most` items said, the rest counted: "a, b, c and 2 more" (`more` names them).
+std::string
+listFirst(const std::vector<std::string>& items, size_t most, const std::string& more = "more");
 // "clear() or reset()": methods a user may call instead of one another.
 std::string methodCalls(const std::vector<std::string>& methods);
 

@@ -121,6 +121,10 @@ struct TensorInfo {
 // The note the walk gives an object whose class defines reset(): how that class (a torchmetrics
 // Metric, a user's accumulator) wants its state dropped. The fix names it.
 inline constexpr const char* kDefinesResetNote = "its class defines reset()";
+// The words of a note that says a custom Function's ctx saved a view of its own output (a cycle
+// through C++ that keeps its graph): the walk writes them, the fix and the graph's grouping
+// look for them.
+inline constexpr const char* kSavedViewOfOutput = "ctx saved a view of";
 // The note on a path's last tensor when it has a grad_fn: kept, it keeps its graph's nodes.
 inline constexpr const char* kKeepsGraphNote = "keeps its autograd graph through .grad_fn";
 

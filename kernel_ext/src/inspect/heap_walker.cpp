@@ -254,12 +254,16 @@ void RetainingPathFinder::explainOutsideRoots(const std::vector<PyObject*>& exte
                  StepKind::Root, "held from C code or library state", o});
         }
     }
-    const std::unordered_map<PyObject*, std::string> graphs = sameGraph(outsideRoots);
+    std::vector<Node*> graphNodes;
+    for (const NamedRoot& root : outsideRoots) {
+        graphNodes.push_back(graphNodeOf(root.object));
+    }
+    const std::unordered_map<PyObject*, std::string> graphs = sameGraph(outsideRoots, graphNodes);
     // Members of an autograd graph first: a tensor a node saved (an input of a matmul) is then
     // shown inside the graph that keeps it, not as a root of its own.
     std::vector<NamedRoot> ofGraphs, others;
-    for (NamedRoot& root : outsideRoots) {
-        (graphNodeOf(root.object) != nullptr ? ofGraphs : others).push_back(std::move(root));
+    for (size_t k = 0; k < outsideRoots.size(); ++k) {
+        (graphNodes[k] != nullptr ? ofGraphs : others).push_back(std::move(outsideRoots[k]));
     }
     for (const auto* roots : {&ofGraphs, &others}) {
         if (unreached.empty() || roots->empty()) {
@@ -303,7 +307,7 @@ static std::string nodeName(Node* node) {
 // get the note of the member that says why the graph stays (`ctx saved a view of this
 // output`). Two members are in one graph when the nodes reachable from theirs meet.
 std::unordered_map<PyObject*, std::string>
-RetainingPathFinder::sameGraph(std::vector<NamedRoot>& roots) {
+RetainingPathFinder::sameGraph(std::vector<NamedRoot>& roots, const std::vector<Node*>& rootNodes) {
     std::vector<size_t> parent(roots.size());
     for (size_t k = 0; k < parent.size(); ++k) {
         parent[k] = k;
@@ -316,10 +320,8 @@ RetainingPathFinder::sameGraph(std::vector<NamedRoot>& roots) {
     };
     constexpr size_t kMostNodes = 200000; // a graph bigger than this is named by what was seen
     std::unordered_map<const Node*, size_t> seenBy;
-    std::vector<Node*> rootNodes(roots.size(), nullptr);
     for (size_t k = 0; k < roots.size(); ++k) {
-        Node* start = graphNodeOf(roots[k].object);
-        rootNodes[k] = start;
+        Node* start = rootNodes[k];
         std::vector<Node*> queue;
         if (start != nullptr) {
             queue.push_back(start);
@@ -356,17 +358,18 @@ RetainingPathFinder::sameGraph(std::vector<NamedRoot>& roots) {
         // The member whose note says why the graph stays names it; else the first.
         size_t why = group.front();
         for (size_t k : group) {
-            if (roots[k].note.find("ctx saved a view of") != std::string::npos) {
+            if (roots[k].note.find(kSavedViewOfOutput) != std::string::npos) {
                 why = k;
             }
         }
         const std::string name = "the autograd graph of " + nodeName(rootNodes[why]);
         for (size_t k : group) {
             names[roots[k].object] = name;
-            if (k != why && roots[why].note.find("ctx saved a view of") != std::string::npos) {
-                roots[k].note += "; one autograd graph with a custom Function whose ctx saved a "
-                                 "view of its own output with save_for_backward: that cycle "
-                                 "through C++ keeps the whole graph";
+            if (k != why && roots[why].note.find(kSavedViewOfOutput) != std::string::npos) {
+                roots[k].note += std::string("; one autograd graph with a custom Function whose ") +
+                                 kSavedViewOfOutput +
+                                 " its own output with save_for_backward: that cycle through "
+                                 "C++ keeps the whole graph";
             }
         }
     }
@@ -395,9 +398,9 @@ std::string RetainingPathFinder::savedOwnOutput(const at::Tensor& t) {
         // saves an output's data alone), no cycle, and not to be blamed.
         if (raw && raw->is_view() && raw->has_storage() &&
             raw->storage().data_ptr().get() == storage) {
-            found = std::string(", whose ctx saved a view of this output with "
-                                "save_for_backward: a cycle through C++ (output, its grad_fn, "
-                                "the saved view, the output's storage) that nothing frees");
+            found = std::string(", whose ") + kSavedViewOfOutput +
+                    " this output with save_for_backward: a cycle through C++ (output, its "
+                    "grad_fn, the saved view, the output's storage) that nothing frees";
             break;
         }
     }

@@ -68,7 +68,9 @@ class RetainingPathFinder final : public RetentionExplainer {
                              PointerSet& visited,
                              Paths& result);
     static std::string savedOwnOutput(const at::Tensor& t);
-    static std::unordered_map<PyObject*, std::string> sameGraph(std::vector<NamedRoot>& roots);
+    // `rootNodes[k]`: the autograd node roots[k] stands for, or nullptr.
+    static std::unordered_map<PyObject*, std::string>
+    sameGraph(std::vector<NamedRoot>& roots, const std::vector<torch::autograd::Node*>& rootNodes);
     static void markHeldOnlyFromCpp(const std::unordered_set<uintptr_t>& unreached, Paths& result);
 
     std::vector<NamedRoot> d_roots;

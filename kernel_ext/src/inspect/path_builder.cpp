@@ -4,6 +4,7 @@
 #include "inspect/hook_anchors.h"
 #include "inspect/tensor_index.h"
 #include "inspect/torch_objects.h"
+#include "torchleak/display_text.h"
 #include "torchleak/stack_table.h"
 
 #include <algorithm>
@@ -356,31 +357,21 @@ void PathBuilder::noteModuleOfNode(const WalkNode& n, PathStep& step) {
     auto* node = static_cast<Node*>(const_cast<void*>(n.ptr));
     // Every module whose parameters the node takes: one for a layer's own node, several for a
     // graph torch.compile fused (CompiledFunctionBackward takes the whole model's).
-    std::vector<const std::string*> owners;
+    std::vector<std::string> owners;
     for (const torch::autograd::Edge& edge : node->next_edges()) {
         const std::string* owner = ownerOfEdge(edge, *d_owners);
         if (owner == nullptr && edge.function && edge.function->num_inputs() == 1 &&
             edge.function->next_edges().size() == 1) {
             owner = ownerOfEdge(edge.function->next_edges().front(), *d_owners);
         }
-        if (owner != nullptr &&
-            std::none_of(owners.begin(), owners.end(),
-                         [&](const std::string* seen) { return *seen == *owner; })) {
-            owners.push_back(owner);
+        if (owner != nullptr && std::find(owners.begin(), owners.end(), *owner) == owners.end()) {
+            owners.push_back(*owner);
         }
     }
     if (owners.empty()) {
         return;
     }
-    constexpr size_t kNamed = 3;
-    std::string made = "made by " + *owners.front();
-    for (size_t k = 1; k < std::min(owners.size(), kNamed); ++k) {
-        made += (k + 1 == owners.size() ? " and " : ", ") + *owners[k];
-    }
-    if (owners.size() > kNamed) {
-        made += " and " + std::to_string(owners.size() - kNamed) + " more module(s)";
-    }
-    appendNote(step, made);
+    appendNote(step, "made by " + listFirst(owners, 3, "more module(s)"));
 }
 
 } // namespace torchleak::python
