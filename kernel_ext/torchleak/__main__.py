@@ -37,9 +37,7 @@ import argparse
 import builtins
 import contextlib
 import os
-import signal
 import sys
-import threading
 import traceback
 import types
 
@@ -264,6 +262,7 @@ def run(argv):
     script, script_args, opts = parse_run_args(argv)
     import torchleak
     from torchleak import _job
+    from torchleak._signals import SavesFinishFirst, TerminationSignal, interrupts_ignored
     from torchleak._tracebacks import from_code
 
     # Defaults that live with the API, known once torchleak is imported (parsing does not
@@ -330,7 +329,7 @@ def run(argv):
             real_exit(status)
 
     os._exit = exit_now
-    with _TerminationSignal() as terminated, _options_parsed() as parsed_options:
+    with TerminationSignal() as terminated, _options_parsed() as parsed_options:
         try:
             with recording:
                 try:
@@ -365,7 +364,7 @@ def run(argv):
                 failure = failure or "interrupted while the report was built"
                 message = "interrupted (Ctrl-C) while retaining paths were walked: the report is saved without them"
                 print(f"torchleak: {message}", file=sys.stderr, flush=True)
-                with _interrupts_held():
+                with interrupts_ignored():
                     tracker._warn(message)
                     tracker.report(paths=False)
         finally:
@@ -375,7 +374,7 @@ def run(argv):
             if sys.path and sys.path[0] == search_dir:
                 sys.path.pop(0)
         # From here on the report is printed and saved: one Ctrl-C lets the saves finish.
-        saving = _interrupts_held() if interrupted else _SavesFinishFirst()
+        saving = interrupts_ignored() if interrupted else SavesFinishFirst()
         with saving:
             status, report = _report_the_run(
                 tracker, opts, script, script_args, parsed_options, terminated, status, failure
@@ -439,48 +438,6 @@ def _options_parsed():
         argparse.ArgumentParser.parse_known_args = original
 
 
-@contextlib.contextmanager
-def _interrupts_held():
-    """Ctrl-C is ignored while a report that an earlier Ctrl-C cut short is saved (main thread
-    only: Python takes signals there); the handler comes back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-class _SavesFinishFirst:
-    """A first Ctrl-C while the report is printed and saved is noted and said, and the saves go
-    on; a second one stops them (KeyboardInterrupt), each file left whole or untouched by the
-    atomic writes. Main thread only: Python takes signals there."""
-
-    interrupted = False
-
-    def __enter__(self):
-        self._previous = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
-        return self
-
-    def _on_interrupt(self, signum, frame):
-        if self.interrupted:
-            raise KeyboardInterrupt
-        self.interrupted = True
-        print(
-            "torchleak: interrupted (Ctrl-C) while the report is saved: finishing the saves; Ctrl-C again stops them",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-
 def _save_each(report, paths, redact):
     """Write every requested output, even when one fails, and say on stderr which failed."""
     from torchleak._report import save_each
@@ -495,35 +452,6 @@ def _exit_forked_child(real_exit, code):
     sys.stdout.flush()
     sys.stderr.flush()
     real_exit(code if isinstance(code, int) else (0 if code is None else 1))
-
-
-class _TerminationSignal:
-    """SIGTERM stops the script like an exception, so the report is still written (torchrun
-    sends it to every rank when one fails). Held until the report is written: a SIGTERM after
-    the script, or a second one (torchrun may send more), is noted and otherwise ignored, never
-    the default action that would kill the process with its report half written. Only where
-    nothing else handles SIGTERM, and only in the main thread; the previous handler comes back
-    afterwards."""
-
-    def __init__(self):
-        self.note, self._previous = None, None
-        self.stops_script = False  # while the script runs, SIGTERM raises SystemExit in it
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            self._previous = signal.signal(signal.SIGTERM, self._on_signal)
-        return self
-
-    def _on_signal(self, signum, frame):
-        first = self.note is None
-        self.note = "terminated by SIGTERM"
-        if first and self.stops_script:
-            raise SystemExit(128 + signum)
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-        return False
 
 
 def _finish(tracker, opts, failure, timeout, hurry=None):

@@ -34,8 +34,8 @@ class TrackerFrontEnd(Protocol):
         recorder's counts alone (cell watch's ledger and `%leakwatch`'s status line): no report
         is built."""
 
-    # The iteration (from 1) in which `_run_iterations`' body raised, or None.
-    _stopped_in: int | None
+    # Where `_run_iterations`' loop stopped ("in iteration 3 of 8", "after iteration 3 of 8"), or None.
+    _stopped_at: str | None
 
     def _build_report(
         self,

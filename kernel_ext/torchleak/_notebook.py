@@ -309,9 +309,9 @@ class LeakMagics(Magics):
             _out_of_memory.attach(failure, report)
             if hasattr(failure, "add_note"):
                 failure.add_note(
-                    f"torchleak: %%leakcheck stopped in iteration "
-                    f"{tracker._stopped_in} of {args.n} of In [{self._current_cell()}]; "
-                    f"the report above covers the iterations before it"
+                    f"torchleak: %%leakcheck stopped {tracker._stopped_at} "
+                    f"of In [{self._current_cell()}]; "
+                    f"the report above covers the iterations that ran before the stop"
                 )
             show_from_code(self.shell, failure, code)
             raise failure.with_traceback(from_code(failure.__traceback__, code))

@@ -2,12 +2,17 @@
 it (the CLI's exec, a magic's loop) are left out, as if the code had failed on its own."""
 
 
-def from_code(tb, code):
-    """The traceback from the first entry that runs `code` (or all of it, when none does)."""
+def code_entry(tb, code):
+    """The traceback from the first entry that runs `code`, or None when none does."""
     entry = tb
     while entry is not None and entry.tb_frame.f_code is not code:
         entry = entry.tb_next
-    return entry if entry is not None else tb
+    return entry
+
+
+def from_code(tb, code):
+    """The traceback from the first entry that runs `code` (or all of it, when none does)."""
+    return code_entry(tb, code) or tb
 
 
 def show_from_code(shell, failure, code):
@@ -35,7 +40,9 @@ def show_from_code(shell, failure, code):
         try:
             if id(value) != ours:
                 raise LookupError("not the magic's failure")
-            tb = from_code(tb, code)
+            # A failure raised outside the cell's code (a Stop taken between iterations) is
+            # shown with no frames: every one of them would be the magic's own.
+            tb = code_entry(tb, code)
             sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb
             if sys.version_info >= (3, 12):
                 sys.last_exc = value

@@ -27,6 +27,7 @@ from . import (
 )
 from ._arguments import check_options
 from ._config import checked_int, config as _config
+from ._signals import HeldInterrupt
 from ._report import Report
 
 if TYPE_CHECKING:
@@ -141,7 +142,8 @@ class Tracker:
         # torch's next hook handle id when recording started: a hook dict's entries at or above
         # it were registered during the run (hooks that accumulate are named as the cause).
         self._first_hook_id: int | None = None
-        self._stopped_in: int | None = None  # the iteration (from 1) _run_iterations' body raised in
+        # Where _run_iterations' loop stopped ("in iteration 3 of 8", "after iteration 3 of 8").
+        self._stopped_at: str | None = None
         # Cell watch's (cell file, execution count) per boundary: rates per run of a cell.
         self._cell_runs: list[tuple[str, int]] = []
         # Cell watch's: called when another Tracker starts, so it steps aside instead of failing.
@@ -417,19 +419,25 @@ class Tracker:
                     message = describe(exc)
                 except Exception:  # noqa: BLE001 - a user __str__ that raises
                     message = f"<{type(exc).__name__} whose message could not be read>"
-                # Counted from 1, as the curve and the progress line count; a bare
-                # KeyboardInterrupt (Stop) has no message to follow a colon.
-                self._stopped_in = k + 1
-                self._warn(
-                    f"stopped in iteration {k + 1} of {iterations} by "
-                    f"{type(exc).__name__}" + (f": {message}" if message else "")
-                )
-                self.note_failure(exc)
-                return exc
-            self.step()
-            if after_each is not None:
-                after_each(k + 1)
+                # Counted from 1, as the curve and the progress line count.
+                return self._stop_loop(exc, f"in iteration {k + 1} of {iterations}", message)
+            # A Stop that lands while the boundary is recorded or the live view drawn is taken
+            # after them: the iteration counts whole and the report is kept.
+            with HeldInterrupt() as interrupt:
+                self.step()
+                if after_each is not None:
+                    after_each(k + 1)
+            if interrupt.arrived and k + 1 < iterations:
+                return self._stop_loop(KeyboardInterrupt(), f"after iteration {k + 1} of {iterations}", "")
         return None
+
+    def _stop_loop(self, exc: BaseException, where: str, message: str) -> BaseException:
+        """Note in the report's warnings that `exc` stopped the loop `where` ("in iteration 3
+        of 8"); a bare KeyboardInterrupt (Stop) has no message to follow a colon."""
+        self._stopped_at = where
+        self._warn(f"stopped {where} by {type(exc).__name__}" + (f": {message}" if message else ""))
+        self.note_failure(exc)
+        return exc
 
     @property
     def _kind(self):

@@ -170,10 +170,14 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
     assert re.match(r"stopped after \d+ of 200 iterations", run_line.text_content())
     error = stop_cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     shown = ANSI.sub("", error.last.text_content())
-    assert "KeyboardInterrupt" in shown and "time.sleep(0.1)" in shown
-    assert "run_cell_magic" not in shown, shown  # the cell's own line first, not the magic's call
+    assert "KeyboardInterrupt" in shown and "run_cell_magic" not in shown, shown
+    # Stop lands in the cell's sleep, or (less often) while torchleak ends an iteration: then
+    # it is taken at the boundary and no line of the cell is running.
     warning = stop_view.locator("[data-testid=warning]").text_content()
-    assert re.fullmatch(r"stopped in iteration \d+ of 200 by KeyboardInterrupt", warning), warning
+    stopped = re.fullmatch(r"stopped (in|after) iteration \d+ of 200 by KeyboardInterrupt", warning)
+    assert stopped, warning
+    if stopped[1] == "in":
+        assert "time.sleep(0.1)" in shown, shown  # the cell's own line first, not the magic's call
 
     _, many = view_of(page, "range(50):\n    getattr")
     _, long = view_of(page, "deepest().items")

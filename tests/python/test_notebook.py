@@ -3,6 +3,7 @@
 import json
 import pathlib
 import re
+import signal
 import sys
 
 import pytest
@@ -274,6 +275,39 @@ def test_after_stop_the_traceback_begins_at_the_cells_own_line(shell):
     result = run(shell, "def g():\n    raise KeyError('next')\ng()\n")
     assert type(result.error_in_exec) is KeyError and "g()" in shown[-1]
     assert shell.custom_exceptions == ()
+
+
+def test_a_stop_while_the_live_view_is_drawn_keeps_the_report(shell, monkeypatch):
+    # Stop lands wherever the kernel is: here while the live view of iteration 2 is sent.
+    # Before, the KeyboardInterrupt left torchleak's own code and the cell showed no report.
+    from torchleak import _notebook
+
+    drawn = []
+
+    def update(self, live, progress=None):
+        drawn.append(progress["k"])
+        if progress["k"] == 2:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(_notebook._LiveDisplay, "due", lambda self: True)
+    monkeypatch.setattr(_notebook._LiveDisplay, "update", update)
+    shown = []
+    monkeypatch.setattr(shell, "_showtraceback", lambda etype, value, stb: shown.append("\n".join(stb)))
+    run(shell, "held = []")
+    number = shell.execution_count
+    result = run(shell, "%%leakcheck -n 6\nheld.append(torch.ones(4096))\n")
+    assert type(result.error_in_exec) is KeyboardInterrupt  # the cell still fails (run-all stops)
+    assert drawn == [1, 2]
+    progress = shell.display_pub.outputs[-1]["metadata"][REPORT]["progress"]
+    assert progress["done"] and progress["stopped"] and progress["k"] == 2, progress
+    assert last_bundle(shell)[REPORT]["warnings"] == ["stopped after iteration 2 of 6 by KeyboardInterrupt"]
+    if sys.version_info >= (3, 11):
+        assert f"stopped after iteration 2 of 6 of In [{number}]" in result.error_in_exec.__notes__[0]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # No frame is the user's: the error is the interrupt and the note, not the magic's frames.
+    [text] = shown
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert "KeyboardInterrupt" in text and "run_cell_magic" not in text and "_notebook.py" not in text, text
 
 
 def test_a_shells_own_exception_handler_is_left_alone(shell):

@@ -1,6 +1,7 @@
 import gc
 import json
 import runpy
+import signal
 import subprocess
 import sys
 import weakref
@@ -194,6 +195,46 @@ def test_check_reports_what_it_saw_when_interrupted():
     assert report.iterations == 3
     assert any("KeyboardInterrupt" in w for w in report.warnings)
     assert not _core.profiler_state_installed()
+
+
+def _interrupt_after(iteration):
+    """An `after_each` that sends the process SIGINT (the kernel's Stop) while iteration
+    `iteration` ends: inside torchleak's own bookkeeping, not the user's code."""
+    return lambda k: signal.raise_signal(signal.SIGINT) if k == iteration else None
+
+
+def test_a_stop_while_an_iteration_ends_stops_at_the_boundary_with_the_report():
+    # Before: the KeyboardInterrupt left torchleak's own code and the loop's report was lost.
+    kept = []
+    tracker = torchleak.Tracker(boundary="repeat", warmup=0)
+    with tracker:
+        failure = tracker._run_iterations(lambda: kept.append(torch.ones(1024)), 10, after_each=_interrupt_after(3))
+    assert type(failure) is KeyboardInterrupt
+    assert len(kept) == 3 and tracker.iterations == 3  # the third iteration counted whole
+    report = tracker.report()
+    assert "stopped after iteration 3 of 10 by KeyboardInterrupt" in report.warnings, report.warnings
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_stop_while_the_last_iteration_ends_lets_the_run_finish():
+    tracker = torchleak.Tracker(boundary="repeat", warmup=0)
+    with tracker:
+        failure = tracker._run_iterations(lambda: torch.ones(8), 3, after_each=_interrupt_after(3))
+    assert failure is None and tracker.iterations == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_sigint_handler_of_the_users_own_is_called_not_held():
+    heard = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: heard.append(signum))
+    try:
+        tracker = torchleak.Tracker(boundary="repeat", warmup=0)
+        with tracker:
+            failure = tracker._run_iterations(lambda: torch.ones(8), 5, after_each=_interrupt_after(2))
+        assert failure is None and tracker.iterations == 5
+        assert heard == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_nested_tracking_is_a_clear_error():
