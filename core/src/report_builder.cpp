@@ -533,7 +533,8 @@ void ReportBuilder::finalizeFindings() {
         if (allowListed(f, d_inputs.config.allow)) {
             f.verdict = Verdict::Allowed;
         }
-        f.suggestion = suggestFix(f);
+        const FixAdvice advice = adviseFix(f);
+        f.suggestion = advice.text;
         if (f.verdict == Verdict::Leak && f.released_periodically) {
             f.suggestion += " (it is released only at a coarser boundary, such as an epoch "
                             "end, and grows within each)";
@@ -546,8 +547,7 @@ void ReportBuilder::finalizeFindings() {
         // line: `losses.append(loss)` becomes `losses.append(loss.item())`).
         f.fix_code = suggestFixCode(f);
         // Clearing a holder the loop reads is no fix: it crashes the next iteration.
-        if (f.verdict == Verdict::Leak && f.holder &&
-            f.suggestion.find(": .clear() it") != std::string::npos) {
+        if (f.verdict == Verdict::Leak && f.holder && advice.clears_holder) {
             if (auto read =
                     loopReadOf(f.site, f.holder->path_text, d_symbolizer.sourceLines(f.site))) {
                 f.suggestion = loopReadFixText(f, *read);

@@ -353,6 +353,10 @@ std::string hookDictFix(const Holder& holder) {
 } // namespace
 
 std::string suggestFix(const Finding& f) {
+    return adviseFix(f).text;
+}
+
+FixAdvice adviseFix(const Finding& f) {
     if (f.verdict == Verdict::Growth) {
         const std::string holder = f.holder ? f.holder->path_text : f.path_text;
         return holder +
@@ -465,9 +469,10 @@ std::string suggestFix(const Finding& f) {
                    ".reset() once its values are used (at each epoch end, for a metric); "
                    "its class defines reset() to drop them";
         }
-        return shortPath(f.holder->path_text) + " grows by " + growthText(*f.holder) +
-               " per iteration: .clear() it, bound it (" + boundedForm(f.holder->type) +
-               ") or store smaller copies";
+        return {shortPath(f.holder->path_text) + " grows by " + growthText(*f.holder) +
+                    " per iteration: .clear() it, bound it (" + boundedForm(f.holder->type) +
+                    ") or store smaller copies",
+                true};
     }
     if (hasKind(f, StepKind::Attr)) {
         return "an attribute keeps the last tensors: set it to None when done, or store "

@@ -145,3 +145,15 @@ TEST_CASE("A growing dict is bounded as a dict, a list as a deque") {
     const std::string list = suggestFix(kept("window", "x = f()", {64}, false, "list"));
     REQUIRE(list.find("collections.deque(maxlen=...)") != std::string::npos);
 }
+
+TEST_CASE("The advice says when its fix empties the holder, whatever its words") {
+    // The loop-read check (loop_reads.h) acts on this flag; it used to search the words.
+    const FixAdvice clear = adviseFix(kept("window", "x = f()", {64}, false, "list"));
+    REQUIRE(clear.clears_holder);
+    REQUIRE(clear.text == suggestFix(kept("window", "x = f()", {64}, false, "list")));
+    REQUIRE_FALSE(adviseFix(kept("losses", "losses.append(loss)", {}, true)).clears_holder);
+    Finding notLeak = kept("window", "x = f()", {64}, false, "list");
+    notLeak.verdict = Verdict::Plateau;
+    REQUIRE_FALSE(adviseFix(notLeak).clears_holder);
+    REQUIRE(adviseFix(notLeak).text.empty());
+}

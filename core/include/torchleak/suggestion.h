@@ -5,11 +5,26 @@
 #include "torchleak/model.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torchleak {
 
-// Empty for a finding that is not a leak.
+// The fix's words and what they ask of the user's code, for the checks made after it: a fix
+// that empties the holder is no fix where the loop reads the holder (loop_reads.h).
+struct FixAdvice {
+    FixAdvice(std::string words, bool clearsHolder = false)
+        : text(std::move(words)), clears_holder(clearsHolder) {}
+    FixAdvice(const char* words) : text(words) {}
+
+    std::string text;
+    bool clears_holder = false; // the fix is to .clear() (or bound) finding.holder
+};
+
+// Empty text for a finding that is not a leak.
+FixAdvice adviseFix(const Finding& finding);
+
+// adviseFix's words alone.
 std::string suggestFix(const Finding& finding);
 
 // The fix for a finding kept by a reference cycle (cycle_fix.cpp).
