@@ -395,29 +395,43 @@ std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> fr
     return out;
 }
 
+namespace {
+// linecache.getlines(file): a new reference to the list of a file's lines, or nullptr (with no
+// error set) when it cannot be read. Notebook cells are in linecache under the name IPython
+// compiled them with.
+PyObject* cachedLines(const std::string& file) {
+    PyObject* linecache = PyImport_ImportModule("linecache");
+    PyObject* name = PyUnicode_FromStringAndSize(file.data(), static_cast<Py_ssize_t>(file.size()));
+    PyObject* lines = linecache == nullptr || name == nullptr
+                          ? nullptr
+                          : PyObject_CallMethod(linecache, "getlines", "O", name);
+    Py_XDECREF(name);
+    Py_XDECREF(linecache);
+    PyErr_Clear(); // a file that cannot be read has no lines; the report goes on
+    if (lines != nullptr && !PyList_Check(lines)) {
+        Py_DECREF(lines);
+        return nullptr;
+    }
+    return lines;
+}
+} // namespace
+
 std::optional<std::string> PythonStackSymbolizer::sourceLine(const Frame& frame) {
     if (frame.file.empty() || frame.line <= 0) {
         return std::nullopt;
     }
-    PyObject* linecache = PyImport_ImportModule("linecache");
-    PyObject* name =
-        PyUnicode_FromStringAndSize(frame.file.data(), static_cast<Py_ssize_t>(frame.file.size()));
-    PyObject* line = linecache == nullptr || name == nullptr
-                         ? nullptr
-                         : PyObject_CallMethod(linecache, "getline", "Oi", name, frame.line);
-    Py_XDECREF(name);
-    Py_XDECREF(linecache);
+    PyObject* lines = cachedLines(frame.file);
     std::optional<std::string> out;
-    if (line != nullptr && PyUnicode_Check(line)) {
-        std::string text = utf8(line);
+    if (lines != nullptr && frame.line <= PyList_GET_SIZE(lines)) {
+        PyObject* line = PyList_GET_ITEM(lines, frame.line - 1);
+        const std::string text = PyUnicode_Check(line) ? utf8(line) : std::string();
         const size_t begin = text.find_first_not_of(" \t\r\n\f\v");
         if (begin != std::string::npos) {
             const size_t end = text.find_last_not_of(" \t\r\n\f\v");
             out = text.substr(begin, end - begin + 1);
         }
     }
-    Py_XDECREF(line);
-    PyErr_Clear(); // a file that cannot be read has no line; the report goes on
+    Py_XDECREF(lines);
     return out;
 }
 
@@ -426,22 +440,13 @@ std::vector<std::string> PythonStackSymbolizer::sourceLines(const Frame& frame) 
     if (frame.file.empty()) {
         return out;
     }
-    PyObject* linecache = PyImport_ImportModule("linecache");
-    PyObject* name =
-        PyUnicode_FromStringAndSize(frame.file.data(), static_cast<Py_ssize_t>(frame.file.size()));
-    PyObject* lines = linecache == nullptr || name == nullptr
-                          ? nullptr
-                          : PyObject_CallMethod(linecache, "getlines", "O", name);
-    Py_XDECREF(name);
-    Py_XDECREF(linecache);
-    if (lines != nullptr && PyList_Check(lines)) {
+    if (PyObject* lines = cachedLines(frame.file)) {
         for (Py_ssize_t k = 0; k < PyList_GET_SIZE(lines); ++k) {
             PyObject* line = PyList_GET_ITEM(lines, k);
             out.push_back(PyUnicode_Check(line) ? utf8(line) : std::string());
         }
+        Py_DECREF(lines);
     }
-    Py_XDECREF(lines);
-    PyErr_Clear();
     return out;
 }
 

@@ -97,8 +97,8 @@ class PythonStackSymbolizer final : public StackSymbolizer {
   public:
     explicit PythonStackSymbolizer(FrameFilter filter) : d_filter(std::move(filter)) {}
     std::vector<Frame> symbolize(std::span<const RawFrame> frames) override;
-    // linecache.getline: notebook cells are there under the name IPython compiled them with,
-    // files are read from disk. Any error is no line.
+    // A line of linecache.getlines: notebook cells are there under the name IPython compiled
+    // them with, files are read from disk. Any error is no line.
     std::optional<std::string> sourceLine(const Frame& frame) override;
     // linecache.getlines, likewise; any error is no lines.
     std::vector<std::string> sourceLines(const Frame& frame) override;
