@@ -106,27 +106,22 @@ void proveLibraryOwner(RetentionExplainer& explainer,
                        Finding& f,
                        const std::vector<FindingBlock>& chosen,
                        uint64_t chosenBytes,
-                       size_t holderStep,
                        FixProof& proof) {
     const LibraryObject& lib = *f.holder->library;
-    for (size_t j = 0; j < holderStep; ++j) {
-        if (f.path[j].object == 0 || pathText(f.path, j + 1) != lib.object) {
-            continue;
-        }
-        const auto ownerCut = cutAndWalk(explainer, chosen, f.path[j].object);
-        if (!ownerCut) {
-            return;
-        }
-        proof.owner = lib.object;
-        proof.owner_frees_bytes =
-            scaled(f.total_bytes, chosenBytes - ownerCut->keptBytes, chosenBytes);
-        proof.owner_methods = lib.methods;
-        f.suggestion += " (checked on the heap: releasing everything " + shortPath(lib.object) +
-                        " keeps frees " +
-                        formatBytes(static_cast<double>(proof.owner_frees_bytes)) + " of " +
-                        formatBytes(static_cast<double>(f.total_bytes)) + ")";
+    const auto j = libraryOwnerStep(f);
+    if (!j || f.path[*j].object == 0) {
         return;
     }
+    const auto ownerCut = cutAndWalk(explainer, chosen, f.path[*j].object);
+    if (!ownerCut) {
+        return;
+    }
+    proof.owner = lib.object;
+    proof.owner_frees_bytes = scaled(f.total_bytes, chosenBytes - ownerCut->keptBytes, chosenBytes);
+    proof.owner_methods = lib.methods;
+    f.suggestion += " (checked on the heap: releasing everything " + shortPath(lib.object) +
+                    " keeps frees " + formatBytes(static_cast<double>(proof.owner_frees_bytes)) +
+                    " of " + formatBytes(static_cast<double>(f.total_bytes)) + ")";
 }
 
 } // namespace
@@ -170,7 +165,7 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
         FixProof proof;
         proof.frees_bytes = scaled(f.total_bytes, chosenBytes - holderCut->keptBytes, chosenBytes);
         if (f.holder->library) {
-            proveLibraryOwner(explainer, f, chosen, chosenBytes, *step, proof);
+            proveLibraryOwner(explainer, f, chosen, chosenBytes, proof);
         } else if (holderCut->other) {
             proof.also_held_by = otherHolder(*holderCut->other);
             // The object the holder belongs to (`store` of `store._params`), cut as a whole.

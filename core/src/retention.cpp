@@ -33,14 +33,13 @@ std::optional<size_t> holderEnd(const Finding& f) {
     return std::nullopt;
 }
 
-std::optional<LibraryObject> libraryOwnerOf(const Finding& f) {
+std::optional<size_t> libraryOwnerStep(const Finding& f) {
     const auto end = holderEnd(f);
     if (!end) {
         return std::nullopt;
     }
     for (size_t j = *end; j-- > 0;) {
-        const PathStep& owner = f.path[j];
-        if (owner.package.empty()) {
+        if (f.path[j].package.empty()) {
             continue;
         }
         // Its private state: what its own methods fill and empty. A public attribute is the
@@ -48,10 +47,19 @@ std::optional<LibraryObject> libraryOwnerOf(const Finding& f) {
         if (f.path[j + 1].label.rfind("._", 0) != 0) {
             return std::nullopt;
         }
-        return LibraryObject{pathText(f.path, j + 1), owner.type, owner.package,
-                             owner.release_methods};
+        return j;
     }
     return std::nullopt;
+}
+
+std::optional<LibraryObject> libraryOwnerOf(const Finding& f) {
+    const auto j = libraryOwnerStep(f);
+    if (!j) {
+        return std::nullopt;
+    }
+    const PathStep& owner = f.path[*j];
+    return LibraryObject{pathText(f.path, *j + 1), owner.type, owner.package,
+                         owner.release_methods};
 }
 
 const PathStep* stepStarting(const std::vector<PathStep>& path, std::string_view prefix) {

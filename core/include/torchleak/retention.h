@@ -94,9 +94,10 @@ std::vector<PathStep> normalizePath(std::vector<PathStep> steps);
 // The holder's last step on the finding's path, when an entry follows it: the entry the holder
 // keeps per iteration is the next step, its owner the steps before. Nothing without a holder.
 std::optional<size_t> holderEnd(const Finding& f);
-// The library object the finding's holder is private state of: the nearest step above the
-// holder whose class is a package's, entered by a private attribute (`._history`). The holder
-// must be set.
+// The step of the library object the finding's holder is private state of: the nearest step
+// above the holder whose class is a package's, entered by a private attribute (`._history`).
+std::optional<size_t> libraryOwnerStep(const Finding& f);
+// That object, named (holder.library).
 std::optional<LibraryObject> libraryOwnerOf(const Finding& f);
 
 // The first step of `path` whose label starts with `prefix` (".__traceback__", "<lru_cache"),
