@@ -68,8 +68,7 @@ json deviceJson(const DeviceTimeline& d,
     if (boundary == BoundaryKind::Cell && d.allocated.size() > 1) {
         std::vector<double> x, y;
         for (size_t i = 0; i < d.allocated.size(); ++i) {
-            x.push_back(static_cast<double>(
-                at.size() == d.allocated.size() ? at[i] : static_cast<int64_t>(i)));
+            x.push_back(static_cast<double>(pointIteration(at, d.allocated.size(), i)));
             y.push_back(static_cast<double>(d.allocated[i]));
         }
         const double slope = fitLine(x, y).slope;

@@ -282,7 +282,7 @@ std::string rolesText(const DeviceTimeline& d, const std::vector<int64_t>& at) {
             highest = i;
         }
     }
-    const int64_t iteration = highest < at.size() ? at[highest] : static_cast<int64_t>(highest);
+    const int64_t iteration = pointIteration(at, d.peak.size(), highest);
     std::string text = "at its highest peak (iteration ";
     text += groupThousands(iteration + 1);
     text += "), ";

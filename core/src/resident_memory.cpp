@@ -13,8 +13,7 @@ int64_t trackedAt(const DeviceTimeline& cpu, const std::vector<int64_t>& at, int
     }
     size_t point = 0;
     for (size_t k = 0; k < cpu.allocated.size(); ++k) {
-        const int64_t taken = at.size() == cpu.allocated.size() ? at[k] : static_cast<int64_t>(k);
-        if (taken > iteration) {
+        if (pointIteration(at, cpu.allocated.size(), k) > iteration) {
             break;
         }
         point = k;

@@ -47,3 +47,13 @@ TEST_CASE("path step kinds keep the names the schema gave them") {
     REQUIRE(toString(Retention::CppOnly) == "cpp_only");
     REQUIRE(toString(BoundaryKind::OptimizerStep) == "optimizer_step");
 }
+
+TEST_CASE("A point's iteration: its own on a thinned grid, its index where every one was kept") {
+    const std::vector<int64_t> thinned = {0, 1, 3, 7, 15};
+    REQUIRE(pointIteration(thinned, 5, 3) == 7);
+    REQUIRE(pointIteration(std::vector<int64_t>{}, 5, 3) == 3);
+    // A grid that does not name every point (a report from before thinning, a merged rank's
+    // shorter curve) is not mixed with indices: every point is its index.
+    REQUIRE(pointIteration(thinned, 6, 3) == 3);
+    REQUIRE(pointIteration(std::vector<uint32_t>{2, 4, 8}, 3, 2) == 8);
+}

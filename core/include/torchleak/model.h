@@ -439,4 +439,12 @@ struct Report {
     std::optional<JobRanks> ranks; // set in a report merged from a torch.distributed job
 };
 
+// The iteration point `i` of a series of `n` points was taken at: `at[i]` where `at`
+// (Report::series_iterations, SiteSeries::at) gives every point's, `i` where every boundary
+// was kept.
+template <typename Iteration>
+int64_t pointIteration(const std::vector<Iteration>& at, size_t n, size_t i) {
+    return at.size() == n ? static_cast<int64_t>(at[i]) : static_cast<int64_t>(i);
+}
+
 } // namespace torchleak
