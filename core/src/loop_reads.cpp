@@ -76,6 +76,40 @@ bool isRead(std::string_view before, std::string_view after) {
     return true;
 }
 
+// The holder's last attribute (`history` of `trainer.history`), or empty when it ends in
+// anything else (an index, a call) or is a bare name.
+std::string_view lastAttribute(std::string_view holder) {
+    const size_t dot = holder.rfind('.');
+    if (dot == std::string_view::npos || dot + 1 == holder.size()) {
+        return {};
+    }
+    const std::string_view last = holder.substr(dot + 1);
+    return std::all_of(last.begin(), last.end(), isNameChar) ? last : std::string_view();
+}
+
+// The chains `line` fills (or empties, or rebinds) that end in the attribute `last`: `self.history`
+// in `self.history.append(out)`. A chain interrupted by an index or a call is not spelled.
+void writtenChains(std::string_view line, std::string_view last, std::vector<std::string>& out) {
+    line = line.substr(0, line.find('#'));
+    for (size_t at = line.find(last); at != std::string_view::npos; at = line.find(last, at + 1)) {
+        const size_t end = at + last.size();
+        if ((at > 0 && isNameChar(line[at - 1])) || (end < line.size() && isNameChar(line[end]))) {
+            continue;
+        }
+        size_t start = at;
+        while (start > 0 && (isNameChar(line[start - 1]) || line[start - 1] == '.')) {
+            --start;
+        }
+        if (line[start] == '.' ||
+            (start > 0 && (line[start - 1] == ']' || line[start - 1] == ')'))) {
+            continue;
+        }
+        if (!isRead(line.substr(0, start), line.substr(end))) {
+            out.emplace_back(line.substr(start, end - start));
+        }
+    }
+}
+
 } // namespace
 
 bool readsHolder(std::string_view line, std::string_view holder) {
@@ -124,8 +158,24 @@ loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::st
     if (!defIndent && at > kMostLines) {
         first = at - kMostLines; // top level of a long file: the lines near the site
     }
+    // The holder as the function names it: a method fills `self.history` where the walk named
+    // the object from its root (`trainer.history`).
+    std::vector<std::string> names = {std::string(holder)};
+    if (const std::string_view attribute = lastAttribute(holder); !attribute.empty()) {
+        for (size_t k = first; k < last; ++k) {
+            writtenChains(lines[k], attribute, names);
+        }
+    }
+    std::sort(names.begin() + 1, names.end());
+    names.erase(std::unique(names.begin() + 1, names.end()), names.end());
+    const auto readsAny = [&names](std::string_view line) {
+        return std::any_of(names.begin(), names.end(),
+                           [line](const std::string& name) { return readsHolder(line, name); });
+    };
+    // The site's own line is left out: what it reads of the holder is most often the key it
+    // fills (`cache[len(cache)] = x`), which clearing does not break.
     for (size_t k = first; k < last; ++k) {
-        if (k != at && !blank(lines[k]) && readsHolder(lines[k], holder)) {
+        if (k != at && !blank(lines[k]) && readsAny(lines[k])) {
             std::string source = lines[k].substr(indentOf(lines[k]));
             while (!source.empty() && (source.back() == '\n' || source.back() == '\r')) {
                 source.pop_back();

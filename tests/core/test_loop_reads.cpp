@@ -59,3 +59,31 @@ TEST_CASE("The function around the site is read, not the rest of the file") {
     site.line = 2;
     CHECK_FALSE(loopReadOf(site, "kept", {}));
 }
+
+TEST_CASE("The holder is matched as the function names it, not only as the walk named it") {
+    // #47 follow-up: the walk names `trainer.history` from its root; the method that fills it
+    // says `self.history`, and reads it so too.
+    const std::vector<std::string> method = {
+        "class Trainer:\n",                       // 1
+        "    def step(self, x):\n",               // 2
+        "        out = self.model(x)  # site\n",  // 3
+        "        self.history.append(out)\n",     // 4
+        "        return out - self.history[0]\n", // 5
+    };
+    Frame site;
+    site.line = 3;
+    const auto read = loopReadOf(site, "trainer.history", method);
+    REQUIRE(read);
+    CHECK(read->line == 5);
+    // Only filled under its other name: nothing read.
+    std::vector<std::string> filled = method;
+    filled[4] = "        return out\n";
+    CHECK_FALSE(loopReadOf(site, "trainer.history", filled));
+    // A chain through an index is not spelled (which element is unknown), nor is a holder
+    // that ends in an index.
+    std::vector<std::string> indexed = method;
+    indexed[3] = "        self.runs[0].history.append(out)\n";
+    indexed[4] = "        return out - history[0]\n";
+    CHECK_FALSE(loopReadOf(site, "trainer.history", indexed));
+    CHECK_FALSE(loopReadOf(site, "trainer.logs['a']", filled));
+}

@@ -1213,6 +1213,33 @@ def test_a_container_the_loop_reads_is_never_cleared_by_the_fix():
     assert "fix_code" not in leak.to_dict()
 
 
+class Smoother:
+    def __init__(self):
+        self.history = [torch.zeros(64, 256)]
+
+    def update(self, x):
+        previous = self.history[-1]
+        out = x + previous * 0.5  # ALLOC
+        self.history.append(out)
+        return out
+
+
+def test_a_container_the_method_reads_as_self_attribute_is_never_cleared():
+    # The walk names the holder from its root (`smoother.history`); the method that fills it
+    # reads it as `self.history`, which is what its next call needs.
+    smoother = Smoother()
+
+    def step():
+        smoother.update(torch.ones(64, 256))
+
+    leak = the_leak(step)
+    assert leak.holder["path_text"] == "smoother.history"
+    assert leak.site["line"] == alloc_line(Smoother.update)
+    read = leak.to_dict()["holder_read"]
+    assert read == {"line": alloc_line(Smoother.update) - 1, "source": "previous = self.history[-1]"}
+    assert "fix_code" not in leak.to_dict()
+
+
 def test_a_container_only_filled_around_its_site_keeps_its_clear():
     state = LoopState()
 

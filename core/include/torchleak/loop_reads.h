@@ -19,8 +19,9 @@ namespace torchleak {
 bool readsHolder(std::string_view line, std::string_view holder);
 
 // The first line of the site's function (the `def` block around the site's line; the whole
-// cell or file at top level), other than the site's own, that reads the holder. `lines` are
-// the file's, line 1 first, indentation kept.
+// cell or file at top level), other than the site's own, that reads the holder: as the walk
+// named it, or as the function fills it (`self.history` for `trainer.history`, from a line
+// that appends to it). `lines` are the file's, line 1 first, indentation kept.
 std::optional<HolderRead>
 loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::string>& lines);
 
