@@ -135,14 +135,18 @@ _ARGUMENTS = {
 }
 
 
-def _parser(magic):
+def _build_parser(magic):
     parser = _Parser(magic)
     _ARGUMENTS[magic](parser)
     return parser
 
 
+# Built once: a parser keeps no state between parse_args calls.
+_PARSERS = {magic: _build_parser(magic) for magic in _ARGUMENTS}
+
+
 # One line each, whatever width argparse wrapped it to.
-USAGE = {magic: " ".join(_parser(magic).format_usage().removeprefix("usage: ").split()) for magic in _ARGUMENTS}
+USAGE = {magic: " ".join(parser.format_usage().removeprefix("usage: ").split()) for magic, parser in _PARSERS.items()}
 
 
 def _check_outputs(args, magic):
@@ -248,7 +252,7 @@ class LeakMagics(Magics):
     def leakcheck(self, line, cell):
         """Run the cell N times, each run an iteration, and show where leaked memory was
         allocated, why it is still alive, and its growth curve."""
-        args = _parser("leakcheck").parse_args(_split("leakcheck", line))
+        args = _PARSERS["leakcheck"].parse_args(_split("leakcheck", line))
         if args.output is not None and not _a_name_for_the_report(args.output):
             raise UsageError(
                 f"-o needs a Python name of your own (not a keyword or a __dunder__ name, which "
@@ -352,7 +356,7 @@ class LeakMagics(Magics):
     def leakwatch(self, line):
         """Cell watch: every cell run is an iteration; after a cell that left tensors alive or
         freed them, a ledger of what and who holds it. No argument: what cell watch has seen."""
-        action = _parser("leakwatch").parse_args(_split("leakwatch", line)).action
+        action = _PARSERS["leakwatch"].parse_args(_split("leakwatch", line)).action
         if action is None:
             print(self._watch_state())
         elif action == "on":
@@ -478,7 +482,7 @@ class LeakMagics(Magics):
     def leakreport(self, line):
         """The notebook so far (every cell run an iteration): cells whose re-runs keep growing
         are leaks."""
-        args = _parser("leakreport").parse_args(_split("leakreport", line))
+        args = _PARSERS["leakreport"].parse_args(_split("leakreport", line))
         _check_outputs(args, "leakreport")
         if self.watch is not None:
             report = self.watch.report()
@@ -493,7 +497,7 @@ class LeakMagics(Magics):
     @line_magic
     def leakconfig(self, line):
         """Set thresholds and the allow-list: %leakconfig min_leak_bytes_per_iteration=1MiB allow=kv_cache*"""
-        words = _parser("leakconfig").parse_args(_split("leakconfig", line)).settings
+        words = _PARSERS["leakconfig"].parse_args(_split("leakconfig", line)).settings
         if not words:
             print(repr(config))
             return
@@ -520,7 +524,7 @@ def _document_options():
     """`%leakcheck?` lists the options as the parser declares them, never a copy of them."""
     for magic in _ARGUMENTS:
         method = getattr(LeakMagics, magic)
-        method.__doc__ = f"{method.__doc__}\n\n{_parser(magic).format_help()}"
+        method.__doc__ = f"{method.__doc__}\n\n{_PARSERS[magic].format_help()}"
 
 
 _document_options()

@@ -498,7 +498,7 @@ def test_each_magics_usage_and_help_come_from_its_parser_and_the_docs_quote_them
 
     docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "notebook.md").read_text()
     for magic, usage in _notebook.USAGE.items():
-        parser = _notebook._parser(magic)
+        parser = _notebook._PARSERS[magic]
         assert usage.startswith(("%%" if magic == "leakcheck" else "%") + magic)
         assert f"`{usage}`" in docs, usage
         help_text = getattr(_notebook.LeakMagics, magic).__doc__
