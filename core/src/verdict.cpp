@@ -226,9 +226,12 @@ struct JudgedSeries {
     const bool growthJudged;
 
     // The first iteration that grew after the knot `k`, the last point before the growth; with
-    // no warm-up and no knot, the first point is itself judged: the run's first iteration grew.
+    // no warm-up and no knot, the first point is itself judged: the run's first iteration grew
+    // when it left bytes at the site (a leak whose first block comes in the second iteration
+    // grew from there).
     int64_t firstGrown(size_t k) const {
-        return static_cast<int64_t>(x[k]) + (k == 0 && warmup <= 0 ? 0 : 1);
+        const bool firstIterationGrew = k == 0 && warmup <= 0 && post.front() > 0;
+        return static_cast<int64_t>(x[k]) + (firstIterationGrew ? 0 : 1);
     }
 
     // Where and how fast the growth went since `onset` (a plateau's: since its shape's onset,

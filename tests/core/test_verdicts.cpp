@@ -293,3 +293,22 @@ TEST_CASE("classify names the verdict rule that decided, tried in order") {
                       {MiB, MiB, MiB, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0})) == "grew, then stopped");
     CHECK(rule(SiteSeries{}).empty()); // nothing to judge: no rule ran
 }
+
+TEST_CASE("classify: a leak from the start is dated by the first iteration that left bytes") {
+    // Without warm-up the first point is judged: the first iteration grew when it left bytes at
+    // the site (iteration 0, "since iteration 1"); when its first block came in the second
+    // iteration (a loop whose leaking line runs after the first boundary), iteration 1.
+    std::vector<int64_t> fromFirst, fromSecond = {0};
+    for (int i = 1; i <= 12; ++i) {
+        fromFirst.push_back(i * MiB);
+        fromSecond.push_back(i * MiB);
+    }
+    const auto first = classify(series(fromFirst), 0);
+    REQUIRE(first.verdict == Verdict::Leak);
+    REQUIRE(first.growth_since);
+    CHECK(first.growth_since->iteration == 0);
+    const auto second = classify(series(fromSecond), 0);
+    REQUIRE(second.verdict == Verdict::Leak);
+    REQUIRE(second.growth_since);
+    CHECK(second.growth_since->iteration == 1);
+}
