@@ -2,8 +2,9 @@
 wheel in `dist/` (made by `make sdist` and `make wheel`), each into a fresh virtualenv, as a user
 who is not root, with the system's copies of the header-only libraries hidden (a private mount
 namespace: tests/cuda/without_system_headers.sh), the user's own pip and nothing else. Then a
-leak found with check(), and `python -m torchleak run` on a script. The wheel refuses a torch of
-another minor release with its one sentence."""
+leak found with check(), and `python -m torchleak run` on a script, and each module's linkage:
+its entry point exported alone, its C++ runtime bound to libstdc++ or itself. The wheel refuses
+a torch of another minor release with its one sentence."""
 
 import glob
 import json
@@ -119,6 +120,21 @@ def run_leak_checks(user, workdir):
     report = json.loads((workdir / "r.json").read_text())
     leaks = [f for f in report["findings"] if f["verdict"] == "leak"]
     assert leaks and any("losses" in (f.get("holder") or {}).get("path_text", "") for f in leaks), proc.stdout
+    check_linkage(user, workdir)
+
+
+def check_linkage(user, workdir):
+    """The installed modules export their PyInit_* alone, and _core's C++ runtime references
+    bind in libstdc++ or in itself (kernel_ext/torchleak/_linkage.py, run by its path)."""
+    venv = workdir / "venv" / "bin"
+    package = f"$({venv}/python -c 'import sysconfig; print(sysconfig.get_paths()[\"platlib\"])')/torchleak"
+    proc = as_user(
+        user,
+        f"p={package}; for m in $p/_core*.so $p/_testing*.so; do {venv}/python $p/_linkage.py $m; done",
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("exports 1 symbol(s)\n") == 2, proc.stdout
 
 
 def test_the_sdist_builds_with_pip_alone_as_a_user_without_the_system_headers(user, workdir):
