@@ -29,6 +29,39 @@ def history_available():
     )
 
 
+def _initialized():
+    is_initialized = getattr(torch.cuda, "is_initialized", None)
+    return bool(is_initialized and is_initialized())
+
+
+def when_initialized(callback):
+    """Runs `callback()` now if CUDA is initialized, else when torch initializes it: torch.cuda's
+    lazy-init queue runs it before the first CUDA tensor is made. The caching allocator's state
+    for each device is made at that initialization; before it, torch 2.11's isHistoryEnabled()
+    indexes an empty per-device table (SIGSEGV: every CPU-only process on the H200 that started
+    tracking crashed there, see docs/platforms.md), and attaching an OOM observer or starting the
+    history loops over no device at all. Initializing CUDA ourselves would take a context and
+    hundreds of MiB of device memory from a process that may never use the GPU.
+
+    A queued callback must never raise: torch would raise it from the user's first CUDA call.
+    Returns "now", "queued", or None when this torch offers neither."""
+    if _initialized():
+        callback()
+        return "now"
+    lazy_call = getattr(torch.cuda, "_lazy_call", None)
+    if lazy_call is None:
+        return None
+
+    def guarded():
+        try:
+            callback()
+        except Exception:  # noqa: BLE001 - it runs inside the user's first CUDA call
+            pass
+
+    lazy_call(guarded)
+    return "queued"
+
+
 def _first_line(error):
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
@@ -108,6 +141,7 @@ class CudaHistory:
         self._user_calls = []  # the user's own _record_memory_history calls: "on" / "off"
         self._original = None  # torch's _record_memory_history while it is watched
         self._cache = {}  # (address, sequence) -> frames: blocks looked up mid-run
+        self._waiting = False  # start() waits for CUDA's initialization (when_initialized)
 
     def _warn(self, message):
         if message not in self.warnings:
@@ -119,15 +153,28 @@ class CudaHistory:
 
     def start(self):
         """Start recording stacks of live CUDA blocks, or use the user's recording when it is
-        on already. Never raises: without history, CUDA blocks have no site, and a warning
-        says why."""
+        on already; where CUDA is not initialized yet, as soon as torch initializes it. Never
+        raises: without history, CUDA blocks have no site, and a warning says why."""
         if not history_available():
             return
+        self._waiting = True
+        if when_initialized(self._start_when_initialized) is None:
+            self._waiting = False
+            self._warn(f"CUDA allocation sites are unavailable: this torch has no torch.cuda._lazy_call; {_NO_SITES}")
+
+    def _start_when_initialized(self):
+        if not self._waiting:
+            return  # stopped before CUDA was initialized
+        self._waiting = False
         backend = _allocator_backend()
         if backend not in (None, "native"):
+            # Measured on an H200 with torch 2.11: under cudaMallocAsync not one CUDA block
+            # reached the hook (tests/cuda/test_allocator_settings.py).
             self._warn(
                 f"CUDA allocation sites are unavailable: the {backend} allocator "
-                f"backend (PYTORCH_CUDA_ALLOC_CONF) records no history; {_NO_SITES}"
+                f"backend (PYTORCH_CUDA_ALLOC_CONF) records no history; {_NO_SITES}; torch 2.11's "
+                f"{backend} reports no allocation to torchleak's hook at all, so CUDA leaks are "
+                f"only found with the native backend"
             )
             return
         enabled = _history_enabled()
@@ -168,6 +215,7 @@ class CudaHistory:
         """Restore what start() found: recording torchleak started is turned off, unless the
         user started their own inside the block; the user's is left alone. Says when the user
         turned recording off inside the block (later blocks have no stack). Idempotent."""
+        self._waiting = False
         self._unwatch()
         if not self._on:
             return
@@ -288,12 +336,18 @@ def observe_out_of_memory(callback):
     attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
     if attach is None:
         return False
-    try:
-        attach(callback)
-    except (RuntimeError, TypeError):
-        return False  # e.g. the cudaMallocAsync backend
-    _observed = True
-    return True
+
+    def attach_now():
+        global _observed
+        try:
+            attach(callback)
+        except (RuntimeError, TypeError):
+            _observed = False  # e.g. the cudaMallocAsync backend: a later run tries again
+
+    _observed = True  # attached now, or queued until CUDA is initialized (when_initialized)
+    if when_initialized(attach_now) is None:
+        _observed = False
+    return _observed
 
 
 __all__ = [
@@ -303,4 +357,5 @@ __all__ = [
     "block_stacks",
     "history_available",
     "observe_out_of_memory",
+    "when_initialized",
 ]

@@ -105,6 +105,8 @@ class FakeCudaHistory:
         self.snapshots = 0
         self.tracebacks = {}
         self.looked_up = []
+        self.initialized = True
+        self.queue = []
 
     def _check(self):
         if self.backend != "native":
@@ -115,8 +117,25 @@ class FakeCudaHistory:
             )
 
     def is_enabled(self):
+        # torch 2.11 indexes its per-device table here, which CUDA's initialization makes:
+        # before it, a SIGSEGV (the H200's first proof). A fake that fails the test instead.
+        assert self.initialized, "isHistoryEnabled() before CUDA was initialized"
         self._check()
         return self.enabled
+
+    def lazy_call(self, callback, **kwargs):
+        if self.initialized:
+            callback()
+        else:
+            self.queue.append(callback)
+
+    def initialize(self):
+        """What torch.cuda._lazy_init does at the first CUDA tensor: the allocator's state, then
+        the queued calls."""
+        self.initialized = True
+        queue, self.queue = self.queue, []
+        for callback in queue:
+            callback()
 
     def record(self, enabled="all", context="all", stacks="all", max_entries=0, device=None):
         self._check()
@@ -142,6 +161,8 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda *a, **k: fake.snapshot())
     monkeypatch.setattr(_cuda, "_observed", True)  # no real observer to attach
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: fake.initialized)
+    monkeypatch.setattr(torch.cuda, "_lazy_call", fake.lazy_call)
     return fake
 
 
@@ -195,6 +216,46 @@ def test_a_history_without_context_is_a_warning(fake_cuda):
     fake_cuda.segments = [{"address": 0x1000, "blocks": [{"size": 512, "state": "active_allocated", "frames": []}]}]
     tracker = tracked_run()
     assert any("recorded no stacks" in w for w in tracker.report().warnings)
+
+
+def test_a_run_started_before_cuda_is_initialized_asks_the_allocator_only_after(fake_cuda):
+    fake_cuda.initialized = False  # a script that moves its model to the GPU inside track()
+    with torchleak.track() as tracker:
+        assert fake_cuda.calls == [] and len(fake_cuda.queue) == 1
+        fake_cuda.initialize()  # the first CUDA tensor
+        assert fake_cuda.calls == ["state"]
+    assert fake_cuda.calls == ["state", None]
+    assert not [w for w in tracker.report().warnings if "CUDA allocation sites" in w]
+
+
+def test_a_run_that_ends_before_cuda_is_initialized_starts_nothing_later(fake_cuda):
+    fake_cuda.initialized = False
+    tracked_run()
+    fake_cuda.initialize()  # CUDA first used after the tracked block
+    assert fake_cuda.calls == []
+    assert torch.cuda.memory._record_memory_history == fake_cuda.record
+
+
+def test_a_failure_at_cuda_initialization_never_reaches_the_users_cuda_call(fake_cuda, monkeypatch):
+    fake_cuda.initialized = False
+
+    def broken(*args, **kwargs):
+        raise KeyError("anything torch may raise")
+
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history", broken)
+    with torchleak.track():
+        fake_cuda.initialize()  # would raise DeferredCudaCallError from the user's first CUDA call
+
+
+def test_the_oom_observer_is_attached_once_cuda_is_initialized(fake_cuda, monkeypatch):
+    attached = []
+    monkeypatch.setattr(_cuda, "_observed", False)
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", attached.append, raising=False)
+    fake_cuda.initialized = False
+    assert _cuda.observe_out_of_memory(print)
+    assert attached == [] and not _cuda.observe_out_of_memory(print)  # queued once
+    fake_cuda.initialize()
+    assert attached == [print]
 
 
 def test_mid_run_lookups_read_only_new_blocks(fake_cuda, monkeypatch):
