@@ -16,7 +16,7 @@ CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: sdist wheel test-install test-cuda gpu-proof-dry test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases print-leak-cases format clean \
+.PHONY: sdist wheel test-install test-cuda gpu-proof-dry proof-wheels test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases print-leak-cases format clean \
 	test-api test-integrations test-distributed test-notebooks test-browser lab-newest
 
 demo: install
@@ -80,6 +80,15 @@ gpu-proof-dry: sdist
 	  LEAK_CASES=$(abspath $(LEAK_CASES)) bash tests/cuda/without_system_headers.sh bash tests/cuda/gpu_proof.sh
 	$(PY) tests/cuda/proof_summary.py $(GPU_PROOF_DRY) --check --expect-no-gpu
 
+# The GPU proof's wheels (tests/cuda/proof-wheels.txt) for the GPU machine's Python 3.12, which
+# cannot reach the package index: they travel in .whl/ (CONTRIBUTING.md, the GPU proof).
+proof-wheels: venv
+	rm -rf .whl && mkdir -p .whl
+	grep -v '^#' tests/cuda/proof-wheels.txt | xargs $(PIP) download -q --disable-pip-version-check --no-deps \
+	  --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl
+	@ls .whl | wc -l
+
 # tests/python: API, paths, verdicts, magics (no kernel); tests/integrations: pytest, HF Trainer,
 # Lightning (the pinned extras); tests/distributed: torchrun jobs of 2 and 3 ranks (gloo on
 # 127.0.0.1, bounded timeouts); tests/notebooks: nbclient on
@@ -107,9 +116,10 @@ lab-newest: venv
 # The platform matrix (tests/matrix/run.py): torchleak built against other CPython and torch
 # versions, each cell in a uv environment of its own under build/matrix with torch from the
 # package index, running tests/python and the visible leak-case suite. `make test` runs the two
-# corners, newest and oldest; `make test-matrix-full` every cell of docs/platforms.md's table.
-MATRIX_CORNERS := 3.13:2.15.0 3.10:2.11.0
-MATRIX_CELLS := $(MATRIX_CORNERS) 3.12:2.11.0 3.12:2.12.1 3.12:2.14.1 3.11:2.15.0 3.13:2.13.0
+# corners, newest and oldest, and the GPU machine's stack (Python 3.12, torch 2.11.0, pybind11
+# 3.1.0); `make test-matrix-full` every cell of docs/platforms.md's table.
+MATRIX_CORNERS := 3.13:2.15.0 3.10:2.11.0 3.12:2.11.0:pybind11==3.1.0
+MATRIX_CELLS := $(MATRIX_CORNERS) 3.12:2.12.1 3.12:2.14.1 3.11:2.15.0 3.13:2.13.0
 MATRIX ?= $(MATRIX_CORNERS)
 test-matrix: debian-packages venv
 	$(PY) tests/matrix/run.py $(MATRIX) --results build/matrix/results.json --leak-cases $(abspath $(LEAK_CASES))

@@ -8,9 +8,13 @@
 # nothing from the network; then runs the CUDA tier (tests/cuda), the leak-case suite (every case:
 # the CUDA ones run where there is a GPU) and its ground truth for the CUDA cases, and
 # bench/bench_cuda.py; and writes $OUT/summary.json (tests/cuda/proof_summary.py), which holds
-# every step's results, beside proof.log, install.log and cuda-tier.xml. Each step has a
-# time limit so that the whole stays within eight minutes on an H100; a step that fails or runs
-# out of time is recorded and the next one still runs. What was skipped, and why, is printed.
+# every step's results, beside proof.log, install.log, cuda-tier.xml and native.txt (what the
+# built module shares with the process: exports, where its C++ runtime binds, the libraries
+# loaded, the environment). Each step has a time limit so that the whole stays within eight
+# minutes on an H100 (on an H200 on 2026-11-28: 296 s, the leak cases beside the CUDA tier); a
+# step that fails or runs out of time is recorded and the next one still runs. What was skipped,
+# and why, is printed. The CUDA tier's notebook tests need nbclient and ipykernel, which the GPU
+# machine lacks: carried as wheels (CONTRIBUTING.md, the GPU proof), else they are skipped.
 #
 # Environment: OUT (default build/gpu-proof), PYTHON (default python3), LEAK_CASES (default
 # .proof/leak-cases, the copy that travels with the tree; make gpu-proof-dry gives the Makefile's), BENCH_ARGS (bench_cuda.py's arguments),
@@ -91,10 +95,18 @@ cat "$OUT/machine.json"
 # copy of the same minor version's headers (.proof/python<X.Y>-include), CMake is pointed there.
 PY_INCLUDE=$("$PYTHON" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 PY_MINOR=$("$PYTHON" -c "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')")
+# Only the same patch release's: frame_layout.h reads CPython's internal frame structs, which a
+# patch release may change, so headers of 3.12.1 never build a module for 3.12.3.
+PY_VERSION=$("$PYTHON" -c "import platform; print(platform.python_version())")
 if [ ! -f "$PY_INCLUDE/Python.h" ]; then
-    if [ -f ".proof/python$PY_MINOR-include/Python.h" ]; then
-        echo "no Python.h in $PY_INCLUDE: using the carried .proof/python$PY_MINOR-include"
-        export SKBUILD_CMAKE_ARGS="-DPython_INCLUDE_DIR=$ROOT/.proof/python$PY_MINOR-include"
+    CARRIED=.proof/python$PY_MINOR-include
+    CARRIED_VERSION=$(sed -n 's/^#define PY_VERSION[[:space:]]*"\(.*\)"/\1/p' "$CARRIED/patchlevel.h" 2>/dev/null)
+    if [ -f "$CARRIED/Python.h" ] && [ "$CARRIED_VERSION" != "$PY_VERSION" ]; then
+        echo "no Python.h in $PY_INCLUDE; the carried $CARRIED is Python $CARRIED_VERSION's, not" \
+            "$PY_VERSION's: refused (another patch release's internal frame layout); the build will fail"
+    elif [ -f "$CARRIED/Python.h" ]; then
+        echo "no Python.h in $PY_INCLUDE: using the carried $CARRIED (Python $CARRIED_VERSION)"
+        export SKBUILD_CMAKE_ARGS="-DPython_INCLUDE_DIR=$ROOT/$CARRIED"
     else
         echo "no Python.h in $PY_INCLUDE, and no .proof/python$PY_MINOR-include: the build will fail"
     fi
@@ -121,13 +133,50 @@ backtrace() {
     local debugger
     debugger=$(command -v gdb || command -v cuda-gdb) || { echo "no gdb or cuda-gdb for a backtrace"; return 0; }
     echo "== backtrace with $debugger: $*"
-    timeout --kill-after=10 120 "$debugger" -q -batch -ex "set pagination off" -ex run -ex bt \
+    timeout --kill-after=10 120 "$debugger" -q -batch -ex "set pagination off" -ex run -ex bt -ex 'x/4i $pc' \
         -ex "info sharedlibrary" --args "$@" >"$OUT/backtrace.txt" 2>&1
     grep -E "^#|SIGSEGV|SIGABRT|signal" "$OUT/backtrace.txt" | head -40
 }
 smoke_failed() { tail -n 1 "$OUT/steps.txt" | grep -q "^$1 failed"; }
 
+# What the built module shares with this process, written to $OUT/native.txt after every smoke
+# test (seconds): the environment that decides what loads, the interpreter and the headers the
+# build used, the module's dynamic section and version needs, its exports, where its std::
+# references bind during one AnalysisConfig.get (LD_DEBUG=bindings, kernel_ext/torchleak/_linkage.py
+# run by its path), and the libraries loaded beside it. A crash is settled from this and the
+# backtrace without another run.
+native_diagnostics() {
+    local module
+    module=$(ls "$TARGET"/torchleak/_core*.so 2>/dev/null | head -n 1)
+    {
+        echo "== $1"
+        echo "== environment"
+        env | grep -E '^(LD_|PYTHON|CUDA|TORCH)' | sort
+        echo "== interpreter"
+        "$PYTHON" -c 'import sys, sysconfig; print(sys.version); print("include:", sysconfig.get_paths()["include"])'
+        echo "== build"
+        grep -E "torchleak: |CXX compiler identification|-DPython_INCLUDE_DIR|Python_INCLUDE" "$OUT/install.log" 2>/dev/null | head -n 20
+        cat "$TARGET/torchleak/build_info.json" 2>/dev/null
+        if [ -z "$module" ]; then
+            echo "no _core module under $TARGET/torchleak"
+            return 0
+        fi
+        echo "== readelf -d $module"
+        readelf -d "$module" | grep -E "NEEDED|RUNPATH|RPATH|FLAGS"
+        echo "== readelf -V (version needs)"
+        readelf -V "$module" | sed -n '/.gnu.version_r/,$p' | head -n 40
+        echo "== exports and C++ runtime bindings"
+        timeout --kill-after=10 120 "$PYTHON" kernel_ext/torchleak/_linkage.py "$module" --python "$PYTHON"
+        echo "(exit $?)"
+        echo "== libraries loaded beside it"
+        timeout --kill-after=10 60 "$PYTHON" -c 'import torch, torchleak
+for path in sorted({line.split()[-1] for line in open("/proc/self/maps") if ".so" in line}): print(path)'
+    } >>"$OUT/native.txt" 2>&1
+}
+
 step smoke 90 "$PYTHON" -X faulthandler tests/cuda/smoke.py
+native_diagnostics "after the smoke test ($(tail -n 1 "$OUT/steps.txt"))"
+grep -E "exports|binding|foreign" "$OUT/native.txt" | head -n 12
 if smoke_failed smoke; then
     backtrace "$PYTHON" tests/cuda/smoke.py
     # Built against the system's header-only libraries, it may build against the bundled ones:
@@ -139,6 +188,7 @@ if smoke_failed smoke; then
             --disable-pip-version-check --target "$TARGET" "$SDIST" >>"$OUT/install.log" 2>&1
         export PYTHONPATH="$TARGET${BASE_PYTHONPATH:+:$BASE_PYTHONPATH}"
         step smoke_bundled 90 "$PYTHON" -X faulthandler tests/cuda/smoke.py
+        native_diagnostics "after smoke_bundled ($(tail -n 1 "$OUT/steps.txt"))"
     fi
 fi
 if smoke_failed smoke && { ! grep -q "^smoke_bundled passed" "$OUT/steps.txt"; }; then
@@ -146,16 +196,31 @@ if smoke_failed smoke && { ! grep -q "^smoke_bundled passed" "$OUT/steps.txt"; }
     echo "== the smoke test failed: the steps after it are skipped"
 fi
 
-step cuda_tier 150 "$PYTHON" -m pytest -p no:cacheprovider -q -rs tests/cuda --junitxml="$OUT/cuda-tier.xml"
+leak_cases() {
+    if [ -f "$LEAK_CASES/run.py" ]; then
+        step leak_cases 180 "$PYTHON" "$LEAK_CASES/run.py" --timeout 120 --json "$OUT/leak-cases.json"
+        step truth 60 "$PYTHON" "$LEAK_CASES/run.py" --truth --timeout 60 --case C01 --case C02 --case C03 --case C04 \
+            --json "$OUT/truth.json"
+    else
+        # A failed smoke test is the first reason; a missing suite the second.
+        skip leak_cases "${SKIP_REST:-no suite at $LEAK_CASES/run.py (copy the suite to .proof/leak-cases: CONTRIBUTING.md, the GPU proof)}"
+        skip truth "${SKIP_REST:-no suite at $LEAK_CASES/run.py}"
+    fi
+}
 
-if [ -f "$LEAK_CASES/run.py" ]; then
-    step leak_cases 90 "$PYTHON" "$LEAK_CASES/run.py" --timeout 120 --json "$OUT/leak-cases.json"
-    step truth 40 "$PYTHON" "$LEAK_CASES/run.py" --truth --timeout 60 --case C01 --case C02 --case C03 --case C04 \
-        --json "$OUT/truth.json"
+# On a machine of eight cores or more (the GPU machines have 16) the leak cases run beside the
+# CUDA tier: each is a process of its own, the device's memory is ample for both, and nothing
+# of either is timed. The bench, which is, runs after both, alone.
+PROOF_PARALLEL=${PROOF_PARALLEL:-$([ "$(nproc)" -ge 8 ] && echo 1 || echo 0)}
+if [ "$PROOF_PARALLEL" = 1 ]; then
+    leak_cases &
+    LEAK_CASES_PID=$!
+fi
+step cuda_tier 240 "$PYTHON" -m pytest -p no:cacheprovider -q -rs tests/cuda --junitxml="$OUT/cuda-tier.xml"
+if [ "$PROOF_PARALLEL" = 1 ]; then
+    wait "$LEAK_CASES_PID"
 else
-    # A failed smoke test is the first reason; a missing suite the second.
-    skip leak_cases "${SKIP_REST:-no suite at $LEAK_CASES/run.py (copy the suite to .proof/leak-cases: CONTRIBUTING.md, the GPU proof)}"
-    skip truth "${SKIP_REST:-no suite at $LEAK_CASES/run.py}"
+    leak_cases
 fi
 
 # shellcheck disable=SC2086

@@ -47,10 +47,13 @@ def test_cuda_malloc_async_tracks_without_history_and_restores_everything(tmp_pa
     assert result["backend"] == "cudaMallocAsync"
     assert [w for w in result["warnings"] if "CUDA allocation sites are unavailable" in w], result["warnings"]
     assert not result["history_on_after"]
-    # whether this backend sends its events to the hook at all is what this run shows
+    # torch 2.11 on an H200: this backend sends no event to the hook, and the warning says so;
+    # a torch whose backend does must find the leak
     print("cudaMallocAsync: devices in the report:", result["devices"], "leak:", bool(result["leak"]))
-    assert "cuda:0" in result["devices"], result
-    assert result["leak"] and result["leak"]["holder"]["path_text"] == "kept", result
+    if "cuda:0" in result["devices"]:
+        assert result["leak"] and result["leak"]["holder"]["path_text"] == "kept", result
+    else:
+        assert [w for w in result["warnings"] if "reports no allocation to torchleak's hook" in w], result
 
 
 def test_reduce_overhead_outputs_kept_are_named_as_graph_replays(tmp_path):
