@@ -31,6 +31,13 @@ python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]
 Compares two saved reports: which leaks were fixed, which are new, which grew (a rate more than
 PCT percent above the old one, default 10). Exit status: 0 no regression, 1 a new or worse
 leak, 2 usage error (a file that is not a torchleak report included).
+
+python -m torchleak doctor
+
+Says on one screen whether torchleak works in this environment: what it was built with against
+what runs it, its native module's linkage, the frame reader's self-check, and a planted leak
+tracked in a child process on every device (a child that crashes is named: step, signal, first
+frames). Exit status: 0 every check passed, 1 one failed.
 """
 
 import argparse
@@ -52,7 +59,8 @@ USAGE = (
     RUN_USAGE + "\n"
     "       python -m torchleak diff before.json after.json [--json PATH] [--tolerance PCT]\n"
     "       python -m torchleak install-kernel [--user]\n"
-    "       python -m torchleak version"
+    "       python -m torchleak version\n"
+    "       python -m torchleak doctor"
 )
 
 EXIT_OK, EXIT_LEAK, EXIT_USAGE, EXIT_SCRIPT_FAILED = 0, 1, 2, 3
@@ -604,13 +612,23 @@ def version(argv):
     return EXIT_OK
 
 
+def doctor(argv):
+    """Whether torchleak works here, on one screen (torchleak/_doctor.py): run it first after an
+    install, and send its screen with a bug report."""
+    if argv:
+        raise UsageError(f"unexpected arguments: {' '.join(argv)}")
+    from torchleak import _doctor
+
+    return _doctor.main()
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         print(__doc__.split("\n\n", 1)[1].strip())
         return EXIT_OK if argv else EXIT_USAGE
-    commands = {"run": run, "diff": diff, "install-kernel": install_kernel, "version": version}
+    commands = {"run": run, "diff": diff, "install-kernel": install_kernel, "version": version, "doctor": doctor}
     if argv[0] not in commands:
         print(f"torchleak: unknown command {_shown(argv[0])}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE

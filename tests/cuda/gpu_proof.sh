@@ -20,7 +20,7 @@
 # .proof/leak-cases, the copy that travels with the tree; make gpu-proof-dry gives the Makefile's), BENCH_ARGS (bench_cuda.py's arguments),
 # PROOF_TARGET (where the build is installed; default a fresh temporary folder), PROOF_LIMIT_SCALE
 # (multiplies every step's time limit; the dry run on two CPU cores uses 4), PROOF_STEPS (the steps
-# to run, default all: "install smoke cuda_tier leak_cases truth bench"; without install,
+# to run, default all: "install doctor smoke cuda_tier leak_cases truth bench"; without install,
 # PROOF_TARGET must hold a build already).
 #
 # The smoke step (tests/cuda/smoke.py) comes first after the build: if torchleak crashes there,
@@ -47,7 +47,7 @@ TARGET=${PROOF_TARGET:-$(mktemp -d /tmp/torchleak-proof.XXXXXX)}
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 export PYTHONUNBUFFERED=1
 
-PROOF_STEPS=" ${PROOF_STEPS:-install smoke cuda_tier leak_cases truth bench} "
+PROOF_STEPS=" ${PROOF_STEPS:-install doctor smoke cuda_tier leak_cases truth bench} "
 SKIP_REST=""  # set when the smoke test failed: why every later step is skipped
 
 # step NAME LIMIT_SECONDS COMMAND...: runs it with a time limit, records "NAME status seconds".
@@ -137,7 +137,7 @@ backtrace() {
         -ex "info sharedlibrary" --args "$@" >"$OUT/backtrace.txt" 2>&1
     grep -E "^#|SIGSEGV|SIGABRT|signal" "$OUT/backtrace.txt" | head -40
 }
-smoke_failed() { tail -n 1 "$OUT/steps.txt" | grep -q "^$1 failed"; }
+smoke_failed() { grep -q "^$1 failed" "$OUT/steps.txt"; }
 
 # What the built module shares with this process, written to $OUT/native.txt after every smoke
 # test (seconds): the environment that decides what loads, the interpreter and the headers the
@@ -174,6 +174,9 @@ for path in sorted({line.split()[-1] for line in open("/proc/self/maps") if ".so
     } >>"$OUT/native.txt" 2>&1
 }
 
+# `python -m torchleak doctor` first, as a user would: its children crash, not it, and it names
+# the step, the signal and the first frames of one that does.
+step doctor 150 "$PYTHON" -m torchleak doctor
 step smoke 90 "$PYTHON" -X faulthandler tests/cuda/smoke.py
 native_diagnostics "after the smoke test ($(tail -n 1 "$OUT/steps.txt"))"
 grep -E "exports|binding|foreign" "$OUT/native.txt" | head -n 12

@@ -18,7 +18,7 @@ import pathlib
 import sys
 import xml.etree.ElementTree as ET
 
-STEPS = ("install", "smoke", "cuda_tier", "leak_cases", "truth", "bench")
+STEPS = ("install", "doctor", "smoke", "cuda_tier", "leak_cases", "truth", "bench")
 # Run only when the smoke test failed (gpu_proof.sh): a build against the bundled headers.
 RETRY_STEPS = ("install_bundled", "smoke_bundled")
 # What summary.json holds whole: removed with --fold, since at most eight files come back from
