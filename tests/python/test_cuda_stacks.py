@@ -351,3 +351,25 @@ def test_cuda_graph_replays_are_named_as_what_the_hook_cannot_see(fake_cuda):
     with torchleak.track() as tracker:
         pass
     assert not [w for w in tracker.report().warnings if "CUDA graphs" in w]
+
+
+def test_a_cuda_devices_capacity_is_what_the_process_may_hold(monkeypatch):
+    from torchleak import _devices
+
+    asked = []
+    initialized = {"now": False}
+
+    def fraction(index):
+        assert initialized["now"], "the getter initializes CUDA: never asked before it is"
+        asked.append(index)
+        return 0.05
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: type("P", (), {"total_memory": 100 * GiB}))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialized["now"])
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", fraction)
+    assert _devices.capacities()["cuda:0"] == 100 * GiB  # CUDA not up: no fraction can be set
+    initialized["now"] = True
+    assert _devices.capacities()["cuda:0"] == 5 * GiB  # set_per_process_memory_fraction(0.05)
+    assert asked == [0]
