@@ -92,7 +92,9 @@ def environment_lines():
         f"{info.get('compiler', '?')}, {info.get('cxx_runtime', 'C++ runtime not recorded')}"
         + (f", _GLIBCXX_USE_CXX11_ABI={abi}" if abi is not None else "")
     )
-    lines.append(f"running on    torch {torch.__version__} (CUDA {cuda}), Python {running_python}, {platform.machine()}")
+    lines.append(
+        f"running on    torch {torch.__version__} (CUDA {cuda}), Python {running_python}, {platform.machine()}"
+    )
     if abi is not None and int(torch._C._GLIBCXX_USE_CXX11_ABI) != int(abi):
         problems.append(f"built with _GLIBCXX_USE_CXX11_ABI={abi}, torch uses the other: rebuild")
     if info.get("torch") and _minor(info["torch"]) != _minor(torch.__version__):
@@ -186,9 +188,10 @@ def run_child(device, folder):
     at = steps[-1] if steps else "start"
     if proc.returncode < 0:
         detail = f"the child died of {signal_name(proc.returncode)} at step '{at}'"
-        frames = native_frames(command, env) or [
-            line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("File ")
-        ][:6]
+        frames = (
+            native_frames(command, env)
+            or [line.strip() for line in proc.stderr.splitlines() if line.strip().startswith("File ")][:6]
+        )
         shown = [f"{device:<13} CRASHED: {detail}"] + [f"{'':14}{frame[:110]}" for frame in frames]
         return "\n".join(shown), f"{device}: {detail}"
     if proc.returncode != 0 or not results:
