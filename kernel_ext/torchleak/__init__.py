@@ -20,14 +20,16 @@ import torch  # noqa: F401  (loads libtorch before the extension that links it)
 # and the version torchleak names in its messages is the release's.
 __version__ = "0.1.0"
 
-from ._build import check_torch
+from ._build import check_torch, describing_itself
 
-check_torch(__version__)  # before the extension loads: built for another torch, it says so here
-
-from ._config import config  # noqa: E402
-from ._report import Finding, Report  # noqa: E402
-from ._tracking import Tracker, check, step, track  # noqa: E402
-from ._watch import DEFAULT_SAMPLE_BYTES, Watch, watch  # noqa: E402
+# Before the extension loads: built for another torch, it says so here. `python -m torchleak
+# version` and `doctor` must still say what the build is: for them nothing else is loaded, and
+# they report the refusal (_build.refusal) themselves.
+if check_torch(__version__, refuse=not describing_itself()) is None:
+    from ._config import config
+    from ._report import Finding, Report
+    from ._tracking import Tracker, check, step, track
+    from ._watch import DEFAULT_SAMPLE_BYTES, Watch, watch
 
 __all__ = [
     "DEFAULT_SAMPLE_BYTES",

@@ -592,23 +592,33 @@ def install_kernel(argv):
 def version(argv):
     """What this install is and was built with: the torch its extension was compiled against
     and the header-only libraries it used (the system's, or those the sdist bundled). Under a
-    torch of another minor release the package refuses to load, and says so, before this runs."""
+    torch of another minor release the package refuses to load; this still says what it was
+    built with, and the refusal."""
     if argv:
         raise UsageError(f"unexpected arguments: {' '.join(argv)}")
     import torch
 
     import torchleak
-    from torchleak._build import build_info
+    from torchleak import _build
 
     print(f"torchleak {torchleak.__version__} ({os.path.dirname(torchleak.__file__)})")
     print(f"torch {torch.__version__} (installed)")
-    info = build_info()
+    info = _build.build_info()
     if info is None:
         print("built with: unknown (no build_info.json: an install from before it was recorded)")
-        return EXIT_OK
-    print(f"built against torch {info.get('torch')}, Python {info.get('python')}, {info.get('compiler')}")
-    for name, entry in sorted(info.get("headers", {}).items()):
-        print(f"  {name} {entry.get('version')} ({entry.get('from')})")
+    elif "unreadable" in info:
+        print(f"built with: unknown ({info['unreadable']})")
+    else:
+        print(
+            f"built against torch {_build.recorded(info, 'torch')}, Python {_build.recorded(info, 'python')}, "
+            f"{_build.recorded(info, 'compiler')}"
+        )
+        headers = info.get("headers")
+        for name, entry in sorted(headers.items() if isinstance(headers, dict) else []):
+            entry = entry if isinstance(entry, dict) else {}
+            print(f"  {name} {_build.recorded(entry, 'version')} ({_build.recorded(entry, 'from')})")
+    if _build.refusal:
+        print(f"refused: {_build.refusal}")
     return EXIT_OK
 
 

@@ -18,12 +18,37 @@ class TorchMismatchError(ImportError):
 
 
 def build_info():
-    """The build's record, or None where there is none (a build from before it was kept)."""
+    """The build's record: a dict; None where there is none (a build from before it was kept); a
+    file that is there but is no JSON object gives {"unreadable": why}, so that nothing reads a
+    broken record as an old install or fails on it."""
     try:
         with open(BUILD_INFO, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
+            text = fh.read()
+    except FileNotFoundError:
         return None
+    except OSError as error:
+        return {"unreadable": f"build_info.json could not be read ({error.strerror or error})"}
+    try:
+        info = json.loads(text)
+    except ValueError as error:
+        return {"unreadable": f"build_info.json is not valid JSON ({error})"}
+    if not isinstance(info, dict):
+        return {"unreadable": f"build_info.json holds a JSON {type(info).__name__}, not an object"}
+    return info
+
+
+def recorded(info, key):
+    """A field of the record as text, or "not recorded" (absent, null, or not a string)."""
+    value = (info or {}).get(key)
+    return value if isinstance(value, str) and value else "not recorded"
+
+
+def describing_itself():
+    """True while Python locates `python -m torchleak version` or `doctor` (sys.argv[0] is "-m"
+    then): commands that must say what the build is even when it cannot load."""
+    import sys
+
+    return sys.argv[:1] == ["-m"] and sys.argv[1:2] in (["version"], ["doctor"])
 
 
 def _minor(version):
@@ -45,10 +70,17 @@ def mismatch_sentence(built, running, version):
     )
 
 
-def check_torch(version):
-    info = build_info()
-    if info is None:
-        return
-    sentence = mismatch_sentence(info.get("torch"), torch.__version__, version)
-    if sentence:
+# The refusal's sentence where the build and the installed torch differ, once check_torch ran.
+refusal = None
+
+
+def check_torch(version, refuse=True):
+    """Raises TorchMismatchError where the build is for another torch minor release (with
+    refuse=False: returns its sentence, for the commands that report it); else None."""
+    global refusal
+    built = (build_info() or {}).get("torch")
+    sentence = mismatch_sentence(built, torch.__version__, version) if isinstance(built, str) else None
+    refusal = sentence
+    if sentence and refuse:
         raise TorchMismatchError(sentence)
+    return sentence

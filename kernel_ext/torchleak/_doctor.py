@@ -79,17 +79,19 @@ def environment_lines():
     import torch
 
     import torchleak
-    from torchleak._build import _minor, build_info
+    from torchleak._build import _minor, build_info, recorded
 
     lines, problems = [], []
     info = build_info() or {}
+    if "unreadable" in info:
+        problems.append(f"{info['unreadable']}: reinstall torchleak")
     running_python = platform.python_version()
     cuda = torch.version.cuda or "none (a CPU build of torch)"
     lines.append(f"torchleak     {torchleak.__version__} in {os.path.dirname(torchleak.__file__)}")
     abi = info.get("cxx11_abi")
     lines.append(
-        f"built with    torch {info.get('torch', '?')}, Python {info.get('python', '?')}, "
-        f"{info.get('compiler', '?')}, {info.get('cxx_runtime', 'C++ runtime not recorded')}"
+        f"built with    torch {recorded(info, 'torch')}, Python {recorded(info, 'python')}, "
+        f"{recorded(info, 'compiler')}, C++ runtime {recorded(info, 'cxx_runtime')}"
         + (f", _GLIBCXX_USE_CXX11_ABI={abi}" if abi is not None else "")
     )
     lines.append(
@@ -97,11 +99,14 @@ def environment_lines():
     )
     if abi is not None and int(torch._C._GLIBCXX_USE_CXX11_ABI) != int(abi):
         problems.append(f"built with _GLIBCXX_USE_CXX11_ABI={abi}, torch uses the other: rebuild")
-    if info.get("torch") and _minor(info["torch"]) != _minor(torch.__version__):
-        problems.append(f"built against torch {info['torch']}, running on {torch.__version__}: rebuild")
-    if info.get("python") and info["python"].split(".")[:2] != running_python.split(".")[:2]:
-        problems.append(f"built for Python {info['python']}, running on {running_python}: rebuild")
-    headers = ", ".join(f"{n} {e.get('version')} ({e.get('from')})" for n, e in sorted(info.get("headers", {}).items()))
+    built_torch, built_python = recorded(info, "torch"), recorded(info, "python")
+    if _minor(built_torch) and _minor(built_torch) != _minor(torch.__version__):
+        problems.append(f"built against torch {built_torch}, running on {torch.__version__}: rebuild")
+    if _minor(built_python) and _minor(built_python) != _minor(running_python):
+        problems.append(f"built for Python {built_python}, running on {running_python}: rebuild")
+    recorded_headers = info.get("headers") if isinstance(info.get("headers"), dict) else {}
+    entries = sorted((name, entry if isinstance(entry, dict) else {}) for name, entry in recorded_headers.items())
+    headers = ", ".join(f"{n} {recorded(e, 'version')} ({recorded(e, 'from')})" for n, e in entries)
     if headers:
         lines.append(f"headers       {headers}")
     if torch.cuda.is_available():
@@ -211,9 +216,14 @@ def run_child(device, folder):
 
 def main():
     """Prints the screen; returns the exit status."""
+    from torchleak import _build
+
     problems = []
     print("torchleak doctor")
-    for part in (environment_lines, linkage_lines, frame_reader_lines):
+    # Refused (built for another torch), the extension must not be loaded: the checks that load
+    # it would only fail the same way.
+    parts = (environment_lines,) if _build.refusal else (environment_lines, linkage_lines, frame_reader_lines)
+    for part in parts:
         try:
             lines, found = part()
         except Exception as exc:  # noqa: BLE001 - a check that cannot run is itself the finding
@@ -221,8 +231,10 @@ def main():
         problems += found
         for line in lines:
             print(private(line))
+    if _build.refusal:
+        print("linkage, frame reader, planted leaks: not run (torchleak refuses to load here)")
     with tempfile.TemporaryDirectory(prefix="torchleak-doctor-") as folder:
-        for device in devices():
+        for device in [] if _build.refusal else devices():
             line, problem = run_child(device, folder)
             print(private(line), flush=True)
             if problem:
