@@ -63,6 +63,19 @@ def _file_kind(path, library_prefixes, package_prefixes):
     return kind
 
 
+# A class's MRO as the type's own slot holds it. `type(x).__mro__` runs a metaclass's
+# `__mro__` property or `__getattribute__`: user code, and one that raised cost the whole report
+# (reproducer U5, #64). type's own descriptor reads the slot.
+_TYPE_MRO = type.__dict__["__mro__"]
+
+
+def _mro(cls):
+    try:
+        return _TYPE_MRO.__get__(cls, type)
+    except Exception:  # noqa: BLE001 - not a class after all: nothing is found in it
+        return ()
+
+
 # sys.modules' entries by name: (the module, weakly; its kind). A watched cell collects roots
 # every run, and telling ~1,200 modules apart took most of it; a module's kind does not change
 # while it is loaded. Nothing here keeps a module, or its globals' tensors, alive. Emptied
@@ -81,7 +94,7 @@ def _module_kind(modname, module, library_prefixes, package_prefixes):
         module is not None
         and modname != "__main__"
         and not modname.startswith("torchleak")
-        and types.ModuleType in type(module).__mro__
+        and types.ModuleType in _mro(type(module))
     ):  # else a proxy: reading it runs code
         namespace = _module_dict(module)
         path = namespace.get("__file__") if type(namespace) is dict else None
@@ -309,7 +322,7 @@ def parameter_owners(roots, limit=100_000):
     stack = [
         (label, value)
         for label, kind, _note, value in roots
-        if kind in ("root", "frame") and module_type in type(value).__mro__
+        if kind in ("root", "frame") and module_type in _mro(type(value))
     ]
     # A script's own globals (__main__'s namespace, prefix ""), not the modules' namespaces:
     # library globals would cost a walk of every model a package keeps.
@@ -318,14 +331,14 @@ def parameter_owners(roots, limit=100_000):
             stack.extend(
                 (name, value)
                 for name, value in list(namespace.items())
-                if type(name) is str and module_type in type(value).__mro__
+                if type(name) is str and module_type in _mro(type(value))
             )
     # torch.compile's wrapper (`cmodel = torch.compile(model)`) holds the user's module as
     # `_orig_mod`: walked last, so a module the user also names is `model[0]`, not
     # `cmodel._orig_mod[0]` (the stack is popped from its end).
     compiled = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
     if compiled is not None:
-        stack.sort(key=lambda entry: compiled not in type(entry[1]).__mro__)
+        stack.sort(key=lambda entry: compiled not in _mro(type(entry[1])))
     while stack and len(seen) < limit:
         label, module = stack.pop()
         if id(module) in seen:
@@ -345,6 +358,6 @@ def parameter_owners(roots, limit=100_000):
         children = state.get("_modules")
         if type(children) is dict:
             for name, child in children.items():
-                if isinstance(name, str) and child is not None and module_type in type(child).__mro__:
+                if isinstance(name, str) and child is not None and module_type in _mro(type(child)):
                     stack.append((f"{label}[{name}]" if name.isdigit() else f"{label}.{name}", child))
     return owners

@@ -389,6 +389,26 @@ class Tracker:
         if message not in self._warnings:
             self._warnings.append(message)
 
+    def _collected_roots(self, library, packages):
+        """The process's named roots. They are read without calling user code; should an object
+        still fail that (a hostile class), the paths start from the roots given alone and the
+        report says so, rather than being lost."""
+        try:
+            return _roots.collect(library, packages)
+        except Exception as error:  # noqa: BLE001 - one bad object never costs the report
+            self._warn(
+                f"the program's global names could not be read ({type(error).__name__}: {error}); "
+                "paths start only from the roots given"
+            )
+            return []
+
+    def _parameter_owners(self, roots):
+        try:
+            return _roots.parameter_owners(roots)
+        except Exception as error:  # noqa: BLE001
+            self._warn(f"the models' parameters could not be named ({type(error).__name__}: {error})")
+            return []
+
     def _all_warnings(self):
         """The report's warnings: the tracker's, then what the CUDA side could not see."""
         out = list(self._warnings)
@@ -524,7 +544,7 @@ class Tracker:
         if self._report is not None and final:
             return self._report
         library, packages = _user_code.library_prefixes(), _user_code.package_prefixes()
-        roots = given + _roots.collect(library, packages) if paths else []
+        roots = given + self._collected_roots(library, packages) if paths else []
         history = self._cuda_history
         if self.active:
             # Only while history records: listing the live device blocks walks them all, a
@@ -563,7 +583,7 @@ class Tracker:
             frame_filter=_core.FrameFilter(library, packages, _user_code.cell_files()),
             roots=roots,
             explain=bool(paths),
-            parameter_owners=_roots.parameter_owners(roots) if paths else [],
+            parameter_owners=self._parameter_owners(roots) if paths else [],
             describe_tensors=bool(shapes),
         )
         del roots, given

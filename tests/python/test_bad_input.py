@@ -281,3 +281,39 @@ def test_a_long_option_value_is_not_echoed_whole(shell, tmp_path):
     for cell in (f"%%leakcheck -n {long}\nx = 1", f"%leakconfig {long}"):
         result = run(shell, cell)
         assert type(result.error_in_exec).__name__ == "UsageError" and long not in str(result.error_in_exec), cell
+
+
+def test_a_metaclass_is_never_run_by_the_report_and_never_costs_it(monkeypatch):
+    """Reproducer U5 (#64): the roots' scan read type(value).__mro__, which runs a metaclass's
+    property or __getattribute__; one that raised made report() raise."""
+    import __main__
+
+    calls = []
+
+    class Meta(type):
+        @property
+        def __mro__(cls):
+            calls.append("__mro__")
+            raise RuntimeError("user metaclass code ran")
+
+    class LoudMeta(type):
+        def __getattribute__(cls, name):
+            calls.append(name)
+            return super().__getattribute__(name)
+
+    class Config(metaclass=Meta):
+        pass
+
+    class Loud(metaclass=LoudMeta):
+        pass
+
+    monkeypatch.setattr(__main__, "hostile_config", Config(), raising=False)
+    monkeypatch.setitem(sys.modules, "hostile_loud_entry", Loud())
+    kept = []
+    with torchleak.track() as tracker:
+        for _ in range(6):
+            kept.append(torch.ones(10000))
+            torchleak.step()
+    report = tracker.report()
+    assert report.leaks and "kept" in report.leaks[0].holder["path_text"]
+    assert calls == []
