@@ -23,6 +23,16 @@ std::string trim(std::string_view s) {
     return std::string(s.substr(a, b - a));
 }
 
+// A value as an error message shows it: quoted when short, else its length (a 5,000-digit
+// warmup was echoed whole, reproducer T13).
+std::string quoted(std::string_view value) {
+    constexpr size_t kShown = 80;
+    if (value.size() <= kShown) {
+        return "'" + std::string(value) + "'";
+    }
+    return "a value of " + std::to_string(value.size()) + " characters";
+}
+
 double parseNumber(std::string_view key, std::string_view value) {
     std::string text = trim(value);
     try {
@@ -33,7 +43,7 @@ double parseNumber(std::string_view key, std::string_view value) {
         }
     } catch (...) {
     }
-    throw InvalidArgument(std::string(key) + " needs a number, got '" + std::string(value) + "'");
+    throw InvalidArgument(std::string(key) + " needs a number, got " + quoted(value));
 }
 
 std::string joinKeys() {
@@ -55,14 +65,13 @@ uint64_t parseSize(std::string_view raw) {
     }
     if (i == 0 ||
         std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(i), '.') > 1) {
-        throw InvalidArgument("'" + std::string(raw) +
-                              "' is not a size (examples: 4096, 1MiB, 100MB)");
+        throw InvalidArgument(quoted(raw) + " is not a size (examples: 4096, 1MiB, 100MB)");
     }
     double number = 0;
     try {
         number = std::stod(text.substr(0, i));
     } catch (...) {
-        throw InvalidArgument("'" + std::string(raw) + "' is not a size");
+        throw InvalidArgument(quoted(raw) + " is not a size");
     }
     std::string unit = trim(std::string_view(text).substr(i));
     for (char& c : unit) {
@@ -87,14 +96,13 @@ uint64_t parseSize(std::string_view raw) {
             // 2^63 is exact in a double; anything at or above it would round to a value
             // llround cannot return (it gave 2^63 for 10^19, a size nobody asked for).
             if (!(bytes >= 0 && bytes < 9223372036854775808.0)) {
-                throw InvalidArgument("'" + std::string(raw) +
-                                      "' is out of range (sizes go up to 8 EiB)");
+                throw InvalidArgument(quoted(raw) + " is out of range (sizes go up to 8 EiB)");
             }
             return static_cast<uint64_t>(std::llround(bytes));
         }
     }
-    throw InvalidArgument("unknown size unit '" + unit + "' in '" + std::string(raw) +
-                          "' (use B, KB, MB, GB, KiB, MiB, GiB)");
+    throw InvalidArgument("unknown size unit " + quoted(unit) + " in " + quoted(raw) +
+                          " (use B, KB, MB, GB, KiB, MiB, GiB)");
 }
 
 bool globMatch(std::string_view pattern, std::string_view text) {
@@ -170,7 +178,7 @@ const SettingEntry& entryFor(std::string_view key) {
             return e;
         }
     }
-    throw InvalidArgument("unknown setting '" + std::string(key) + "'; known: " + joinKeys());
+    throw InvalidArgument("unknown setting " + quoted(key) + "; known: " + joinKeys());
 }
 
 } // namespace
@@ -207,8 +215,7 @@ void AnalysisConfig::set(std::string_view key, std::string_view value) {
     case SettingType::Count: {
         double v = parseNumber(key, value);
         if (v < 0 || v != std::floor(v) || v > 1e9) {
-            throw InvalidArgument(name + " must be a whole number >= 0, got '" +
-                                  std::string(value) + "'");
+            throw InvalidArgument(name + " must be a whole number >= 0, got " + quoted(value));
         }
         this->*e.count = static_cast<int>(v);
         break;
@@ -218,8 +225,8 @@ void AnalysisConfig::set(std::string_view key, std::string_view value) {
         bool outside = e.openInterval ? (v <= 0.0 || v >= 1.0) : (v < 0.0 || v > 1.0);
         if (outside) {
             throw InvalidArgument(name + " must be between 0 and 1" +
-                                  (e.openInterval ? " (exclusive)" : "") + ", got '" +
-                                  std::string(value) + "'");
+                                  (e.openInterval ? " (exclusive)" : "") + ", got " +
+                                  quoted(value));
         }
         this->*e.fraction = v;
         break;

@@ -86,3 +86,20 @@ TEST_CASE("config: set and get agree for every type, fraction bounds differ per 
     REQUIRE_THROWS_WITH(cfg.get("colour"), Catch::Contains("known: min_bytes"));
     REQUIRE_THROWS_WITH(cfg.set("warning_bytes", "2GiB"), Catch::Contains("critical_bytes"));
 }
+
+TEST_CASE("config: a long value is described in an error, not repeated") {
+    AnalysisConfig cfg;
+    const std::string digits(5000, '9');
+    for (const char* key : {"warmup", "min_bytes", "min_confidence", ""}) {
+        try {
+            // the last: an unknown setting whose name is the long value
+            *key ? cfg.set(key, digits) : cfg.set(digits, "1");
+            FAIL("a 5,000-digit value was accepted for " << key);
+        } catch (const InvalidArgument& e) {
+            const std::string said = e.what();
+            REQUIRE(said.size() < 400);
+            REQUIRE(said.find("a value of 5000 characters") != std::string::npos);
+        }
+    }
+    REQUIRE_THROWS_WITH(cfg.set("warmup", "-1"), Catch::Contains("got '-1'"));
+}
