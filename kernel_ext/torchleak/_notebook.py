@@ -10,6 +10,7 @@ as anything else. Unloading removes every event handler and stops watching.
 """
 
 import argparse
+import builtins
 import keyword
 import shlex
 import sys
@@ -58,10 +59,11 @@ def _split(magic, line):
 
 
 def _a_name_for_the_report(name):
-    """-o NAME: an identifier that is no keyword and no __dunder__ (`-o __builtins__` replaced
-    the namespace's builtins and every later cell failed)."""
+    """-o NAME: an identifier that is no keyword, no __dunder__ (`-o __builtins__` replaced
+    the namespace's builtins and every later cell failed) and no builtin's name (`-o print`
+    put the report over print() for every later cell)."""
     dunder = name.startswith("__") and name.endswith("__")
-    return name.isidentifier() and not keyword.iskeyword(name) and not dunder
+    return name.isidentifier() and not keyword.iskeyword(name) and not dunder and not hasattr(builtins, name)
 
 
 def _int_at_least(minimum, maximum=10**9):
@@ -255,8 +257,9 @@ class LeakMagics(Magics):
         args = _PARSERS["leakcheck"].parse_args(_split("leakcheck", line))
         if args.output is not None and not _a_name_for_the_report(args.output):
             raise UsageError(
-                f"-o needs a Python name of your own (not a keyword or a __dunder__ name, which "
-                f"IPython and Python keep for themselves), not {brief(args.output)}\nusage: {USAGE['leakcheck']}"
+                f"-o needs a Python name of your own (not a keyword, a builtin's name or a __dunder__ "
+                f"name, which Python and IPython keep for themselves), not {brief(args.output)}\n"
+                f"usage: {USAGE['leakcheck']}"
             )
         _check_outputs(args, "leakcheck")
         warmup = config.warmup if args.warmup is None else args.warmup

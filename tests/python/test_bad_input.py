@@ -259,9 +259,10 @@ def test_from_json_of_a_parsed_report_says_so_in_a_line():
         torchleak.Report.from_json([Loud()])
 
 
-@pytest.mark.parametrize("name", ["__builtins__", "__name__", "__x__", "class", "1x"])
+@pytest.mark.parametrize("name", ["__builtins__", "__name__", "__x__", "class", "1x", "print", "len", "list"])
 def test_leakcheck_o_refuses_a_name_that_is_not_the_users(shell, name):
     # #46: `-o __builtins__` replaced the namespace's builtins and every later cell failed.
+    # #64: `-o print` put the report over print() for every later cell.
     result = run(shell, f"%%leakcheck -n 2 -o {name}\nx = 1")
     assert type(result.error_in_exec).__name__ == "UsageError"
     assert "-o needs a Python name of your own" in str(result.error_in_exec)
