@@ -158,7 +158,9 @@ def parse_run_args(argv):
     }
     if script is None and module is None:
         raise UsageError("no script given")
-    if script is not None and not os.path.isfile(script):
+    if script is not None and not os.path.isfile(script) and not _is_runnable_folder(script):
+        if os.path.isdir(script):
+            raise UsageError(f"{script} is a folder without a __main__.py: nothing to run")
         raise UsageError(f"no such script: {script}")
     if not opts["watch"] and (opts["every"] != 1 or opts["sample_bytes"] is not None):
         raise UsageError("--every and --sample-bytes belong to --watch")
@@ -232,6 +234,11 @@ def _output_path(option, path, extensions):
         raise UsageError(f"{option} {exc}") from None
 
 
+def _is_runnable_folder(path):
+    """A folder with a __main__.py, which `python folder` runs (as a zipapp's)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "__main__.py"))
+
+
 def _script_module(script):
     """A fresh `__main__` for the script, as `python script.py` would make it."""
     module = types.ModuleType("__main__")
@@ -285,14 +292,17 @@ def run(argv):
         script = module.__file__  # sys.argv[0], as `python -m` sets it
         search_dir = os.getcwd()  # `python -m` puts the working directory first on sys.path
     else:
-        with open(script, "rb") as fh:
+        # `python folder` runs folder/__main__.py with the folder itself first on sys.path.
+        folder = _is_runnable_folder(script)
+        source_file = os.path.join(script, "__main__.py") if folder else script
+        with open(source_file, "rb") as fh:
             source = fh.read()
         try:
-            code = compile(source, script, "exec")
+            code = compile(source, source_file, "exec")
         except SyntaxError as exc:
-            raise UsageError(f"cannot compile {script}: {exc}") from None
-        module = _script_module(script)
-        search_dir = os.path.dirname(os.path.abspath(script))
+            raise UsageError(f"cannot compile {source_file}: {exc}") from None
+        module = _script_module(source_file)
+        search_dir = os.path.abspath(script) if folder else os.path.dirname(os.path.abspath(script))
 
     status, failure, interrupted = EXIT_OK, None, False
     script_exit = 0  # what the script asked to exit with: a forked child ends with it

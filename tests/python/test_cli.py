@@ -317,3 +317,23 @@ def test_ctrl_c_while_the_report_is_built_still_saves_it_without_paths(tmp_path)
     assert leak["site"]["line"] == 5 and not leak.get("path")
     assert any("saved without them" in w for w in report["warnings"])
     assert html.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_a_folder_with_a_main_runs_as_python_runs_it(tmp_path):
+    # `python app` runs app/__main__.py with app/ first on sys.path (#64, reproducer U13).
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "helper.py").write_text("KEPT = []\n")
+    (app / "__main__.py").write_text(
+        LEAKY.replace("import torchleak", "import torchleak, helper") + "print('MAIN RAN')\n"
+    )
+    out = tmp_path / "r.json"
+    proc = run_cli("run", "--json", str(out), "app", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "MAIN RAN" in proc.stdout
+    (leak,) = [f for f in json.loads(out.read_text())["findings"] if f["verdict"] == "leak"]
+    assert leak["site"]["file"].endswith("__main__.py")
+    (tmp_path / "empty").mkdir()
+    proc = run_cli("run", "empty", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "empty is a folder without a __main__.py: nothing to run" in proc.stderr
