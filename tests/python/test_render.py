@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 
 import torchleak
 from torchleak import _core
@@ -474,3 +475,28 @@ def test_the_op_of_compiled_code_is_said_beside_or_without_a_package_line():
     both = allocated_inside_text({"allocated_inside": inside, "compiled_op": op})
     assert both.startswith("allocated inside ") and both.endswith("; " + op["text"])
     assert allocated_inside_text({}) is None
+
+
+def test_controls_and_bidirectional_characters_are_never_shown_raw():
+    # #64 item 7 (reproducer U10): a NUL or ESC in a dict key went raw into the saved page, and
+    # U+202E (shows a name reversed) into the text, the page and the redacted text.
+    from torchleak.render import plain
+
+    store = {}
+    keys = ["nul\x00byte", "esc\x1b[31mred", "\u202egnp.exe", "zero\u200bwidth"]
+    with torchleak.track() as tracker:
+        for _ in range(8):
+            for key in keys:
+                store.setdefault(key, []).append(torch.ones(20000))
+            torchleak.step()
+    report = tracker.report()
+    views = {
+        "text": str(report),
+        "html": report.to_html(),
+        "redacted": str(report.redacted()),
+        "plain": plain.render(report.to_dict()),
+    }
+    for name, shown in views.items():
+        for raw in ("\x00", "\x1b", "\u202e", "\u200b"):
+            assert raw not in shown, (name, repr(raw))
+    assert "\\u202egnp.exe" in views["text"] and "\\x1b[31mred" in views["html"]

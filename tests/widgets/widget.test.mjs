@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { checkReport, conform, downsample, FIELDS_READ, NOT_SHOWN } from "../../widgets/src/torchleak-widget.js";
+import { checkReport, conform, downsample, FIELDS_READ, NOT_SHOWN, visible } from "../../widgets/src/torchleak-widget.js";
 
 test("a report that is not an object draws nothing and says so", () => {
   for (const raw of ["a string", 42, true, [1, 2]]) {
@@ -68,4 +68,11 @@ test("a long curve keeps each bucket's lowest and highest point, in order, and i
   assert.ok(points.some(([i, v]) => i === 123457 && v === 1e9));
   assert.ok(points.every(([i], k) => k === 0 || points[k - 1][0] < i));
   assert.equal(Math.min(...points.map(([, v]) => v)), 0);
+});
+
+test("controls and bidirectional characters are shown as their escapes, as in the text view", () => {
+  assert.equal(visible("nul\u0000byte"), "nul\\x00byte");
+  assert.equal(visible("esc\u001b[31mred"), "esc\\x1b[31mred");
+  assert.equal(visible("\u202egnp.exe"), "\\u202egnp.exe");
+  assert.equal(visible("tab\tand\nnewline stay, é and 漢 too"), "tab\tand\nnewline stay, é and 漢 too");
 });

@@ -123,10 +123,29 @@ function siteText(site) {
   return (site && site.text) || "<unknown>";
 }
 
+// Controls and the bidirectional and invisible format characters a name can carry are shown as
+// their escapes, as in every other view (render/format.py's UNSEEN): U+202E would show a site or
+// a holder reversed, an ESC or a NUL would be invisible. Tab and newline are layout.
+const UNSEEN = [[0x00, 0x08], [0x0b, 0x1f], [0x7f, 0x9f], [0x61c, 0x61c], [0x200b, 0x200f],
+                [0x2028, 0x202e], [0x2060, 0x2064], [0x2066, 0x2069], [0xfeff, 0xfeff]];
+
+export function visible(text) {
+  let out = "";
+  for (const c of String(text)) {
+    const code = c.codePointAt(0);
+    if (UNSEEN.some(([lo, hi]) => code >= lo && code <= hi)) {
+      out += code < 0x100 ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16).padStart(4, "0")}`;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 function el(tag, attrs = {}, text) {
   const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  if (text !== undefined) node.textContent = text;
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, visible(v));
+  if (text !== undefined) node.textContent = visible(text);
   return node;
 }
 
@@ -184,7 +203,7 @@ function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsP
                              preserveAspectRatio: "xMinYMin meet", role: "img" });
   const text = (x0, y0, content, anchor = "start") => {
     const t = svgEl("text", { x: x0, y: y0, "text-anchor": anchor });
-    t.textContent = content;
+    t.textContent = visible(content);
     svg.appendChild(t);
     return t;
   };
@@ -264,7 +283,7 @@ function drawRoles(device, iterations, noun, seriesIterations, leakRoles) {
   svg.dataset.testid = "roles-chart";
   const text = (x0, y0, content, anchor = "start") => {
     const t = svgEl("text", { x: x0, y: y0, "text-anchor": anchor });
-    t.textContent = content;
+    t.textContent = visible(content);
     svg.appendChild(t);
     return t;
   };
@@ -283,7 +302,7 @@ function drawRoles(device, iterations, noun, seriesIterations, leakRoles) {
     area.dataset.testid = "role-area";
     area.dataset.role = r.role;
     const title = svgEl("title", {});
-    title.textContent = r.label || r.role;
+    title.textContent = visible(r.label || r.role);
     area.appendChild(title);
     svg.appendChild(area);
     for (let i = 0; i < count; i++) below[i] += Number(r.at_peak[i]) || 0;

@@ -96,9 +96,32 @@ def growth_text(finding):
     return (finding.get("growth_since") or {}).get("text") or None
 
 
+# Characters a name or a file name can carry that a reader must never be shown raw: C0 and C1
+# controls (an ESC that recolours a terminal, a NUL, a carriage return that overwrites a line)
+# and the bidirectional and invisible format characters (U+202E shows a name reversed: the
+# "Trojan Source" spoof). Every view shows them as their escapes. Tab and newline are layout.
+_UNSEEN_CODES = [
+    *range(0x00, 0x09),
+    *range(0x0B, 0x20),
+    *range(0x7F, 0xA0),
+    0x061C,
+    *range(0x200B, 0x2010),
+    *range(0x2028, 0x202F),
+    *range(0x2060, 0x2065),
+    *range(0x2066, 0x206A),
+    0xFEFF,
+]
+UNSEEN = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _UNSEEN_CODES}
+
+
+def visible(value):
+    """The text with every control and bidirectional character shown as its escape."""
+    return str(value).translate(UNSEEN)
+
+
 def escape(value):
     """Every string shown in HTML goes through here."""
-    return html.escape(str(value), quote=True)
+    return html.escape(visible(value), quote=True)
 
 
 def step_what(step):

@@ -9,6 +9,7 @@ from .format import (
     progress_text,
     short_path,
     site_text,
+    visible,
 )
 
 
@@ -39,4 +40,4 @@ def render(data, *, progress=None, limit=4):
         lines.append(f"  ... {len(findings) - limit} more")
     # A console or CI log shows nothing else: what the report could not see is said here too.
     lines.extend(f"  warning: {w}" for w in data.get("warnings", []))
-    return "\n".join(lines)
+    return "\n".join(visible(line) for line in lines)

@@ -3,6 +3,7 @@
 import os
 
 from .format import (
+    UNSEEN,
     allocated_inside_text,
     cause_groups,
     device_text,
@@ -24,9 +25,9 @@ from .format import (
 _STACK_LINES = 6
 _GROUP_LINES = 10  # a group's causes listed one per line before "... and N more"
 
-# Control characters a received report may carry in any string (an ESC that recolours or
-# clears the terminal, a carriage return that overwrites a line): shown escaped, never sent.
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0A, 0x20), *range(0x7F, 0xA0)]}
+# Control and bidirectional characters a received report may carry in any string (format.py's
+# UNSEEN), and a newline inside one line: shown escaped, never sent.
+_CONTROLS = {**UNSEEN, 0x0A: "\\x0a"}
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
