@@ -19,7 +19,8 @@
 # Environment: OUT (default build/gpu-proof), PYTHON (default python3), LEAK_CASES (default
 # .proof/leak-cases, the copy that travels with the tree; make gpu-proof-dry gives the Makefile's), BENCH_ARGS (bench_cuda.py's arguments),
 # PROOF_TARGET (where the build is installed; default a fresh temporary folder), PROOF_LIMIT_SCALE
-# (multiplies every step's time limit; the dry run on two CPU cores uses 4), PROOF_STEPS (the steps
+# (multiplies every step's time limit; the dry run on two CPU cores uses 4), PROOF_PYTHON_HEADERS
+# (Python headers for a python3 without its own; default .proof/python<X.Y>-include), PROOF_STEPS (the steps
 # to run, default all: "install doctor smoke cuda_tier leak_cases truth bench"; without install,
 # PROOF_TARGET must hold a build already).
 #
@@ -99,14 +100,14 @@ PY_MINOR=$("$PYTHON" -c "import sys; print(f'{sys.version_info[0]}.{sys.version_
 # patch release may change, so headers of 3.12.1 never build a module for 3.12.3.
 PY_VERSION=$("$PYTHON" -c "import platform; print(platform.python_version())")
 if [ ! -f "$PY_INCLUDE/Python.h" ]; then
-    CARRIED=.proof/python$PY_MINOR-include
+    CARRIED=${PROOF_PYTHON_HEADERS:-.proof/python$PY_MINOR-include}
     CARRIED_VERSION=$(sed -n 's/^#define PY_VERSION[[:space:]]*"\(.*\)"/\1/p' "$CARRIED/patchlevel.h" 2>/dev/null)
     if [ -f "$CARRIED/Python.h" ] && [ "$CARRIED_VERSION" != "$PY_VERSION" ]; then
         echo "no Python.h in $PY_INCLUDE; the carried $CARRIED is Python $CARRIED_VERSION's, not" \
             "$PY_VERSION's: refused (another patch release's internal frame layout); the build will fail"
     elif [ -f "$CARRIED/Python.h" ]; then
         echo "no Python.h in $PY_INCLUDE: using the carried $CARRIED (Python $CARRIED_VERSION)"
-        export SKBUILD_CMAKE_ARGS="-DPython_INCLUDE_DIR=$ROOT/$CARRIED"
+        export SKBUILD_CMAKE_ARGS="-DPython_INCLUDE_DIR=$(cd "$CARRIED" && pwd)"
     else
         echo "no Python.h in $PY_INCLUDE, and no .proof/python$PY_MINOR-include: the build will fail"
     fi
