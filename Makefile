@@ -3,20 +3,26 @@
 # with torch==2.13.0, and the build installed into it.
 
 SHELL := /bin/bash
+# .ci/run times every tier: with TORCHLEAK_TIMINGS set, each recipe line runs through
+# .ci/timed-shell, which appends the target's name and the line's milliseconds there.
+ifdef TORCHLEAK_TIMINGS
+SHELL := $(CURDIR)/.ci/timed-shell
+export TORCHLEAK_TARGET = $@
+endif
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format nodejs
-PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" "ipython>=8" numpy \
+PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" pytest-xdist "ipython>=8" numpy \
 	"jupyterlab==4.5.11" "notebook==7.5.8" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
 	xeus-python playwright uv ruff build "mypy==1.13.0"
 CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
 
-.PHONY: sdist wheel test-install test-cuda gpu-proof-dry proof-wheels test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases print-leak-cases format clean \
+.PHONY: sdist wheel test-install test-cuda gpu-proof-dry proof-wheels test-sanitize test-matrix test-matrix-full demo test test-core test-device test-python test-widgets widgets test-format bench lab deps debian-packages venv extras install leak-cases print-leak-cases format clean \
 	test-api test-integrations test-distributed test-notebooks test-browser lab-newest
 
 demo: install
@@ -68,6 +74,27 @@ wheel: debian-packages venv
 	  --config-setting=cmake.define.TORCHLEAK_WARNINGS_AS_ERRORS=ON .
 	$(PY) kernel_ext/packaging/label_wheel.py dist/torchleak-*.whl
 
+# AddressSanitizer and UndefinedBehaviorSanitizer over the core's Catch2 tests and over _core
+# (built into build/sanitize, never installed), then the smoke test and tests/python's API tier
+# with the sanitizers' runtimes preloaded into Python (it is not built with them). Undefined
+# behaviour one compiler forgives is how another one crashes. Python and torch leak by design
+# at exit, so leak detection is off; any other report fails the run.
+SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+SANITIZE_BUILD := build/sanitize
+SANITIZE_ENV := LD_PRELOAD="$$(g++ -print-file-name=libasan.so) $$(g++ -print-file-name=libubsan.so)" \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	PYTHONPATH=$(abspath $(SANITIZE_BUILD))/target
+test-sanitize: install
+	cmake -S . -B $(SANITIZE_BUILD)/core -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
+	      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(SANITIZE)" -DCMAKE_EXE_LINKER_FLAGS="$(SANITIZE)"
+	cmake --build $(SANITIZE_BUILD)/core -j2
+	cd $(SANITIZE_BUILD)/core && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure
+	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps --upgrade \
+	  --target $(SANITIZE_BUILD)/target -C build-dir=$(SANITIZE_BUILD)/module -C cmake.build-type=RelWithDebInfo \
+	  -C cmake.define.CMAKE_CXX_FLAGS="$(SANITIZE)" -C cmake.define.CMAKE_MODULE_LINKER_FLAGS="$(SANITIZE)" .
+	$(SANITIZE_ENV) $(PY) tests/cuda/smoke.py
+	$(SANITIZE_ENV) $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) tests/python
+
 # The GPU proof's script (tests/cuda/gpu_proof.sh) run here, without a GPU: the sdist built
 # into a folder of its own with the system's header-only libraries hidden (as on the GPU
 # machine: the sdist's bundled copies are used), every CUDA test skipped with its reason, the
@@ -93,14 +120,19 @@ proof-wheels: venv
 # Lightning (the pinned extras); tests/distributed: torchrun jobs of 2 and 3 ranks (gloo on
 # 127.0.0.1, bounded timeouts); tests/notebooks: nbclient on
 # ipykernel and xeus-python; tests/browser: JupyterLab 4 and Notebook 7 in headless Chromium.
+# tests/python runs on two workers (pytest-xdist), each test file on one of them: every test
+# file tracks in a process of its own then, as the hook is per process. The other tiers start
+# servers, kernels and torchrun jobs and run as before, one at a time.
+PYTEST_PARALLEL := -n 2 --dist loadfile
 test-python: install lab-newest
 	$(PY) tests/fixtures/regenerate.py --check
-	$(PY) -m pytest -q tests/python tests/integrations tests/distributed tests/notebooks tests/browser
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) tests/python
+	$(PY) -m pytest -q tests/integrations tests/distributed tests/notebooks tests/browser
 
 # One target per test folder, for working on one tier (test-python runs them all at once).
 test-api: install
 	$(PY) tests/fixtures/regenerate.py --check
-	$(PY) -m pytest -q tests/python
+	$(PY) -m pytest -q $(PYTEST_PARALLEL) tests/python
 test-integrations test-distributed test-notebooks test-browser: test-%: install
 	$(PY) -m pytest -q tests/$*
 test-browser: lab-newest

@@ -4,7 +4,8 @@
     python tests/matrix/run.py CELL [CELL ...] [--results PATH] [--leak-cases DIR]
     python tests/matrix/run.py --table RESULTS.json [RESULTS.json ...]
 
-A CELL is PYTHON:TORCH, e.g. 3.13:2.15.0. Each cell gets a virtual environment of its own under
+A CELL is PYTHON:TORCH, e.g. 3.13:2.15.0, or PYTHON:TORCH:pybind11==VERSION to build with that
+pybind11 (3.12:2.11.0:pybind11==3.1.0 is the GPU machine's stack). Each cell gets a virtual environment of its own under
 build/matrix/ (made by uv from the interpreter found for PYTHON, torch from the package index:
 the CUDA build with its nvidia-* packages, which runs on the CPU; uv's one cache hard-links
 them, so a second environment of the same torch costs seconds and little disk), a build of
@@ -35,6 +36,7 @@ TEST_PACKAGES = [
     "scikit-build-core>=0.10",
     "pybind11>=2.12",
     "pytest>=7",
+    "pytest-xdist",
     "ipython>=8",
     "numpy",
     "jupyter_client",
@@ -43,7 +45,9 @@ TEST_PACKAGES = [
     "anywidget>=0.9",
     "ipywidgets>=8",
 ]
-CELL = re.compile(r"^(3\.\d+):(\d+\.\d+\.\d+)$")
+CELL = re.compile(r"^(3\.\d+):(\d+\.\d+\.\d+)(?::pybind11==(\d+\.\d+\.\d+))?$")
+# How the python tier runs in a cell (pytest-xdist): as `make test-api` runs it.
+PARALLEL = ["-n", "2", "--dist", "loadfile"]
 # At most this many failed tests are run again (more is no flake).
 MAX_RERUN = 3
 
@@ -101,11 +105,19 @@ def run(cmd, log, *, timeout, env=None, cwd=ROOT):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def make_environment(python_version, torch_version, env_dir, log):
+def test_packages(pybind11_version=None):
+    """TEST_PACKAGES, with pybind11 pinned where the cell names a version."""
+    if pybind11_version is None:
+        return list(TEST_PACKAGES)
+    return [p for p in TEST_PACKAGES if not p.startswith("pybind11")] + [f"pybind11=={pybind11_version}"]
+
+
+def make_environment(python_version, torch_version, env_dir, log, pybind11_version=None):
     """The cell's virtualenv with torch and the test packages; kept between runs (a stamp
     records what it holds)."""
     stamp = os.path.join(env_dir, "torchleak-matrix.json")
-    wanted = {"torch": torch_version, "packages": TEST_PACKAGES}
+    packages = test_packages(pybind11_version)
+    wanted = {"torch": torch_version, "packages": packages}
     interpreter = find_interpreter(python_version)
     try:
         with open(stamp) as f:
@@ -119,7 +131,7 @@ def make_environment(python_version, torch_version, env_dir, log):
         raise CellError(f"uv could not create the environment with {interpreter}")
     python = os.path.join(env_dir, "bin", "python")
     code, out = run(
-        [uv(), "pip", "install", "-q", "--python", python, f"torch=={torch_version}", *TEST_PACKAGES], log, timeout=1800
+        [uv(), "pip", "install", "-q", "--python", python, f"torch=={torch_version}", *packages], log, timeout=1800
     )
     if code != 0:
         raise CellError(f"torch=={torch_version} for Python {python_version} could not be installed: {last_line(out)}")
@@ -171,14 +183,15 @@ def failed_tests(output):
 
 
 def run_cell(spec, leak_cases, log_dir):
-    python_version, torch_version = CELL.match(spec).groups()
-    name = f"py{python_version}-torch{torch_version}"
+    python_version, torch_version, pybind11_version = CELL.match(spec).groups()
+    name = f"py{python_version}-torch{torch_version}" + (f"-pybind11-{pybind11_version}" if pybind11_version else "")
     cell_dir = os.path.join(MATRIX_DIR, name)
     os.makedirs(cell_dir, exist_ok=True)
     result = {
         "cell": spec,
         "python": None,
         "torch": None,
+        "pybind11": None,
         "tier": None,
         "failed_tests": [],
         "flaky_tests": [],
@@ -190,23 +203,31 @@ def run_cell(spec, leak_cases, log_dir):
     started = time.monotonic()
     with open(result["log"], "w") as log:
         try:
-            python = make_environment(python_version, torch_version, os.path.join(cell_dir, "venv"), log)
+            python = make_environment(
+                python_version, torch_version, os.path.join(cell_dir, "venv"), log, pybind11_version
+            )
             build(python, cell_dir, log)
             code, out = run(
                 [
                     python,
                     "-c",
-                    "import sys, torch, torchleak; print('.'.join(map(str, sys.version_info[:3])), torch.__version__)",
+                    "import sys, torch, torchleak, pybind11; "
+                    "print('.'.join(map(str, sys.version_info[:3])), torch.__version__, pybind11.__version__)",
                 ],
                 log,
                 timeout=300,
             )
             if code != 0:
                 raise CellError(f"torchleak does not import: {last_line(out)}")
-            result["python"], result["torch"] = out.split()[-2:]
+            result["python"], result["torch"], result["pybind11"] = out.split()[-3:]
             env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+            # Two workers, each test file on one of them (the allocator hook is per process, and a
+            # file's tests share its fixtures): 305 s against 640 s on the 2-core machine.
             code, out = run(
-                [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"], log, timeout=1800, env=env
+                [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PARALLEL, "tests/python"],
+                log,
+                timeout=1800,
+                env=env,
             )
             result["tier"] = pytest_counts(out)
             result["failed_tests"] = failed_tests(out)
@@ -291,7 +312,8 @@ def markdown_table(results):
             f"{cases['passed']} passed, {cases['failed']} failed ({cases['site_accuracy']})" if cases else "not run"
         )
         rows.append(
-            f"| {r['python'] or r['cell'].split(':')[0]} | {r['torch'] or r['cell'].split(':')[1]} "
+            f"| {r['python'] or r['cell'].split(':')[0]} | {r['torch'] or r['cell'].split(':')[1]}"
+            f"{' with pybind11 ' + r['pybind11'] if r['cell'].count(':') == 2 else ''} "
             f"| {tier_text} | {cases_text} | {'ok' if r['ok'] else 'FAILED'} |"
         )
     return "\n".join(rows)
