@@ -1,6 +1,7 @@
 """tests/cuda/gpu_proof.sh's control flow, on the CPU (the whole script runs in `make
 gpu-proof-dry`): a build whose extension crashes stops the proof after the smoke test, says why
-for every step it skipped, and the summary check calls it incomplete."""
+for every step it skipped, and the summary check calls it incomplete; carried Python headers of
+another patch release are refused."""
 
 import json
 import os
@@ -9,6 +10,18 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def run_proof(env):
+    return subprocess.run(
+        ["bash", str(ROOT / "tests" / "cuda" / "gpu_proof.sh")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_a_crashing_smoke_test_skips_the_rest_and_says_why(tmp_path):
@@ -21,15 +34,7 @@ def test_a_crashing_smoke_test_skips_the_rest_and_says_why(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), PYTHON=str(wrapper), PROOF_TARGET=str(tmp_path / "target"))
     env["PROOF_STEPS"] = "smoke cuda_tier leak_cases truth bench"
-    proc = subprocess.run(
-        ["bash", str(ROOT / "tests" / "cuda" / "gpu_proof.sh")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = run_proof(env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     steps = summary["steps"]
@@ -69,26 +74,11 @@ def test_carried_python_headers_of_another_patch_release_are_refused(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), PYTHON=str(wrapper), PROOF_TARGET=str(tmp_path / "target"))
     env.update(PROOF_STEPS="none", PROOF_PYTHON_HEADERS=str(headers))
-    proc = subprocess.run(
-        ["bash", str(ROOT / "tests" / "cuda" / "gpu_proof.sh")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc = run_proof(env)
     log = (out / "proof.log").read_text()
     assert "is Python 3.12.1's, not 3.12.3's: refused" in " ".join(log.split()), log[-2000:]
     assert "using the carried" not in log
     (headers / "patchlevel.h").write_text('#define PY_VERSION "3.12.3"\n')
-    subprocess.run(
-        ["bash", str(ROOT / "tests" / "cuda" / "gpu_proof.sh")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
+    run_proof(env)
     assert f"using the carried {headers} (Python 3.12.3)" in (out / "proof.log").read_text()
     assert proc.returncode == 0
