@@ -60,7 +60,7 @@ std::string mechanism(const Cause& c, const Finding& f) {
             return keeper + " is held only from C++";
         }
     }
-    if (isOutputCacheRoot(root)) {
+    if (!f.path.empty() && isOutputCacheRoot(f.path.front())) {
         return "the notebook's output cache (" + root + ") keeps results";
     }
     if (isLastExceptionRoot(root)) {

@@ -168,9 +168,12 @@ bool isHiddenOutputCacheRoot(const std::string& label) {
     return label.rfind(kHiddenOutputCachePrefix, 0) == 0;
 }
 
-bool isOutputCacheRoot(const std::string& label) {
-    return label.rfind("Out[", 0) == 0 || label == "_" || label == "__" || label == "___" ||
-           isHiddenOutputCacheRoot(label) ||
+bool isOutputCacheRoot(const PathStep& root) {
+    const std::string& label = root.label;
+    if (label == "_" || label == "__" || label == "___") {
+        return root.note == kOutputCacheNote;
+    }
+    return label.rfind("Out[", 0) == 0 || isHiddenOutputCacheRoot(label) ||
            (label.size() > 1 && label[0] == '_' &&
             std::all_of(label.begin() + 1, label.end(), ::isdigit));
 }
@@ -280,7 +283,7 @@ std::string holderName(const BlockPath& path, const std::optional<Holder>& holde
     // The output cache and the last exception each keep many roots (Out[3], Out[4], _; one
     // per failed frame's local): one holder each, however many roots.
     const std::string& root = path.steps.front().label;
-    if (isOutputCacheRoot(root)) {
+    if (isOutputCacheRoot(path.steps.front())) {
         return "Out";
     }
     if (isLastExceptionRoot(root)) {

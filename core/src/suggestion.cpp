@@ -394,7 +394,7 @@ FixAdvice adviseFix(const Finding& f) {
                "free or reset that object";
     }
     const std::string root = f.path.empty() ? "" : f.path.front().label;
-    if (isOutputCacheRoot(root)) {
+    if (!f.path.empty() && isOutputCacheRoot(f.path.front())) {
         if (isHiddenOutputCacheRoot(root)) {
             return "IPython's hidden namespace keeps the last outputs (_, __ and ___) that "
                    "%reset -f out leaves behind: run `" +
@@ -610,7 +610,7 @@ std::string suggestForSharedNewKey(const std::vector<std::string>& holders,
 
 std::string suggestFixCode(const Finding& f) {
     const std::string root = f.path.empty() ? "" : f.path.front().label;
-    if (f.verdict == Verdict::Leak && isOutputCacheRoot(root)) {
+    if (f.verdict == Verdict::Leak && !f.path.empty() && isOutputCacheRoot(f.path.front())) {
         return outputCacheFixCode(root);
     }
     if (f.verdict == Verdict::Leak && isLastExceptionRoot(root)) {

@@ -471,8 +471,7 @@ bool heldByMachinery(const Finding& f) {
     // Memory only C++ reaches is not here: flat, it is as likely the parameters' .grad of a
     // state passed inline as a graph kept alive. Growth is the evidence for it, the path only
     // the explanation.
-    const std::string& root = f.path.front().label;
-    return isOutputCacheRoot(root) || isLastExceptionRoot(root);
+    return isOutputCacheRoot(f.path.front()) || isLastExceptionRoot(f.path.front().label);
 }
 
 bool ownRecord(const Finding& f, uint64_t capacity) {

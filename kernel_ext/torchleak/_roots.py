@@ -169,6 +169,23 @@ def given(mapping):
     return roots
 
 
+# The note of the output cache's roots: the core reads `_`, `__` and `___` as the cache only
+# with it (retention.h, kOutputCacheNote).
+OUTPUT_CACHE = "IPython output cache"
+
+
+def _is_displayed_output(shell, name, value):
+    """Whether the notebook's `_` (or `__`, `___`) is what IPython's displayhook put there, the
+    output of a cell, rather than a value the user's own code assigned to that name. IPython's
+    own test (DisplayHook.update_user_ns): the displayhook pushes its value into the hidden
+    namespace too, so a name that differs from its hidden copy was assigned by the user."""
+    hidden = getattr(shell, "user_ns_hidden", None)
+    if type(hidden) is dict and name in hidden:
+        return hidden[name] is value
+    hook = getattr(shell, "displayhook", None)
+    return hook is None or getattr(hook, name, value) is value
+
+
 def _hidden_output_cache(shell):
     """IPython keeps `_`, `__` and `___` in its hidden namespace too, and `%reset -f out`
     clears only the user's: the copies it leaves keep the last three outputs. Roots of their
@@ -211,10 +228,12 @@ def collect(library_prefixes, package_prefixes):
             # Notebook machinery last, so `losses` beats `Out[3]` for the same tensor. Each
             # output is its own root, named as the user sees it; `_3` and `_` are aliases.
             if name == "Out" and isinstance(value, dict):
-                late[:0] = [(f"Out[{k}]", "root", "IPython output cache", v) for k, v in list(value.items())]
+                late[:0] = [(f"Out[{k}]", "root", OUTPUT_CACHE, v) for k, v in list(value.items())]
+            elif name in ("_", "__", "___") and not _is_displayed_output(shell, name, value):
+                roots.append((name, "root", "", value))  # the user's own: `xb, _ = get_batch()`
             elif name.startswith("_"):
                 if not name[1:].isdigit():
-                    late.append((name, "root", "IPython output cache", value))
+                    late.append((name, "root", OUTPUT_CACHE, value))
             else:
                 roots.append((name, "root", "", value))
         roots.extend(late)

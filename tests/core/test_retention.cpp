@@ -258,3 +258,22 @@ TEST_CASE("A library object's private state is named with its type, package and 
     f.holder = Holder{"trainer.ema._history", "list", 1.0, std::nullopt};
     CHECK_FALSE(libraryOwnerOf(f));
 }
+
+TEST_CASE("_ is the output cache only where the notebook's roots say it is the displayhook's") {
+    PathStep cache = step("root", "_", "Tensor");
+    cache.note = kOutputCacheNote;
+    REQUIRE(isOutputCacheRoot(cache));
+    // `xb, _ = get_batch()` in a cell, or `_` in a script: the user's own name.
+    for (const char* own : {"_", "__", "___"}) {
+        REQUIRE_FALSE(isOutputCacheRoot(step("root", own, "Tensor")));
+    }
+    REQUIRE(isOutputCacheRoot(step("root", "Out[3]", "Tensor")));
+    REQUIRE(isOutputCacheRoot(step("root", "_12", "Tensor")));
+    REQUIRE(isOutputCacheRoot(step("root", "get_ipython().user_ns_hidden['_']", "Tensor")));
+    REQUIRE_FALSE(isOutputCacheRoot(step("root", "_tmp", "Tensor")));
+    BlockPath path;
+    path.steps = {step("root", "_", "list"), step("index", "[0]", "Tensor")};
+    REQUIRE(holderName(path, std::nullopt) == "_");
+    path.steps[0].note = kOutputCacheNote;
+    REQUIRE(holderName(path, std::nullopt) == "Out");
+}

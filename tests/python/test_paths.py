@@ -2,6 +2,7 @@
 
 import dataclasses
 import gc
+import json
 import re
 import sys
 
@@ -310,6 +311,23 @@ def test_notebook_output_cache(ipython):
     assert leak.path_text.startswith("Out["), leak.path_text
     assert leak.site["cell"] is not None
     assert "%reset -f out" in leak.suggestion
+
+
+def test_an_underscore_the_users_code_assigns_is_theirs_not_the_output_cache(ipython):
+    # #62 item 2: `xb, _ = get_batch()` in a cell gave "the notebook's output cache (_) keeps
+    # results" and a fix that runs %reset -f out, which would wipe the user's Out history.
+    run(ipython, "import torch")
+    with torchleak.track() as tracker:
+        for _ in range(4):
+            # `_` is the user's own list, the only thing that keeps the batches: it grows
+            run(ipython, "_ = (_ if isinstance(_, list) else []) + [torch.ones(64, 1024)]")
+            torchleak.step()
+    report = tracker.report().to_dict()
+    (leak,) = [f for f in report["findings"] if f["verdict"] == "leak"]
+    assert leak["path"][0]["label"] == "_", leak["path_text"]
+    assert leak["holder"]["path_text"] == "_"
+    assert "output cache" not in json.dumps(report["causes"])
+    assert "reset" not in (leak.get("fix_code") or "") and "%reset" not in leak["suggestion"]
 
 
 def test_what_reset_out_leaves_in_ipythons_hidden_namespace_is_the_output_cache(ipython):

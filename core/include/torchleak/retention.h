@@ -152,8 +152,12 @@ bool isHookAnchorRoot(const std::string& label);
 
 bool isGrowableContainer(const std::string& typeName);
 // A root that is notebook machinery, not a name of the user's: IPython's output cache
-// (Out[n], _, __, ___, _n, and the copies of _, __ and ___ in its hidden namespace).
-bool isOutputCacheRoot(const std::string& label);
+// (Out[n], _n, the copies of _, __ and ___ in its hidden namespace, and _, __ and ___
+// themselves where the Python layer's note says they are the displayhook's: a `_` the user's
+// code assigned, `xb, _ = get_batch()`, is the user's own name).
+bool isOutputCacheRoot(const PathStep& root);
+// The note the Python layer gives the output cache's roots (_roots.py).
+inline constexpr const char* kOutputCacheNote = "IPython output cache";
 // The root the Python layer names for IPython's hidden copy of `_`, `__` or `___` that no
 // longer is the user's (`%reset -f out` leaves it): "get_ipython().user_ns_hidden['_']".
 inline constexpr const char* kHiddenOutputCachePrefix = "get_ipython().user_ns_hidden[";
