@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+import torch
+
 import torchleak
 
 PACKAGE = pathlib.Path(torchleak.__file__).parent
@@ -61,15 +63,17 @@ def test_fields_that_are_null_read_not_recorded(installed_copy):
 
 def test_under_another_torch_import_refuses_and_version_and_doctor_say_why(installed_copy):
     write, run = installed_copy
-    write(json.dumps({"torch": "2.11.0+cu121", "python": "3.11", "compiler": "GNU 13.3.0"}))
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    other = f"{major}.{minor + 1}.0+cu121"  # a minor release that is not the installed one
+    write(json.dumps({"torch": other, "python": "3.11", "compiler": "GNU 13.3.0"}))
     imported = run("-c", "import torchleak")
     assert imported.returncode != 0
-    assert "TorchMismatchError: torchleak 0.1.0 was built against torch 2.11.0+cu121" in imported.stderr
+    assert f"TorchMismatchError: torchleak 0.1.0 was built against torch {other}" in imported.stderr
     version = run("-m", "torchleak", "version")
     assert version.returncode == 0 and "Traceback" not in version.stderr, version.stderr
-    assert "built against torch 2.11.0+cu121" in version.stdout
-    assert "refused: torchleak 0.1.0 was built against torch 2.11.0+cu121" in version.stdout
+    assert f"built against torch {other}" in version.stdout
+    assert f"refused: torchleak 0.1.0 was built against torch {other}" in version.stdout
     doctor = run("-m", "torchleak", "doctor")
     assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr
     assert "planted leaks: not run (torchleak refuses to load here)" in doctor.stdout
-    assert "built against torch 2.11.0+cu121, running on" in doctor.stdout
+    assert f"built against torch {other}, running on" in doctor.stdout
