@@ -623,10 +623,8 @@ def version(argv):
             f"built against torch {_build.recorded(info, 'torch')}, Python {_build.recorded(info, 'python')}, "
             f"{_build.recorded(info, 'compiler')}"
         )
-        headers = info.get("headers")
-        for name, entry in sorted(headers.items() if isinstance(headers, dict) else []):
-            entry = entry if isinstance(entry, dict) else {}
-            print(f"  {name} {_build.recorded(entry, 'version')} ({_build.recorded(entry, 'from')})")
+        for name, version, source in _build.recorded_headers(info):
+            print(f"  {name} {version} ({source})")
     if _build.refusal:
         print(f"refused: {_build.refusal}")
     return EXIT_OK

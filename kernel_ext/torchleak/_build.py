@@ -43,6 +43,17 @@ def recorded(info, key):
     return value if isinstance(value, str) and value else "not recorded"
 
 
+def recorded_headers(info):
+    """[(name, version, where from)] of the header-only libraries the record names, each field
+    as recorded() reads it; [] where there are none or the entry is not a mapping."""
+    headers = (info or {}).get("headers")
+    entries = sorted(headers.items()) if isinstance(headers, dict) else []
+    return [
+        (name, recorded(entry, "version"), recorded(entry, "from"))
+        for name, entry in ((n, e if isinstance(e, dict) else {}) for n, e in entries)
+    ]
+
+
 def describing_itself():
     """True while Python locates `python -m torchleak version` or `doctor` (sys.argv[0] is "-m"
     then): commands that must say what the build is even when it cannot load."""

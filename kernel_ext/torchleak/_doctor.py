@@ -79,7 +79,7 @@ def environment_lines():
     import torch
 
     import torchleak
-    from torchleak._build import _minor, build_info, recorded
+    from torchleak._build import _minor, build_info, recorded, recorded_headers
 
     lines, problems = [], []
     info = build_info() or {}
@@ -104,9 +104,7 @@ def environment_lines():
         problems.append(f"built against torch {built_torch}, running on {torch.__version__}: rebuild")
     if _minor(built_python) and _minor(built_python) != _minor(running_python):
         problems.append(f"built for Python {built_python}, running on {running_python}: rebuild")
-    recorded_headers = info.get("headers") if isinstance(info.get("headers"), dict) else {}
-    entries = sorted((name, entry if isinstance(entry, dict) else {}) for name, entry in recorded_headers.items())
-    headers = ", ".join(f"{n} {recorded(e, 'version')} ({recorded(e, 'from')})" for n, e in entries)
+    headers = ", ".join(f"{name} {version} ({source})" for name, version, source in recorded_headers(info))
     if headers:
         lines.append(f"headers       {headers}")
     if torch.cuda.is_available():
