@@ -74,13 +74,19 @@ double medianWeight(const std::vector<FindingBlock>& blocks, const std::vector<s
 
 // A name that holds only the site's newest blocks (`t = fwd(x); outs.append(t)`) is the
 // loop's current value, found first because its path is shorter; the same block is in the
-// growing container too, whose curve would otherwise stop one block short. Such a name's
-// blocks go to the growing part whose blocks are most like them in size. On entry each part's
-// `blocks` are its sampled blocks.
+// growing container too, whose curve would otherwise stop one block short. So is a name that
+// holds the one before (`prev = hist[-1]; hist.append(prev + 1)` leaves `prev` on the
+// second newest): left apart, the container's curve has a flat step, and a short run with one
+// flat step is not judged a leak. Such a name's blocks go to the growing part whose blocks are
+// most like them in size; the one before only when the sizes agree (within a factor of two),
+// since a working set replaced in the last iteration but one (`state = fwd(x)`) is a holder of
+// its own. On entry each part's `blocks` are its sampled blocks; `newest` and `before` are the
+// births of the two newest iterations that gave the site a block.
 void foldNewestIntoGrowing(const std::vector<FindingBlock>& blocks,
                            std::vector<HolderPart>& parts,
                            std::vector<std::pair<uint64_t, size_t>>& sampled,
-                           uint32_t newest) {
+                           uint32_t newest,
+                           uint32_t before) {
     std::vector<size_t> growing;
     for (size_t p = 0; p < parts.size(); ++p) {
         if (parts[p].grows) {
@@ -100,13 +106,19 @@ void foldNewestIntoGrowing(const std::vector<FindingBlock>& blocks,
         const HolderPart& part = parts[p];
         bool newestOnly = std::all_of(part.blocks.begin(), part.blocks.end(),
                                       [&](size_t k) { return blocks[k].birth >= newest; });
-        if (part.grows || part.name.empty() || !newestOnly) {
+        bool recentOnly = std::all_of(part.blocks.begin(), part.blocks.end(),
+                                      [&](size_t k) { return blocks[k].birth >= before; });
+        if (part.grows || part.name.empty() || !recentOnly) {
             continue;
         }
         const double size = medianWeight(blocks, part.blocks);
-        into[p] = *std::min_element(growing.begin(), growing.end(), [&](size_t a, size_t b) {
+        size_t nearest = *std::min_element(growing.begin(), growing.end(), [&](size_t a, size_t b) {
             return std::fabs(medians[a] - size) < std::fabs(medians[b] - size);
         });
+        bool alike = size <= 2.0 * medians[nearest] && medians[nearest] <= 2.0 * size;
+        if (newestOnly || alike) {
+            into[p] = nearest;
+        }
     }
     for (auto& [sequence, part] : sampled) {
         part = into[part];
@@ -179,12 +191,19 @@ std::vector<HolderPart> splitByHolder(const std::vector<FindingBlock>& blocks,
     if (named < 2 || n == 0) {
         return {};
     }
-    // The site's newest blocks: in cell watch the last boundary may end another cell's run.
+    // The site's two newest iterations: in cell watch the last boundary may end another
+    // cell's run, so births, not boundaries, say which they are.
     uint32_t newest = 0;
     for (const FindingBlock& block : blocks) {
         newest = std::max(newest, block.birth);
     }
-    foldNewestIntoGrowing(blocks, parts, sampled, newest);
+    uint32_t beforeNewest = newest;
+    for (const FindingBlock& block : blocks) {
+        if (block.birth < newest && (beforeNewest == newest || block.birth > beforeNewest)) {
+            beforeNewest = block.birth;
+        }
+    }
+    foldNewestIntoGrowing(blocks, parts, sampled, newest, beforeNewest);
     named = static_cast<size_t>(std::count_if(parts.begin(), parts.end(), [](const HolderPart& p) {
         return !p.name.empty() && !p.blocks.empty();
     }));

@@ -169,3 +169,22 @@ TEST_CASE("The nearest-neighbour rule's error is measured on the sample itself")
     std::vector<std::pair<uint64_t, std::string>> shuffled(runs.rbegin(), runs.rend());
     REQUIRE(nearestHolderErrorRate(shuffled) == nearestHolderErrorRate(runs));
 }
+
+TEST_CASE("A name holding the block before the newest is the loop's alias, not a holder") {
+    // `prev = hist[-1]; hist.append(prev + 1)`: at each boundary `prev` holds the second newest
+    // block, which `hist` holds too.
+    const int n = 8;
+    TwoHolderSite s;
+    for (int i = 0; i < n; ++i) {
+        auto ptr = static_cast<uintptr_t>(0x9000 + i);
+        s.blocks.push_back({static_cast<uint32_t>(i), 1024, static_cast<uint64_t>(i), ptr, 1024});
+        s.holders[ptr] = {i == n - 2 ? "prev" : "hist", i != n - 2};
+        s.series.bytes.push_back(1024 * (i + 1));
+        s.series.born.push_back(1024);
+        s.series.oldest.push_back(0);
+    }
+    REQUIRE(splitByHolder(s.blocks, s.holders, s.series, 2, {}).empty());
+    // A working set of another size, last replaced then, stays a holder of its own.
+    TwoHolderSite state = keepAndState(12, 10);
+    REQUIRE(splitByHolder(state.blocks, state.holders, state.series, 2, {}).size() == 2);
+}

@@ -239,3 +239,28 @@ def test_a_cell_that_runs_backward_and_the_step_says_it_left_gradients_and_optim
     (line,) = [text for text in ledger(shell) if text.startswith(f"torchleak: In [{cell}]")]
     # The weight's and the bias's gradients; Adam's two moments of each (and its step counts).
     assert line.endswith("(of which optimizer state 514.0 KiB, gradients 257.0 KiB)"), line
+
+
+@pytest.mark.parametrize("n", [6, 8, 12, 16])
+def test_a_loop_alias_of_the_newest_element_does_not_hide_a_short_leak(n):
+    # `prev = hist[-1]; hist.append(prev + 1)`: at each boundary `prev` names the element
+    # before the newest, reached first by its shorter path. Left apart, hist's curve had a
+    # flat step, and a run of 6 to 16 iterations was called a plateau.
+    hist = [torch.zeros(25000)]
+    with torchleak.track() as t:
+        for _ in range(n):
+            prev = hist[-1]
+            hist.append(prev + 1)
+            torchleak.step()
+    del prev
+    top = max(t.report().findings, key=lambda f: f.count)
+    assert top.verdict == "leak" and top.bytes_per_iteration == 100000, [repr(f) for f in t.report().findings]
+
+
+def test_leakcheck_sees_the_leak_of_a_list_chained_through_a_local(shell, tmp_path):
+    out = tmp_path / "r.json"
+    run(shell, "import torch\nhist = [torch.zeros(25000)]")
+    assert run(shell, f"%%leakcheck -n 12 --json {out}\nprev = hist[-1]\nhist.append(prev + 1)").success
+    report = json.loads(out.read_text())
+    leaks = [f for f in report["findings"] if f["verdict"] == "leak"]
+    assert leaks and max(f["bytes_per_iteration"] for f in leaks) == 100000, report["findings"]
