@@ -23,6 +23,35 @@ std::string keeperContainer(const Cause& c, const Report& report) {
     return "";
 }
 
+std::string causeGroupFixCode(const CauseGroup& group, const Report& report) {
+    if (group.causes.size() < 2) {
+        return "";
+    }
+    std::vector<std::string> lines;
+    for (int i : group.causes) {
+        bool fixed = false;
+        for (int f : report.causes[static_cast<size_t>(i)].findings) {
+            const std::string& code = report.findings[static_cast<size_t>(f)].fix_code;
+            if (code.empty()) {
+                continue;
+            }
+            fixed = true;
+            if (std::find(lines.begin(), lines.end(), code) == lines.end()) {
+                lines.push_back(code);
+            }
+        }
+        if (!fixed) {
+            return "";
+        }
+    }
+    std::string code;
+    for (const std::string& line : lines) {
+        code += code.empty() ? "" : "\n";
+        code += line;
+    }
+    return code;
+}
+
 std::vector<CauseGroup> groupRelatedCauses(const Report& report) {
     std::map<std::string, std::vector<int>> byKey;
     std::vector<std::string> keyOf(report.causes.size());

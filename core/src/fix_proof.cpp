@@ -142,7 +142,26 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
         return a->finding.bytes_per_iteration > b->finding.bytes_per_iteration;
     });
     const std::vector<FindingDraft*> all = leaks;
-    leaks.resize(std::min(leaks.size(), kProvenFindings));
+    // The eight biggest, and every sibling of theirs: a holder filled by the same line in the same
+    // container (nine lists in `holders`) is one group in every view, whose fix is all of its
+    // members' code or none (cause_groups.h), so one unproven member would cost the group's.
+    const auto siblingKey = [](const Finding& f) {
+        const auto step = holderEnd(f);
+        return step ? siteText(f.site) + '\x1f' + pathText(f.path, *step) : std::string();
+    };
+    std::vector<std::string> biggest;
+    for (size_t k = 0; k < std::min(leaks.size(), kProvenFindings); ++k) {
+        biggest.push_back(siblingKey(leaks[k]->finding));
+    }
+    size_t kept = 0;
+    for (size_t k = 0; k < leaks.size(); ++k) {
+        const std::string key = k < kProvenFindings ? "" : siblingKey(leaks[k]->finding);
+        if (k < kProvenFindings ||
+            (!key.empty() && std::find(biggest.begin(), biggest.end(), key) != biggest.end())) {
+            leaks[kept++] = leaks[k];
+        }
+    }
+    leaks.resize(kept);
     const auto started = std::chrono::steady_clock::now();
     for (FindingDraft* draft : leaks) {
         if (std::chrono::steady_clock::now() - started > kProofBudget) {

@@ -42,6 +42,7 @@ std::span<const RedactionField> redactionFields() {
         {"summary.recommendations[].text", Redaction::Sentence},
         {"cause_groups[].severity", Redaction::Keep},
         {"cause_groups[].text", Redaction::WrittenAgain},
+        {"cause_groups[].fix_code", Redaction::Drop},
         {"causes[].verdict", Redaction::Keep},
         {"causes[].severity", Redaction::Keep},
         {"causes[].keeper", Redaction::Sentence},

@@ -460,13 +460,16 @@ std::string toJson(const Report& r, int indent) {
     // older version) gets them too.
     j["cause_groups"] = json::array();
     for (const CauseGroup& g : groupRelatedCauses(r)) {
-        j["cause_groups"].push_back(
-            {{"container", g.container.empty() ? json(nullptr) : json(g.container)},
-             {"causes", g.causes},
-             {"bytes_per_iteration", g.bytes_per_iteration},
-             {"total_bytes", g.total_bytes},
-             {"severity", toString(g.severity)},
-             {"text", causeGroupText(g, r)}});
+        json gj = {{"container", g.container.empty() ? json(nullptr) : json(g.container)},
+                   {"causes", g.causes},
+                   {"bytes_per_iteration", g.bytes_per_iteration},
+                   {"total_bytes", g.total_bytes},
+                   {"severity", toString(g.severity)},
+                   {"text", causeGroupText(g, r)}};
+        if (const std::string code = causeGroupFixCode(g, r); !code.empty()) {
+            gj["fix_code"] = code;
+        }
+        j["cause_groups"].push_back(std::move(gj));
     }
     if (r.oom) {
         j["oom"] = outOfMemoryJson(*r.oom, r);

@@ -291,6 +291,27 @@ TEST_CASE("fifty lists in one object are one group of fifty causes, named once")
     REQUIRE(s.recommendations[1].findings.size() == 50);
 }
 
+TEST_CASE("a group's fix code frees every member, or there is none") {
+    Report r = fiftyLists("obj");
+    r.findings.resize(9);
+    for (size_t k = 0; k < r.findings.size(); ++k) {
+        r.findings[k].fix_code = "obj.l" + std::to_string(k) + ".clear()";
+    }
+    r.causes = groupCauses(r, AnalysisConfig{});
+    auto groups = groupRelatedCauses(r);
+    REQUIRE(groups.size() == 1);
+    const std::string code = causeGroupFixCode(groups[0], r);
+    // One line per cause, biggest first; freeing one list of nine is not the group's fix.
+    REQUIRE(code.rfind("obj.l8.clear()\nobj.l7.clear()\n", 0) == 0);
+    REQUIRE(std::count(code.begin(), code.end(), '\n') == 8);
+    nlohmann::json j = nlohmann::json::parse(toJson(r));
+    REQUIRE(j["cause_groups"][0]["fix_code"] == code);
+    // One member without proven code: no code for the group, rather than a partial one.
+    r.findings[4].fix_code.clear();
+    REQUIRE(causeGroupFixCode(groups[0], r).empty());
+    REQUIRE(!nlohmann::json::parse(toJson(r))["cause_groups"][0].contains("fix_code"));
+}
+
 TEST_CASE("three side by side stay three causes, names without a container group by site") {
     Report r = fiftyLists("obj");
     r.findings.resize(3);

@@ -53,3 +53,25 @@ def test_a_clean_run_has_no_causes():
     report = torchleak.check(lambda: torch.ones(64, 64).sum(), iterations=4)
     assert report.causes == []
     assert report.summary["score"] == 100
+
+
+def test_a_group_of_nine_lists_offers_the_code_that_frees_all_nine():
+    # Before: the group's text showed its biggest member's `holders[8].clear()`, which freed one
+    # list in nine, and the ninth list, past the eight biggest, had no proven code at all.
+    holders = [[] for _ in range(9)]
+    with torchleak.track() as t:
+        for _ in range(12):
+            for k, kept in enumerate(holders):
+                kept.append(torch.ones(10000 + k * 100))
+            torchleak.step()
+    del kept
+    report = t.report()
+    (group,) = report.to_dict()["cause_groups"]
+    assert group["fix_code"].splitlines() == [f"holders[{k}].clear()" for k in range(8, -1, -1)]
+    text = str(report).split("lists in holders grow", 1)[1]
+    code = [line.strip() for line in text.splitlines() if line.strip().endswith(".clear()")]
+    assert code == group["fix_code"].splitlines()
+    for line in code:
+        exec(line, {"holders": holders})
+    assert not any(holders)
+    assert "holders[8].clear()\nholders[7].clear()" in report.to_html()

@@ -41,7 +41,7 @@ const REPORT = {
   oom: { text: "string", roles_text: "string", by_holder: [{ holder: "string", size_text: "string" }],
          by_site: [{ site: "string", size_text: "string" }] },
   causes: [{ text: "string", severity: "string", suggestion: "string", findings: ["number"] }],
-  cause_groups: [{ text: "string", severity: "string", container: "string", causes: ["number"] }],
+  cause_groups: [{ text: "string", severity: "string", container: "string", causes: ["number"], fix_code: "string" }],
   devices: [{ device: "string", text: "string", allocated: ["number"], reserved: ["number"],
               peak: ["number"], leak_bytes_per_iteration: "number", roles_text: "string",
               allocated_trend_per_iteration: "number",
@@ -610,6 +610,8 @@ function drawCauses(root, report, view) {
     const line = el("div", { class: "tl-cause", "data-testid": "cause-group" });
     line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
     line.appendChild(document.createTextNode(`${group.text} [${group.severity}]`));
+    // One line per member: the biggest member's own code would free one of them.
+    if (group.fix_code) line.appendChild(fixLine(`free all ${members.length} together`, "tl-note", group.fix_code));
     const details = el("details", { class: "tl-group" });
     details.appendChild(el("summary", {}, `the ${members.length} leaks`));
     const box = el("div", { class: "tl-capped" });

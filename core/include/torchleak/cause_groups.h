@@ -13,6 +13,12 @@ namespace torchleak {
 // The report's causes as groups, biggest group first; every cause is in exactly one.
 std::vector<CauseGroup> groupRelatedCauses(const Report& report);
 
+// The code that frees the whole group, one line per cause (`holders[8].clear()` frees one list
+// of nine): each cause's proven fix_code, in the group's order. "" when a cause has none, since
+// a fix that frees part of a group reads as if it freed all of it; "" for a cause alone, whose
+// finding carries its own.
+std::string causeGroupFixCode(const CauseGroup& group, const Report& report);
+
 // The container a cause's keeper is an element or attribute of ("obj" for `obj.l7`), or "".
 std::string keeperContainer(const Cause& cause, const Report& report);
 

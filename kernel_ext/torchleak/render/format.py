@@ -71,6 +71,18 @@ def fix_html(finding):
     return out
 
 
+def group_fix_html(group, members):
+    """A group's code that frees every member, one line per cause, or "" (the biggest member's
+    own code frees one of them)."""
+    if not group.get("fix_code") or len(members) < 2:
+        return ""
+    return (
+        f"<div>fix: free all {len(members)} together</div>"
+        f'<div data-testid="fix-code"><code style="overflow-wrap:anywhere;white-space:pre-wrap">'
+        f"{escape(group['fix_code'])}</code></div>"
+    )
+
+
 def iteration_unit(data):
     """What every rate in the report is per: the core's word ("iteration", "cell run")."""
     return data.get("iteration_unit") or "iteration"

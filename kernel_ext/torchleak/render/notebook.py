@@ -11,6 +11,7 @@ from .format import (
     empty_text,
     escape as _e,
     fix_html,
+    group_fix_html,
     format_bytes,
     growth_text,
     iteration_unit,
@@ -117,6 +118,7 @@ def _cause_group(group, members):
     return (
         f'<div data-testid="cause-group" style="margin:4px 0"><b style="color:#c0392b">LEAK</b> '
         f"{_e(group.get('text'))} <span {_MUTED}>[{_e(group.get('severity'))}]</span>"
+        f"{group_fix_html(group, members)}"
         f"<details><summary>the {len(members)} leaks</summary>"
         f'<div style="max-height:20em;overflow:auto;margin-left:12px">{inner}</div></details></div>'
     )

@@ -10,6 +10,7 @@ from .format import (
     escape as _e,
     finding_tensor,
     fix_html,
+    group_fix_html,
     format_bytes,
     growth_text,
     iteration_unit,
@@ -171,7 +172,7 @@ def render(data):
             inner = "".join(_cause_item(cause, findings, unit) for cause in members)
             parts.append(
                 f'<li class="leak">{_e(group.get("text"))} [{_e(group.get("severity"))}]'
-                f"<details><summary>the {len(members)} leaks</summary><ol>{inner}</ol>"
+                f"{group_fix_html(group, members)}<details><summary>the {len(members)} leaks</summary><ol>{inner}</ol>"
                 f"</details></li>"
             )
         parts.append("</ol>")

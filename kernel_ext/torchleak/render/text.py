@@ -88,7 +88,7 @@ def _leak_block(f, unit, span=None):
     ]
 
 
-def _cause_block(cause, findings, unit, span=None):
+def _cause_block(cause, findings, unit, span=None, group_fix_code=None):
     """One leak: the cause's line, its sites (biggest first), the biggest site in detail."""
     members = [findings[i] for i in cause["findings"]]
     out = [f"LEAK  {cause['text']}  [{cause.get('severity')}]"]
@@ -106,7 +106,7 @@ def _cause_block(cause, findings, unit, span=None):
                 f"{site_text(f['site'])} in {f['site'].get('function')}"
             )
         out.append(f"  the biggest, {site_text(members[0]['site'])}:")
-    return out + _site_details(members[0], unit, span)
+    return out + _site_details(members[0], unit, span, group_fix_code)
 
 
 def _group_block(group, members, findings, unit, span=None):
@@ -120,11 +120,14 @@ def _group_block(group, members, findings, unit, span=None):
     if len(members) > _GROUP_LINES:
         out.append(f"    ... and {len(members) - _GROUP_LINES} more (every one in the JSON report)")
     out.append(f"  the biggest, {keeper_text(members[0])}:")
-    return out + _cause_block(members[0], findings, unit, span)[1:]
+    # The biggest member's own code frees one of the group; the group's frees them all, and
+    # without it no code is shown.
+    return out + _cause_block(members[0], findings, unit, span, group.get("fix_code") or "")[1:]
 
 
-def _site_details(f, unit, span=None):
-    """`span`: the iterations a thinned series covers (else one point per iteration)."""
+def _site_details(f, unit, span=None, group_fix_code=None):
+    """`span`: the iterations a thinned series covers (else one point per iteration).
+    `group_fix_code`: the code that frees the finding's whole group, shown instead of its own."""
     out = []
     src = _source_line(f["site"])
     if src:
@@ -158,8 +161,9 @@ def _site_details(f, unit, span=None):
     out.extend(_stack_lines([fr for fr in f.get("stack", []) if not _is_tool_frame(fr)]))
     if f.get("suggestion"):
         out.append(f"  fix: {f['suggestion']}")
-    if f.get("fix_code"):
-        out.append(f"       {f['fix_code']}")
+    code = f.get("fix_code") if group_fix_code is None else group_fix_code
+    for line in (code or "").splitlines():
+        out.append(f"       {line}")
     return out
 
 
