@@ -1,9 +1,12 @@
 #include "torchleak/loop_reads.h"
 
 #include "torchleak/display_text.h"
+#include "torchleak/retention.h"
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <set>
 
 namespace torchleak {
 
@@ -35,6 +38,24 @@ std::string_view skipSpaces(std::string_view text) {
         text.remove_prefix(1);
     }
     return text;
+}
+
+// Whether position `at` of the line is inside a string literal (`path="store['train']"` names
+// the holder, it does not read it). Quotes are counted from the line's start: a string that
+// spans lines is not seen, and then the mention counts, which keeps a fix back, never offers one.
+bool insideString(std::string_view line, size_t at) {
+    char open = 0;
+    for (size_t k = 0; k < at && k < line.size(); ++k) {
+        const char c = line[k];
+        if (open != 0 && c == '\\') {
+            ++k; // an escaped character, the quote included
+        } else if (open == 0 && (c == '\'' || c == '"')) {
+            open = c;
+        } else if (c == open) {
+            open = 0;
+        }
+    }
+    return open != 0;
 }
 
 // `=` that assigns (not `==`): the text after the holder stores into it.
@@ -121,7 +142,8 @@ bool readsHolder(std::string_view line, std::string_view holder) {
          at = line.find(holder, at + 1)) {
         const size_t end = at + holder.size();
         const bool whole = (at == 0 || (!isNameChar(line[at - 1]) && line[at - 1] != '.')) &&
-                           (end == line.size() || !isNameChar(line[end]));
+                           (end == line.size() || !isNameChar(line[end])) &&
+                           !insideString(line, at);
         if (whole && isRead(line.substr(0, at), line.substr(end))) {
             return true;
         }
@@ -129,14 +151,12 @@ bool readsHolder(std::string_view line, std::string_view holder) {
     return false;
 }
 
-std::optional<HolderRead>
-loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::string>& lines) {
-    if (site.line <= 0 || static_cast<size_t>(site.line) > lines.size() || holder.empty()) {
-        return std::nullopt;
-    }
-    const size_t at = static_cast<size_t>(site.line) - 1; // 0-based
+namespace {
+
+// The lines [first, last) of the function around line `at` (0-based): up to the `def` whose
+// block holds it, or the file's (cell's) start; at top level of a long file, the lines near it.
+std::pair<size_t, size_t> functionAround(const std::vector<std::string>& lines, size_t at) {
     const size_t siteIndent = indentOf(lines[at]);
-    // Up to the `def` whose block holds the site, or to the file's (cell's) start.
     constexpr size_t kMostLines = 400;
     size_t first = 0;
     std::optional<size_t> defIndent;
@@ -158,6 +178,123 @@ loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::st
     if (!defIndent && at > kMostLines) {
         first = at - kMostLines; // top level of a long file: the lines near the site
     }
+    return {first, last};
+}
+
+HolderRead readAt(const std::vector<std::string>& lines, size_t k) {
+    std::string source = lines[k].substr(indentOf(lines[k]));
+    while (!source.empty() && (source.back() == '\n' || source.back() == '\r')) {
+        source.pop_back();
+    }
+    return HolderRead{static_cast<int>(k + 1), source, ""};
+}
+
+std::string_view trimEnd(std::string_view text) {
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) {
+        text.remove_suffix(1);
+    }
+    return text;
+}
+
+// Whether `line` hands `holder` as a whole argument to a call (`f(cache, i)`): what the callee
+// does with it cannot be read here, and most often it reads.
+bool passesToCall(std::string_view line, std::string_view holder) {
+    line = line.substr(0, line.find('#'));
+    for (size_t at = line.find(holder); at != std::string_view::npos;
+         at = line.find(holder, at + 1)) {
+        const size_t end = at + holder.size();
+        if ((at > 0 && (isNameChar(line[at - 1]) || line[at - 1] == '.')) ||
+            (end < line.size() && isNameChar(line[end]))) {
+            continue;
+        }
+        const std::string_view before = trimEnd(line.substr(0, at));
+        const std::string_view after = skipSpaces(line.substr(end));
+        if (before.empty() || (before.back() != '(' && before.back() != ',') || after.empty() ||
+            (after.front() != ',' && after.front() != ')')) {
+            continue;
+        }
+        // `len(cache)` sizes the key the line fills; clearing does not break it.
+        const std::string_view callee = trimEnd(before.substr(0, before.size() - 1));
+        const bool sized = before.back() == '(' && callee.size() >= 3 &&
+                           callee.substr(callee.size() - 3) == "len" &&
+                           (callee.size() == 3 || !isNameChar(callee[callee.size() - 4]));
+        if (!sized) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// The names called as methods in lines [first, last): `step` of `k.step(i)`, `prev` of
+// `self.prev(i)`.
+void methodsCalled(const std::vector<std::string>& lines,
+                   size_t first,
+                   size_t last,
+                   std::set<std::string>& out) {
+    for (size_t k = first; k < last && k < lines.size(); ++k) {
+        std::string_view line = lines[k];
+        line = line.substr(0, line.find('#'));
+        for (size_t dot = line.find('.'); dot != std::string_view::npos;
+             dot = line.find('.', dot + 1)) {
+            size_t end = dot + 1;
+            while (end < line.size() && isNameChar(line[end])) {
+                ++end;
+            }
+            if (end > dot + 1 && end < line.size() && line[end] == '(') {
+                out.emplace(line.substr(dot + 1, end - dot - 1));
+            }
+        }
+    }
+}
+
+// The first parameter of a `def` line (`self`), or "".
+std::string firstParameter(std::string_view def) {
+    const size_t open = def.find('(');
+    if (open == std::string_view::npos) {
+        return "";
+    }
+    std::string_view rest = skipSpaces(def.substr(open + 1));
+    size_t end = 0;
+    while (end < rest.size() && isNameChar(rest[end])) {
+        ++end;
+    }
+    return std::string(rest.substr(0, end));
+}
+
+using LineRanges = std::vector<std::pair<size_t, size_t>>; // [first, last), 0-based
+
+// The lines [first, last) of the innermost `for` or `while` block around line `at` in its own
+// function, the loop line included; nothing (first == last) when the line is in no loop. What
+// a caller does after its loop, or around it in a test, is not the next iteration.
+std::pair<size_t, size_t> loopAround(const std::vector<std::string>& lines, size_t at) {
+    size_t indent = indentOf(lines[at]);
+    for (size_t k = at; k-- > 0;) {
+        if (blank(lines[k]) || indentOf(lines[k]) >= indent) {
+            continue;
+        }
+        indent = indentOf(lines[k]);
+        const std::string_view text = std::string_view(lines[k]).substr(indent);
+        if (isDefinition(lines[k]) || startsWith(text, "class ")) {
+            break;
+        }
+        if (startsWith(text, "for ") || startsWith(text, "while ") ||
+            startsWith(text, "async for ")) {
+            size_t last = at + 1;
+            while (last < lines.size() && (blank(lines[last]) || indentOf(lines[last]) > indent)) {
+                ++last;
+            }
+            return {k, last};
+        }
+    }
+    return {at, at};
+}
+
+// The first line of [first, last) that reads the holder, outside `skip`.
+std::optional<HolderRead> readIn(const std::vector<std::string>& lines,
+                                 size_t first,
+                                 size_t last,
+                                 std::string_view holder,
+                                 const LineRanges& skip) {
     // The holder as the function names it: a method fills `self.history` where the walk named
     // the object from its root (`trainer.history`).
     std::vector<std::string> names = {std::string(holder)};
@@ -172,15 +309,124 @@ loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::st
         return std::any_of(names.begin(), names.end(),
                            [line](const std::string& name) { return readsHolder(line, name); });
     };
+    const auto skipped = [&skip](size_t k) {
+        return std::any_of(skip.begin(), skip.end(),
+                           [k](const auto& range) { return k >= range.first && k < range.second; });
+    };
+    for (size_t k = first; k < last; ++k) {
+        if (!skipped(k) && !blank(lines[k]) && readsAny(lines[k])) {
+            return readAt(lines, k);
+        }
+    }
+    return std::nullopt;
+}
+
+} // namespace
+
+std::optional<HolderRead>
+loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::string>& lines) {
+    if (site.line <= 0 || static_cast<size_t>(site.line) > lines.size() || holder.empty()) {
+        return std::nullopt;
+    }
+    const size_t at = static_cast<size_t>(site.line) - 1; // 0-based
     // The site's own line is left out: what it reads of the holder is most often the key it
     // fills (`cache[len(cache)] = x`), which clearing does not break.
-    for (size_t k = first; k < last; ++k) {
-        if (k != at && !blank(lines[k]) && readsAny(lines[k])) {
-            std::string source = lines[k].substr(indentOf(lines[k]));
-            while (!source.empty() && (source.back() == '\n' || source.back() == '\r')) {
-                source.pop_back();
+    const auto [first, last] = functionAround(lines, at);
+    return readIn(lines, first, last, holder, {{at, at + 1}});
+}
+
+std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sourceOf) {
+    if (!f.holder || f.holder->path_text.empty()) {
+        return std::nullopt;
+    }
+    const std::string& holder = f.holder->path_text;
+    std::map<std::string, std::vector<std::string>> files;
+    const auto linesOf = [&](const Frame& frame) -> const std::vector<std::string>& {
+        auto [it, fresh] = files.emplace(frame.file, std::vector<std::string>());
+        if (fresh) {
+            it->second = sourceOf(frame);
+        }
+        return it->second;
+    };
+    const auto elsewhere = [&](HolderRead read, const std::string& file) {
+        read.file = file == f.site.file ? "" : file;
+        return read;
+    };
+    std::set<std::string> called;
+    // The site, then the functions that called it, innermost first.
+    std::vector<Frame> frames = {f.site};
+    for (const Frame& frame : f.stack) {
+        if (frame.user && !frame.package &&
+            !(frame.file == f.site.file && frame.line == f.site.line)) {
+            frames.push_back(frame);
+        }
+    }
+    constexpr size_t kMostFrames = 8;
+    // Per file, the lines already read: a caller whose loop holds its callee (a nested
+    // `def step()`) reads only its own lines.
+    std::map<std::string, LineRanges> read;
+    for (size_t i = 0; i < frames.size() && i < kMostFrames; ++i) {
+        const Frame& frame = frames[i];
+        const std::vector<std::string>& lines = linesOf(frame);
+        if (frame.line <= 0 || static_cast<size_t>(frame.line) > lines.size()) {
+            continue;
+        }
+        const size_t at = static_cast<size_t>(frame.line) - 1;
+        // The site's whole function; a caller's loop around its call.
+        const auto range = i == 0 ? functionAround(lines, at) : loopAround(lines, at);
+        LineRanges skip = read[frame.file];
+        skip.emplace_back(at, at + 1);
+        if (auto found = readIn(lines, range.first, range.second, holder, skip)) {
+            return elsewhere(*found, frame.file);
+        }
+        if (i == 0 && passesToCall(lines[at], holder)) {
+            return elsewhere(readAt(lines, at), frame.file);
+        }
+        read[frame.file].push_back(range);
+        methodsCalled(lines, range.first, range.second, called);
+    }
+    // The owner's methods the loop calls, and those they call: `self.<attribute>` read there.
+    const auto end = holderEnd(f);
+    if (!end || *end == 0 || f.path[*end].kind != StepKind::Attr || f.path[*end].label.size() < 2) {
+        return std::nullopt;
+    }
+    const std::string attribute = f.path[*end].label.substr(1);
+    const std::vector<MethodSource>& methods = f.path[*end - 1].methods;
+    std::set<std::string> done;
+    for (bool more = true; more;) {
+        more = false;
+        for (const MethodSource& method : methods) {
+            if (!called.count(method.name) ||
+                !done.insert(method.name + '\x1f' + method.file).second) {
+                continue;
             }
-            return HolderRead{static_cast<int>(k + 1), source};
+            more = true;
+            Frame at;
+            at.file = method.file;
+            at.line = method.line;
+            const std::vector<std::string>& lines = linesOf(at);
+            // co_firstlineno is a decorator's line when the method has one.
+            size_t def = static_cast<size_t>(std::max(method.line, 1)) - 1;
+            while (def < lines.size() && def < static_cast<size_t>(method.line) + 8 &&
+                   !isDefinition(lines[def])) {
+                ++def;
+            }
+            if (def >= lines.size() || !isDefinition(lines[def])) {
+                continue;
+            }
+            const std::string self = firstParameter(lines[def]);
+            size_t last = def + 1;
+            while (last < lines.size() &&
+                   (blank(lines[last]) || indentOf(lines[last]) > indentOf(lines[def]))) {
+                ++last;
+            }
+            // From the `def` line itself: `def last(self): return self.history[-1]`.
+            for (size_t k = def; !self.empty() && k < last; ++k) {
+                if (readsHolder(lines[k], self + "." + attribute)) {
+                    return elsewhere(readAt(lines, k), method.file);
+                }
+            }
+            methodsCalled(lines, def, last, called);
         }
     }
     return std::nullopt;
@@ -188,8 +434,12 @@ loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::st
 
 std::string loopReadFixText(const Finding& f, const HolderRead& read) {
     const std::string holder = shortPath(f.holder->path_text);
-    return holder + " grows every iteration, but the code around it reads it (line " +
-           std::to_string(read.line) + ": " + read.source +
+    const std::string where = read.file.empty()
+                                  ? "line " + std::to_string(read.line)
+                                  : read.file.substr(read.file.find_last_of("/\\") + 1) +
+                                        ", line " + std::to_string(read.line);
+    return holder + " grows every iteration, but the code around it reads it (" + where + ": " +
+           read.source +
            "): clearing it would break the next iteration. Keep only what that line needs "
            "(collections.deque(maxlen=...), or drop the entries it no longer reads), or store "
            "smaller copies (.detach(), .item()) of what it keeps";

@@ -110,6 +110,7 @@ std::span<const RedactionField> redactionFields() {
         {"findings[].compiled_op.text", Redaction::WrittenAgain},
         {"findings[].holder_read.line", Redaction::Keep},
         {"findings[].holder_read.source", Redaction::Drop},
+        {"findings[].holder_read.file", Redaction::File},
         {"findings[].stack[].file", Redaction::File},
         {"findings[].stack[].function", Redaction::Keep},
         {"findings[].stack[].source", Redaction::Drop},

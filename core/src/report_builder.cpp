@@ -548,8 +548,10 @@ void ReportBuilder::finalizeFindings() {
         f.fix_code = suggestFixCode(f);
         // Clearing a holder the loop reads is no fix: it crashes the next iteration.
         if (f.verdict == Verdict::Leak && f.holder && advice.clears_holder) {
-            if (auto read =
-                    loopReadOf(f.site, f.holder->path_text, d_symbolizer.sourceLines(f.site))) {
+            const auto sourceOf = [this](const Frame& frame) {
+                return d_symbolizer.sourceLines(frame);
+            };
+            if (auto read = loopReadAnywhere(f, sourceOf)) {
                 f.suggestion = loopReadFixText(f, *read);
                 f.fix_code.clear();
                 f.holder_read = std::move(read);

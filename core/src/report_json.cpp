@@ -213,6 +213,9 @@ json findingJson(const Finding& f, const Report& r) {
     }
     if (f.holder_read) {
         fj["holder_read"] = {{"line", f.holder_read->line}, {"source", f.holder_read->source}};
+        if (!f.holder_read->file.empty()) {
+            fj["holder_read"]["file"] = f.holder_read->file;
+        }
     }
     fj["count"] = f.count;
     fj["total_bytes"] = f.total_bytes;
@@ -333,7 +336,8 @@ Finding findingFrom(const json& fj) {
     }
     if (fj.contains("holder_read") && fj["holder_read"].is_object()) {
         f.holder_read =
-            HolderRead{fj["holder_read"].value("line", 0), fj["holder_read"].value("source", "")};
+            HolderRead{fj["holder_read"].value("line", 0), fj["holder_read"].value("source", ""),
+                       fj["holder_read"].value("file", "")};
     }
     if (fj.contains("compiled_op") && fj["compiled_op"].is_object()) {
         const json& op = fj["compiled_op"];

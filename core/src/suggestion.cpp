@@ -59,6 +59,22 @@ std::optional<std::string> suggestForPythonMachinery(const Finding& f) {
         }
         module += s.label;
     }
+    // A WeakKeyDictionary's entry lives as long as its key: emptying or dropping its `.data`
+    // breaks the dictionary, while the keys' other holders are what keep the values.
+    for (size_t k = 0; k + 2 < f.path.size(); ++k) {
+        const std::string& key = f.path[k + 2].label;
+        if (f.path[k].type == "WeakKeyDictionary" && f.path[k + 1].label == ".data" &&
+            key.rfind("[<weakref to ", 0) == 0) {
+            const std::string referent =
+                key.substr(13, key.size() > 19 ? key.size() - 19 : std::string::npos);
+            return shortPath(pathText(f.path, k + 1)) +
+                   " is a WeakKeyDictionary: each value lives as long as its key, and its keys (" +
+                   referent +
+                   " objects) outlive the loop, so every value stays. Whatever keeps the keys "
+                   "(a list of them, an object the loop holds) keeps the tensors: drop the keys "
+                   "when done, or key the entries by objects that end with the iteration";
+        }
+    }
     if (stepStarting(f.path, "<lru_cache entries>")) {
         return "a functools.lru_cache without a bound (maxsize=None) keeps every result it "
                "returned: bound it (maxsize=N), key it on fewer distinct arguments, or call "

@@ -1,6 +1,7 @@
 #include "torchleak/loop_reads.h"
 
 #include <catch2/catch.hpp>
+#include <map>
 
 using namespace torchleak;
 
@@ -86,4 +87,107 @@ TEST_CASE("The holder is matched as the function names it, not only as the walk 
     indexed[4] = "        return out - history[0]\n";
     CHECK_FALSE(loopReadOf(site, "trainer.history", indexed));
     CHECK_FALSE(loopReadOf(site, "trainer.logs['a']", filled));
+}
+
+namespace {
+PathStep stepOf(StepKind kind, std::string label) {
+    PathStep s;
+    s.kind = kind;
+    s.label = std::move(label);
+    return s;
+}
+
+// A leak of `holder`, allocated at `site` (called from `stack`), its path root.attr.
+Finding
+leakIn(const std::string& root, const std::string& attr, Frame site, std::vector<Frame> stack) {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.site = site;
+    f.stack = std::move(stack);
+    f.stack.insert(f.stack.begin(), site);
+    f.path = {stepOf(StepKind::Root, root)};
+    if (!attr.empty()) {
+        f.path.push_back(stepOf(StepKind::Attr, "." + attr));
+    }
+    f.path.push_back(stepOf(StepKind::Index, "[3]"));
+    f.holder = Holder{attr.empty() ? root : root + "." + attr, "list", 1.0, std::nullopt};
+    return f;
+}
+
+Frame at(const std::string& file, int line) {
+    Frame f;
+    f.file = file;
+    f.line = line;
+    f.function = "f";
+    return f;
+}
+
+SourceOf filesOf(std::map<std::string, std::vector<std::string>> files) {
+    return [files = std::move(files)](const Frame& frame) {
+        auto it = files.find(frame.file);
+        return it == files.end() ? std::vector<std::string>() : it->second;
+    };
+}
+} // namespace
+
+TEST_CASE("A read is found where the loop reaches the holder, wherever it is written") {
+    // The site's own line hands the dict to a helper in another module.
+    Finding handed = leakIn("cache", "", at("loop.py", 2), {});
+    auto read = loopReadAnywhere(
+        handed,
+        filesOf({{"loop.py",
+                  {"for i in range(1, N):\n", "    cache[i] = helpers.prev_key(cache, i) + 1\n",
+                   "    torchleak.step()\n"}}}));
+    REQUIRE(read);
+    CHECK(read->line == 2);
+    CHECK(read->file.empty());
+    // `cache[len(cache)] = x` reads only the key it fills.
+    CHECK_FALSE(loopReadAnywhere(handed, filesOf({{"loop.py",
+                                                   {"for i in range(1, N):\n",
+                                                    "    cache[len(cache)] = torch.ones(3)\n"}}})));
+
+    // A list filled through k.add() and read by Keeper.last() in helpers.py.
+    Finding kept = leakIn("k", "history", at("loop.py", 2), {});
+    kept.path[0].methods = {{"__init__", "helpers.py", 2},
+                            {"add", "helpers.py", 3},
+                            {"last", "helpers.py", 5},
+                            {"summary", "helpers.py", 8}};
+    const std::map<std::string, std::vector<std::string>> files = {
+        {"loop.py", {"for i in range(N):\n", "    k.add(k.last() * 1.0 + 1)\n"}},
+        {"helpers.py",
+         {"class Keeper:\n", "    def __init__(self): self.history = []\n",
+          "    def add(self, t):\n", "        self.history.append(t)\n", "    @property\n",
+          "    def last(me): return me.history[-1]\n", "    def summary(self):\n",
+          "        return len(self.history)\n"}}};
+    read = loopReadAnywhere(kept, filesOf(files));
+    REQUIRE(read);
+    CHECK(read->file == "helpers.py");
+    CHECK(read->source == "def last(me): return me.history[-1]");
+    CHECK(loopReadFixText(kept, *read).find("(helpers.py, line ") != std::string::npos);
+    // A method the loop never calls does not count: summary() reads, add() only fills.
+    {
+        std::map<std::string, std::vector<std::string>> quiet = files;
+        quiet["loop.py"] = {"for i in range(N):\n", "    k.add(torch.ones(3))\n"};
+        CHECK_FALSE(loopReadAnywhere(kept, filesOf(quiet)));
+    }
+
+    // A method that fills the dict and calls another method of its class that reads it.
+    Finding model = leakIn("k", "cache", at("model.py", 4), {at("model.py", 10)});
+    model.path[0].methods = {{"step", "model.py", 3}, {"prev", "model.py", 6}};
+    read = loopReadAnywhere(
+        model, filesOf({{"model.py",
+                         {"class Model:\n", "    def __init__(self): self.cache = {}\n",
+                          "    def step(self, i):\n", "        self.cache[i] = torch.ones(5)\n",
+                          "        return self.prev(i)\n", "    def prev(self, i):\n",
+                          "        return self.cache[i - 1] if i else None\n", "k = Model()\n",
+                          "for i in range(N):\n", "    k.step(i)\n"}}}));
+    REQUIRE(read);
+    CHECK(read->line == 7);
+}
+
+TEST_CASE("A mention inside a string literal is not a read") {
+    CHECK_FALSE(readsHolder("assert_form(path=\"store['train'][\")", "store['train']"));
+    CHECK_FALSE(readsHolder("print('state.Y[-1] is', 3)", "state.Y"));
+    CHECK(readsHolder("x = store['train'][-1]", "store['train']"));
+    CHECK(readsHolder("print('a \\' b', state.Y[-1])", "state.Y"));
 }

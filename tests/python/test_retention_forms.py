@@ -9,6 +9,7 @@ import collections
 import dataclasses
 import functools
 import inspect
+import itertools
 
 import pytest
 import torch
@@ -60,6 +61,32 @@ def test_dict_keyed_by_iteration():
         cache[len(cache)] = torch.ones(64, 256)  # ALLOC
 
     assert_form(the_leak(step), path="cache[", holder="cache", site_of=step, fix=".clear() it")
+
+
+def test_weak_key_dictionary_whose_keys_outlive_the_loop():
+    # Before: "an attribute keeps the last tensors: set it to None" for `wkd.data`, which
+    # breaks the dictionary's next insertion.
+    import weakref
+
+    class Key:
+        pass
+
+    keys, wkd = [], weakref.WeakKeyDictionary()
+
+    def step():
+        keys.append(Key())
+        wkd[keys[-1]] = torch.ones(64, 256)  # ALLOC
+
+    leak = the_leak(step)
+    assert_form(
+        leak,
+        path="wkd.data[<weakref to Key key>]",
+        holder=leak.holder and leak.holder.get("path_text"),
+        site_of=step,
+        fix="wkd is a WeakKeyDictionary",
+    )
+    assert "(Key objects) outlive the loop" in leak.suggestion and "None" not in leak.suggestion
+    assert not leak.to_dict().get("fix_code")
 
 
 def test_dict_of_lists():
@@ -1238,6 +1265,58 @@ def test_a_container_the_method_reads_as_self_attribute_is_never_cleared():
     read = leak.to_dict()["holder_read"]
     assert read == {"line": alloc_line(Smoother.update) - 1, "source": "previous = self.history[-1]"}
     assert "fix_code" not in leak.to_dict()
+
+
+def test_a_container_read_from_another_module_is_never_cleared_by_the_fix(tmp_path, monkeypatch):
+    # Before: the check read only the site's function, and `.clear()` was offered for a dict a
+    # helper in another module reads, a list a method in another module reads, and a dict
+    # another method of the same class reads: applied, each broke the next iteration.
+    (tmp_path / "loop_helpers.py").write_text(
+        "def prev_key(cache, i):\n    return cache[i - 1]\n"
+        "class Keeper:\n    def __init__(self): self.history = []\n"
+        "    def add(self, t): self.history.append(t)\n    def last(self): return self.history[-1]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import loop_helpers
+
+    cache = {0: torch.zeros(64, 256)}
+    keeper = loop_helpers.Keeper()
+    keeper.add(torch.zeros(64, 256))
+
+    counter = itertools.count(1)
+
+    def through_helper():
+        i = next(counter)
+        cache[i] = loop_helpers.prev_key(cache, i) + 1  # ALLOC
+
+    def through_method():
+        keeper.add(keeper.last() * 1.0 + 1)  # ALLOC
+
+    class Model:
+        def __init__(self):
+            self.cache = {}
+
+        def step(self, i):
+            self.cache[i] = torch.ones(64, 256)  # ALLOC
+            return self.prev(i)
+
+        def prev(self, i):
+            return self.cache[i - 1] if i else None
+
+    model = Model()
+
+    def through_sibling():
+        model.step(len(model.cache))
+
+    for step, read in (
+        (through_helper, "cache[i] = loop_helpers.prev_key(cache, i) + 1  # ALLOC"),
+        (through_method, "def last(self): return self.history[-1]"),
+        (through_sibling, "return self.cache[i - 1] if i else None"),
+    ):
+        leak = the_leak(step)
+        assert leak.to_dict()["holder_read"]["source"] == read, (step, leak.to_dict().get("holder_read"))
+        assert "fix_code" not in leak.to_dict(), step
+    assert "loop_helpers.py, line 6: " in the_leak(through_method).suggestion
 
 
 def test_a_container_only_filled_around_its_site_keeps_its_clear():

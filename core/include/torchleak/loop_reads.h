@@ -6,6 +6,7 @@
 
 #include "torchleak/model.h"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +25,16 @@ bool readsHolder(std::string_view line, std::string_view holder);
 // that appends to it). `lines` are the file's, line 1 first, indentation kept.
 std::optional<HolderRead>
 loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::string>& lines);
+
+// The source of a frame's file (or cell), line 1 first; empty when unknown.
+using SourceOf = std::function<std::vector<std::string>(const Frame&)>;
+
+// A read of the finding's holder anywhere the loop can reach it, as far as the source tells:
+// the site's function (loopReadOf); the site's own line handing the holder to a call
+// (`cache[i] = helpers.prev_key(cache, i)`); the functions on the stack that lead to the site;
+// and the methods of the holder's owner (`path[holderEnd - 1].methods`) that these call, and
+// that those call in turn (`k.last()` reading `self.history[-1]`, wherever it is written).
+std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sourceOf);
 
 // The fix for a growing holder that the loop reads: bound it to what the loop needs.
 std::string loopReadFixText(const Finding& f, const HolderRead& read);

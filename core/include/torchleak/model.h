@@ -106,6 +106,16 @@ struct CompiledOp {
 struct HolderRead {
     int line = 0;
     std::string source;
+    std::string file; // where the line is, when not in the site's file ("" there)
+};
+
+// A method of the class of an object on a retaining path, where it is written: what the loop
+// may call on the holder's owner (`k.last()` reading `self.history`). Read from the class dicts
+// without running user code.
+struct MethodSource {
+    std::string name;
+    std::string file;
+    int line = 0; // its `def`
 };
 
 // A tensor met on a retaining path.
@@ -156,6 +166,9 @@ struct PathStep {
     // its class dicts without running user code: what a fix may call on a library's object.
     // Not part of the report.
     std::vector<std::string> release_methods = {};
+    // The methods of the object's class (and its bases') written in Python: where a fix that
+    // clears an attribute of it must look for reads. Not part of the report.
+    std::vector<MethodSource> methods = {};
     // The installed third-party package the object's class was written in ("trainpkg"), or ""
     // for the user's own classes, torch's and Python's. Not part of the path text.
     std::string package = {};

@@ -87,6 +87,38 @@ std::vector<std::string> releaseMethods(PyObject* obj) {
     return names;
 }
 
+// Where the Python methods of the object's class and bases are written (file and `def` line,
+// from each function's code object): the loop-read check reads them for uses of an attribute
+// the fix would clear. Read from the class dicts: no attribute access, no user code.
+std::vector<MethodSource> methodSources(PyObject* obj) {
+    std::vector<MethodSource> out;
+    PyTypeObject* type = Py_TYPE(obj);
+    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_mro == nullptr ||
+        !PyTuple_Check(type->tp_mro)) {
+        return out;
+    }
+    constexpr size_t kMost = 128;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(type->tp_mro) && out.size() < kMost; ++k) {
+        auto* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(type->tp_mro, k));
+        if (!(base->tp_flags & Py_TPFLAGS_HEAPTYPE) || base->tp_dict == nullptr) {
+            continue;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *key = nullptr, *value = nullptr;
+        while (PyDict_Next(base->tp_dict, &pos, &key, &value) && out.size() < kMost) {
+            if (!PyUnicode_Check(key) || !PyFunction_Check(value)) {
+                continue;
+            }
+            auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(value));
+            if (code == nullptr || !PyCode_Check(code) || !PyUnicode_Check(code->co_filename)) {
+                continue;
+            }
+            out.push_back(MethodSource{utf8(key), utf8(code->co_filename), code->co_firstlineno});
+        }
+    }
+    return out;
+}
+
 // A class of the user's (or a library's, like torchmetrics' Metric) that defines reset() says
 // how it wants its accumulated state dropped. Looked up in the type's MRO dicts: no
 // attribute access, no user code.
@@ -325,6 +357,7 @@ void PathBuilder::noteClass(const WalkNode& n, PathStep& step) {
     }
     if (!isTensor(obj)) {
         step.release_methods = releaseMethods(obj);
+        step.methods = methodSources(obj);
         if (d_origins != nullptr) {
             if (const ClassOrigin& origin = d_origins->of(Py_TYPE(obj)); origin.package) {
                 step.package = origin.top;

@@ -67,6 +67,26 @@ std::string keyText(PyObject* key) {
     if (key == Py_True || key == Py_False) {
         return key == Py_True ? "True" : "False";
     }
+    if (PyWeakref_CheckRef(key)) {
+        // A WeakKeyDictionary's key: what it refers to is what keeps the entry (`<weakref to
+        // Key>`); its type is read from the object, no user code runs.
+        std::string referent = "a dead object";
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject* target = nullptr;
+        if (PyWeakref_GetRef(key, &target) > 0) {
+            referent = Py_TYPE(target)->tp_name;
+            Py_DECREF(target);
+        }
+        PyErr_Clear();
+#else
+        PyObject* target = PyWeakref_GetObject(key); // borrowed
+        if (target != nullptr && target != Py_None) {
+            referent = Py_TYPE(target)->tp_name;
+        }
+        PyErr_Clear();
+#endif
+        return "<weakref to " + referent + " key>";
+    }
     return std::string("<") + Py_TYPE(key)->tp_name + " key>";
 }
 
