@@ -365,6 +365,12 @@ std::string growthText(const Finding& f, BoundaryKind boundary) {
                f.device + " would take over " + groupThousands(kNegligibleIterations) + " " + noun +
                "s to fill";
     }
+    if (g.stopped_at && f.verdict == Verdict::Undecided) {
+        const int64_t flat = g.flat_iterations;
+        return "grew " + formatBytes(static_cast<double>(g.grown_bytes)) + " until " + noun + " " +
+               groupThousands(*g.stopped_at + 1) + ", flat for the last " + groupThousands(flat) +
+               ": too soon to tell a filled cache from a pause";
+    }
     if (g.stopped_at) {
         return "grew " + formatBytes(static_cast<double>(g.grown_bytes)) + " until " + noun + " " +
                groupThousands(*g.stopped_at + 1) + ", flat since";

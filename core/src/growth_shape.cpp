@@ -135,6 +135,8 @@ GrowthShape growthShape(std::span<const double> x,
     const double since =
         theilSenSlope(x.subspan(shape.top, n - shape.top), y.subspan(shape.top, n - shape.top));
     shape.stopped = since < std::max(minRate, 0.25 * rate);
+    shape.settled =
+        shape.stopped && flatIterations >= kSettledRatio * (x[shape.top] - x[shape.onset]);
     return shape;
 }
 

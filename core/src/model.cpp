@@ -22,7 +22,8 @@ template <> struct Names<Verdict> {
         {Verdict::Transient, "transient"},
         {Verdict::Fragmentation, "fragmentation"},
         {Verdict::Allowed, "allowed"},
-        {Verdict::Growth, "growth"}};
+        {Verdict::Growth, "growth"},
+        {Verdict::Undecided, "undecided"}};
 };
 
 template <> struct Names<Severity> {

@@ -247,6 +247,12 @@ json findingJson(const Finding& f, const Report& r) {
                               {"stopped_at", optionalJson(g.stopped_at)},
                               {"grown_bytes", g.grown_bytes},
                               {"text", growthText(f, r.boundary)}};
+        if (g.stopped_at) {
+            fj["growth_since"]["flat_iterations"] = g.flat_iterations;
+        }
+        if (g.settles_at) {
+            fj["growth_since"]["settles_at"] = *g.settles_at;
+        }
     }
     if (!f.live_blocks.empty() || f.live_blocks_unlisted > 0) {
         fj["live_blocks"] = json::array();
@@ -378,6 +384,10 @@ Finding findingFrom(const json& fj) {
             since.stopped_at = stop->get<int64_t>();
         }
         since.grown_bytes = g->value("grown_bytes", int64_t{0});
+        since.flat_iterations = g->value("flat_iterations", int64_t{0});
+        if (auto settles = g->find("settles_at"); settles != g->end() && !settles->is_null()) {
+            since.settles_at = settles->get<int64_t>();
+        }
         f.growth_since = since;
     }
     if (fj.contains("live_blocks") && !fj["live_blocks"].is_null()) {

@@ -373,6 +373,10 @@ std::string suggestFix(const Finding& f) {
 }
 
 FixAdvice adviseFix(const Finding& f) {
+    if (f.verdict == Verdict::Undecided) {
+        return "nothing to fix yet: if it grows again it is a leak that steps (at each evaluation "
+               "or epoch, say), if it stays flat a cache that filled; a longer run tells";
+    }
     if (f.verdict == Verdict::Growth) {
         const std::string holder = f.holder ? f.holder->path_text : f.path_text;
         return holder +

@@ -242,6 +242,11 @@ struct JudgedSeries {
         if (shape.stopped) {
             const double span = std::max(x[shape.top] - x[shape.onset], 1.0);
             g.stopped_at = static_cast<int64_t>(x[shape.top]);
+            g.flat_iterations = static_cast<int64_t>(x.back() - x[shape.top]);
+            if (!shape.settled) {
+                g.settles_at = static_cast<int64_t>(
+                    std::ceil(x[shape.top] + kSettledRatio * (x[shape.top] - x[shape.onset])));
+            }
             g.grown_bytes = static_cast<int64_t>(std::llround(shape.grown));
             g.bytes_per_iteration = static_cast<int64_t>(std::llround(shape.grown / span));
         } else {
@@ -382,9 +387,11 @@ bool keptSinceWarmup(const JudgedSeries& j, Classification& c) {
            bounded(c, Verdict::Warmup, 0.9);
 }
 
-// Grew, then stopped: bounded. The last rule: it always decides.
+// Grew, then stopped: bounded once it has been flat for long enough (growth_shape.h's
+// settled); before that, undecided. The last rule: it always decides.
 bool grewThenStopped(const JudgedSeries& j, Classification& c) {
-    bounded(c, Verdict::Plateau, 0.8);
+    const bool undecided = j.shape.stopped && !j.shape.settled;
+    bounded(c, undecided ? Verdict::Undecided : Verdict::Plateau, undecided ? 0.5 : 0.8);
     if (j.shape.stopped) {
         c.growth_since = j.growthSince(j.shape.onset, c.fit.slope);
     }

@@ -48,7 +48,8 @@ class Finding:
 
     __slots__ = ("_data",)
 
-    verdict: _Field[str] = _Field()  # leak, warmup, plateau, transient, fragmentation, allowed, growth
+    # leak, warmup, plateau, transient, fragmentation, allowed, growth, undecided
+    verdict: _Field[str] = _Field()
     severity: _Field[str] = _Field()
     device: _Field[str] = _Field()  # "cpu", "cuda:0"
     site: _Field[dict[str, Any]] = _Field()  # file, line, function, text; cell in a notebook

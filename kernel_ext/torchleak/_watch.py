@@ -6,10 +6,11 @@ retaining paths, on a time budget: checks may take at most ``budget`` of the run
 so a long step is checked every step and a 10 ms step every few dozen. Memory itself can call a
 check the budget would skip (_CheckCue): the tracked total rising to a new high over several
 boundaries, or no new high since a leak was confirmed, so that a leak of 1% of the tracked total per iteration
-is confirmed within about 10 boundaries of its onset, wherever the onset falls, and a cache
-that filled up is withdrawn soon after it stops. A leak, once confirmed, is reported once: a
-log line, the report written, ``on_leak`` called; the run goes on. A confirmed leak whose growth
-stopped long enough (verdict.h's rule) is withdrawn the same way, with ``on_withdrawn``.
+is confirmed within about 10 boundaries of its onset, wherever the onset falls. A leak, once
+confirmed, is reported once: a log line, the report written, ``on_leak`` called; the run goes
+on. A confirmed leak whose growth became a plateau (flat for eight times as long as it grew,
+growth_shape.h) is withdrawn the same way, with ``on_withdrawn``, looked at the iteration the
+core says it would settle; one only undecided (a staircase between its steps) is not.
 """
 
 from __future__ import annotations
@@ -149,6 +150,9 @@ class Watch:
         self._redact = bool(redact)
         self._announced: dict[Any, Any] = {}  # key -> the holder said when it was announced
         self._cue = _CheckCue()
+        # The iteration at which an announced leak, undecided now, becomes a plateau if it stays
+        # flat (the core's growth_since.settles_at): a look is due then, whatever the budget.
+        self._settles_at: int | None = None
         self.leaks: list[str] = []
         self.withdrawn: list[str] = []
         self.checks = 0
@@ -197,7 +201,8 @@ class Watch:
         if self._broken or iteration < tracker.warmup + _MIN_JUDGED_ITERATIONS:
             return
         cued = False
-        if self._spent > self._budget * (time.perf_counter() - self._started):
+        settling = self._settles_at is not None and iteration >= self._settles_at
+        if not settling and self._spent > self._budget * (time.perf_counter() - self._started):
             cued = self._cue.due(iteration, bool(self._announced))
             if not cued:
                 return
@@ -220,6 +225,15 @@ class Watch:
         new = {_key(f) for f in quick.leaks} - set(self._announced)
         by_key = {_key(f): f for f in quick.findings}
         over = [k for k in self._announced if _stopped(by_key.get(k))]
+        settles = [
+            (by_key[k].get("growth_since") or {}).get("settles_at")
+            for k in self._announced
+            if k not in over and k in by_key and by_key[k].verdict == "undecided"
+        ]
+        settles = [s for s in settles if s is not None]
+        # settles_at counts iterations as the report does: a look past it, not at it, and never
+        # one at every boundary (a thinned grid may settle a few iterations later).
+        self._settles_at = max(min(settles) + 1, tracker.iterations + _CheckCue.MIN_GAP) if settles else None
         if not new and not over:
             return False
         report = tracker.report()
@@ -299,11 +313,12 @@ def _key(finding):
 
 
 def _stopped(finding):
-    """An announced leak is over when its growth stopped (verdict.h: flat for long enough) or
-    what it kept was freed; a finding still called a leak, or not yet settled, is not."""
+    """An announced leak is over when its growth stopped for long enough to be a plateau
+    (growth_shape.h: flat for eight times as long as it grew) or what it kept was freed; a
+    finding still called a leak, or undecided (a staircase between steps), is not."""
     if finding is None:
         return True
-    if finding.verdict == "leak":
+    if finding.verdict in ("leak", "undecided"):
         return False
     since = finding.get("growth_since") or {}
     return since.get("stopped_at") is not None or finding.total_bytes == 0
@@ -337,9 +352,10 @@ def watch(
     ``json`` / ``html`` (``{rank}`` is the rank in a torch.distributed job), and
     ``on_leak(report)`` called; the run is not stopped. A memory trend cues a check the budget
     would skip, so a leak of 1% of the tracked total per iteration is confirmed within about 10
-    iterations of its onset. A confirmed leak whose growth then stopped for long enough (a cache
-    that filled up) is withdrawn: one log line, the report written again, ``on_withdrawn(report)``
-    called. The final report is written at the end.
+    iterations of its onset. A confirmed leak whose growth then stopped for long enough to be a
+    plateau (a cache that filled up: flat for eight times as long as it grew) is withdrawn: one
+    log line, the report written again, ``on_withdrawn(report)`` called; a leak that steps is
+    not withdrawn between its steps. The final report is written at the end.
     With ``redact`` the files written are ``Report.redacted()`` (shapes, sources, absolute
     paths and string keys withheld); ``on_leak`` and ``report()`` get the whole report.
     """

@@ -198,6 +198,12 @@ TEST_CASE("growthText: a leak's onset, growth that stopped, a record in proporti
     f.growth_since = GrowthSince{1, 262144, 100, 26214400};
     REQUIRE(growthText(f, BoundaryKind::OptimizerStep) ==
             "grew 25.0 MiB until iteration 101, flat since");
+    // Stopped too recently to tell a filled cache from a pause: its own words.
+    f.verdict = Verdict::Undecided;
+    f.growth_since = GrowthSince{1, 131072, 379, 49807360, 20};
+    REQUIRE(growthText(f, BoundaryKind::OptimizerStep) ==
+            "grew 47.5 MiB until iteration 380, flat for the last 20: too soon to tell a filled "
+            "cache from a pause");
     f.verdict = Verdict::Growth;
     f.growth_since = GrowthSince{1, 48, std::nullopt, 2352};
     REQUIRE(growthText(f, BoundaryKind::OptimizerStep) ==

@@ -128,25 +128,37 @@ TEST_CASE("Clean shapes judged at every boundary are never leaks") {
     }
 }
 
-TEST_CASE("A cache that fills for most of the run and then stops is a plateau that says so") {
+TEST_CASE("A cache that fills for most of the run and then stops is undecided, and says so") {
     const int n = 250;
     const int64_t entry = 256 * kKiB;
     for (int capacity : {100, 150, 200, 225}) {
         CAPTURE(capacity);
         const Classification c = classify(boundedCache(n, capacity, entry).series, kWarmup);
-        REQUIRE(c.verdict == Verdict::Plateau);
+        // Flat for less than eight times as long as it grew: a leak could be pausing.
+        REQUIRE(c.verdict == Verdict::Undecided);
+        REQUIRE(c.bytes_per_iteration == 0);
         REQUIRE(c.growth_since);
+        REQUIRE(c.growth_since->flat_iterations == n - capacity);
+        REQUIRE(c.growth_since->settles_at == capacity - 1 + 8 * (capacity - kWarmup));
         REQUIRE(c.growth_since->stopped_at == capacity - 1);
         // From the warm-up's last boundary (iteration 1, 2 entries) to full.
         REQUIRE(c.growth_since->grown_bytes == (capacity - kWarmup) * entry);
         REQUIRE(c.growth_since->bytes_per_iteration == entry);
         // While it fills it grows, and is called a leak; eight flat boundaries after the last
-        // entry it is not (watch withdraws it then).
+        // entry it is not, nor yet a plateau (watch withdraws nothing then).
         auto make = [&](int p) { return boundedCache(p, capacity, entry); };
         REQUIRE(classify(make(capacity).series, kWarmup).verdict == Verdict::Leak);
         REQUIRE(classify(make(capacity + kMinFlatPoints).series, kWarmup).verdict ==
-                Verdict::Plateau);
+                Verdict::Undecided);
     }
+    // Filled in 20 iterations: a plateau once flat for eight times that, undecided before.
+    // (From the warm-up's last boundary, iteration 1, to iteration 21.)
+    const int capacity = 22;
+    const int settles = capacity + static_cast<int>(kSettledRatio) * 20;
+    REQUIRE(classify(boundedCache(settles - 1, capacity, entry).series, kWarmup).verdict ==
+            Verdict::Undecided);
+    REQUIRE(classify(boundedCache(settles, capacity, entry).series, kWarmup).verdict ==
+            Verdict::Plateau);
 }
 
 TEST_CASE("A staircase's pause is not a stop, a stop is twice the longest pause") {
@@ -162,7 +174,8 @@ TEST_CASE("A staircase's pause is not a stop, a stop is twice the longest pause"
     const Classification paused = classify(make(175 + 50).series, kWarmup);
     REQUIRE_FALSE((paused.growth_since && paused.growth_since->stopped_at));
     const Classification stopped = classify(make(175 + 51).series, kWarmup);
-    REQUIRE(stopped.verdict == Verdict::Plateau);
+    // Stopped, but after 175 iterations of steps, 51 flat is too soon to call it full.
+    REQUIRE(stopped.verdict == Verdict::Undecided);
     REQUIRE(stopped.growth_since->stopped_at == 175);
     REQUIRE(stopped.growth_since->grown_bytes == 7 * 4 * kMiB); // the steps after the warm-up
 }

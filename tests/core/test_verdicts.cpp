@@ -127,7 +127,8 @@ TEST_CASE("plateau at a cap: never a leak, however long the run") {
         }
         auto c = classify(series(y), 0);
         INFO("n = " << n);
-        REQUIRE(c.verdict == Verdict::Plateau);
+        // Flat for 12 iterations after 7 of growth is too soon to call it full.
+        REQUIRE(c.verdict == (n == 20 ? Verdict::Undecided : Verdict::Plateau));
         REQUIRE(c.bytes_per_iteration == 0);
     }
 }

@@ -1,7 +1,15 @@
+import signal
+
 import pytest
 
 import hook_checks
 import ipython_shell
+
+# A run started in the background of a non-interactive shell (`make test &`, nohup) inherits
+# SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the tests of Stop
+# (a SIGINT at a boundary) would test the launcher. Python's own default is what a user has.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,8 @@
 """Leaks that start late, and caches that fill and stop, end to end: track(), check(), watch(),
 %%leakcheck and %leakwatch on real loops name the onset of a leak and its rate from there, and a
-bounded cache is a plateau that says how much it grew; watch withdraws an announcement whose
-growth stopped."""
+bounded cache is a plateau that says how much it grew (undecided until it has been flat for eight
+times as long as it grew); watch withdraws an announcement whose growth became a plateau, and
+never a staircase's between its steps."""
 
 import collections
 import json
@@ -107,26 +108,27 @@ def test_watch_withdraws_a_cache_that_filled_up_and_stopped(tmp_path, caplog):
                 model(torch.randn(2, 4)).sum().backward()
                 opt.step()
                 opt.zero_grad()
-                cache[i] = torch.ones(65536)  # 256 KiB; the cache holds the last 100
-                while len(cache) > 100:
+                cache[i] = torch.ones(65536)  # 256 KiB; the cache holds the last 20
+                while len(cache) > 20:
                     cache.popitem(last=False)
     kinds = [c[0] for c in calls]
     assert kinds == ["leak", "withdrawn"], calls  # announced while it grew, withdrawn once
     _, at, verdict, on_disk = calls[1]
-    # Full at iteration 100 (0-based); eight flat boundaries later it is no longer a leak.
-    assert 100 + 8 <= at <= 100 + 20, at
+    # Full at iteration 20 (0-based); undecided while flat for less than eight times the 20
+    # iterations it grew (a leak that steps pauses that long), a plateau from then on.
+    assert 20 + 8 * 20 <= at <= 20 + 8 * 20 + 12, at
     assert verdict == "plateau"
     f = max(on_disk["findings"], key=lambda f: f["total_bytes"])
-    assert f["verdict"] == "plateau" and f["growth_since"]["stopped_at"] == 100
+    assert f["verdict"] == "plateau" and f["growth_since"]["stopped_at"] == 20
     [line] = w.withdrawn
     assert line.startswith(f"torchleak: leak withdrawn after {at} iterations: ")
-    assert "held by cache: grew 25.0 MiB until iteration 101, flat since; not a leak" in line
+    assert "held by cache: grew 5.0 MiB until iteration 21, flat since; not a leak" in line
     messages = [r.getMessage() for r in caplog.records if r.name == "torchleak"]
     assert messages == w.leaks + w.withdrawn
     final = json.loads(path.read_text())
     f = max(final["findings"], key=lambda f: f["total_bytes"])
     assert f["verdict"] == "plateau"
-    assert f["growth_since"]["text"] == "grew 25.0 MiB until iteration 101, flat since"
+    assert f["growth_since"]["text"] == "grew 5.0 MiB until iteration 21, flat since"
 
 
 def test_a_failing_withdrawal_callback_does_not_stop_the_run():
@@ -143,7 +145,7 @@ def test_a_failing_withdrawal_callback_does_not_stop_the_run():
                 opt.step()
                 opt.zero_grad()
                 cache[i] = torch.ones(65536)
-                while len(cache) > 60:
+                while len(cache) > 10:
                     cache.popitem(last=False)
     assert len(w.withdrawn) == 1
 

@@ -64,6 +64,14 @@ def test_lru_cache_of_tensors_is_a_plateau():
     report = torchleak.check(step, iterations=30)
     assert report.leaks == [], str(report)
     (cache,) = [f for f in report.findings if f.total_bytes > MiB]
+    # Flat for 22 iterations after 8 of growth: too soon to tell a full cache from a pause.
+    assert cache.verdict == "undecided"
+    assert cache.growth_since["text"].endswith(": too soon to tell a filled cache from a pause")
+    assert "fix_code" not in cache.to_dict() and "nothing to fix yet" in cache.suggestion
+    mask.cache_clear()
+    report = torchleak.check(step, iterations=80)  # flat for eight times as long: full
+    assert report.leaks == [], str(report)
+    (cache,) = [f for f in report.findings if f.total_bytes > MiB]
     assert cache.verdict == "plateau"
     mask.cache_clear()
 

@@ -521,10 +521,10 @@ const LEAKS_SHOWN = 3;
 const ROWS_SHOWN = 25;
 
 // Leaks first when sorting by verdict, not the alphabet's order.
-const VERDICT_RANK = { leak: 0, growth: 1, fragmentation: 2, plateau: 3, warmup: 4, transient: 5 };
+const VERDICT_RANK = { leak: 0, growth: 1, undecided: 2, fragmentation: 3, plateau: 4, warmup: 5, transient: 6 };
 
 const COLUMNS = [
-  ["verdict", (f) => -(VERDICT_RANK[f.verdict] ?? 6)],
+  ["verdict", (f) => -(VERDICT_RANK[f.verdict] ?? 7)],
   ["site", (f) => siteText(f.site)],
   ["per", (f) => f.bytes_per_iteration], // "per iteration", "per cell run": the report's unit
   ["live", (f) => f.total_bytes],

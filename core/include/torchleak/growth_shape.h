@@ -20,9 +20,13 @@ namespace torchleak {
 size_t riseOnset(std::span<const double> x, std::span<const double> y, bool forced = false);
 
 struct GrowthShape {
-    size_t onset = 0;       // index of the last point before the growth (0: from the start)
-    size_t top = 0;         // index of the first point at the series' highest level
-    bool stopped = false;   // flat since `top` for long enough: bounded growth, not a leak
+    size_t onset = 0;     // index of the last point before the growth (0: from the start)
+    size_t top = 0;       // index of the first point at the series' highest level
+    bool stopped = false; // flat since `top` for long enough: bounded growth, not a leak
+    // Stopped, and flat for kSettledRatio times as long as it grew: a plateau. Stopped but not
+    // settled is too soon to tell a cache that filled from a leak that pauses (one that steps
+    // at each epoch's evaluation: grows 20 iterations, pauses 100).
+    bool settled = false;
     double grown = 0.0;     // y[top] - y[onset]
     double tolerance = 0.0; // the noise a level is allowed, in y units
 };
@@ -34,6 +38,7 @@ struct GrowthShape {
 // while it grew (a staircase that steps every 50 iterations pauses 49: it stops only after
 // 100 flat), and the part after `top` does not rise at a quarter of the growth's rate.
 inline constexpr size_t kMinFlatPoints = 8;
+inline constexpr double kSettledRatio = 8.0;
 GrowthShape growthShape(std::span<const double> x,
                         std::span<const double> y,
                         double varianceFloor,

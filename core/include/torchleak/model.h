@@ -17,7 +17,9 @@ namespace torchleak {
 // Growth: a site that grows without end, but is the user's own record held by their own name
 // and negligible against its device (verdict.h's ownRecord): said with its projection, not as a
 // leak with a fix that would delete it.
-enum class Verdict { Leak, Warmup, Plateau, Transient, Fragmentation, Allowed, Growth };
+// Undecided: growth that stopped too recently to tell a filled cache from a paused leak (a
+// staircase between its steps): neither a leak nor a plateau, no fix and no score.
+enum class Verdict { Leak, Warmup, Plateau, Transient, Fragmentation, Allowed, Growth, Undecided };
 enum class Severity { Critical, Warning, Info };
 enum class BoundaryKind { Explicit, OptimizerStep, Repeat, Cell };
 
@@ -229,6 +231,9 @@ struct GrowthSince {
     int64_t bytes_per_iteration = 0;   // its rate from there (to the stop, when it stopped)
     std::optional<int64_t> stopped_at; // the last iteration that grew, when it has stopped
     int64_t grown_bytes = 0;           // what it added from its start (to the stop)
+    int64_t flat_iterations = 0;       // since the stop, when it has stopped
+    // Undecided: the iteration at which, still flat, it becomes a plateau (watch looks then).
+    std::optional<int64_t> settles_at = std::nullopt;
 };
 
 // What the suggested fix was proven to free: the heap walked again from the named roots with

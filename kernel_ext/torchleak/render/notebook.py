@@ -30,6 +30,7 @@ _VERDICT_COLOURS = {
     "leak": "#c0392b",
     "warmup": "#7f8c8d",
     "plateau": "#8e44ad",
+    "undecided": "#b9770e",
     "growth": "#b7950b",
     "transient": "#27ae60",
     "allowed": "#2980b9",
