@@ -2,6 +2,7 @@
 
 #include "torchleak/display_text.h"
 #include "torchleak/retention.h"
+#include "torchleak/suggestion.h"
 
 #include <algorithm>
 #include <cctype>
@@ -440,9 +441,10 @@ std::string loopReadFixText(const Finding& f, const HolderRead& read) {
                                         ", line " + std::to_string(read.line);
     return holder + " grows every iteration, but the code around it reads it (" + where + ": " +
            read.source +
-           "): clearing it would break the next iteration. Keep only what that line needs "
-           "(collections.deque(maxlen=...), or drop the entries it no longer reads), or store "
-           "smaller copies (.detach(), .item()) of what it keeps";
+           "): clearing it would break the next iteration. Keep only what that line needs (" +
+           boundedForm(f.holder->type) +
+           ", or drop the entries it no longer reads), or store smaller copies (.detach(), "
+           ".item()) of what it keeps";
 }
 
 } // namespace torchleak

@@ -310,20 +310,19 @@ std::string lastExceptionFixCode(const Finding& f) {
 }
 } // namespace
 
-namespace {
-// How to bound a container of this type: a deque for a sequence; a dict is trimmed oldest
-// first or becomes a function's lru_cache (a deque has no keys).
 std::string boundedForm(const std::string& type) {
-    if (type == "dict" || type == "collections.OrderedDict" || type == "collections.defaultdict") {
-        return "an OrderedDict trimmed with popitem(last=False) past a size, or "
-               "functools.lru_cache(maxsize=...) on the function that fills it";
+    for (const char* dict : {"dict", "OrderedDict", "defaultdict", "collections.OrderedDict",
+                             "collections.defaultdict"}) {
+        if (type == dict) {
+            return "an OrderedDict trimmed with popitem(last=False) past a size, or "
+                   "functools.lru_cache(maxsize=...) on the function that fills it";
+        }
     }
     if (type == "set") {
         return "a size past which it is cleared";
     }
     return "collections.deque(maxlen=...)";
 }
-} // namespace
 
 namespace {
 // What grows is a dict of hooks: something registers a hook every iteration and drops the

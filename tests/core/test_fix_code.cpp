@@ -1,5 +1,6 @@
 // The fix as code (suggestFixCode): written only where it is certain, and always a line of
 // Python that runs as written; everything else gets no code (a view then copies nothing).
+#include "torchleak/loop_reads.h"
 #include "torchleak/suggestion.h"
 
 #include <catch2/catch.hpp>
@@ -144,6 +145,14 @@ TEST_CASE("A growing dict is bounded as a dict, a list as a deque") {
     REQUIRE(dict.find("OrderedDict") != std::string::npos);
     const std::string list = suggestFix(kept("window", "x = f()", {64}, false, "list"));
     REQUIRE(list.find("collections.deque(maxlen=...)") != std::string::npos);
+    // The same where the loop reads the dict back: an LRU, never a deque (#63 item 3).
+    for (const char* type : {"dict", "OrderedDict", "defaultdict"}) {
+        Finding f = kept("embeddings", "x = f()", {64}, false, type);
+        const std::string read = loopReadFixText(f, HolderRead{7, "v = embeddings[text]", ""});
+        INFO(type);
+        REQUIRE(read.find("deque") == std::string::npos);
+        REQUIRE(read.find("functools.lru_cache(maxsize=...)") != std::string::npos);
+    }
 }
 
 TEST_CASE("The advice says when its fix empties the holder, whatever its words") {

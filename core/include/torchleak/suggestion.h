@@ -27,6 +27,11 @@ FixAdvice adviseFix(const Finding& finding);
 // adviseFix's words alone.
 std::string suggestFix(const Finding& finding);
 
+// How to bound a container of this type (a Holder's `type`): a deque for a sequence; a dict
+// (plain, OrderedDict, defaultdict) trimmed oldest first or made a function's lru_cache, since a
+// deque has no keys.
+std::string boundedForm(const std::string& type);
+
 // The fix for a finding kept by a reference cycle (cycle_fix.cpp).
 std::string suggestForCycle(const Finding& finding);
 
