@@ -80,6 +80,11 @@ def test_leaks_first_warnings_shown_and_open_rows_survive_a_redraw(browser):
     warning = view.locator("[data-testid=warning]")
     assert warning.count() == 1 and "stopped in iteration 3 of 8" in warning.text_content()
     assert page.locator("script").count() == 0  # the warning's <script> stayed text
+    # Below the verdict, dark text on its light box whatever the theme's text colour (#62 item 1:
+    # near-white on light orange in the dark theme, 1.27:1).
+    cause = view.locator("[data-testid=cause]").first
+    assert warning.bounding_box()["y"] > cause.bounding_box()["y"]
+    assert warning.evaluate("el => getComputedStyle(el).color") == "rgb(62, 39, 35)"
     view.locator("[data-testid=sort-0]").click()
     rows = view.locator("[data-testid=finding-row]")
     assert rows.first.locator("td").first.text_content() == "leak"

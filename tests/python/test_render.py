@@ -500,3 +500,16 @@ def test_controls_and_bidirectional_characters_are_never_shown_raw():
         for raw in ("\x00", "\x1b", "\u202e", "\u200b"):
             assert raw not in shown, (name, repr(raw))
     assert "\\u202egnp.exe" in views["text"] and "\\x1b[31mred" in views["html"]
+
+
+def test_warnings_stand_below_the_verdict_in_every_view():
+    # #62 item 5: a warning above the verdict read as the answer.
+    report = torchleak.Report.from_json((FIXTURES / "hostile.json").read_text(encoding="utf-8"))
+    text, page = str(report), report.to_html()
+    assert text.index("LEAK ") < text.index("warning: stopped in iteration 3 of 8")
+    assert page.index('class="leak"') < page.index('<p class="warn">stopped in iteration 3 of 8')
+    from torchleak.render import notebook
+
+    inline = notebook.render(report.to_dict())
+    assert inline.index("LEAK</b>") < inline.index('data-testid="warning"')
+    assert "color:#3e2723" in inline  # dark text on the light box, in any theme

@@ -566,7 +566,7 @@ function viewState(redraw) {
 const rowKey = (f) => `${siteText(f.site)}\u001f${f.device}\u001f${(f.holder && f.holder.path_text) || ""}`;
 
 // The headline, what was dropped from a malformed report, progress, the out-of-memory
-// forensics, warnings, sampling and a job's ranks: everything above the leaks.
+// forensics, sampling and a job's ranks: everything above the leaks.
 function drawHead(root, report, problem, progress, model) {
   const summary = report.summary || {};
   const head = el("div", { class: "tl-head" });
@@ -577,9 +577,6 @@ function drawHead(root, report, problem, progress, model) {
   if (problem) root.appendChild(el("div", { class: "tl-warning", "data-testid": "report-problem" }, problem));
   if (progress.n) root.appendChild(progressLine(progress, model));
   if (report.oom) root.appendChild(oomBox(report.oom));
-  for (const warning of report.warnings || []) {
-    root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
-  }
   if (report.sampling) root.appendChild(el("div", { class: "tl-note", "data-testid": "sampling" }, `sampled: ${report.sampling.text || ""}`));
   if (report.ranks) root.appendChild(ranksBox(report.ranks));
 }
@@ -785,6 +782,10 @@ function render({ model, el: host }) {
     const progress = conform(model.get("progress"), PROGRESS, "progress", []) || {};
     drawHead(root, report, problem, progress, model);
     drawCauses(root, report, view);
+    // Below the verdict: a warning qualifies the answer, it is not the answer.
+    for (const warning of report.warnings || []) {
+      root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
+    }
     drawDevices(root, report);
     drawFindings(root, report, view, host);
     const summary = report.summary || {};

@@ -150,8 +150,6 @@ def render(data, *, progress=None):
             f'padding:4px 8px"><b style="color:#c0392b">OUT OF MEMORY</b> {_e(oom.get("text"))}'
             f"{'<br>' + _e(oom['roles_text']) if oom.get('roles_text') else ''}{lists}</div>"
         )
-    for w in data.get("warnings", []):
-        parts.append(f'<div style="background:#fff4e5;padding:4px">{_e(w)}</div>')
     if data.get("sampling"):
         parts.append(
             f'<div style="color:var(--jp-ui-font-color2,#888)">sampled: {_e(data["sampling"].get("text"))}</div>'
@@ -162,7 +160,7 @@ def render(data, *, progress=None):
         )
     if not data.get("causes") and data.get("iterations"):
         parts.append(
-            '<div data-testid="no-leak" style="color:var(--jp-success-color1,#2e7d32);'
+            '<div data-testid="no-leak" style="background:#e8f5e9;color:#1b5e20;padding:2px 6px;'
             f'font-weight:bold">No leak. {_e(summary.get("headline", ""))}</div>'
         )
     groups = [_cause_group(group, members) for group, members in cause_groups(data)]
@@ -171,6 +169,13 @@ def render(data, *, progress=None):
         parts.append(
             f'<details data-testid="more-causes"><summary>show {len(groups) - LEAKS_SHOWN} '
             f"more leak(s)</summary>{''.join(groups[LEAKS_SHOWN:])}</details>"
+        )
+    # Below the verdict, in colours of their own: a theme's text colour on this light box was
+    # near-white on light orange in the dark theme.
+    for w in data.get("warnings", []):
+        parts.append(
+            '<div data-testid="warning" style="background:#fff4e5;color:#3e2723;'
+            f'border-left:3px solid #e69500;padding:4px">{_e(w)}</div>'
         )
     for d in data.get("devices", []):
         parts.extend(_device(d, data, unit))

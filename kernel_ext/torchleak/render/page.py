@@ -30,7 +30,7 @@ th,td{border-bottom:1px solid #ddd;padding:6px 8px;text-align:left;vertical-alig
 th{background:#f4f4f4} .leak{color:#c0392b;font-weight:600} .num{text-align:right;white-space:nowrap}
 code{font:12px ui-monospace,Menlo,monospace;background:#f6f6f6;padding:1px 3px}
 details{margin:4px 0} .oom{background:#fdecea;border-left:4px solid #c0392b;padding:6px 10px;margin:8px 0}
-.warn{background:#fff4e5;border-left:4px solid #f0a020;padding:6px 10px}
+.warn{background:#fff4e5;color:#3e2723;border-left:4px solid #f0a020;padding:6px 10px}
 """
 
 
@@ -155,8 +155,6 @@ def render(data):
     ]
     if data.get("oom"):
         parts.extend(_oom(data["oom"]))
-    for w in data.get("warnings", []):
-        parts.append(f'<p class="warn">{_e(w)}</p>')
     if data.get("sampling"):
         parts.append(f'<p class="muted">sampled: {_e(data["sampling"].get("text"))}</p>')
     if data.get("devices"):
@@ -176,6 +174,8 @@ def render(data):
                 f"</details></li>"
             )
         parts.append("</ol>")
+    # Below the verdict: a warning qualifies the answer, it is not the answer.
+    parts.extend(f'<p class="warn">{_e(w)}</p>' for w in data.get("warnings", []))
     parts.append("<h2>Findings</h2>")
     if empty_text(data):
         parts.append(f"<p>{_e(empty_text(data))}</p>")

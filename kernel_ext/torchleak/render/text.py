@@ -208,8 +208,6 @@ def render(data):
     if data.get("sampling"):
         out.append(f"  sampled: {data['sampling'].get('text', '')}")
     out.append(f"  {summary.get('headline', '')}; score {summary.get('score', 100)}/100 ({summary.get('grade', 'A')})")
-    for w in data.get("warnings", []):
-        out.append(f"  warning: {w}")
     if empty_text(data):
         out.append("")
         out.append(empty_text(data))
@@ -236,4 +234,8 @@ def render(data):
                 f"  {f['verdict']:<10s} {format_bytes(f['total_bytes']):>10s} at "
                 f"{site_text(f['site'])} in {f['site'].get('function')}{held}{where}{grew}"
             )
+    # Below the findings: a warning qualifies the answer, it is not the answer.
+    if data.get("warnings"):
+        out.append("")
+        out.extend(f"  warning: {w}" for w in data["warnings"])
     return "\n".join(line.translate(_CONTROLS) for line in out)
