@@ -363,12 +363,21 @@ class LeakMagics(Magics):
         if action is None:
             print(self._watch_state())
         elif action == "on":
+            already = self.watch is not None or bool(self._callbacks)
             if self.watch is None:
                 self._register_events()
                 self._start_watch()
+            # Said at once: nothing else shows it is on until a cell leaves something alive.
+            print(
+                "torchleak: cell watch is on"
+                + (" already" if already else ": every cell run is an iteration")
+                + "; a ledger follows each cell that leaves tensors alive or frees them"
+            )
         elif action == "off":
+            was_on = self.watch is not None or bool(self._callbacks)
             self._stop_watch()
             self._unregister_events()
+            print("torchleak: cell watch is off" + ("" if was_on else " already"))
         else:  # reset: forget what was recorded, keep watching if it was on
             was_on = self.watch is not None or bool(self._callbacks)
             self._stop_watch()

@@ -125,6 +125,15 @@ def test_leakconfig_sets_values_and_validates_all_before_changing_any(shell):
     assert torchleak.config.warmup == 0  # nothing changed
 
 
+def test_leakwatch_on_and_off_say_so_at_once(shell):
+    # #62: nothing showed that watch was on until a cell left something alive.
+    on = run(shell, "%leakwatch on")
+    assert on.output.startswith("torchleak: cell watch is on: every cell run is an iteration"), on.output
+    assert run(shell, "%leakwatch on").output.startswith("torchleak: cell watch is on already")
+    assert run(shell, "%leakwatch off").output == "torchleak: cell watch is off\n"
+    assert run(shell, "%leakwatch off").output == "torchleak: cell watch is off already\n"
+
+
 def test_watch_mode_ledger_and_leakreport(shell, tmp_path):
     assert run(shell, "%leakwatch on").success
     run(shell, "losses = []")
