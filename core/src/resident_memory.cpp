@@ -53,7 +53,13 @@ std::optional<UntrackedGrowth> findUntrackedGrowth(std::span<const ResidentSampl
     const int64_t untracked = g.resident_growth - std::max<int64_t>(g.tracked_growth, 0);
     const bool risesMostly =
         static_cast<double>(rises) >= 0.6 * static_cast<double>(judged.size() - 1);
-    if (!risesMostly || untracked < std::max(kUntrackedGrowthMin, judged.front().bytes / 20)) {
+    // An allocator's or a library's warm-up grows early and stops: not news. Growth worth a
+    // warning goes on, in the judged part's second half too, at a quarter of its whole.
+    const ResidentSample& middle = judged[judged.size() / 2];
+    const bool stillGrowing =
+        4 * (judged.back().bytes - middle.bytes) >= g.resident_growth && g.resident_growth > 0;
+    if (!risesMostly || !stillGrowing ||
+        untracked < std::max(kUntrackedGrowthMin, judged.front().bytes / 20)) {
         return std::nullopt;
     }
     return g;

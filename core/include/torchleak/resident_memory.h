@@ -29,9 +29,10 @@ struct UntrackedGrowth {
 // Growth outside tracked memory worth saying: at least this much and 5% of the resident set.
 inline constexpr int64_t kUntrackedGrowthMin = int64_t{64} << 20;
 
-// The judged samples (from the boundary ending warm-up on) that rose at most boundaries and
-// by kUntrackedGrowthMin more than `cpu`'s tracked bytes did over the same points (`at`: each
-// point's iteration, empty when every boundary was kept); nothing with fewer than four.
+// The judged samples (from the boundary ending warm-up on) that rose at most boundaries, still
+// rose in their second half (by a quarter of the whole: an allocator's warm-up that stopped is
+// not news), and by kUntrackedGrowthMin more than `cpu`'s tracked bytes did over the same points
+// (`at`: each point's iteration, empty when every boundary was kept); nothing with fewer than four.
 std::optional<UntrackedGrowth> findUntrackedGrowth(std::span<const ResidentSample> samples,
                                                    const DeviceTimeline* cpu,
                                                    const std::vector<int64_t>& at,
