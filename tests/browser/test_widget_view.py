@@ -556,6 +556,32 @@ def test_the_legend_is_above_the_lines_and_a_watch_trend_runs_along_the_data(bro
     page.close()
 
 
+def test_a_late_leaks_trend_starts_at_its_onset(browser):
+    # #62 item 6: the trend line started at iteration 1 while the text said "leaking since
+    # iteration 36".
+    report = fixture("leaky_loop.json")
+    allocated = [1 << 20] * 35 + [(1 << 20) + (k + 1) * 262144 for k in range(25)]
+    report.update(iterations=60)
+    report.pop("series_iterations", None)
+    report["devices"] = [
+        {"device": "cpu", "allocated": allocated, "reserved": allocated, "leak_bytes_per_iteration": 262144}
+    ]
+    leak = next(f for f in report["findings"] if f["verdict"] == "leak")
+    leak["growth_since"] = {"iteration": 35, "bytes_per_iteration": 262144, "text": "leaking since iteration 36"}
+    page = mount(browser, report)
+    svg = page.locator("[data-testid=growth-curve] svg")
+    got = svg.evaluate("""svg => {
+        const trend = svg.querySelector('[data-testid=curve-trend]');
+        const pts = svg.querySelector('polyline.alloc').getAttribute('points').split(' ')
+            .map(p => p.split(',').map(Number));
+        return {x1: +trend.getAttribute('x1'), y1: +trend.getAttribute('y1'), pts};
+    }""")
+    knot = min(got["pts"], key=lambda p: abs(p[0] - got["x1"]))
+    assert got["x1"] > got["pts"][30][0], got["x1"]  # not from the first iteration
+    assert abs(got["y1"] - knot[1]) < 3, (got["y1"], knot)  # from the flat level it left
+    page.close()
+
+
 def test_a_row_shows_the_tensor_and_the_library_line_it_was_allocated_inside(browser):
     # The widget dropped both (#48 item 3): the text report and the page always showed them.
     from torchleak.render.format import allocated_inside_text

@@ -27,7 +27,7 @@ const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
   total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
   fix_code: "string", tensor_text: "string", allocated_inside: SITE, compiled_op: { text: "string" },
-  ranks_text: "string", role: "string", growth_since: { text: "string" },
+  ranks_text: "string", role: "string", growth_since: { text: "string", iteration: "number" },
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
            tensor: { text: "string" } }],
@@ -178,7 +178,9 @@ export function downsample(values, buckets) {
 // (absent when every boundary was kept, point i being iteration i).
 // `noun` is the core's word for an iteration (report.iteration_unit). `rateIsPerCellRun`: the
 // leak's rate is per run of the leaking cell while the curve has a point per run of any cell.
-function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsPerCellRun) {
+// `onset`: the iteration the device's earliest leak began (its growth_since), where the trend
+// starts: a late leak drawn from iteration 1 contradicted its own "leaking since".
+function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsPerCellRun, onset = 0) {
   const alloc = device.allocated || [];
   const reserved = device.reserved || [];
   const peak = device.peak || [];
@@ -232,8 +234,11 @@ function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsP
     const last = alloc.length - 1;
     const slope = rateIsPerCellRun ? device.allocated_trend_per_iteration ?? leakRate : leakRate;
     const end = alloc[last];
-    const start = end - slope * (at[last] - at[0]);
-    const trend = svgEl("line", { class: "trend", x1: x(0), y1: y(Math.max(start, 0)), x2: x(last), y2: y(end) });
+    // From the knot the growth left from: the last point before its first grown iteration.
+    let first = 0;
+    while (first < last && at[first + 1] <= onset - 1) first += 1;
+    const start = end - slope * (at[last] - at[first]);
+    const trend = svgEl("line", { class: "trend", x1: x(first), y1: y(Math.max(start, 0)), x2: x(last), y2: y(end) });
     trend.dataset.testid = "curve-trend";
     svg.appendChild(trend);
   }
@@ -636,9 +641,13 @@ function drawDevices(root, report) {
   for (const device of report.devices || []) {
     const box = el("div", { class: "tl-device", "data-testid": "growth-curve" });
     const rate = device.leak_bytes_per_iteration || 0;
+    const onsets = (report.findings || [])
+      .filter((f) => f.verdict === "leak" && f.device === device.device && f.growth_since)
+      .map((f) => f.growth_since.iteration)
+      .filter((i) => Number.isFinite(i));
     box.appendChild(el("div", {}, device.text || device.device || ""));
     box.appendChild(drawCurve(device, rate, report.iterations || 0, unit, report.series_iterations,
-                              report.boundary === "cell"));
+                              report.boundary === "cell", onsets.length ? Math.min(...onsets) : 0));
     const leakRoles = new Set((device.roles || []).filter((r) => r.leaks).map((r) => r.role));
     const roles = drawRoles(device, report.iterations || 0, unit, report.series_iterations, leakRoles);
     if (roles) {
