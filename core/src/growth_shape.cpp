@@ -128,7 +128,9 @@ GrowthShape growthShape(std::span<const double> x,
         }
     }
     const double flatIterations = x[n - 1] - x[shape.top];
+    shape.longest_pause = longestPause;
     if (flatIterations < 2.0 * longestPause) {
+        shape.paused = true;
         return shape;
     }
     const double rate = shape.grown / std::max(x[shape.top] - x[shape.onset], 1.0);

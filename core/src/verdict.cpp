@@ -234,18 +234,19 @@ struct JudgedSeries {
         return static_cast<int64_t>(x[k]) + (firstIterationGrew ? 0 : 1);
     }
 
-    // Where and how fast the growth went since `onset` (a plateau's: since its shape's onset,
-    // until it stopped).
-    GrowthSince growthSince(size_t onset, double wholeSlope) const {
+    // Where and how fast the growth went since `onset` (`flat`, a plateau's or an undecided
+    // one's: since its shape's onset, until it stopped).
+    GrowthSince growthSince(size_t onset, double wholeSlope, bool flat) const {
         GrowthSince g;
         g.iteration = firstGrown(onset);
-        if (shape.stopped) {
+        if (flat) {
             const double span = std::max(x[shape.top] - x[shape.onset], 1.0);
             g.stopped_at = static_cast<int64_t>(x[shape.top]);
             g.flat_iterations = static_cast<int64_t>(x.back() - x[shape.top]);
             if (!shape.settled) {
-                g.settles_at = static_cast<int64_t>(
-                    std::ceil(x[shape.top] + kSettledRatio * (x[shape.top] - x[shape.onset])));
+                g.settles_at = static_cast<int64_t>(std::ceil(
+                    x[shape.top] + std::max(kSettledRatio * (x[shape.top] - x[shape.onset]),
+                                            2.0 * shape.longest_pause)));
             }
             g.grown_bytes = static_cast<int64_t>(std::llround(shape.grown));
             g.bytes_per_iteration = static_cast<int64_t>(std::llround(shape.grown / span));
@@ -266,7 +267,7 @@ struct JudgedSeries {
         }
         c.verdict = Verdict::Leak;
         c.confidence = confidence;
-        c.growth_since = growthSince(onset, c.fit.slope);
+        c.growth_since = growthSince(onset, c.fit.slope, false);
         c.bytes_per_iteration = c.growth_since->bytes_per_iteration;
         c.fit.slope = static_cast<double>(c.bytes_per_iteration);
         return true;
@@ -390,10 +391,10 @@ bool keptSinceWarmup(const JudgedSeries& j, Classification& c) {
 // Grew, then stopped: bounded once it has been flat for long enough (growth_shape.h's
 // settled); before that, undecided. The last rule: it always decides.
 bool grewThenStopped(const JudgedSeries& j, Classification& c) {
-    const bool undecided = j.shape.stopped && !j.shape.settled;
+    const bool undecided = (j.shape.stopped && !j.shape.settled) || j.shape.paused;
     bounded(c, undecided ? Verdict::Undecided : Verdict::Plateau, undecided ? 0.5 : 0.8);
-    if (j.shape.stopped) {
-        c.growth_since = j.growthSince(j.shape.onset, c.fit.slope);
+    if (j.shape.stopped || j.shape.paused) {
+        c.growth_since = j.growthSince(j.shape.onset, c.fit.slope, true);
     }
     return true;
 }

@@ -49,14 +49,17 @@ class _CheckCue:
     boundaries, then twice as long after each further miss (MIN_GAP, 2 MIN_GAP, ... MAX_GAP), so
     a steady leak already announced, a sampled one that rises in jumps, or a run that only
     wobbles costs a few dozen checks, not one per boundary; a check that announced or withdrew
-    resets both. O(1) per boundary: the total comes
-    with the boundary (session.step())."""
+    resets both. A rise to a quarter above the total at the last look is cued whatever the
+    back-off: misses early in a long run (noise that rose and fell) had made the cue deaf for up
+    to MAX_GAP boundaries, and a leak in a run's last 5% was never announced. O(1) per
+    boundary: the total comes with the boundary (session.step())."""
 
     SPAN = 8
     RISE = 0.04
     MIN_GAP = 4  # a rise cued at its 4th boundary is confirmed by the look at its 8th
     MIN_RISES = 3  # of the last SPAN steps: one jump is not a trend; a sampled leak rises at some
     MAX_GAP = 1024
+    NEW_HIGH = 1.25  # of the total at the last look: a rise the back-off does not hold back
 
     class _Backoff:
         def __init__(self):
@@ -76,6 +79,7 @@ class _CheckCue:
         self._rising = self._Backoff()
         self._settled = self._Backoff()
         self._cued = None
+        self._looked_at = 0  # the total when the run was last looked at
 
     def observe(self, iteration, total):
         self._totals.append(total)
@@ -91,9 +95,16 @@ class _CheckCue:
         grew = totals[-1] - totals[0] >= self.RISE * max(totals[-1], 1)
         if totals[-1] >= max(totals) and grew and rises >= self.MIN_RISES:
             self._cued = self._rising
+            far = totals[-1] >= self.NEW_HIGH * max(self._looked_at, 1)
+            if far and iteration - self._rising.last >= self.MIN_GAP:
+                return True
         elif announced and iteration - self._high_at >= self.SPAN:
             self._cued = self._settled
         return self._cued is not None and self._cued.ready(iteration)
+
+    def looked(self, total):
+        """A look was taken (cued or in the budget) with the tracked total at `total`."""
+        self._looked_at = total
 
     def taken(self, iteration, changed):
         if changed:
@@ -211,6 +222,7 @@ class Watch:
             self.checks += 1
             self.cued_checks += cued
             changed = self._check(tracker)
+            self._cue.looked(tracker.live_bytes)
             if cued:
                 self._cue.taken(iteration, changed)
         except Exception as error:  # noqa: BLE001 - the training run must go on

@@ -172,7 +172,11 @@ TEST_CASE("A staircase's pause is not a stop, a stop is twice the longest pause"
         return s;
     };
     const Classification paused = classify(make(175 + 50).series, kWarmup);
-    REQUIRE_FALSE((paused.growth_since && paused.growth_since->stopped_at));
+    // A pause is no stop: undecided (a plateau called it full between two steps), with when
+    // it would settle, still flat: twice the pause, or eight times the growth.
+    REQUIRE(paused.verdict == Verdict::Undecided);
+    REQUIRE(paused.growth_since->flat_iterations == 49);
+    REQUIRE(paused.growth_since->settles_at > 175 + 50);
     const Classification stopped = classify(make(175 + 51).series, kWarmup);
     // Stopped, but after 175 iterations of steps, 51 flat is too soon to call it full.
     REQUIRE(stopped.verdict == Verdict::Undecided);

@@ -218,6 +218,27 @@ def test_the_same_record_keeping_graphs_is_still_a_leak():
     assert leak.holder["path_text"] == "losses"
 
 
+def test_a_rise_far_above_the_last_look_is_cued_whatever_the_back_off():
+    from torchleak._watch import _CheckCue
+
+    cue = _CheckCue()
+    total = 100_000_000
+    for i in range(40):
+        cue.observe(i, total)
+    for _ in range(8):  # eight cued looks that found nothing: the back-off is 512 boundaries
+        cue._rising.taken(0, changed=False)
+    cue.looked(total)
+    fired = []
+    for i in range(40, 80):  # 1% per boundary: a quarter above the last look at boundary 65
+        total += 1_000_000
+        cue.observe(i, total)
+        if cue.due(i, announced=False):
+            fired.append(i)
+            cue.taken(i, changed=False)
+            cue.looked(total)
+    assert fired and fired[0] == 40 + 24, fired
+
+
 def test_the_check_cue_rises_settles_and_backs_off():
     from torchleak._watch import _CheckCue
 
@@ -232,6 +253,7 @@ def test_the_check_cue_rises_settles_and_backs_off():
         if cue.due(i, announced=False):
             fired.append(i)
             cue.taken(i, changed=False)
+            cue.looked(total)  # as Watch does after each look
     # Cued at the rise's 5th boundary (4% of the total), then backing off: 4, 8, 16 apart.
     assert fired[0] == 204 and [b - a for a, b in zip(fired, fired[1:])] == [4, 8, 16][: len(fired) - 1]
     cue.taken(fired[-1], changed=True)  # it was announced
@@ -241,6 +263,7 @@ def test_the_check_cue_rises_settles_and_backs_off():
         if cue.due(i, announced=True):
             looks.append(i)
             cue.taken(i, changed=False)
+            cue.looked(total)
     # The span still shows the rise at 260; from 267 on (no new high since 259) the settled
     # cue, backing off on its own: 267, 271, 279, 295.
     assert looks == [260, 259 + _CheckCue.SPAN, 271, 279, 295]

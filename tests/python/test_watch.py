@@ -57,6 +57,38 @@ def test_a_confirmed_leak_is_logged_written_and_passed_on_without_stopping_the_r
     assert final["sampling"]["sample_bytes"] == torchleak.DEFAULT_SAMPLE_BYTES
 
 
+def test_a_leak_in_the_last_5_percent_of_a_long_run_is_announced_from_its_onset():
+    # Before: cued looks that found nothing early in the run backed the rising cue off for up to
+    # 1,024 boundaries, and a leak from step 950 of 1,000 was never announced (the final report
+    # said leak). A rise to a quarter above the last look is cued whatever the back-off.
+    keep, said = [], []
+    with torchleak.watch(json=None, on_leak=lambda r: said.append(r.iterations)):
+        for i in range(1000):
+            scratch = torch.ones(50 * 1024)  # noqa: F841 - the run's own transients
+            if i >= 950:
+                keep.append(torch.ones(64 * 1024))  # 256 KiB kept per step from step 950
+            torchleak.step()
+    assert said and said[0] <= 950 + 20, said
+
+
+def test_a_staircase_is_announced_once_and_never_withdrawn_between_its_steps():
+    # Grow 20 steps, pause 100 (a leak at each epoch's evaluation): announced, withdrawn during
+    # each pause and announced again, three on_leak and two withdrawals over 1,000 steps.
+    keep, said, taken_back = [], [], []
+    with torchleak.watch(
+        json=None, on_leak=lambda r: said.append(r.iterations), on_withdrawn=lambda r: taken_back.append(r.iterations)
+    ) as w:
+        for i in range(600):
+            if i % 120 < 20:
+                keep.append(torch.ones(64 * 1024))
+            torchleak.step()
+    assert len(said) == 1 and taken_back == [], (said, taken_back)
+    # Ended in a pause: not a plateau (was, with no words), but too soon to tell.
+    final = max(w.report().findings, key=lambda f: f.count)
+    assert final.verdict == "undecided", final.verdict
+    assert final.growth_since["text"].endswith("flat for the last 99: too soon to tell a filled cache from a pause")
+
+
 def test_a_clean_run_announces_nothing(tmp_path):
     calls = []
     with torchleak.watch(on_leak=calls.append, json=str(tmp_path / "w.json"), budget=1.0) as w:

@@ -27,8 +27,12 @@ struct GrowthShape {
     // settled is too soon to tell a cache that filled from a leak that pauses (one that steps
     // at each epoch's evaluation: grows 20 iterations, pauses 100).
     bool settled = false;
-    double grown = 0.0;     // y[top] - y[onset]
-    double tolerance = 0.0; // the noise a level is allowed, in y units
+    // Grew, then flat for kMinFlatPoints or more, but for less than twice its longest pause:
+    // a staircase between two steps, as undecided as a stop that has not settled.
+    bool paused = false;
+    double longest_pause = 0.0; // between new highs while it grew, in iterations
+    double grown = 0.0;         // y[top] - y[onset]
+    double tolerance = 0.0;     // the noise a level is allowed, in y units
 };
 
 // Where the growth began and whether it stopped. The highest level is reached at `top` (within
