@@ -613,7 +613,8 @@ function drawCauses(root, report, view) {
     line.appendChild(el("b", { class: "tl-verdict-leak" }, "LEAK "));
     line.appendChild(document.createTextNode(`${group.text} [${group.severity}]`));
     // One line per member: the biggest member's own code would free one of them.
-    if (group.fix_code) line.appendChild(fixLine(`free all ${members.length} together`, "tl-note", group.fix_code));
+    // In a box of capped height: fifty lines of code made the view 2,000 px tall.
+    if (group.fix_code) line.appendChild(fixLine(`free all ${members.length} together`, "tl-note tl-group-fix", group.fix_code));
     const details = el("details", { class: "tl-group" });
     details.appendChild(el("summary", {}, `the ${members.length} leaks`));
     const box = el("div", { class: "tl-capped" });

@@ -78,8 +78,8 @@ def group_fix_html(group, members):
         return ""
     return (
         f"<div>fix: free all {len(members)} together</div>"
-        f'<div data-testid="fix-code"><code style="overflow-wrap:anywhere;white-space:pre-wrap">'
-        f"{escape(group['fix_code'])}</code></div>"
+        f'<div data-testid="fix-code"><code style="overflow-wrap:anywhere;white-space:pre-wrap;'
+        f'display:inline-block;max-height:6.5em;overflow:auto">{escape(group["fix_code"])}</code></div>'
     )
 
 
