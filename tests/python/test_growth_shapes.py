@@ -267,3 +267,20 @@ def test_the_check_cue_rises_settles_and_backs_off():
     # The span still shows the rise at 260; from 267 on (no new high since 259) the settled
     # cue, backing off on its own: 267, 271, 279, 295.
     assert looks == [260, 259 + _CheckCue.SPAN, 271, 279, 295]
+
+
+def test_an_oscillation_whose_peaks_rise_says_it_grew():
+    # A list rebuilt every step whose size swings with a rising amplitude: its mean and peak
+    # rise linearly. It was a `plateau` of 0 B per iteration with no word of growth; between
+    # two rising peaks it is undecided now, with how much it grew.
+    import math
+
+    state = {}
+    with torchleak.track() as t:
+        for i in range(300):
+            k = int((1 + i // 20) * (1 + math.sin(i / 3)))
+            state["keep"] = [torch.ones(16 * 1024) for _ in range(k)]
+            torchleak.step()
+    f = max(t.report().findings, key=lambda f: f.count)
+    assert f.verdict in ("leak", "undecided"), f.verdict
+    assert (f.get("growth_since") or {}).get("text"), f.to_dict()
