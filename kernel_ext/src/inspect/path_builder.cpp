@@ -45,13 +45,32 @@ bool callableWithoutArguments(PyObject* function) {
     return positional - defaulted <= 1 && keywordOnly <= keywordDefaulted;
 }
 
-std::vector<std::string> releaseMethods(PyObject* obj) {
-    std::vector<std::string> names;
+// Each function (name, function) in the class dicts of the object's heap-type class and bases,
+// in MRO order, until `visit` returns false: read without attribute access, so no user code
+// runs (a metaclass's __getattribute__ or a property on __mro__ is never called).
+template <typename Visit> void forEachClassFunction(PyObject* obj, Visit visit) {
     PyTypeObject* type = Py_TYPE(obj);
     if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_mro == nullptr ||
         !PyTuple_Check(type->tp_mro)) {
-        return names;
+        return;
     }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(type->tp_mro); ++k) {
+        auto* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(type->tp_mro, k));
+        if (!(base->tp_flags & Py_TPFLAGS_HEAPTYPE) || base->tp_dict == nullptr) {
+            continue;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *key = nullptr, *value = nullptr;
+        while (PyDict_Next(base->tp_dict, &pos, &key, &value)) {
+            if (PyUnicode_Check(key) && PyFunction_Check(value) && !visit(key, value)) {
+                return;
+            }
+        }
+    }
+}
+
+std::vector<std::string> releaseMethods(PyObject* obj) {
+    std::vector<std::string> names;
     auto releasing = [](const std::string& name) {
         for (const char* exact : {"clear", "reset", "close", "release", "free"}) {
             if (name == exact) {
@@ -66,56 +85,31 @@ std::vector<std::string> releaseMethods(PyObject* obj) {
         return false;
     };
     constexpr size_t kMost = 4;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(type->tp_mro) && names.size() < kMost; ++k) {
-        auto* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(type->tp_mro, k));
-        if (!(base->tp_flags & Py_TPFLAGS_HEAPTYPE) || base->tp_dict == nullptr) {
-            continue;
-        }
-        Py_ssize_t pos = 0;
-        PyObject *key = nullptr, *value = nullptr;
-        while (PyDict_Next(base->tp_dict, &pos, &key, &value) && names.size() < kMost) {
-            if (!PyUnicode_Check(key) || !PyFunction_Check(value) ||
-                !callableWithoutArguments(value)) {
-                continue;
-            }
+    forEachClassFunction(obj, [&](PyObject* key, PyObject* function) {
+        if (callableWithoutArguments(function)) {
             std::string name = utf8(key);
             if (releasing(name) && std::find(names.begin(), names.end(), name) == names.end()) {
                 names.push_back(std::move(name));
             }
         }
-    }
+        return names.size() < kMost;
+    });
     return names;
 }
 
 // Where the Python methods of the object's class and bases are written (file and `def` line,
 // from each function's code object): the loop-read check reads them for uses of an attribute
-// the fix would clear. Read from the class dicts: no attribute access, no user code.
+// the fix would clear.
 std::vector<MethodSource> methodSources(PyObject* obj) {
     std::vector<MethodSource> out;
-    PyTypeObject* type = Py_TYPE(obj);
-    if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_mro == nullptr ||
-        !PyTuple_Check(type->tp_mro)) {
-        return out;
-    }
     constexpr size_t kMost = 128;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(type->tp_mro) && out.size() < kMost; ++k) {
-        auto* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(type->tp_mro, k));
-        if (!(base->tp_flags & Py_TPFLAGS_HEAPTYPE) || base->tp_dict == nullptr) {
-            continue;
-        }
-        Py_ssize_t pos = 0;
-        PyObject *key = nullptr, *value = nullptr;
-        while (PyDict_Next(base->tp_dict, &pos, &key, &value) && out.size() < kMost) {
-            if (!PyUnicode_Check(key) || !PyFunction_Check(value)) {
-                continue;
-            }
-            auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(value));
-            if (code == nullptr || !PyCode_Check(code) || !PyUnicode_Check(code->co_filename)) {
-                continue;
-            }
+    forEachClassFunction(obj, [&](PyObject* key, PyObject* function) {
+        auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(function));
+        if (code != nullptr && PyCode_Check(code) && PyUnicode_Check(code->co_filename)) {
             out.push_back(MethodSource{utf8(key), utf8(code->co_filename), code->co_firstlineno});
         }
-    }
+        return out.size() < kMost;
+    });
     return out;
 }
 
