@@ -388,10 +388,28 @@ bool keptSinceWarmup(const JudgedSeries& j, Classification& c) {
            bounded(c, Verdict::Warmup, 0.9);
 }
 
+// Since its growth stopped, the site has freed its oldest blocks while keeping its level (the
+// oldest live block's birth advanced by half the flat stretch or more): a cache that replaces
+// entries, full, not a leak that pauses, which keeps every block it took (a FIFO, an LRU of
+// fresh keys, a sliding window).
+bool evictsSinceItStopped(const JudgedSeries& j) {
+    const size_t n = j.s.bytes.size();
+    if (j.s.oldest.size() != n || j.m == 0 || j.shape.top + 1 >= j.m) {
+        return false;
+    }
+    const size_t top = j.first + j.shape.top;
+    const double flat = j.x.back() - j.x[j.shape.top];
+    const double advanced =
+        static_cast<double>(j.s.oldest[n - 1]) - static_cast<double>(j.s.oldest[top]);
+    return flat > 0.0 && advanced >= 0.5 * flat;
+}
+
 // Grew, then stopped: bounded once it has been flat for long enough (growth_shape.h's
-// settled); before that, undecided. The last rule: it always decides.
+// settled), or once it evicts what it took; before that, undecided. The last rule: it always
+// decides.
 bool grewThenStopped(const JudgedSeries& j, Classification& c) {
-    const bool undecided = (j.shape.stopped && !j.shape.settled) || j.shape.paused;
+    const bool undecided =
+        ((j.shape.stopped && !j.shape.settled) || j.shape.paused) && !evictsSinceItStopped(j);
     bounded(c, undecided ? Verdict::Undecided : Verdict::Plateau, undecided ? 0.5 : 0.8);
     if (j.shape.stopped || j.shape.paused) {
         c.growth_since = j.growthSince(j.shape.onset, c.fit.slope, true);

@@ -171,6 +171,19 @@ inline Shape boundedCache(int n, int capacity, int64_t entry) {
     return shape;
 }
 
+// A cache that takes one entry of `entry` bytes per iteration until it holds `capacity`, then
+// only hits: it keeps every block it took, as a leak that pauses does.
+inline Shape filledThenKept(int n, int capacity, int64_t entry) {
+    Shape shape{"filled, then kept", false, -1, 0, {}};
+    for (int i = 0; i < n; ++i) {
+        shape.series.bytes.push_back(std::min(i + 1, capacity) * entry);
+        shape.series.born.push_back(i < capacity ? entry : 0);
+        shape.series.oldest.push_back(0);
+        shape.series.surviving.push_back(i < capacity ? entry : 0);
+    }
+    return shape;
+}
+
 // A working set of `bytesAt(i)` at iteration i, all born in the iteration and replaced in the
 // next; only the last is alive at the end.
 template <typename BytesAt> Shape workingSet(const char* name, int n, BytesAt bytesAt) {
