@@ -76,7 +76,7 @@ json deviceJson(const DeviceTimeline& d,
     }
     if (!d.roles_at_boundary.empty()) {
         j["roles"] = rolesJson(d);
-        j["roles_text"] = rolesText(d, at);
+        j["roles_text"] = rolesText(d, at, boundary);
     }
     // [] when roles were measured and no peak jumped; absent in a report from before spikes.
     if (!d.roles_at_boundary.empty() || !d.spikes.empty()) {

@@ -271,7 +271,8 @@ std::string roleBreakdownText(const RoleBytes& roles) {
     return text;
 }
 
-std::string rolesText(const DeviceTimeline& d, const std::vector<int64_t>& at) {
+std::string
+rolesText(const DeviceTimeline& d, const std::vector<int64_t>& at, BoundaryKind boundary) {
     if (d.roles_at_peak.empty() || d.roles_at_peak.size() != d.peak.size() ||
         d.roles_at_boundary.empty()) {
         return "";
@@ -283,7 +284,9 @@ std::string rolesText(const DeviceTimeline& d, const std::vector<int64_t>& at) {
         }
     }
     const int64_t iteration = pointIteration(at, d.peak.size(), highest);
-    std::string text = "at its highest peak (iteration ";
+    std::string text = "at its highest peak (";
+    text += iterationNoun(boundary);
+    text += " ";
     text += groupThousands(iteration + 1);
     text += "), ";
     text += roleBreakdownText(d.roles_at_peak[highest]);

@@ -181,6 +181,9 @@ TEST_CASE("Roles are written in stacking order with the core's line and read bac
     REQUIRE_FALSE(roles[8].contains("at_peak"));
     REQUIRE(roles[3]["at_peak"] == nlohmann::json::array({0, 200 * MiB}));
     REQUIRE(j["devices"][0]["roles_text"] == rolesText(d, {0, 41}));
+    // In cell watch the chart's axis counts cell runs, and so does its line (#62 item 8).
+    REQUIRE(rolesText(d, {0, 41}, BoundaryKind::Cell).rfind("at its highest peak (cell run ", 0) ==
+            0);
     const Report back = reportFromJson(toJson(r));
     REQUIRE(back.devices.at(0).roles_at_boundary == d.roles_at_boundary);
     REQUIRE(back.devices.at(0).roles_at_peak == d.roles_at_peak);

@@ -74,8 +74,11 @@ std::string roleBreakdownText(const RoleBytes& roles);
 // What a device's memory is made of, one line: "at its highest peak (iteration 13), 1.2 MiB:
 // activations 610 KiB (51%), gradients 300 KiB (25%), parameters 200 KiB (17%), 2 more 90 KiB;
 // at the end, 900 KiB: ...; 2.0 MiB reserved but unused". `at` gives each point's iteration
-// (0-based; empty: the point's index). "" without roles.
-std::string rolesText(const DeviceTimeline& device, const std::vector<int64_t>& at);
+// (0-based; empty: the point's index); `boundary` its noun ("cell run" in cell watch, whose
+// chart's axis says so too). "" without roles.
+std::string rolesText(const DeviceTimeline& device,
+                      const std::vector<int64_t>& at,
+                      BoundaryKind boundary = BoundaryKind::Explicit);
 
 // "the peak of iteration 778, 53.2 MiB, against 3.1 MiB typically: activations +50.0 MiB; its
 // biggest block, 50.0 MiB, allocated at train.py:42".
