@@ -128,7 +128,8 @@ GrowthShape growthShape(std::span<const double> x,
         }
     }
     const double flatIterations = x[n - 1] - x[shape.top];
-    shape.longest_pause = longestPause;
+    shape.settles_at = x[shape.top] + std::max(kSettledRatio * (x[shape.top] - x[shape.onset]),
+                                               2.0 * longestPause);
     if (flatIterations < 2.0 * longestPause) {
         shape.paused = true;
         return shape;
@@ -137,8 +138,7 @@ GrowthShape growthShape(std::span<const double> x,
     const double since =
         theilSenSlope(x.subspan(shape.top, n - shape.top), y.subspan(shape.top, n - shape.top));
     shape.stopped = since < std::max(minRate, 0.25 * rate);
-    shape.settled =
-        shape.stopped && flatIterations >= kSettledRatio * (x[shape.top] - x[shape.onset]);
+    shape.settled = shape.stopped && x[n - 1] >= shape.settles_at;
     return shape;
 }
 

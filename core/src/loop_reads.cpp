@@ -59,6 +59,13 @@ bool insideString(std::string_view line, size_t at) {
     return open != 0;
 }
 
+// Whether the holder found at [at, end) of the line stands as a whole name chain outside a
+// string literal: not `mystate.Y`, `self.state.Y`, `state.Yes` or `"state.Y"`.
+bool wholeMention(std::string_view line, size_t at, size_t end) {
+    return (at == 0 || (!isNameChar(line[at - 1]) && line[at - 1] != '.')) &&
+           (end == line.size() || !isNameChar(line[end])) && !insideString(line, at);
+}
+
 // `=` that assigns (not `==`): the text after the holder stores into it.
 bool assigns(std::string_view after) {
     after = skipSpaces(after);
@@ -142,10 +149,7 @@ bool readsHolder(std::string_view line, std::string_view holder) {
     for (size_t at = line.find(holder); at != std::string_view::npos;
          at = line.find(holder, at + 1)) {
         const size_t end = at + holder.size();
-        const bool whole = (at == 0 || (!isNameChar(line[at - 1]) && line[at - 1] != '.')) &&
-                           (end == line.size() || !isNameChar(line[end])) &&
-                           !insideString(line, at);
-        if (whole && isRead(line.substr(0, at), line.substr(end))) {
+        if (wholeMention(line, at, end) && isRead(line.substr(0, at), line.substr(end))) {
             return true;
         }
     }
@@ -204,8 +208,7 @@ bool passesToCall(std::string_view line, std::string_view holder) {
     for (size_t at = line.find(holder); at != std::string_view::npos;
          at = line.find(holder, at + 1)) {
         const size_t end = at + holder.size();
-        if ((at > 0 && (isNameChar(line[at - 1]) || line[at - 1] == '.')) ||
-            (end < line.size() && isNameChar(line[end]))) {
+        if (!wholeMention(line, at, end)) {
             continue;
         }
         const std::string_view before = trimEnd(line.substr(0, at));
@@ -264,6 +267,16 @@ std::string firstParameter(std::string_view def) {
 
 using LineRanges = std::vector<std::pair<size_t, size_t>>; // [first, last), 0-based
 
+// The first line past the indented block that `header` (a `for`, a `def`) opens.
+size_t blockEnd(const std::vector<std::string>& lines, size_t header) {
+    size_t last = header + 1;
+    while (last < lines.size() &&
+           (blank(lines[last]) || indentOf(lines[last]) > indentOf(lines[header]))) {
+        ++last;
+    }
+    return last;
+}
+
 // The lines [first, last) of the innermost `for` or `while` block around line `at` in its own
 // function, the loop line included; nothing (first == last) when the line is in no loop. What
 // a caller does after its loop, or around it in a test, is not the next iteration.
@@ -280,11 +293,7 @@ std::pair<size_t, size_t> loopAround(const std::vector<std::string>& lines, size
         }
         if (startsWith(text, "for ") || startsWith(text, "while ") ||
             startsWith(text, "async for ")) {
-            size_t last = at + 1;
-            while (last < lines.size() && (blank(lines[last]) || indentOf(lines[last]) > indent)) {
-                ++last;
-            }
-            return {k, last};
+            return {k, blockEnd(lines, k)};
         }
     }
     return {at, at};
@@ -416,11 +425,7 @@ std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sou
                 continue;
             }
             const std::string self = firstParameter(lines[def]);
-            size_t last = def + 1;
-            while (last < lines.size() &&
-                   (blank(lines[last]) || indentOf(lines[last]) > indentOf(lines[def]))) {
-                ++last;
-            }
+            const size_t last = blockEnd(lines, def);
             // From the `def` line itself: `def last(self): return self.history[-1]`.
             for (size_t k = def; !self.empty() && k < last; ++k) {
                 if (readsHolder(lines[k], self + "." + attribute)) {

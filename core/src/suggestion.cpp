@@ -61,12 +61,15 @@ std::optional<std::string> suggestForPythonMachinery(const Finding& f) {
     }
     // A WeakKeyDictionary's entry lives as long as its key: emptying or dropping its `.data`
     // breaks the dictionary, while the keys' other holders are what keep the values.
+    // The walker labels such a key `[<weakref to Key key>]` (path_labels.cpp).
+    constexpr std::string_view kOpen = "[<weakref to ", kClose = " key>]";
     for (size_t k = 0; k + 2 < f.path.size(); ++k) {
-        const std::string& key = f.path[k + 2].label;
+        const std::string_view key = f.path[k + 2].label;
         if (f.path[k].type == "WeakKeyDictionary" && f.path[k + 1].label == ".data" &&
-            key.rfind("[<weakref to ", 0) == 0) {
-            const std::string referent =
-                key.substr(13, key.size() > 19 ? key.size() - 19 : std::string::npos);
+            key.size() > kOpen.size() + kClose.size() && key.substr(0, kOpen.size()) == kOpen &&
+            key.substr(key.size() - kClose.size()) == kClose) {
+            const std::string referent(
+                key.substr(kOpen.size(), key.size() - kOpen.size() - kClose.size()));
             return shortPath(pathText(f.path, k + 1)) +
                    " is a WeakKeyDictionary: each value lives as long as its key, and its keys (" +
                    referent +

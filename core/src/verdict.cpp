@@ -243,11 +243,6 @@ struct JudgedSeries {
             const double span = std::max(x[shape.top] - x[shape.onset], 1.0);
             g.stopped_at = static_cast<int64_t>(x[shape.top]);
             g.flat_iterations = static_cast<int64_t>(x.back() - x[shape.top]);
-            if (!shape.settled) {
-                g.settles_at = static_cast<int64_t>(std::ceil(
-                    x[shape.top] + std::max(kSettledRatio * (x[shape.top] - x[shape.onset]),
-                                            2.0 * shape.longest_pause)));
-            }
             g.grown_bytes = static_cast<int64_t>(std::llround(shape.grown));
             g.bytes_per_iteration = static_cast<int64_t>(std::llround(shape.grown / span));
         } else {
@@ -413,6 +408,9 @@ bool grewThenStopped(const JudgedSeries& j, Classification& c) {
     bounded(c, undecided ? Verdict::Undecided : Verdict::Plateau, undecided ? 0.5 : 0.8);
     if (j.shape.stopped || j.shape.paused) {
         c.growth_since = j.growthSince(j.shape.onset, c.fit.slope, true);
+        if (undecided) {
+            c.growth_since->settles_at = static_cast<int64_t>(std::ceil(j.shape.settles_at));
+        }
     }
     return true;
 }

@@ -140,6 +140,7 @@ TEST_CASE("A cache that fills for most of the run and then evicts is a plateau t
         // From the warm-up's last boundary (iteration 1, 2 entries) to full.
         REQUIRE(c.growth_since->grown_bytes == (capacity - kWarmup) * entry);
         REQUIRE(c.growth_since->bytes_per_iteration == entry);
+        REQUIRE_FALSE(c.growth_since->settles_at); // settled: nothing to wait for
         // While it fills it grows, and is called a leak; eight flat boundaries after the last
         // entry, its oldest entries freed as new ones come, it is a cache (watch withdraws it).
         auto make = [&](int p) { return boundedCache(p, capacity, entry); };

@@ -30,9 +30,12 @@ struct GrowthShape {
     // Grew, then flat for kMinFlatPoints or more, but for less than twice its longest pause:
     // a staircase between two steps, as undecided as a stop that has not settled.
     bool paused = false;
-    double longest_pause = 0.0; // between new highs while it grew, in iterations
-    double grown = 0.0;         // y[top] - y[onset]
-    double tolerance = 0.0;     // the noise a level is allowed, in y units
+    // Where a stopped or paused growth is settled if it stays flat: `top`'s iteration plus
+    // kSettledRatio times its growth or twice its longest pause between new highs, whichever
+    // is longer. 0 when it neither stopped nor paused.
+    double settles_at = 0.0;
+    double grown = 0.0;     // y[top] - y[onset]
+    double tolerance = 0.0; // the noise a level is allowed, in y units
 };
 
 // Where the growth began and whether it stopped. The highest level is reached at `top` (within
