@@ -8,9 +8,10 @@ check the budget would skip (_CheckCue): the tracked total rising to a new high 
 boundaries, or no new high since a leak was confirmed, so that a leak of 1% of the tracked total per iteration
 is confirmed within about 10 boundaries of its onset, wherever the onset falls. A leak, once
 confirmed, is reported once: a log line, the report written, ``on_leak`` called; the run goes
-on. A confirmed leak whose growth became a plateau (flat for eight times as long as it grew,
-growth_shape.h) is withdrawn the same way, with ``on_withdrawn``, looked at the iteration the
-core says it would settle; one only undecided (a staircase between its steps) is not.
+on. A confirmed leak whose growth became a plateau (it evicts its oldest blocks, or has been
+flat for eight times as long as it grew: verdict.cpp) is withdrawn the same way, with
+``on_withdrawn``, looked at the iteration the core says it would settle; one only undecided (a
+staircase between its steps) is not.
 """
 
 from __future__ import annotations
@@ -325,9 +326,9 @@ def _key(finding):
 
 
 def _stopped(finding):
-    """An announced leak is over when its growth stopped for long enough to be a plateau
-    (growth_shape.h: flat for eight times as long as it grew) or what it kept was freed; a
-    finding still called a leak, or undecided (a staircase between steps), is not."""
+    """An announced leak is over when its growth became a plateau (it evicts, or has been flat
+    for eight times as long as it grew) or what it kept was freed; a finding still called a
+    leak, or undecided (a staircase between steps), is not."""
     if finding is None:
         return True
     if finding.verdict in ("leak", "undecided"):
@@ -365,9 +366,10 @@ def watch(
     ``on_leak(report)`` called; the run is not stopped. A memory trend cues a check the budget
     would skip, so a leak of 1% of the tracked total per iteration is confirmed within about 10
     iterations of its onset. A confirmed leak whose growth then stopped for long enough to be a
-    plateau (a cache that filled up: flat for eight times as long as it grew) is withdrawn: one
-    log line, the report written again, ``on_withdrawn(report)`` called; a leak that steps is
-    not withdrawn between its steps. The final report is written at the end.
+    plateau (a cache that filled up: it evicts, or has been flat for eight times as long as it
+    grew) is withdrawn: one log line, the report written again, ``on_withdrawn(report)`` called;
+    a leak that steps is not withdrawn between its steps. The final report is written at the
+    end.
     With ``redact`` the files written are ``Report.redacted()`` (shapes, sources, absolute
     paths and string keys withheld); ``on_leak`` and ``report()`` get the whole report.
     """

@@ -57,29 +57,33 @@ def path_code(owner):
     return f'<code style="overflow-wrap:anywhere"{title}>{escape(short)}</code>'
 
 
-def fix_html(finding):
-    """The finding's fix sentence, and the core's code for it on a line of its own when there is
-    one (the line to paste; the sentence is not code)."""
-    if not finding.get("suggestion"):
-        return ""
-    out = f"<div>fix: {escape(finding['suggestion'])}</div>"
-    if finding.get("fix_code"):
+def _fix_lines(sentence, code, code_style=""):
+    """`fix: <sentence>`, and the code on a line of its own when there is some (the line to
+    paste; the sentence is not code)."""
+    out = f"<div>fix: {escape(sentence)}</div>"
+    if code:
         out += (
-            f'<div data-testid="fix-code"><code style="overflow-wrap:anywhere">'
-            f"{escape(finding['fix_code'])}</code></div>"
+            f'<div data-testid="fix-code"><code style="overflow-wrap:anywhere{code_style}">{escape(code)}</code></div>'
         )
     return out
 
 
+def fix_html(finding):
+    """The finding's fix sentence, and the core's code for it when there is one."""
+    if not finding.get("suggestion"):
+        return ""
+    return _fix_lines(finding["suggestion"], finding.get("fix_code"))
+
+
 def group_fix_html(group, members):
-    """A group's code that frees every member, one line per cause, or "" (the biggest member's
-    own code frees one of them)."""
+    """A group's code that frees every member, one line per cause, in a box of capped height,
+    or "" (the biggest member's own code frees one of them)."""
     if not group.get("fix_code") or len(members) < 2:
         return ""
-    return (
-        f"<div>fix: free all {len(members)} together</div>"
-        f'<div data-testid="fix-code"><code style="overflow-wrap:anywhere;white-space:pre-wrap;'
-        f'display:inline-block;max-height:6.5em;overflow:auto">{escape(group["fix_code"])}</code></div>'
+    return _fix_lines(
+        f"free all {len(members)} together",
+        group["fix_code"],
+        ";white-space:pre-wrap;display:inline-block;max-height:6.5em;overflow:auto",
     )
 
 
