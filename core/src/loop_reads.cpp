@@ -350,13 +350,8 @@ std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sou
         return std::nullopt;
     }
     const std::string& holder = f.holder->path_text;
-    std::map<std::string, std::vector<std::string>> files;
     const auto linesOf = [&](const Frame& frame) -> const std::vector<std::string>& {
-        auto [it, fresh] = files.emplace(frame.file, std::vector<std::string>());
-        if (fresh) {
-            it->second = sourceOf(frame);
-        }
-        return it->second;
+        return sourceOf(frame);
     };
     const auto elsewhere = [&](HolderRead read, const std::string& file) {
         read.file = file == f.site.file ? "" : file;

@@ -133,6 +133,7 @@ class ReportBuilder {
     void gatherLiveBlocks();
     void describeExamples();
     void finalizeFindings();
+    void settleVerdict(FindingDraft& draft) const;
     void sortFindings();
     void warnAboutDroppedEvents();
     void warnAboutRejectedTotals();
@@ -184,6 +185,8 @@ class ReportBuilder {
     // The findings until publishFindings() moves them into d_report; their blocks stay here
     // for the out-of-memory forensics.
     std::vector<FindingDraft> d_drafts;
+    // Files read for loop reads, by name: once per report however many sites they hold.
+    std::map<std::string, std::vector<std::string>> d_sourceFiles;
     std::unordered_map<StackToken, std::vector<Frame>> d_decoded;
     std::vector<uint32_t> d_at; // the iteration of each kept boundary
     std::vector<LiveBlock> d_liveNow;

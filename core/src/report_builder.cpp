@@ -46,6 +46,14 @@ Report ReportBuilder::build(RetentionExplainer* explainer) {
     setAsideFreedAfterStop();
     attributeExternalStacks();
     makeFindings();
+    if (d_inputs.verdicts_only) {
+        for (FindingDraft& draft : d_drafts) {
+            settleVerdict(draft);
+        }
+        sortFindings();
+        publishFindings();
+        return std::move(d_report);
+    }
     gatherLiveBlocks();
     describeExamples();
     if (explainer != nullptr && !d_drafts.empty()) {
@@ -521,18 +529,8 @@ void ReportBuilder::describeExamples() {
 // severity is its cause's, set by groupCauses; every other finding is Info.)
 void ReportBuilder::finalizeFindings() {
     for (FindingDraft& draft : d_drafts) {
+        settleVerdict(draft);
         Finding& f = draft.finding;
-        if (f.verdict != Verdict::Leak && f.total_bytes > 0 && heldByMachinery(f)) {
-            f.verdict = Verdict::Leak;
-            f.confidence = 0.9;
-        }
-        if (!draft.site->groups.empty() &&
-            ownRecord(f, deviceCapacity(draft.site->groups.front().device, d_inputs.devices))) {
-            f.verdict = Verdict::Growth;
-        }
-        if (allowListed(f, d_inputs.config.allow)) {
-            f.verdict = Verdict::Allowed;
-        }
         const FixAdvice advice = adviseFix(f);
         f.suggestion = advice.text;
         if (f.verdict == Verdict::Leak && f.released_periodically) {
@@ -548,8 +546,12 @@ void ReportBuilder::finalizeFindings() {
         f.fix_code = suggestFixCode(f);
         // Clearing a holder the loop reads is no fix: it crashes the next iteration.
         if (f.verdict == Verdict::Leak && f.holder && advice.clears_holder) {
-            const auto sourceOf = [this](const Frame& frame) {
-                return d_symbolizer.sourceLines(frame);
+            const auto sourceOf = [this](const Frame& frame) -> const std::vector<std::string>& {
+                auto [it, fresh] = d_sourceFiles.try_emplace(frame.file);
+                if (fresh) {
+                    it->second = d_symbolizer.sourceLines(frame);
+                }
+                return it->second;
             };
             if (auto read = loopReadAnywhere(f, sourceOf)) {
                 f.suggestion = loopReadFixText(f, *read);
@@ -557,6 +559,22 @@ void ReportBuilder::finalizeFindings() {
                 f.holder_read = std::move(read);
             }
         }
+    }
+}
+
+// The machinery rule, then a record of the run's own, then the allow-list.
+void ReportBuilder::settleVerdict(FindingDraft& draft) const {
+    Finding& f = draft.finding;
+    if (f.verdict != Verdict::Leak && f.total_bytes > 0 && heldByMachinery(f)) {
+        f.verdict = Verdict::Leak;
+        f.confidence = 0.9;
+    }
+    if (!draft.site->groups.empty() &&
+        ownRecord(f, deviceCapacity(draft.site->groups.front().device, d_inputs.devices))) {
+        f.verdict = Verdict::Growth;
+    }
+    if (allowListed(f, d_inputs.config.allow)) {
+        f.verdict = Verdict::Allowed;
     }
 }
 

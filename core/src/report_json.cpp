@@ -534,6 +534,27 @@ std::string toJson(const Report& r, int indent) {
     return out + newline + "}";
 }
 
+std::string verdictsJson(const Report& r) {
+    json j = {{"schema_version", kVerdictsSchema}, {"iterations", r.iterations}};
+    json findings = json::array();
+    for (const Finding& f : r.findings) {
+        json fj = {{"verdict", toString(f.verdict)},
+                   {"site", frameJson(f.site, true)},
+                   {"device", f.device},
+                   {"total_bytes", f.total_bytes},
+                   {"bytes_per_iteration", f.bytes_per_iteration}};
+        if (f.growth_since) {
+            const GrowthSince& g = *f.growth_since;
+            fj["growth_since"] = {{"iteration", g.iteration},
+                                  {"stopped_at", optionalJson(g.stopped_at)},
+                                  {"settles_at", optionalJson(g.settles_at)}};
+        }
+        findings.push_back(std::move(fj));
+    }
+    j["findings"] = std::move(findings);
+    return j.dump();
+}
+
 Report reportFromJson(std::string_view text) {
     // The findings are read as the parser finishes each one and never kept in the DOM: they
     // are nearly all of a report, and a DOM of them all cost several times the text's size.

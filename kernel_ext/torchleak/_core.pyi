@@ -37,6 +37,7 @@ class ReportInputs:
     external_stacks: dict[Any, Any]
     boundary_runs: list[tuple[str, int]]
     explain_grown_only: bool
+    verdicts_only: bool
     privateuse1_backend: str
     out_of_memory: tuple[str, str, str] | None
     allocator_view_devices: list[str]

@@ -14,7 +14,7 @@ test), and the front ends annotate what they are given with it."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ._report import Report
 
@@ -52,6 +52,10 @@ class TrackerFrontEnd(Protocol):
         (run watch's and the integrations' cheap verdicts mid-run), paths only for what grew in
         the last iteration (cell watch), the out-of-memory error a cell raised, a live view cut
         to `live_findings` findings (%%leakcheck's updates)."""
+
+    def _verdicts(self) -> dict[str, Any]:
+        """Run watch's look: each finding's verdict, site, bytes and growth
+        (torchleak.verdicts/1), nothing else of a report."""
 
     def _run_iterations(
         self,

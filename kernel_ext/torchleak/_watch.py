@@ -31,7 +31,7 @@ from ._config import brief
 from ._report import OUTPUT_EXTENSIONS, save_each, writable_path
 from ._report import Report
 from ._tracking import Tracker
-from .render.format import format_bytes
+from .render.format import format_bytes, site_text
 
 logger = logging.getLogger("torchleak")
 
@@ -234,14 +234,14 @@ class Watch:
 
     def _check(self, tracker):
         """One verdict on the run so far; True when it announced or withdrew a leak."""
-        quick = tracker._build_report(paths=False, shapes=False)
-        new = {_key(f) for f in quick.leaks} - set(self._announced)
-        by_key = {_key(f): f for f in quick.findings}
+        look = tracker._verdicts()["findings"]
+        by_key = {_key(f): f for f in look}
+        new = {k for k, f in by_key.items() if f["verdict"] == "leak"} - set(self._announced)
         over = [k for k in self._announced if _stopped(by_key.get(k))]
         settles = [
             (by_key[k].get("growth_since") or {}).get("settles_at")
             for k in self._announced
-            if k not in over and k in by_key and by_key[k].verdict == "undecided"
+            if k not in over and k in by_key and by_key[k]["verdict"] == "undecided"
         ]
         settles = [s for s in settles if s is not None]
         # settles_at counts iterations as the report does: a look past it, not at it, and never
@@ -258,20 +258,33 @@ class Watch:
         return True
 
     def _announce(self, report, keys, written):
+        """One line per holder: a list filled from 2,000 lines of a loop is one leak to its
+        reader, not 2,000 lines of log."""
         unit, per = _unit(report, self._every)
+        by_holder: dict[str, list[Any]] = {}
         for f in report.leaks:
             if _key(f) not in keys:
                 continue
             holder = (f.get("holder") or {}).get("path_text") or f.get("path_text") or "unknown"
             self._announced[_key(f)] = holder
-            rate = f.bytes_per_iteration / per
-            since = f.get("growth_since") or {}
+            by_holder.setdefault(holder, []).append(f)
+        for holder, found in by_holder.items():
+            first = found[0]
+            rate = sum(f.bytes_per_iteration for f in found) / per
+            sites = first.site_text
+            if len(found) > 1:
+                sites += f" and {len(found) - 1:,} other site{'s' if len(found) > 2 else ''}"
+            onsets = [f.get("growth_since") for f in found if f.get("growth_since")]
             onset = ""
-            if since:  # the core's words count iterations; a run watched every N steps counts steps
-                onset = f"; {since['text']}" if per == 1 else f"; since {unit} {since['iteration'] * per + 1:,}"
+            # The core's words count iterations, and name one site's rate; a run watched every N
+            # steps counts steps, and several sites are said by their earliest onset.
+            if len(found) == 1 and onsets and per == 1:
+                onset = f"; {onsets[0]['text']}"
+            elif onsets:
+                onset = f"; since {unit} {min(o['iteration'] for o in onsets) * per + 1:,}"
             _say(
                 self.leaks,
-                f"torchleak: leak confirmed after {report.iterations} iterations: {f.site_text} held by "
+                f"torchleak: leak confirmed after {report.iterations} iterations: {sites} held by "
                 f"{holder}, +{format_bytes(rate)} per {unit}{onset}",
                 written,
             )
@@ -322,19 +335,20 @@ def _say(lines, line, written):
 
 
 def _key(finding):
-    return (finding.site_text, finding.get("device"))
+    """A finding's identity across looks: a report's Finding or a look's verdict (a dict)."""
+    return (site_text(finding.get("site")), finding.get("device"))
 
 
 def _stopped(finding):
     """An announced leak is over when its growth became a plateau (it evicts, or has been flat
     for eight times as long as it grew) or what it kept was freed; a finding still called a
-    leak, or undecided (a staircase between steps), is not."""
+    leak, or undecided (a staircase between steps), is not. `finding` is a look's verdict."""
     if finding is None:
         return True
-    if finding.verdict in ("leak", "undecided"):
+    if finding["verdict"] in ("leak", "undecided"):
         return False
     since = finding.get("growth_since") or {}
-    return since.get("stopped_at") is not None or finding.total_bytes == 0
+    return since.get("stopped_at") is not None or finding["total_bytes"] == 0
 
 
 def _unit(report, every):

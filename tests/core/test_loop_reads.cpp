@@ -123,9 +123,10 @@ Frame at(const std::string& file, int line) {
 }
 
 SourceOf filesOf(std::map<std::string, std::vector<std::string>> files) {
-    return [files = std::move(files)](const Frame& frame) {
+    return [files = std::move(files)](const Frame& frame) -> const std::vector<std::string>& {
+        static const std::vector<std::string> none;
         auto it = files.find(frame.file);
-        return it == files.end() ? std::vector<std::string>() : it->second;
+        return it == files.end() ? none : it->second;
     };
 }
 } // namespace

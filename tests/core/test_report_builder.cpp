@@ -1,10 +1,12 @@
 // buildReport end to end on a recorder fed synthetic events, with fake Python collaborators.
 #include "torchleak/report_builder.h"
+#include "torchleak/report_json.h"
 #include "torchleak/suggestion.h"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <set>
 
 using namespace torchleak;
@@ -638,4 +640,47 @@ TEST_CASE("A live view lists no live blocks and keeps the first findings, its ca
     REQUIRE(all.findings.size() == 5);
     REQUIRE(all.warnings == whole.warnings);
     REQUIRE(all.findings[0].live_blocks.empty());
+}
+
+TEST_CASE("buildReport: a look's verdicts are the report's, in a document of their own") {
+    AllocationRecorder rec;
+    std::vector<RawFrame> leaking = {{0x1, 42}};
+    std::vector<RawFrame> flat = {{0x2, 7}};
+    for (uint32_t i = 0; i < 12; ++i) {
+        rec.recordAlloc(0x100000 + i * 0x1000, MiB, kCpu, leaking, nullptr, 0, 0, false);
+        rec.recordAlloc(0x900000, 4 * MiB, kCpu, flat, nullptr, 0, 0, false);
+        if (i > 0) {
+            rec.recordFree(0x900000, kCpu, 0, 0, false);
+        }
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ReportInputs in;
+    in.boundary = BoundaryKind::Repeat;
+    in.devices = {{kCpu, "cpu", 64ull << 30}};
+    const Report full = buildReport(rec, in, sym, desc);
+    in.verdicts_only = true;
+    const Report look = buildReport(rec, in, sym, desc);
+    REQUIRE(look.findings.size() == full.findings.size());
+    for (size_t i = 0; i < full.findings.size(); ++i) {
+        CHECK(look.findings[i].verdict == full.findings[i].verdict);
+        CHECK(look.findings[i].site.line == full.findings[i].site.line);
+        CHECK(look.findings[i].total_bytes == full.findings[i].total_bytes);
+        CHECK(look.findings[i].suggestion.empty()); // nothing a look does not read
+    }
+    CHECK(look.causes.empty());
+    CHECK(desc.asked == 1); // the full report's example only: a look describes no tensor
+
+    const nlohmann::json j = nlohmann::json::parse(verdictsJson(look));
+    CHECK(j["schema_version"] == kVerdictsSchema);
+    CHECK(j["iterations"] == 12);
+    const nlohmann::json& leak = j["findings"][0];
+    CHECK(leak["verdict"] == "leak");
+    CHECK(leak["site"]["line"] == 42);
+    CHECK(leak["site"]["text"] == full.findings[0].site.file + ":42");
+    CHECK(leak["bytes_per_iteration"] == MiB);
+    CHECK(leak["growth_since"]["iteration"] == 0);
+    CHECK(leak["growth_since"]["settles_at"].is_null());
+    CHECK_FALSE(leak.contains("live_blocks"));
 }

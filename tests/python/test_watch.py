@@ -218,3 +218,26 @@ def test_cli_watch_usage_errors(tmp_path, args, message):
     )
     assert out.returncode == 2
     assert message in out.stderr and "usage:" in out.stderr
+
+
+def test_many_sites_filling_one_list_are_one_announcement_and_a_look_names_the_same_leaks(tmp_path):
+    # 300 allocating lines of one loop, all kept by one list: one leak to its reader, one line
+    # of log (was 300), and the look's verdicts (torchleak.verdicts/1) are the report's.
+    sites = 300
+    path = tmp_path / "many_sites.py"
+    path.write_text("\n".join("keep.append(torch.ones(64))" for _ in range(sites)))
+    code = compile(path.read_text(), str(path), "exec")
+    g = {"torch": torch, "keep": []}
+    with torchleak.watch(json=None, sample_bytes=0) as w:
+        for _ in range(16):
+            exec(code, g)
+            torchleak.step()
+        look = w.tracker._verdicts()
+    [line] = w.leaks
+    assert f"many_sites.py:1 and {sites - 1} other sites held by g['keep']" in line
+    assert "+75.0 KiB per iteration; since iteration 1" in line
+    assert look["schema_version"] == "torchleak.verdicts/1"
+    report = w.report(paths=False)
+    looked = {(f["site"]["text"], f["verdict"]) for f in look["findings"]}
+    assert looked == {(f.site_text, f.verdict) for f in report.findings}
+    assert len(looked) == sites and {v for _, v in looked} == {"leak"}

@@ -17,6 +17,11 @@ namespace torchleak {
 inline constexpr const char* kReportSchema = "torchleak.report/1";
 
 std::string toJson(const Report& report, int indent = -1);
+// A look's verdicts (ReportInputs::verdicts_only), schema `torchleak.verdicts/1`: torchleak's
+// own watch() reads it, nothing outside; per finding its site, device, verdict, bytes and
+// growth, in the report's own spellings.
+inline constexpr const char* kVerdictsSchema = "torchleak.verdicts/1";
+std::string verdictsJson(const Report& report);
 // Parses a torchleak.report/1 document; throws SchemaError on anything else.
 Report reportFromJson(std::string_view text);
 

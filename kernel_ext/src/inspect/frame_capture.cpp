@@ -353,7 +353,7 @@ std::string QualifiedNames::of(PyCodeObject* code) {
 #endif
 }
 
-const PythonStackSymbolizer::CodeInfo& PythonStackSymbolizer::info(PyCodeObject* code) {
+PythonStackSymbolizer::CodeInfo& PythonStackSymbolizer::info(PyCodeObject* code) {
     auto it = d_cache.find(code);
     if (it != d_cache.end()) {
         return it->second;
@@ -364,6 +364,63 @@ const PythonStackSymbolizer::CodeInfo& PythonStackSymbolizer::info(PyCodeObject*
 
     ci.where = d_filter.classify(ci.file);
     return d_cache.emplace(code, std::move(ci)).first->second;
+}
+
+namespace {
+// co_lines() as ranges; empty when it cannot be read (any error cleared): the caller then asks
+// PyCode_Addr2Line, which is always right, only slower.
+std::vector<PythonStackSymbolizer::LineRange> readLineTable(PyCodeObject* code) {
+    std::vector<PythonStackSymbolizer::LineRange> ranges;
+    PyObject* it = PyObject_CallMethod(reinterpret_cast<PyObject*>(code), "co_lines", nullptr);
+    PyObject* iter = it != nullptr ? PyObject_GetIter(it) : nullptr;
+    Py_XDECREF(it);
+    bool ok = iter != nullptr;
+    while (ok) {
+        PyObject* item = PyIter_Next(iter);
+        if (item == nullptr) {
+            ok = PyErr_Occurred() == nullptr;
+            break;
+        }
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            Py_DECREF(item);
+            ok = false;
+            break;
+        }
+        PyObject* line = PyTuple_GET_ITEM(item, 2);
+        long start = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+        long end = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+        long number = line == Py_None ? -1 : PyLong_AsLong(line);
+        Py_DECREF(item);
+        if (PyErr_Occurred() != nullptr) {
+            ok = false;
+            break;
+        }
+        ranges.push_back(
+            {static_cast<int>(start), static_cast<int>(end), static_cast<int>(number)});
+    }
+    Py_XDECREF(iter);
+    PyErr_Clear();
+    if (!ok || !std::is_sorted(ranges.begin(), ranges.end(),
+                               [](const auto& a, const auto& b) { return a.start < b.start; })) {
+        ranges.clear();
+    }
+    return ranges;
+}
+} // namespace
+
+int PythonStackSymbolizer::lineOf(PyCodeObject* code, CodeInfo& ci, int offset) {
+    if (++ci.lookups == kTableAfter) {
+        ci.lines = readLineTable(code);
+    }
+    if (offset < 0 || ci.lines.empty()) {
+        return PyCode_Addr2Line(code, offset); // before the first instruction: its own rule
+    }
+    auto after = std::upper_bound(ci.lines.begin(), ci.lines.end(), offset,
+                                  [](int o, const LineRange& r) { return o < r.start; });
+    if (after == ci.lines.begin() || offset >= std::prev(after)->end) {
+        return PyCode_Addr2Line(code, offset);
+    }
+    return std::prev(after)->line;
 }
 
 std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> frames) {
@@ -381,7 +438,7 @@ std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> fr
             continue;
         }
         auto* code = reinterpret_cast<PyCodeObject*>(pointer);
-        const CodeInfo& ci = info(code);
+        CodeInfo& ci = info(code);
         Frame f;
         f.file = ci.file;
         f.function = ci.function;
@@ -389,7 +446,7 @@ std::vector<Frame> PythonStackSymbolizer::symbolize(std::span<const RawFrame> fr
         f.group = ci.where.group;
         f.user = ci.where.user;
         f.package = ci.where.package;
-        f.line = PyCode_Addr2Line(code, raw.offset);
+        f.line = lineOf(code, ci, raw.offset);
         out.push_back(std::move(f));
     }
     return out;

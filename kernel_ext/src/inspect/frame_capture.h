@@ -103,13 +103,26 @@ class PythonStackSymbolizer final : public StackSymbolizer {
     // linecache.getlines, likewise; any error is no lines.
     std::vector<std::string> sourceLines(const Frame& frame) override;
 
+    // A code object's line table read once (co_lines), for a code object with many sites:
+    // PyCode_Addr2Line scans the table from its start on every call, so a module of 10^4
+    // allocating lines cost 10^8 steps a report.
+    struct LineRange {
+        int start;
+        int end;
+        int line;
+    };
+
   private:
     struct CodeInfo {
         std::string file;
         std::string function;
         FileClass where;
+        int lookups = 0;
+        std::vector<LineRange> lines; // sorted by start; built after kTableAfter lookups
     };
-    const CodeInfo& info(PyCodeObject* code);
+    static constexpr int kTableAfter = 16;
+    CodeInfo& info(PyCodeObject* code);
+    int lineOf(PyCodeObject* code, CodeInfo& ci, int offset);
     // Whether an unpinned frame's code pointer is a code object alive now.
     bool liveCode(uintptr_t code);
 

@@ -250,7 +250,7 @@ std::string TrackingSession::reportJson(const ReportInputs& inputs,
                                 describeTensors ? static_cast<BlockDescriber&>(tensors) : none,
                                 explain ? &finder : nullptr);
     d_lastWalk = finder.stats();
-    return toJson(report, indent);
+    return inputs.verdicts_only ? verdictsJson(report) : toJson(report, indent);
 }
 
 } // namespace torchleak::python
