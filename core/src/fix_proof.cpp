@@ -7,8 +7,10 @@
 #include "report_assembly.h"
 #include "torchleak/display_text.h"
 #include "torchleak/retention.h"
+#include "torchleak/suggestion.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -49,6 +51,7 @@ std::string otherHolder(const BlockPath& path) {
 struct CutResult {
     uint64_t keptBytes = 0;
     std::optional<BlockPath> other;
+    bool keptOnlyNewest = true; // every block still reached was born in the newest iteration
 };
 
 std::optional<CutResult>
@@ -62,9 +65,14 @@ cutAndWalk(RetentionExplainer& explainer, const std::vector<FindingBlock>& chose
         return std::nullopt;
     }
     CutResult result;
+    uint32_t newest = 0;
+    for (const FindingBlock& b : chosen) {
+        newest = std::max(newest, b.birth);
+    }
     for (const FindingBlock& b : chosen) {
         if (auto it = stillReached->find(b.block); it != stillReached->end()) {
             result.keptBytes += b.size;
+            result.keptOnlyNewest = result.keptOnlyNewest && b.birth == newest;
             if (!result.other) {
                 result.other = it->second;
             }
@@ -204,9 +212,12 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
                 f.suggestion = partialFixText(f, proof, true);
                 f.fix_code.clear();
             } else {
-                // Most of it freed (the rest is often the loop's current state, held by a
-                // local until the next iteration): the fix stands, with what it leaves.
-                f.suggestion += " (" + partialFixText(f, proof, false) + ")";
+                // Most of it freed: the fix stands, with what it leaves. Not said when what is
+                // left is the newest iteration's, held by a name the loop rebinds (`loss` beside
+                // `losses`): that is the loop's current state, not a second holder to release.
+                if (!(holderCut->keptOnlyNewest && isPythonName(proof.also_held_by))) {
+                    f.suggestion += " (" + partialFixText(f, proof, false) + ")";
+                }
                 if (2 * proof.frees_bytes < f.total_bytes) {
                     f.fix_code.clear();
                 }

@@ -528,6 +528,13 @@ void ReportBuilder::describeExamples() {
 // then the allow-list; then the fix, in words and, with the site's line, as code. (A leak's
 // severity is its cause's, set by groupCauses; every other finding is Info.)
 void ReportBuilder::finalizeFindings() {
+    const auto sourceOf = [this](const Frame& frame) -> const std::vector<std::string>& {
+        auto [it, fresh] = d_sourceFiles.try_emplace(frame.file);
+        if (fresh) {
+            it->second = d_symbolizer.sourceLines(frame);
+        }
+        return it->second;
+    };
     for (FindingDraft& draft : d_drafts) {
         settleVerdict(draft);
         Finding& f = draft.finding;
@@ -543,16 +550,11 @@ void ReportBuilder::finalizeFindings() {
         f.compiled_op = compiledOpOf(f.stack, d_symbolizer);
         // The fix as a line of Python, where the rule is certain of it (it reads the site's
         // line: `losses.append(loss)` becomes `losses.append(loss.item())`).
-        f.fix_code = suggestFixCode(f);
+        static const std::vector<std::string> kNoLines;
+        f.fix_code =
+            suggestFixCode(f, f.verdict == Verdict::Leak && f.holder ? sourceOf(f.site) : kNoLines);
         // Clearing a holder the loop reads is no fix: it crashes the next iteration.
         if (f.verdict == Verdict::Leak && f.holder && advice.clears_holder) {
-            const auto sourceOf = [this](const Frame& frame) -> const std::vector<std::string>& {
-                auto [it, fresh] = d_sourceFiles.try_emplace(frame.file);
-                if (fresh) {
-                    it->second = d_symbolizer.sourceLines(frame);
-                }
-                return it->second;
-            };
             if (auto read = loopReadAnywhere(f, sourceOf)) {
                 f.suggestion = loopReadFixText(f, *read);
                 f.fix_code.clear();

@@ -176,11 +176,6 @@ std::optional<std::string> suggestForTorchOwner(const Finding& f) {
     return std::nullopt;
 }
 
-const PathStep* entryOf(const Finding& f) {
-    auto k = holderEnd(f);
-    return k ? &f.path[*k + 1] : nullptr;
-}
-
 // "3": a holder's growth per iteration, rounded.
 std::string growthText(const Holder& h) {
     return std::to_string(static_cast<long long>(h.growth_per_iteration + 0.5));
@@ -289,29 +284,10 @@ std::optional<std::string> suggestForModuleRegistry(const Finding& f) {
 
 } // namespace
 
-namespace {
-// The output cache's fix as one line a cell can run: `%reset -f out` drops Out and the `_n`
-// names, and leaves the last three outputs in IPython's hidden namespace, which keep them.
-std::string outputCacheFixCode(const std::string& root) {
-    const std::string hidden = "get_ipython().user_ns_hidden.update(_='', __='', ___='')";
-    return isHiddenOutputCacheRoot(root)
-               ? hidden
-               : "get_ipython().run_line_magic('reset', '-f out'); " + hidden;
+const PathStep* entryOf(const Finding& f) {
+    auto k = holderEnd(f);
+    return k ? &f.path[*k + 1] : nullptr;
 }
-
-// IPython keeps the traceback twice, in sys.last_* and in the shell's traceback printer, and
-// its ExecutionResult of the failed cell is a reference cycle with the frames: the fix clears
-// both and collects the cycle, or the memory stays.
-std::string lastExceptionFixCode(const Finding& f) {
-    const bool ipython =
-        !f.path.empty() && f.path.front().note.find("InteractiveTB") != std::string::npos;
-    std::string code = ipython ? "import sys, gc" : "import sys";
-    code += "; sys.last_value = sys.last_traceback = sys.last_exc = None";
-    // The trailing ';' keeps IPython from showing (and caching) gc.collect()'s count.
-    code += ipython ? "; get_ipython().InteractiveTB.tb = None; gc.collect();" : "";
-    return code;
-}
-} // namespace
 
 std::string boundedForm(const std::string& type) {
     for (const char* dict : {"dict", "OrderedDict", "defaultdict", "collections.OrderedDict",
@@ -510,113 +486,6 @@ FixAdvice adviseFix(const Finding& f) {
            ".detach() or .item() copies, or clear the container";
 }
 
-namespace {
-std::string_view trimmed(std::string_view text) {
-    const auto first = text.find_first_not_of(" \t");
-    const auto last = text.find_last_not_of(" \t\r\n");
-    return first == std::string_view::npos ? std::string_view()
-                                           : text.substr(first, last - first + 1);
-}
-
-// The holder's path as Python can read it: a name, then `.attribute`, `[integer]` or
-// `['string']` steps. A path that passes through what has no Python spelling (a closure's
-// `<cell self>`, a hook dict's bound method) is no expression: its fix gets no code.
-bool isPythonAccessChain(std::string_view path) {
-    auto identifier = [&](size_t& i) {
-        if (i >= path.size() ||
-            !(std::isalpha(static_cast<unsigned char>(path[i])) || path[i] == '_')) {
-            return false;
-        }
-        while (i < path.size() &&
-               (std::isalnum(static_cast<unsigned char>(path[i])) || path[i] == '_')) {
-            ++i;
-        }
-        return true;
-    };
-    size_t i = 0;
-    if (!identifier(i)) {
-        return false;
-    }
-    while (i < path.size()) {
-        if (path[i] == '.') {
-            ++i;
-            if (!identifier(i)) {
-                return false;
-            }
-        } else if (path[i] == '[') {
-            ++i;
-            if (i < path.size() && (path[i] == '\'' || path[i] == '"')) {
-                const char quote = path[i++];
-                while (i < path.size() && path[i] != quote) {
-                    i += (path[i] == '\\') ? 2 : 1;
-                }
-                if (i >= path.size()) {
-                    return false;
-                }
-                ++i;
-            } else {
-                i += (i < path.size() && path[i] == '-') ? 1 : 0;
-                const size_t digits = i;
-                while (i < path.size() && std::isdigit(static_cast<unsigned char>(path[i]))) {
-                    ++i;
-                }
-                if (i == digits) {
-                    return false;
-                }
-            }
-            if (i >= path.size() || path[i] != ']') {
-                return false;
-            }
-            ++i;
-        } else {
-            return false;
-        }
-    }
-    return true;
-}
-
-// A primary expression (`loss`, `out.loss`, `torch.tanh(x)`, `(a @ b).sum()`): a method call
-// appended to it binds to the whole, so it needs no parentheses.
-bool isPrimary(std::string_view expr) {
-    if (expr.empty() || !(std::isalpha(static_cast<unsigned char>(expr.front())) ||
-                          expr.front() == '_' || expr.front() == '(')) {
-        return false;
-    }
-    int depth = 0;
-    for (char c : expr) {
-        if (c == '(' || c == '[' || c == '{') {
-            ++depth;
-        } else if (c == ')' || c == ']' || c == '}') {
-            --depth;
-        } else if (depth == 0 &&
-                   !(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) {
-            return false; // an operator, a space, a keyword's space: not one primary
-        }
-    }
-    return expr.back() != '.';
-}
-
-// The argument of `holder.append(ARG)` when the whole line is that one call.
-std::optional<std::string_view> appendedTo(std::string_view line, const std::string& holder) {
-    const std::string prefix = holder + ".append(";
-    if (line.substr(0, prefix.size()) != prefix || line.back() != ')') {
-        return std::nullopt;
-    }
-    std::string_view arg = trimmed(line.substr(prefix.size(), line.size() - prefix.size() - 1));
-    // One argument, its brackets balanced: nothing the rewrite could change the meaning of.
-    int depth = 0;
-    for (char c : arg) {
-        depth += (c == '(' || c == '[' || c == '{')   ? 1
-                 : (c == ')' || c == ']' || c == '}') ? -1
-                                                      : 0;
-        if (depth < 0 || (depth == 0 && c == ',') || c == '#' || c == '"' || c == '\'') {
-            return std::nullopt;
-        }
-    }
-    return depth == 0 && !arg.empty() ? std::optional<std::string_view>(arg) : std::nullopt;
-}
-} // namespace
-
 std::string suggestForSharedNewKey(const std::vector<std::string>& holders,
                                    const std::string& newKey) {
     std::vector<std::string> shortened;
@@ -628,58 +497,6 @@ std::string suggestForSharedNewKey(const std::vector<std::string>& holders,
            std::to_string(holders.size()) + " containers every iteration (" + named +
            "): clearing one frees only its share. Delete the key from every one of them once it "
            "is used (del container[key] in each, where the key is added), or reuse one key";
-}
-
-std::string suggestFixCode(const Finding& f) {
-    const std::string root = f.path.empty() ? "" : f.path.front().label;
-    if (f.verdict == Verdict::Leak && !f.path.empty() && isOutputCacheRoot(f.path.front())) {
-        return outputCacheFixCode(root);
-    }
-    if (f.verdict == Verdict::Leak && isLastExceptionRoot(root)) {
-        return lastExceptionFixCode(f);
-    }
-    // A dict of hooks is emptied by removing the hooks, which only their handles do safely; a
-    // library's private state by the library.
-    if (f.verdict != Verdict::Leak || !f.holder || f.holder->hooks || f.holder->library ||
-        f.retention != Retention::Reachable) {
-        return "";
-    }
-    const std::string& holder = f.holder->path_text;
-    if (!isPythonAccessChain(holder)) {
-        return ""; // every line of fix_code must run as written
-    }
-    // The holder keeps graphs: through grad_fn steps, or as tensors that carry their own.
-    const bool graph =
-        keepsAutogradGraph(f.path) ||
-        (!f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos);
-    if (graph) {
-        const std::string_view line = f.site.source ? trimmed(*f.site.source) : "";
-        const auto arg = appendedTo(line, holder);
-        const PathStep* entry = entryOf(f);
-        if (!arg || entry == nullptr || !entry->tensor) {
-            return "";
-        }
-        int64_t numel = 1;
-        for (int64_t d : entry->tensor->shape) {
-            numel *= d;
-        }
-        // Appended piece by piece: GCC 12 warns falsely on "(" + std::string(...) (-Wrestrict).
-        std::string code = holder + ".append(";
-        const bool bare = isPrimary(*arg);
-        code += bare ? "" : "(";
-        code += *arg;
-        code += bare ? "" : ")";
-        code += numel == 1 ? ".item())" : ".detach())";
-        return code;
-    }
-    const PathStep* entry = entryOf(f);
-    const auto k = holderEnd(f);
-    if (entry != nullptr && k &&
-        (f.path[*k].type == "list" || f.path[*k].type == "dict" ||
-         f.path[*k].type == "collections.deque" || f.path[*k].type == "set")) {
-        return holder + ".clear()";
-    }
-    return "";
 }
 
 } // namespace torchleak

@@ -53,6 +53,36 @@ TEST_CASE("A loss appended with its graph: the site's own line keeps .item() or 
             "self.hist.append(out.mean(0).detach())");
 }
 
+TEST_CASE("The append below the site, in its block, of the name the site assigns") {
+    // #62 item 7: `loss = ...; loss.backward(); losses.append(loss)` had no code at all.
+    const std::vector<std::string> file = {
+        "for xb, yb in batches:\n",                    // 1
+        "    loss = F.cross_entropy(model(xb), yb)\n", // 2: the site
+        "    loss.backward()\n",                       // 3
+        "    # keep it for the curve\n",               // 4
+        "\n",                                          // 5
+        "    losses.append(loss)\n",                   // 6
+        "print(len(losses))\n",                        // 7
+        "losses.append(loss)\n"};                      // 8: after the block
+    Finding below = kept("losses", "loss = F.cross_entropy(model(xb), yb)", {}, true);
+    below.site.line = 2;
+    REQUIRE(suggestFixCode(below, file) == "losses.append(loss.item())");
+    // Another name appended, or the append after the block ended: not the site's tensor.
+    std::vector<std::string> other = file;
+    other[5] = "    losses.append(val_loss)\n";
+    REQUIRE(suggestFixCode(below, other).empty());
+    std::vector<std::string> outside = file;
+    outside[5] = "    pass\n";
+    REQUIRE(suggestFixCode(below, outside).empty());
+    // A comparison is no assignment; no file, no code.
+    Finding compared = kept("losses", "loss == best", {}, true);
+    compared.site.line = 2;
+    other = file;
+    other[1] = "    loss == best\n";
+    REQUIRE(suggestFixCode(compared, other).empty());
+    REQUIRE(suggestFixCode(below).empty());
+}
+
 TEST_CASE("No code where the rewrite could be wrong") {
     // Another line than the append, a second argument, a comment, a string, another holder.
     REQUIRE(suggestFixCode(kept("losses", "loss = model(x).sum()", {}, true)).empty());

@@ -411,3 +411,29 @@ def test_frees_of_an_earlier_sessions_blocks_make_no_iteration():
     with torchleak.track() as tracker:
         gc.collect()
     assert tracker.report().iterations == 0
+
+
+def test_the_commonest_leak_gets_its_code_and_no_second_holder_for_the_loops_own_name():
+    # #62 item 7: the site is the loss's line, the append two lines below it; the fix had no
+    # code, and said "clearing losses alone frees only 44 B of 48 B: loss also holds them",
+    # `loss` being the newest step's, rebound by the loop.
+    model = torch.nn.Linear(64, 64)
+    losses = []
+    with torchleak.track() as tracker:
+        for _ in range(12):
+            loss = model(torch.randn(32, 64)).square().mean()
+            loss.backward()
+            losses.append(loss)
+            torchleak.step()
+    [leak] = tracker.report().leaks
+    assert leak.get("fix_code") == "losses.append(loss.item())"
+    assert leak.suggestion.startswith("store loss.item() (or loss.detach()) in losses")
+    assert "also holds" not in leak.suggestion
+    losses = []
+    with torchleak.track() as tracker:  # the fix, applied
+        for _ in range(12):
+            loss = model(torch.randn(32, 64)).square().mean()
+            loss.backward()
+            losses.append(loss.item())
+            torchleak.step()
+    assert tracker.report().leaks == []

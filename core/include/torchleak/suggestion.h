@@ -5,6 +5,7 @@
 #include "torchleak/model.h"
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -42,8 +43,20 @@ std::string suggestForSharedNewKey(const std::vector<std::string>& holders,
 
 // The fix as one line of Python, for the forms where it is certain: the site's own line
 // `holder.append(x)` rewritten to keep `x.item()` (a one-element tensor) or `x.detach()` when the
-// holder keeps autograd graphs; `holder.clear()` for a container that grows. Empty otherwise
-// (and for what is not a leak): a view's copy button then offers nothing rather than prose.
-std::string suggestFixCode(const Finding& finding);
+// holder keeps autograd graphs (or, given the site's file, the line below the site in its block
+// that appends the name the site assigns: `loss = model(x)...` then `losses.append(loss)`);
+// `holder.clear()` for a container that grows. Empty otherwise (and for what is not a leak): a
+// view's copy button then offers nothing rather than prose.
+std::string suggestFixCode(const Finding& finding, const std::vector<std::string>& siteFile = {});
+
+// A bare Python name (`loss`): no attribute, item or closure cell.
+bool isPythonName(std::string_view text);
+// The step just below the holder on the finding's path (the entry it keeps), or nullptr.
+const PathStep* entryOf(const Finding& f);
+// The notebook's output cache emptied, as one line a cell can run (the fix for a result kept
+// by Out or `_`); `root` is the path's root, `_` or `Out`.
+std::string outputCacheFixCode(const std::string& root);
+// The last exception's frames released, as one line (sys.last_*, and IPython's own copy).
+std::string lastExceptionFixCode(const Finding& f);
 
 } // namespace torchleak
