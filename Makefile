@@ -14,10 +14,22 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
-DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format nodejs
+DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format nodejs ccache
 PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" pytest-xdist "ipython>=8" numpy \
 	"jupyterlab==4.5.11" "notebook==7.5.8" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
 	xeus-python playwright uv ruff build "mypy==1.13.0"
+# Every compilation goes through ccache, its cache outside the clone, so that a second run on
+# this machine recompiles only what changed (a clean clone's `make test` compiles torchleak seven
+# times: the install, the core's tests, the fake device, three matrix cells, the GPU proof's dry
+# run). base_dir is the clone: paths inside it are hashed relative to each build folder, so a
+# clone elsewhere hits the entries of the last; no hash of that folder either (RelWithDebInfo's
+# -g would tie each entry to it). Exported as recursive variables, so each recipe asks whether
+# ccache is installed yet (debian-packages installs it): without it, no launcher.
+export CMAKE_CXX_COMPILER_LAUNCHER = $(shell command -v ccache)
+export CCACHE_DIR ?= $(HOME)/.cache/torchleak-ccache
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+export CCACHE_MAXSIZE ?= 5G
 CORE_BUILD := build/core-tests
 DEVICE_BUILD := build/fake-device
 STAMPS := build/stamps
@@ -105,8 +117,12 @@ test-sanitize: install
 # leak cases' CPU half, and a summary that must be complete. On a GPU machine the same script is
 # the one command.
 GPU_PROOF_DRY := build/gpu-proof-dry
+# pip unpacks the sdist under TMPDIR (and builds it in the unpacked tree: pyproject's build-dir):
+# inside the clone, so that ccache finds the last run's objects (a folder outside it never hits).
 gpu-proof-dry: sdist
-	rm -rf $(GPU_PROOF_DRY) $(GPU_PROOF_DRY)-target
+	rm -rf $(GPU_PROOF_DRY) $(GPU_PROOF_DRY)-target $(GPU_PROOF_DRY)-tmp
+	mkdir -p $(GPU_PROOF_DRY)-tmp
+	TMPDIR=$(abspath $(GPU_PROOF_DRY))-tmp \
 	OUT=$(GPU_PROOF_DRY) PROOF_LIMIT_SCALE=4 PYTHON=$(abspath $(PY)) PROOF_TARGET=$(abspath $(GPU_PROOF_DRY))-target \
 	  LEAK_CASES=$(abspath $(LEAK_CASES)) bash tests/cuda/without_system_headers.sh bash tests/cuda/gpu_proof.sh
 	$(PY) tests/cuda/proof_summary.py $(GPU_PROOF_DRY) --check --expect-no-gpu
@@ -195,8 +211,9 @@ leak-cases: install
 
 deps: debian-packages venv
 
+# Again when the Makefile changed (a package joined the list).
 debian-packages: $(STAMPS)/debian
-$(STAMPS)/debian:
+$(STAMPS)/debian: Makefile
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \

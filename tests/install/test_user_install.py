@@ -89,6 +89,10 @@ def as_user(user, command, timeout=900):
     env = dict(os.environ, HOME=user.pw_dir, USER=USER, LOGNAME=USER)
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
+    # The Makefile's ccache (its cache is root's) is the project's, not a user's.
+    env.pop("CMAKE_CXX_COMPILER_LAUNCHER", None)
+    for name in [name for name in env if name.startswith("CCACHE_")]:
+        env.pop(name)
     proc = subprocess.run(
         ["bash", str(ROOT / "tests" / "cuda" / "without_system_headers.sh"), "runuser", "-u", USER, "--"]
         + ["bash", "-c", f"set -euo pipefail; {command}"],
