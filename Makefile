@@ -166,7 +166,8 @@ lab-newest: venv
 	$(PY) -m uv pip install -q --python $(LAB_NEWEST)/bin/python --upgrade "jupyterlab>=4,<5" "notebook>=7,<8"
 
 # The platform matrix (tests/matrix/run.py): torchleak built against other CPython and torch
-# versions, each cell in a uv environment of its own under build/matrix with torch from the
+# versions, each cell in a uv environment of its own under ~/.cache/torchleak-matrix (kept between
+# clean clones while torch and Python are unchanged; the builds stay in build/matrix) with torch from the
 # package index, running tests/python and the visible leak-case suite. `make test` runs the two
 # corners, newest and oldest, and the GPU machine's stack (Python 3.12, torch 2.11.0, pybind11
 # 3.1.0); `make test-matrix-full` every cell of docs/platforms.md's table.

@@ -6,7 +6,8 @@
 
 A CELL is PYTHON:TORCH, e.g. 3.13:2.15.0, or PYTHON:TORCH:pybind11==VERSION to build with that
 pybind11 (3.12:2.11.0:pybind11==3.1.0 is the GPU machine's stack). Each cell gets a virtual environment of its own under
-build/matrix/ (made by uv from the interpreter found for PYTHON, torch from the package index:
+~/.cache/torchleak-matrix/ ($TORCHLEAK_MATRIX_ENVS; kept between runs and clones while what it
+holds is unchanged; made by uv from the interpreter found for PYTHON, torch from the package index:
 the CUDA build with its nvidia-* packages, which runs on the CPU; uv's one cache hard-links
 them, so a second environment of the same torch costs seconds and little disk), a build of
 torchleak against that torch in a build directory of its own, then the python tier
@@ -30,6 +31,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MATRIX_DIR = os.path.join(ROOT, "build", "matrix")
+# The cells' virtualenvs live outside the clone ($TORCHLEAK_MATRIX_ENVS, else ~/.cache), kept
+# by the stamp of what they hold: a clean clone's run reuses them while torch and Python are
+# unchanged. The builds stay in the clone (build/matrix), where ccache finds their objects.
+MATRIX_ENVS = os.environ.get("TORCHLEAK_MATRIX_ENVS") or os.path.join(
+    os.path.expanduser("~"), ".cache", "torchleak-matrix"
+)
 # What the python tier imports besides torch and torchleak (pyproject's build requirements too:
 # the extension is built without isolation, against the cell's torch).
 TEST_PACKAGES = [
@@ -204,7 +211,7 @@ def run_cell(spec, leak_cases, log_dir):
     with open(result["log"], "w") as log:
         try:
             python = make_environment(
-                python_version, torch_version, os.path.join(cell_dir, "venv"), log, pybind11_version
+                python_version, torch_version, os.path.join(MATRIX_ENVS, name), log, pybind11_version
             )
             build(python, cell_dir, log)
             code, out = run(
