@@ -132,6 +132,7 @@ std::vector<Cause> groupCauses(Report& report, const AnalysisConfig& config) {
             const std::string fix = suggestForSharedNewKey(c.holders, c.new_key);
             for (int i : c.findings) {
                 report.findings[i].suggestion = fix;
+                report.findings[i].fix_rule = "shared-new-key";
                 report.findings[i].fix_code.clear();
             }
         }

@@ -210,6 +210,7 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
             const bool freesNothing = holderCut->keptBytes == chosenBytes;
             if (freesNothing) {
                 f.suggestion = partialFixText(f, proof, true);
+                f.fix_rule = "holder-frees-nothing";
                 f.fix_code.clear();
             } else {
                 // Most of it freed: the fix stands, with what it leaves. Not said when what is

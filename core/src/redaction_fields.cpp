@@ -79,6 +79,7 @@ std::span<const RedactionField> redactionFields() {
         {"findings[].autograd_node", Redaction::Keep},
         {"findings[].dtype", Redaction::Drop},
         {"findings[].fix_code", Redaction::Drop},
+        {"findings[].fix_rule", Redaction::Keep},
         {"findings[].suggestion", Redaction::Sentence},
         {"findings[].path_text", Redaction::Sentence},
         {"findings[].path_short", Redaction::WrittenAgain},

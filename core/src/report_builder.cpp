@@ -540,6 +540,7 @@ void ReportBuilder::finalizeFindings() {
         Finding& f = draft.finding;
         const FixAdvice advice = adviseFix(f);
         f.suggestion = advice.text;
+        f.fix_rule = advice.rule;
         if (f.verdict == Verdict::Leak && f.released_periodically) {
             f.suggestion += " (it is released only at a coarser boundary, such as an epoch "
                             "end, and grows within each)";
@@ -557,6 +558,7 @@ void ReportBuilder::finalizeFindings() {
         if (f.verdict == Verdict::Leak && f.holder && advice.clears_holder) {
             if (auto read = loopReadAnywhere(f, sourceOf)) {
                 f.suggestion = loopReadFixText(f, *read);
+                f.fix_rule = "bound-what-the-loop-reads";
                 f.fix_code.clear();
                 f.holder_read = std::move(read);
             }

@@ -274,6 +274,10 @@ json findingJson(const Finding& f, const Report& r) {
     if (!f.fix_code.empty()) {
         fj["fix_code"] = f.fix_code;
     }
+    // Beside `fix`, not in it: a finding's `fix` object says its fix was checked on the heap.
+    if (!f.fix_rule.empty()) {
+        fj["fix_rule"] = f.fix_rule;
+    }
     if (f.fix) {
         fj["fix"] = {{"frees_bytes", f.fix->frees_bytes}, {"also_held_by", f.fix->also_held_by}};
         if (!f.fix->owner.empty()) {
@@ -407,6 +411,7 @@ Finding findingFrom(const json& fj) {
     f.path_text = fj.value("path_text", "");
     f.holder = holderFrom(fj);
     f.suggestion = fj.value("suggestion", "");
+    f.fix_rule = fj.value("fix_rule", "");
     f.fix_code = fj.value("fix_code", "");
     if (fj.contains("fix") && fj["fix"].is_object()) {
         const json& fix = fj["fix"];

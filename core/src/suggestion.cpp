@@ -350,140 +350,287 @@ std::string suggestFix(const Finding& f) {
     return adviseFix(f).text;
 }
 
+namespace {
+// One remedy: its premise about the finding and the advice it gives when the premise holds,
+// together in one function (nullopt: the premise does not hold). Ordered in kRemedyRules: the
+// first that holds gives the fix, so a rule for a narrower pattern stands before a wider one.
+using Remedy = std::optional<FixAdvice> (*)(const Finding&);
+struct RemedyRule {
+    const char* name; // written as the finding's fix_rule
+    Remedy remedy;
+};
+
+bool leakKeptBy(const Finding& f, Retention retention) {
+    return f.verdict == Verdict::Leak && f.retention == retention;
+}
+
+bool cppOnlyNoted(const Finding& f, std::string_view note) {
+    return leakKeptBy(f, Retention::CppOnly) && !f.path.empty() &&
+           f.path.front().note.find(note) != std::string::npos;
+}
+
+std::string rootOf(const Finding& f) {
+    return f.path.empty() ? "" : f.path.front().label;
+}
+
+// From here on every rule's finding is a leak held from a named root (kRemedyRules' order).
+bool keepsGraph(const Finding& f) {
+    return keepsAutogradGraph(f.path);
+}
+
+const RemedyRule kRemedyRules[] = {
+    {"undecided",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Undecided) {
+             return std::nullopt;
+         }
+         return "nothing to fix yet: if it grows again it is a leak that steps (at each "
+                "evaluation or epoch, say), if it stays flat a cache that filled; a longer run "
+                "tells";
+     }},
+    {"slow-record",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Growth) {
+             return std::nullopt;
+         }
+         const std::string holder = f.holder ? f.holder->path_text : f.path_text;
+         return holder +
+                " is a record the program keeps by its own name, of values with no "
+                "autograd graph, growing too slowly to matter: nothing to fix. Bound it (" +
+                boundedForm(f.holder ? f.holder->type : "") + ") only if the run is to last longer";
+     }},
+    {"cycle",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (!leakKeptBy(f, Retention::Cycle)) {
+             return std::nullopt;
+         }
+         return suggestForCycle(f);
+     }},
+    {"torch-owner",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak) {
+             return std::nullopt;
+         }
+         auto owner = suggestForTorchOwner(f);
+         return owner ? std::optional<FixAdvice>(*owner) : std::nullopt;
+     }},
+    {"saved-view-of-output",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (!cppOnlyNoted(f, kSavedViewOfOutput)) {
+             return std::nullopt;
+         }
+         return "a custom autograd.Function saved a view of its own output with "
+                "ctx.save_for_backward, a cycle through C++ that keeps every output: save the "
+                "output itself (autograd saves an output without the cycle) or the inputs you "
+                "recompute it from, not a view of the output";
+     }},
+    {"own-graph-only",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (!cppOnlyNoted(f, "its grad_fn is ")) {
+             return std::nullopt;
+         }
+         const std::string& note = f.path.front().note;
+         return "only its own autograd graph's C++ nodes keep this tensor (" +
+                note.substr(note.find("its grad_fn is ")) +
+                "): a node that saved it, kept by a graph no Python object reaches; keep outputs "
+                ".detach()ed and let graphs go after backward";
+     }},
+    {"cpp-state",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (!leakKeptBy(f, Retention::CppOnly)) {
+             return std::nullopt;
+         }
+         return "no Python object, autograd graph, hook or torch cache that torchleak can read "
+                "keeps it: C++ state torch does not expose does (an extension's or C++ op's "
+                "cache, a graph C++ code holds). Look at what the allocation site calls, and "
+                "free or reset that object";
+     }},
+    {"output-cache",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak || f.path.empty() || !isOutputCacheRoot(f.path.front())) {
+             return std::nullopt;
+         }
+         const std::string root = rootOf(f);
+         if (isHiddenOutputCacheRoot(root)) {
+             return "IPython's hidden namespace keeps the last outputs (_, __ and ___) that "
+                    "%reset -f out leaves behind: run `" +
+                    outputCacheFixCode(root) + "`";
+         }
+         return "the notebook's output cache holds it: end the cell with ';' to not store the "
+                "result, or drop it (IPython's %reset -f out leaves copies of _, __ and ___): "
+                "run `" +
+                outputCacheFixCode(root) + "`";
+     }},
+    {"last-exception",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak || !isLastExceptionRoot(rootOf(f))) {
+             return std::nullopt;
+         }
+         return "the last exception's traceback keeps the failed frame's locals: run `" +
+                lastExceptionFixCode(f) + "`, or re-run the cell successfully";
+     }},
+    {"graph-hook",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak || f.holder ||
+             !(stepStarting(f.path, "<tensor hooks>") || stepStarting(f.path, "<prehooks>") ||
+               stepStarting(f.path, "<hooks>"))) {
+             return std::nullopt;
+         }
+         return "a hook on the autograd graph (Tensor.register_hook, Node.register_hook) keeps "
+                "what its closure captured for as long as the graph lives: capture .detach()ed "
+                "copies or nothing, remove it with handle.remove(), or let the graph go";
+     }},
+    {"hook-dict",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak || !f.holder || !f.holder->hooks) {
+             return std::nullopt;
+         }
+         return hookDictFix(*f.holder);
+     }},
+    {"library-state",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak || !f.holder || !f.holder->library) {
+             return std::nullopt;
+         }
+         return libraryStateFix(f);
+     }},
+    {"python-machinery",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak) {
+             return std::nullopt;
+         }
+         auto machinery = suggestForPythonMachinery(f);
+         return machinery ? std::optional<FixAdvice>(*machinery) : std::nullopt;
+     }},
+    {"ctx-attribute",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         const bool ctxAttr = std::any_of(f.path.begin(), f.path.end(), [](const PathStep& s) {
+             return s.kind == StepKind::Ctx && s.label.rfind(".saved_tensors", 0) != 0;
+         });
+         if (f.verdict != Verdict::Leak || !ctxAttr) {
+             return std::nullopt;
+         }
+         return "a custom autograd.Function keeps a tensor as a ctx attribute: use "
+                "ctx.save_for_backward() (freed after backward), and keep .detach()ed outputs";
+     }},
+    {"grad-with-graph",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         // create_graph=True: a .grad that itself has a graph.
+         bool gradWithGraph = false;
+         for (size_t k = 0; k + 1 < f.path.size(); ++k) {
+             gradWithGraph = gradWithGraph || (f.path[k].kind == StepKind::Grad &&
+                                               f.path[k + 1].kind == StepKind::GradFn);
+         }
+         if (f.verdict != Verdict::Leak || !gradWithGraph) {
+             return std::nullopt;
+         }
+         return ".grad was built with create_graph=True and keeps its graph: reset it "
+                "(param.grad = None / zero_grad(set_to_none=True)) or use torch.autograd.grad";
+     }},
+    {"kept-with-graph",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         const bool graph =
+             keepsGraph(f) ||
+             (!f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos);
+         if (f.verdict != Verdict::Leak || !f.holder || !graph) {
+             return std::nullopt;
+         }
+         return keptWithGraphFix(f);
+     }},
+    {"recurrent-state",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         const std::string root = rootOf(f);
+         if (f.verdict != Verdict::Leak || !keepsGraph(f) ||
+             (root.find("hidden") == std::string::npos &&
+              root.find("state") == std::string::npos)) {
+             return std::nullopt;
+         }
+         return "detach() the recurrent state between iterations (hidden = hidden.detach())";
+     }},
+    {"graph-of-every-iteration",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak || !keepsGraph(f)) {
+             return std::nullopt;
+         }
+         return "this tensor keeps the autograd graph of every iteration: accumulate "
+                ".item() or .detach(), and wrap evaluation in torch.no_grad()";
+     }},
+    {"module-registry",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak) {
+             return std::nullopt;
+         }
+         auto registry = suggestForModuleRegistry(f);
+         return registry ? std::optional<FixAdvice>(*registry) : std::nullopt;
+     }},
+    {"owner-reset",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         // The object that owns the holder, when its class has its own way to drop the state.
+         const auto k = holderEnd(f);
+         if (f.verdict != Verdict::Leak || !f.holder || !k || *k == 0 ||
+             f.path[*k - 1].note.find(kDefinesResetNote) == std::string::npos) {
+             return std::nullopt;
+         }
+         return shortPath(f.holder->path_text) + " grows by " + growthText(*f.holder) +
+                " per iteration: call " + shortPath(pathText(f.path, *k)) +
+                ".reset() once its values are used (at each epoch end, for a metric); "
+                "its class defines reset() to drop them";
+     }},
+    {"growing-holder",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak || !f.holder) {
+             return std::nullopt;
+         }
+         return FixAdvice(shortPath(f.holder->path_text) + " grows by " + growthText(*f.holder) +
+                              " per iteration: .clear() it, bound it (" +
+                              boundedForm(f.holder->type) + ") or store smaller copies",
+                          true);
+     }},
+    {"attribute",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak || !hasKind(f, StepKind::Attr)) {
+             return std::nullopt;
+         }
+         return "an attribute keeps the last tensors: set it to None when done, or store "
+                ".detach()ed copies";
+     }},
+    {"backward-buffers",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak || !f.autograd_node) {
+             return std::nullopt;
+         }
+         return "gradients or buffers made by " + *f.autograd_node +
+                " in backward stay alive: reset .grad (optimizer.zero_grad(set_to_none=True)) "
+                "and do not keep outputs of backward(create_graph=True)";
+     }},
+    {"kept-reference",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         if (f.verdict != Verdict::Leak) {
+             return std::nullopt;
+         }
+         return "tensors allocated here survive every iteration: something keeps a reference "
+                "(a list or dict that grows, a tensor kept with its autograd graph); keep "
+                ".detach() or .item() copies, or clear the container";
+     }},
+};
+} // namespace
+
 FixAdvice adviseFix(const Finding& f) {
-    if (f.verdict == Verdict::Undecided) {
-        return "nothing to fix yet: if it grows again it is a leak that steps (at each evaluation "
-               "or epoch, say), if it stays flat a cache that filled; a longer run tells";
-    }
-    if (f.verdict == Verdict::Growth) {
-        const std::string holder = f.holder ? f.holder->path_text : f.path_text;
-        return holder +
-               " is a record the program keeps by its own name, of values with no "
-               "autograd graph, growing too slowly to matter: nothing to fix. Bound it (" +
-               boundedForm(f.holder ? f.holder->type : "") + ") only if the run is to last longer";
-    }
-    if (f.verdict != Verdict::Leak) {
-        return "";
-    }
-    if (f.retention == Retention::Cycle) {
-        return suggestForCycle(f);
-    }
-    if (auto owner = suggestForTorchOwner(f)) {
-        return *owner;
-    }
-    if (f.retention == Retention::CppOnly && !f.path.empty() &&
-        f.path.front().note.find(kSavedViewOfOutput) != std::string::npos) {
-        return "a custom autograd.Function saved a view of its own output with "
-               "ctx.save_for_backward, a cycle through C++ that keeps every output: save the "
-               "output itself (autograd saves an output without the cycle) or the inputs you "
-               "recompute it from, not a view of the output";
-    }
-    if (f.retention == Retention::CppOnly && !f.path.empty() &&
-        f.path.front().note.find("its grad_fn is ") != std::string::npos) {
-        return "only its own autograd graph's C++ nodes keep this tensor (" +
-               f.path.front().note.substr(f.path.front().note.find("its grad_fn is ")) +
-               "): a node that saved it, kept by a graph no Python object reaches; keep outputs "
-               ".detach()ed and let graphs go after backward";
-    }
-    if (f.retention == Retention::CppOnly) {
-        return "no Python object, autograd graph, hook or torch cache that torchleak can read "
-               "keeps it: C++ state torch does not expose does (an extension's or C++ op's "
-               "cache, a graph C++ code holds). Look at what the allocation site calls, and "
-               "free or reset that object";
-    }
-    const std::string root = f.path.empty() ? "" : f.path.front().label;
-    if (!f.path.empty() && isOutputCacheRoot(f.path.front())) {
-        if (isHiddenOutputCacheRoot(root)) {
-            return "IPython's hidden namespace keeps the last outputs (_, __ and ___) that "
-                   "%reset -f out leaves behind: run `" +
-                   outputCacheFixCode(root) + "`";
-        }
-        return "the notebook's output cache holds it: end the cell with ';' to not store the "
-               "result, or drop it (IPython's %reset -f out leaves copies of _, __ and ___): "
-               "run `" +
-               outputCacheFixCode(root) + "`";
-    }
-    if (isLastExceptionRoot(root)) {
-        return "the last exception's traceback keeps the failed frame's locals: run `" +
-               lastExceptionFixCode(f) + "`, or re-run the cell successfully";
-    }
-    if (!f.holder && (stepStarting(f.path, "<tensor hooks>") ||
-                      stepStarting(f.path, "<prehooks>") || stepStarting(f.path, "<hooks>"))) {
-        return "a hook on the autograd graph (Tensor.register_hook, Node.register_hook) keeps "
-               "what its closure captured for as long as the graph lives: capture .detach()ed "
-               "copies or nothing, remove it with handle.remove(), or let the graph go";
-    }
-    if (f.holder && f.holder->hooks) {
-        return hookDictFix(*f.holder);
-    }
-    if (f.holder && f.holder->library) {
-        return libraryStateFix(f);
-    }
-    if (auto machinery = suggestForPythonMachinery(f)) {
-        return *machinery;
-    }
-    bool graph = keepsAutogradGraph(f.path);
-    bool ctxAttr = std::any_of(f.path.begin(), f.path.end(), [](const PathStep& s) {
-        return s.kind == StepKind::Ctx && s.label.rfind(".saved_tensors", 0) != 0;
-    });
-    if (ctxAttr) {
-        return "a custom autograd.Function keeps a tensor as a ctx attribute: use "
-               "ctx.save_for_backward() (freed after backward), and keep .detach()ed outputs";
-    }
-    // create_graph=True: a .grad that itself has a graph.
-    bool gradWithGraph = false;
-    for (size_t k = 0; k + 1 < f.path.size(); ++k) {
-        if (f.path[k].kind == StepKind::Grad && f.path[k + 1].kind == StepKind::GradFn) {
-            gradWithGraph = true;
+    for (const RemedyRule& rule : kRemedyRules) {
+        if (auto advice = rule.remedy(f)) {
+            advice->rule = rule.name;
+            return *advice;
         }
     }
-    if (gradWithGraph) {
-        return ".grad was built with create_graph=True and keeps its graph: reset it "
-               "(param.grad = None / zero_grad(set_to_none=True)) or use torch.autograd.grad";
+    return ""; // not a leak: no fix
+}
+
+std::vector<std::string> remedyRuleNames() {
+    std::vector<std::string> names;
+    for (const RemedyRule& rule : kRemedyRules) {
+        names.emplace_back(rule.name);
     }
-    if (graph) {
-        if (f.holder) {
-            return keptWithGraphFix(f);
-        }
-        if (root.find("hidden") != std::string::npos || root.find("state") != std::string::npos) {
-            return "detach() the recurrent state between iterations (hidden = hidden.detach())";
-        }
-        return "this tensor keeps the autograd graph of every iteration: accumulate "
-               ".item() or .detach(), and wrap evaluation in torch.no_grad()";
-    }
-    if (f.holder && !f.path.empty() &&
-        f.path.back().note.find(kKeepsGraphNote) != std::string::npos) {
-        return keptWithGraphFix(f);
-    }
-    if (auto registry = suggestForModuleRegistry(f)) {
-        return *registry;
-    }
-    if (f.holder) {
-        // The object that owns the holder, when its class has its own way to drop the state.
-        auto k = holderEnd(f);
-        if (k && *k > 0 && f.path[*k - 1].note.find(kDefinesResetNote) != std::string::npos) {
-            return shortPath(f.holder->path_text) + " grows by " + growthText(*f.holder) +
-                   " per iteration: call " + shortPath(pathText(f.path, *k)) +
-                   ".reset() once its values are used (at each epoch end, for a metric); "
-                   "its class defines reset() to drop them";
-        }
-        return {shortPath(f.holder->path_text) + " grows by " + growthText(*f.holder) +
-                    " per iteration: .clear() it, bound it (" + boundedForm(f.holder->type) +
-                    ") or store smaller copies",
-                true};
-    }
-    if (hasKind(f, StepKind::Attr)) {
-        return "an attribute keeps the last tensors: set it to None when done, or store "
-               ".detach()ed copies";
-    }
-    if (f.autograd_node) {
-        return "gradients or buffers made by " + *f.autograd_node +
-               " in backward stay alive: reset .grad (optimizer.zero_grad(set_to_none=True)) "
-               "and do not keep outputs of backward(create_graph=True)";
-    }
-    return "tensors allocated here survive every iteration: something keeps a reference "
-           "(a list or dict that grows, a tensor kept with its autograd graph); keep "
-           ".detach() or .item() copies, or clear the container";
+    return names;
 }
 
 std::string suggestForSharedNewKey(const std::vector<std::string>& holders,

@@ -69,6 +69,7 @@ class Finding:
     holder: _Field[dict[str, Any] | None] = _Field()
     suggestion: _Field[str] = _Field()
     fix_code: _Field[str] = _Field()
+    fix_rule: _Field[str] = _Field()
     role: _Field[str] = _Field()
 
     def __init__(self, data: dict[str, Any]) -> None:

@@ -1238,6 +1238,7 @@ def test_a_container_the_loop_reads_is_never_cleared_by_the_fix():
     ), leak.suggestion
     assert "clearing it would break the next iteration" in leak.suggestion
     assert "fix_code" not in leak.to_dict()
+    assert leak.fix_rule == "bound-what-the-loop-reads"  # the rule's fix, written again
 
 
 class Smoother:
@@ -1329,6 +1330,7 @@ def test_a_container_only_filled_around_its_site_keeps_its_clear():
     leak = the_leak(step)
     assert "holder_read" not in leak.to_dict()
     assert leak.fix_code == "state.Y.clear()"
+    assert leak.fix_rule == "growing-holder"
 
 
 class ScaleKeepingModule(torch.autograd.Function):

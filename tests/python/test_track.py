@@ -427,6 +427,7 @@ def test_the_commonest_leak_gets_its_code_and_no_second_holder_for_the_loops_own
             torchleak.step()
     [leak] = tracker.report().leaks
     assert leak.get("fix_code") == "losses.append(loss.item())"
+    assert leak.fix_rule == "kept-with-graph"  # the remedy rule that gave it
     assert leak.suggestion.startswith("store loss.item() (or loss.detach()) in losses")
     assert "also holds" not in leak.suggestion
     losses = []

@@ -59,7 +59,7 @@ export const FIELDS_READ = { report: REPORT, finding: FINDING };
 export const NOT_SHOWN = {
   report: ["schema_version", "torch_version", "python_version", "warmup", "events_recorded",
            "sampling_bytes", "job_id"],
-  finding: ["autograd_node", "block_label", "confidence", "count", "dtype", "shape", "fix", "live_blocks",
+  finding: ["autograd_node", "block_label", "confidence", "count", "dtype", "shape", "fix", "fix_rule", "live_blocks",
             "live_blocks_unlisted", "live_bytes_unlisted", "released_periodically", "retention",
             // its line is quoted in the suggestion the view shows
             "holder_read",

@@ -275,6 +275,10 @@ struct Finding {
     // The fix as a line of code the user can paste, where one can be written with certainty
     // (suggestion.h's suggestFixCode); empty otherwise. Never prose: copying it must run.
     std::string fix_code;
+    // The remedy rule that gave `suggestion` (suggestion.h: a name of remedyRuleNames(), or a
+    // later step's: "bound-what-the-loop-reads", "holder-frees-nothing", "shared-new-key");
+    // empty with no fix.
+    std::string fix_rule;
     std::optional<FixProof> fix; // set where the fix was checked on the heap
     Retention retention = Retention::Unknown;
     bool released_periodically = false; // grows, then freed at a coarser boundary (saw-tooth)

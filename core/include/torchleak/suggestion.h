@@ -20,10 +20,14 @@ struct FixAdvice {
 
     std::string text;
     bool clears_holder = false; // the fix is to .clear() (or bound) finding.holder
+    std::string rule;           // the remedy rule that gave it (Finding::fix_rule)
 };
 
-// Empty text for a finding that is not a leak.
+// The first remedy rule of an ordered table (suggestion.cpp: kRemedyRules) whose premise holds,
+// with its name; empty text (and no rule) for a finding that is not a leak.
 FixAdvice adviseFix(const Finding& finding);
+// The table's rule names, in order (tests and CONTRIBUTING's recipe).
+std::vector<std::string> remedyRuleNames();
 
 // adviseFix's words alone.
 std::string suggestFix(const Finding& finding);
