@@ -184,6 +184,40 @@ std::optional<std::string_view> appendedBelowSite(const Finding& f,
     }
     return std::nullopt;
 }
+
+// `ARG` as the receiver of a method call: parenthesised unless it is one primary expression.
+std::string receiver(std::string_view arg) {
+    if (isPrimary(arg)) {
+        return std::string(arg);
+    }
+    std::string out = "("; // piece by piece: GCC 12 warns falsely on "(" + std::string(...)
+    out += arg;
+    out += ")";
+    return out;
+}
+
+// The site's line storing a view in the holder, storing a copy instead: `holder.append(x)`,
+// `holder[key] = x` (one primary-or-parenthesised value, nothing after it); else "".
+std::string cloneOnSiteLine(const Finding& f, const std::string& holder) {
+    const std::string_view line = f.site.source ? trimmed(*f.site.source) : "";
+    if (const auto arg = appendedTo(line, holder)) {
+        return holder + ".append(" + receiver(*arg) + ".clone())";
+    }
+    if (line.substr(0, holder.size() + 1) != holder + "[") {
+        return "";
+    }
+    const size_t eq = line.find(" = ");
+    if (eq == std::string_view::npos || line.find('#') != std::string_view::npos) {
+        return "";
+    }
+    const std::string_view value = trimmed(line.substr(eq + 3));
+    // The key closes right before " = ": one subscript, no chained assignment or comparison.
+    if (line[eq - 1] != ']' || value.empty() || value.find(" = ") != std::string_view::npos ||
+        value.find('"') != std::string_view::npos || value.find('\'') != std::string_view::npos) {
+        return "";
+    }
+    return std::string(line.substr(0, eq)) + " = " + receiver(value) + ".clone()";
+}
 } // namespace
 
 std::string suggestFixCode(const Finding& f, const std::vector<std::string>& siteFile) {
@@ -230,6 +264,9 @@ std::string suggestFixCode(const Finding& f, const std::vector<std::string>& sit
         code += bare ? "" : ")";
         code += numel == 1 ? ".item())" : ".detach())";
         return code;
+    }
+    if (pinnedBase(f)) {
+        return cloneOnSiteLine(f, holder); // clearing would free it too, but so does a copy
     }
     const PathStep* entry = entryOf(f);
     const auto k = holderEnd(f);

@@ -345,6 +345,130 @@ loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::st
     return readIn(lines, first, last, holder, {{at, at + 1}});
 }
 
+namespace {
+constexpr size_t kMostFrames = 8;
+
+// The site, then the user functions that called it, innermost first.
+std::vector<Frame> loopFrames(const Finding& f) {
+    std::vector<Frame> frames = {f.site};
+    for (const Frame& frame : f.stack) {
+        if (frame.user && !frame.package &&
+            !(frame.file == f.site.file && frame.line == f.site.line)) {
+            frames.push_back(frame);
+        }
+    }
+    return frames;
+}
+
+// The lines of a loop frame: the site's whole function, a caller's loop around its call.
+std::pair<size_t, size_t> loopRange(const std::vector<std::string>& lines, size_t i, size_t at) {
+    return i == 0 ? functionAround(lines, at) : loopAround(lines, at);
+}
+
+// `KEY` of `NAME[KEY] = ...` on the line, a plain name; "" otherwise.
+std::string filledKey(std::string_view line, std::string_view name) {
+    line = line.substr(0, line.find('#'));
+    for (size_t at = line.find(name); at != std::string_view::npos; at = line.find(name, at + 1)) {
+        const size_t open = at + name.size();
+        if (!wholeMention(line, at, open) || open >= line.size() || line[open] != '[') {
+            continue;
+        }
+        const size_t close = line.find(']', open);
+        if (close == std::string_view::npos || !assigns(line.substr(close + 1))) {
+            continue;
+        }
+        const std::string_view key = line.substr(open + 1, close - open - 1);
+        if (!key.empty() && !std::isdigit(static_cast<unsigned char>(key.front())) &&
+            std::all_of(key.begin(), key.end(), isNameChar)) {
+            return std::string(key);
+        }
+    }
+    return "";
+}
+
+// Whether the line takes `key` out of a container other than `name`: `X.pop(key...)`,
+// `del X[key]`, `X.discard(key)`, `X.remove(key)`.
+bool endsKeyElsewhere(std::string_view line, std::string_view name, const std::string& key) {
+    line = line.substr(0, line.find('#'));
+    for (const std::string& form : {".pop(" + key, ".discard(" + key, ".remove(" + key}) {
+        for (size_t at = line.find(form); at != std::string_view::npos;
+             at = line.find(form, at + 1)) {
+            const size_t end = at + form.size();
+            const bool whole = end < line.size() && (line[end] == ')' || line[end] == ',');
+            const std::string_view receiver = line.substr(0, at);
+            const bool self = receiver.size() >= name.size() &&
+                              receiver.substr(receiver.size() - name.size()) == name;
+            if (whole && !self && !insideString(line, at)) {
+                return true;
+            }
+        }
+    }
+    const std::string_view text = skipSpaces(line);
+    const std::string deleted = "[" + key + "]";
+    return startsWith(text, "del ") && text.find(deleted) != std::string_view::npos &&
+           text.find(std::string(name) + deleted) == std::string_view::npos;
+}
+} // namespace
+
+std::optional<EndedKey> endedKeyAnywhere(const Finding& f, const SourceOf& sourceOf) {
+    if (!f.holder || f.holder->path_text.empty()) {
+        return std::nullopt;
+    }
+    const std::string& holder = f.holder->path_text;
+    std::vector<std::string> names = {holder};
+    if (const std::string_view last = lastAttribute(holder); !last.empty()) {
+        names.push_back("self." + std::string(last)); // as its class's methods write it
+    }
+    const std::vector<Frame> frames = loopFrames(f);
+    // Where the loop fills the holder under a key, then where it ends that key elsewhere.
+    std::optional<std::pair<std::string, std::string>> filled; // (name, key)
+    for (size_t i = 0; i < frames.size() && i < kMostFrames && !filled; ++i) {
+        const std::vector<std::string>& lines = sourceOf(frames[i]);
+        if (frames[i].line <= 0 || static_cast<size_t>(frames[i].line) > lines.size()) {
+            continue;
+        }
+        const auto [first, last] = loopRange(lines, i, static_cast<size_t>(frames[i].line) - 1);
+        for (size_t k = first; k < last && !filled; ++k) {
+            for (const std::string& name : names) {
+                if (std::string key = filledKey(lines[k], name); !key.empty()) {
+                    filled.emplace(name, std::move(key));
+                    break;
+                }
+            }
+        }
+    }
+    if (!filled) {
+        return std::nullopt;
+    }
+    for (size_t i = 0; i < frames.size() && i < kMostFrames; ++i) {
+        const std::vector<std::string>& lines = sourceOf(frames[i]);
+        if (frames[i].line <= 0 || static_cast<size_t>(frames[i].line) > lines.size()) {
+            continue;
+        }
+        const auto [first, last] = loopRange(lines, i, static_cast<size_t>(frames[i].line) - 1);
+        for (size_t k = first; k < last; ++k) {
+            if (endsKeyElsewhere(lines[k], filled->first, filled->second)) {
+                HolderRead ended = readAt(lines, k);
+                ended.file = frames[i].file == f.site.file ? "" : frames[i].file;
+                return EndedKey{filled->first, filled->second, std::move(ended)};
+            }
+        }
+    }
+    return std::nullopt;
+}
+
+std::string endedKeyFixText(const Finding& f, const EndedKey& ended) {
+    const std::string where =
+        ended.ended.file.empty()
+            ? "line " + std::to_string(ended.ended.line)
+            : ended.ended.file.substr(ended.ended.file.find_last_of("/\\") + 1) + ", line " +
+                  std::to_string(ended.ended.line);
+    return shortPath(f.holder->path_text) + " keeps an entry under every " + ended.key +
+           " after the loop is done with it (" + where + " ends it: " + ended.ended.source +
+           "): pop the entry there too (" + ended.name + ".pop(" + ended.key +
+           ", None)). Clearing it would also drop the entries still in use";
+}
+
 std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sourceOf) {
     if (!f.holder || f.holder->path_text.empty()) {
         return std::nullopt;
@@ -358,15 +482,7 @@ std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sou
         return read;
     };
     std::set<std::string> called;
-    // The site, then the functions that called it, innermost first.
-    std::vector<Frame> frames = {f.site};
-    for (const Frame& frame : f.stack) {
-        if (frame.user && !frame.package &&
-            !(frame.file == f.site.file && frame.line == f.site.line)) {
-            frames.push_back(frame);
-        }
-    }
-    constexpr size_t kMostFrames = 8;
+    const std::vector<Frame> frames = loopFrames(f);
     // Per file, the lines already read: a caller whose loop holds its callee (a nested
     // `def step()`) reads only its own lines.
     std::map<std::string, LineRanges> read;
@@ -377,8 +493,7 @@ std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sou
             continue;
         }
         const size_t at = static_cast<size_t>(frame.line) - 1;
-        // The site's whole function; a caller's loop around its call.
-        const auto range = i == 0 ? functionAround(lines, at) : loopAround(lines, at);
+        const auto range = loopRange(lines, i, at);
         LineRanges skip = read[frame.file];
         skip.emplace_back(at, at + 1);
         if (auto found = readIn(lines, range.first, range.second, holder, skip)) {

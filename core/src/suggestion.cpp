@@ -289,6 +289,37 @@ const PathStep* entryOf(const Finding& f) {
     return k ? &f.path[*k + 1] : nullptr;
 }
 
+namespace {
+// Bytes per element of a dtype as the walker names it (tensor_index.cpp's dtypeName); 0 unknown.
+uint64_t elementBytes(const std::string& dtype) {
+    static const std::pair<const char*, uint64_t> kSizes[] = {
+        {"float32", 4}, {"float64", 8}, {"float16", 2},   {"bfloat16", 2},
+        {"uint8", 1},   {"int8", 1},    {"int16", 2},     {"int32", 4},
+        {"int64", 8},   {"bool", 1},    {"complex64", 8}, {"complex128", 16}};
+    for (const auto& [name, bytes] : kSizes) {
+        if (dtype == name) {
+            return bytes;
+        }
+    }
+    return 0;
+}
+} // namespace
+
+std::optional<PinnedBase> pinnedBase(const Finding& f) {
+    const PathStep* entry = entryOf(f);
+    if (entry == nullptr || !entry->tensor || entry->note.rfind("a view: ", 0) != 0) {
+        return std::nullopt;
+    }
+    uint64_t own = elementBytes(entry->tensor->dtype);
+    for (int64_t d : entry->tensor->shape) {
+        own *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+    }
+    if (own == 0 || entry->tensor->nbytes < 2 * own) {
+        return std::nullopt;
+    }
+    return PinnedBase{own, entry->tensor->nbytes};
+}
+
 std::string boundedForm(const std::string& type) {
     for (const char* dict : {"dict", "OrderedDict", "defaultdict", "collections.OrderedDict",
                              "collections.defaultdict"}) {
@@ -562,6 +593,19 @@ const RemedyRule kRemedyRules[] = {
          }
          auto registry = suggestForModuleRegistry(f);
          return registry ? std::optional<FixAdvice>(*registry) : std::nullopt;
+     }},
+    {"view-pins-base",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         const auto pinned = pinnedBase(f);
+         if (f.verdict != Verdict::Leak || !f.holder || !pinned) {
+             return std::nullopt;
+         }
+         // A .detach() shares the storage too: only a copy lets the batch go.
+         return "each entry of " + shortPath(f.holder->path_text) +
+                " is a view into a bigger tensor: it keeps " +
+                formatBytes(static_cast<double>(pinned->storage_bytes)) + ", not its own " +
+                formatBytes(static_cast<double>(pinned->own_bytes)) +
+                ". Store a .clone() of it (a .detach() shares the storage and frees nothing)";
      }},
     {"owner-reset",
      [](const Finding& f) -> std::optional<FixAdvice> {

@@ -192,3 +192,52 @@ TEST_CASE("A mention inside a string literal is not a read") {
     CHECK(readsHolder("x = store['train'][-1]", "store['train']"));
     CHECK(readsHolder("print('a \\' b', state.Y[-1])", "state.Y"));
 }
+
+TEST_CASE("An entry under a key the loop ends elsewhere is popped there, not cleared") {
+    // A serving loop: prefill fills state.kv_cache[rid] (the site is the cache's allocation in
+    // a helper), decode reads it, and the loop ends the request with state.active.pop(rid).
+    Frame site = at("model.py", 2);
+    site.user = true;
+    Frame loop = at("serve.py", 6);
+    loop.user = true;
+    Finding kv = leakIn("state", "kv_cache", site, {loop});
+    kv.holder->type = "dict";
+    const std::vector<std::string> serve = {
+        "while queue:\n",                                                 // 1
+        "    for rid in list(state.active):\n",                           // 2
+        "        if rid not in state.kv_cache:\n",                        // 3
+        "            state.kv_cache[rid] = prefill(state.active[rid])\n", // 4
+        "        tokens = decode(state.kv_cache[rid])\n",                 // 5
+        "        step(rid, tokens)\n",                                    // 6: the call to the site
+        "        if done(tokens):\n",                                     // 7
+        "            state.active.pop(rid)  # finished\n"};               // 8
+    const std::vector<std::string> model = {"def prefill(x):\n", "    return torch.zeros(8, 64)\n"};
+    auto ended = endedKeyAnywhere(kv, filesOf({{"serve.py", serve}, {"model.py", model}}));
+    REQUIRE(ended);
+    CHECK(ended->name == "state.kv_cache");
+    CHECK(ended->key == "rid");
+    CHECK(ended->ended.line == 8);
+    CHECK(ended->ended.source == "state.active.pop(rid)  # finished");
+    CHECK(ended->ended.file == "serve.py");
+    const std::string text = endedKeyFixText(kv, *ended);
+    CHECK(text.find("state.kv_cache.pop(rid, None)") != std::string::npos);
+    CHECK(text.find("serve.py, line 8 ends it") != std::string::npos);
+
+    // The key ended only in the holder itself, under another key, or never: nothing.
+    std::vector<std::string> own = serve;
+    own[7] = "            state.kv_cache.pop(rid)\n";
+    CHECK_FALSE(endedKeyAnywhere(kv, filesOf({{"serve.py", own}, {"model.py", model}})));
+    std::vector<std::string> other = serve;
+    other[7] = "            state.active.pop(request)\n";
+    CHECK_FALSE(endedKeyAnywhere(kv, filesOf({{"serve.py", other}, {"model.py", model}})));
+    std::vector<std::string> kept = serve;
+    kept[7] = "            pass\n";
+    CHECK_FALSE(endedKeyAnywhere(kv, filesOf({{"serve.py", kept}, {"model.py", model}})));
+    // `del pending[rid]` ends it too; a key that is an expression is not read.
+    std::vector<std::string> deleted = serve;
+    deleted[7] = "            del pending[rid]\n";
+    CHECK(endedKeyAnywhere(kv, filesOf({{"serve.py", deleted}, {"model.py", model}})));
+    std::vector<std::string> computed = serve;
+    computed[3] = "            state.kv_cache[rid + 1] = prefill(state.active[rid])\n";
+    CHECK_FALSE(endedKeyAnywhere(kv, filesOf({{"serve.py", computed}, {"model.py", model}})));
+}

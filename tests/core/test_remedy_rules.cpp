@@ -38,6 +38,20 @@ Finding heldBy(const std::string& root, std::vector<PathStep> below = {}) {
     return f;
 }
 
+// `cache['<text>']` holds a 1024-float row of a 192-row batch: a view that keeps 768 KiB.
+Finding rowOfBatch(const std::string& source) {
+    Finding f = heldBy("cache");
+    f.path[0].type = "dict";
+    f.holder->type = "dict";
+    f.path[1].note = "a view: its ._base storage (786432 bytes) stays alive with it";
+    f.path[1].tensor = TensorInfo{};
+    f.path[1].tensor->dtype = "float32";
+    f.path[1].tensor->shape = {1024};
+    f.path[1].tensor->nbytes = 192 * 4096;
+    f.site.source = source;
+    return f;
+}
+
 // One finding of each rule's pattern, by rule name.
 std::map<std::string, Finding> patterns() {
     std::map<std::string, Finding> p;
@@ -85,6 +99,7 @@ std::map<std::string, Finding> patterns() {
               step(StepKind::Attr, ".preds", "list"), step(StepKind::Index, "[3]", "Tensor")});
     metric.holder = Holder{"metric.preds", "list", 1.0, std::nullopt};
     p["owner-reset"] = metric;
+    p["view-pins-base"] = rowOfBatch("cache[text] = embeddings[i]");
     p["growing-holder"] = heldBy("cache");
     p["attribute"] = leak({step(StepKind::Root, "model"), step(StepKind::Attr, ".last")});
     Finding buffers = leak({});
@@ -110,6 +125,24 @@ TEST_CASE("Every remedy rule is reached by its pattern and named in its advice")
     const std::vector<std::string> names = remedyRuleNames();
     CHECK(std::set<std::string>(names.begin(), names.end()) == reached);
     CHECK(names.size() == cases.size());
+}
+
+TEST_CASE("A view that pins its batch is copied, not detached, and says what it keeps") {
+    const Finding row = rowOfBatch("cache[text] = embeddings[i]");
+    const FixAdvice advice = adviseFix(row);
+    CHECK(advice.text.find("it keeps 768.0 KiB, not its own 4.0 KiB") != std::string::npos);
+    CHECK(advice.text.find(".clone()") != std::string::npos);
+    CHECK_FALSE(advice.clears_holder);
+    CHECK(suggestFixCode(row) == "cache[text] = embeddings[i].clone()");
+    CHECK(suggestFixCode(rowOfBatch("cache.append(out[0] * 2)")) ==
+          "cache.append((out[0] * 2).clone())");
+    CHECK(suggestFixCode(rowOfBatch("other[text] = embeddings[i]")).empty()); // not its holder
+    CHECK(suggestFixCode(rowOfBatch("cache[k] = v = rows[0]")).empty());
+    CHECK(suggestFixCode(rowOfBatch("cache[text] = embeddings[i]  # a row")).empty());
+    // No longer a view (or a view of its whole storage): the holder's own rule.
+    Finding whole = rowOfBatch("cache[text] = embeddings[i]");
+    whole.path[1].tensor->nbytes = 4096;
+    CHECK(adviseFix(whole).rule == "growing-holder");
 }
 
 TEST_CASE("The first rule whose premise holds gives the fix; no rule for what is not a leak") {

@@ -264,3 +264,64 @@ def test_leakcheck_sees_the_leak_of_a_list_chained_through_a_local(shell, tmp_pa
     report = json.loads(out.read_text())
     leaks = [f for f in report["findings"] if f["verdict"] == "leak"]
     assert leaks and max(f["bytes_per_iteration"] for f in leaks) == 100000, report["findings"]
+
+
+def test_a_cached_row_of_a_batch_is_said_to_keep_the_batch_and_copied_not_detached():
+    # #63 item 2: `cache[text] = embeddings[i]` keeps the whole 192-row batch per entry; a
+    # .detach() shares the storage and frees nothing, a .clone() keeps the row alone.
+    def cache_rows(store):
+        cache = {}
+        with torchleak.track() as tracker:
+            for it in range(10):
+                texts = [f"q{it}-{j}" for j in range(192)]
+                embeddings = torch.randn(len(texts), 1024)
+                cache[texts[0]] = store(embeddings[0])
+                torchleak.step()
+        return tracker.report()
+
+    [leak] = cache_rows(lambda row: row).leaks
+    assert leak.fix_rule == "view-pins-base"
+    assert leak.bytes_per_iteration == 192 * 4096
+    assert "it keeps 768.0 KiB, not its own 4.0 KiB" in leak.suggestion
+    assert "Store a .clone() of it (a .detach() shares the storage" in leak.suggestion
+    [detached] = cache_rows(lambda row: row.detach()).leaks
+    assert detached.bytes_per_iteration == 192 * 4096  # what the old advice offered frees nothing
+    [cloned] = cache_rows(lambda row: row.clone()).leaks  # the fix, applied: the row alone
+    assert cloned.bytes_per_iteration == 4096 and cloned.fix_rule == "growing-holder"
+
+
+class ServingState:
+    def __init__(self):
+        self.kv_cache, self.active = {}, {}
+
+
+def prefill(x):
+    return torch.zeros(8, 64) + x
+
+
+def test_a_per_request_store_is_popped_where_the_loop_ends_the_request():
+    # #63 item 1: a continuous-batching loop's per-request cache got `state.kv_cache.clear()`,
+    # which frees the leak and drops the caches of the requests still decoding.
+    def serve(fixed):
+        state = ServingState()
+        with torchleak.track() as tracker:
+            for new in range(16):
+                state.active[new] = 1.0  # a request arrives every step and lasts three
+                for rid in list(state.active):
+                    if rid not in state.kv_cache:
+                        state.kv_cache[rid] = prefill(state.active[rid])
+                    state.kv_cache[rid].add_(1)  # decoding reads its cache
+                    if rid <= new - 2:
+                        state.active.pop(rid)
+                        if fixed:
+                            state.kv_cache.pop(rid, None)
+                torchleak.step()
+        return tracker.report()
+
+    [leak] = serve(fixed=False).leaks
+    assert leak.holder["path_text"] == "state.kv_cache"
+    assert leak.fix_rule == "pop-what-ended"
+    assert leak.fix_code == "state.kv_cache.pop(rid, None)"
+    assert "ends it: state.active.pop(rid)" in leak.suggestion
+    assert ".clear()" not in leak.fix_code
+    assert serve(fixed=True).leaks == []  # the printed fix, applied

@@ -486,7 +486,9 @@ def test_small_view_keeps_its_big_base():
         views.append(big[0])
 
     leak = the_leak(step)
-    assert_form(leak, path="views[", holder="views", site_of=step, fix=".clear() it")
+    # A row keeps its whole base: a copy of the row, not a .clear() of every row (#63 item 2).
+    assert_form(leak, path="views[", holder="views", site_of=step, fix="it keeps 1.0 MiB, not its own 4.0 KiB")
+    assert leak.fix_rule == "view-pins-base" and "Store a .clone() of it" in leak.suggestion
     assert leak.path_text.endswith("._base")
 
 

@@ -37,6 +37,18 @@ using SourceOf = std::function<const std::vector<std::string>&(const Frame&)>;
 // that those call in turn (`k.last()` reading `self.history[-1]`, wherever it is written).
 std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sourceOf);
 
+// An entry the loop is done with: the holder filled under a key (`state.kv_cache[rid] = kv`,
+// a plain name) that the same loop takes out of another container (`state.active.pop(rid)`,
+// `del pending[rid]`): a per-request store in a serving loop, whose fix is to pop that key
+// there too, not to clear what the requests still running need.
+struct EndedKey {
+    std::string name; // the holder as the filling line writes it ("state.kv_cache", "self.cache")
+    std::string key;  // "rid"
+    HolderRead ended; // the line that ends the key elsewhere
+};
+std::optional<EndedKey> endedKeyAnywhere(const Finding& f, const SourceOf& sourceOf);
+std::string endedKeyFixText(const Finding& f, const EndedKey& ended);
+
 // The fix for a growing holder that the loop reads: bound it to what the loop needs.
 std::string loopReadFixText(const Finding& f, const HolderRead& read);
 

@@ -4,6 +4,8 @@
 
 #include "torchleak/model.h"
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -52,6 +54,14 @@ std::string suggestForSharedNewKey(const std::vector<std::string>& holders,
 // `holder.clear()` for a container that grows. Empty otherwise (and for what is not a leak): a
 // view's copy button then offers nothing rather than prose.
 std::string suggestFixCode(const Finding& finding, const std::vector<std::string>& siteFile = {});
+
+// A holder's entry that is a view pinning a bigger storage (`cache[text] = embeddings[i]`):
+// its own bytes and its storage's, when the storage is at least twice the view.
+struct PinnedBase {
+    uint64_t own_bytes = 0;
+    uint64_t storage_bytes = 0;
+};
+std::optional<PinnedBase> pinnedBase(const Finding& f);
 
 // A bare Python name (`loss`): no attribute, item or closure cell.
 bool isPythonName(std::string_view text);
