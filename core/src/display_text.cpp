@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -170,6 +171,32 @@ std::string groupThousands(int64_t value) {
 
 const char* iterationNoun(BoundaryKind boundary) {
     return boundary == BoundaryKind::Cell ? "cell run" : "iteration";
+}
+
+namespace {
+// A count per iteration as a person says it: "192", "1,024", "1.1", "3".
+std::string countText(double value) {
+    if (value >= 9.95) {
+        return groupThousands(static_cast<int64_t>(value + 0.5));
+    }
+    char buffer[16];
+    std::snprintf(buffer, sizeof buffer, "%.1f", value);
+    std::string text = buffer;
+    if (text.size() > 2 && text.substr(text.size() - 2) == ".0") {
+        text.resize(text.size() - 2);
+    }
+    return text;
+}
+} // namespace
+
+std::string holderGrowthText(const Holder& holder, BoundaryKind boundary) {
+    const std::string per = std::string(" per ") + iterationNoun(boundary);
+    if (holder.entries_per_iteration <= 0) {
+        return "+" + countText(holder.growth_per_iteration) + per;
+    }
+    const double storages = std::max(1.0, std::round(holder.growth_per_iteration));
+    return "+" + countText(holder.entries_per_iteration) + " entries" + per + ", sharing " +
+           countText(storages) + (storages == 1.0 ? " storage" : " storages");
 }
 
 std::string liveViewText(size_t shown, size_t total) {

@@ -70,14 +70,18 @@ void markLeakingRoles(json& roles, const Report& r, const std::string& device) {
     }
 }
 
-json holderJson(const std::optional<Holder>& h) {
+json holderJson(const std::optional<Holder>& h, BoundaryKind boundary) {
     if (!h) {
         return nullptr;
     }
     json out = {{"path_text", h->path_text},
                 {"path_short", shortPath(h->path_text)},
                 {"type", h->type},
-                {"growth_per_iteration", h->growth_per_iteration}};
+                {"growth_per_iteration", h->growth_per_iteration},
+                {"growth_text", holderGrowthText(*h, boundary)}};
+    if (h->entries_per_iteration > 0) {
+        out["entries_per_iteration"] = h->entries_per_iteration;
+    }
     if (h->hooks) {
         out["hooks"] = {{"added", h->hooks->added}, {"newest", h->hooks->newest}};
     }
@@ -98,6 +102,7 @@ std::optional<Holder> holderFrom(const json& owner) {
     const json& h = owner["holder"];
     Holder holder{h.at("path_text").get<std::string>(), h.value("type", ""),
                   realOr(h, "growth_per_iteration", 0.0), std::nullopt};
+    holder.entries_per_iteration = realOr(h, "entries_per_iteration", 0.0);
     if (h.contains("hooks") && h["hooks"].is_object()) {
         const json& hooks = h["hooks"];
         holder.hooks = HookDictGrowth{hooks.value("added", 0u), hooks.value("newest", "")};
@@ -269,7 +274,7 @@ json findingJson(const Finding& f, const Report& r) {
     }
     fj["path_text"] = f.path_text;
     fj["path_short"] = shortPath(f.path_text);
-    fj["holder"] = holderJson(f.holder);
+    fj["holder"] = holderJson(f.holder, r.boundary);
     fj["suggestion"] = f.suggestion;
     if (!f.fix_code.empty()) {
         fj["fix_code"] = f.fix_code;
@@ -468,7 +473,7 @@ std::string toJson(const Report& r, int indent) {
                    {"severity", toString(c.severity)},
                    {"projected_oom_iteration", optionalJson(c.projected_oom_iteration)},
                    {"text", causeText(c, r)}};
-        cj["holder"] = holderJson(c.holder);
+        cj["holder"] = holderJson(c.holder, r.boundary);
         if (!c.holders.empty()) {
             cj["holders"] = c.holders;
             cj["new_key"] = c.new_key;

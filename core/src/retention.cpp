@@ -259,7 +259,13 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
         }
         double growth = iterations > 0 ? n / iterations : n;
         if (b.next.size() >= 2 && growth >= 0.5) {
-            return Holder{prefix, path[k].type, growth, std::nullopt};
+            Holder h{prefix, path[k].type, growth, std::nullopt};
+            // Entries that share storages (rows of one batch) outnumber what the paths count.
+            const double entries = static_cast<double>(path[k].entries) / std::max(iterations, 1.0);
+            if (path[k].entries >= 0 && entries >= 2 * growth) {
+                h.entries_per_iteration = entries;
+            }
+            return h;
         }
     }
     return std::nullopt;

@@ -221,3 +221,17 @@ TEST_CASE("A list is said one way: commas and the last word") {
     CHECK(listFirst({"a", "b", "c", "d", "e"}, 3) == "a, b, c and 2 more");
     CHECK(listFirst({"a", "b", "c", "d"}, 3, "more module(s)") == "a, b, c and 1 more module(s)");
 }
+
+TEST_CASE("A holder's growth in storages, or in entries where they share storages") {
+    Holder h{"cache", "dict", 1.0, std::nullopt};
+    CHECK(holderGrowthText(h, BoundaryKind::Repeat) == "+1 per iteration");
+    h.growth_per_iteration = 1.14;
+    CHECK(holderGrowthText(h, BoundaryKind::Cell) == "+1.1 per cell run");
+    h.entries_per_iteration = 192;
+    CHECK(holderGrowthText(h, BoundaryKind::Repeat) ==
+          "+192 entries per iteration, sharing 1 storage");
+    h.growth_per_iteration = 3;
+    h.entries_per_iteration = 1536;
+    CHECK(holderGrowthText(h, BoundaryKind::Repeat) ==
+          "+1,536 entries per iteration, sharing 3 storages");
+}

@@ -325,3 +325,20 @@ def test_a_per_request_store_is_popped_where_the_loop_ends_the_request():
     assert "ends it: state.active.pop(rid)" in leak.suggestion
     assert ".clear()" not in leak.fix_code
     assert serve(fixed=True).leaks == []  # the printed fix, applied
+
+
+def test_a_holder_of_many_rows_of_one_batch_counts_its_entries_and_its_storages():
+    # #63 item 4: 192 entries per iteration sharing one batch's storage read "+1.1 per iteration".
+    cache = {}
+    with torchleak.track() as tracker:
+        for it in range(10):
+            texts = [f"q{it}-{j}" for j in range(192)]
+            embeddings = torch.randn(len(texts), 1024)
+            for i, text in enumerate(texts):
+                cache[text] = embeddings[i]
+            torchleak.step()
+    report = tracker.report()
+    [leak] = report.leaks
+    assert leak.holder["entries_per_iteration"] == 192
+    assert leak.holder["growth_text"] == "+192 entries per iteration, sharing 1 storage"
+    assert "holder: cache (dict, +192 entries per iteration, sharing 1 storage)" in str(report)

@@ -351,7 +351,10 @@ function pathTree(finding) {
   if (finding.holder) {
     summary.appendChild(document.createTextNode(" — holder "));
     summary.appendChild(pathName(finding.holder));
-    summary.appendChild(document.createTextNode(` (+${Number(finding.holder.growth_per_iteration || 0).toPrecision(2)}/iteration)`));
+    // The core's words ("+192 entries per iteration, sharing 1 storage"); an older report's number.
+    const growth = typeof finding.holder.growth_text === "string" ? finding.holder.growth_text
+      : `+${Number(finding.holder.growth_per_iteration || 0).toPrecision(2)}/iteration`;
+    summary.appendChild(document.createTextNode(` (${growth})`));
   }
   details.appendChild(summary);
   for (const step of finding.path || []) {

@@ -45,6 +45,9 @@ std::string methodCalls(const std::vector<std::string>& methods);
 
 // What one iteration is, as rates say it: "iteration", or "cell run" in cell watch.
 const char* iterationNoun(BoundaryKind boundary);
+// How a holder grows: "+3 per iteration", or, where its entries share storages, "+192 entries
+// per iteration, sharing 1 storage".
+std::string holderGrowthText(const Holder& holder, BoundaryKind boundary);
 
 // A live view's warning: "while the cell runs: the first 10 of 50 findings; the finished
 // report lists every one".

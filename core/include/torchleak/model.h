@@ -160,6 +160,10 @@ struct PathStep {
     // the report: the holder and the fix are decided while building it).
     std::string registry;
     std::optional<HookDictGrowth> hooks; // set on the step that is a dict of hooks
+    // len() of a list, dict or set step when the report was built, read from the object's own
+    // C struct (no user code); -1 for anything else. Not part of the report: the holder's
+    // entries per iteration come from it.
+    int64_t entries = -1;
     // The object this step reaches (a Python object's address; 0 for C++ state), so that a
     // fix can be proven by walking again with it cut. Not part of the report.
     uintptr_t object = 0;
@@ -201,6 +205,10 @@ struct Holder {
     // Set when the holder is a library object's private state (reached by a `._name` step
     // from it).
     std::optional<LibraryObject> library = std::nullopt;
+    // Entries it gained per iteration (its len() over the iterations), where that is known and
+    // differs from growth_per_iteration, which counts the storages it keeps: 192 rows of one
+    // batch are 192 entries and one storage. 0 when unknown or the same.
+    double entries_per_iteration = 0.0;
 };
 
 // One block a finding has alive when the report is built: what PyTorch's memory viewer

@@ -167,6 +167,15 @@ std::vector<PathStep> PathBuilder::build(uint32_t i, bool dropRoot) {
         step.type = typeName(n);
         if (n.kind == NodeKind::Python) {
             step.object = reinterpret_cast<uintptr_t>(n.ptr);
+            // From the C struct, never len(): a subclass's __len__ is user code.
+            auto* object = static_cast<PyObject*>(const_cast<void*>(n.ptr));
+            if (PyList_Check(object)) {
+                step.entries = PyList_GET_SIZE(object);
+            } else if (PyDict_Check(object)) {
+                step.entries = PyDict_GET_SIZE(object);
+            } else if (PyAnySet_Check(object)) {
+                step.entries = PySet_GET_SIZE(object);
+            }
         }
         describeTensor(n, step);
         noteClass(n, step);

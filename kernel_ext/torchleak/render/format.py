@@ -23,6 +23,12 @@ def site_text(frame):
     return frame.get("text") or "<unknown>"
 
 
+def holder_growth(holder, unit="iteration"):
+    """The core's words for how a holder grows ("+192 entries per iteration, sharing 1
+    storage"); a report written before them gets its number."""
+    return holder.get("growth_text") or f"+{holder.get('growth_per_iteration') or 0:.2g} per {unit}"
+
+
 def member_text(cause, finding):
     """How a cause lists one of its findings: by its container when the cause is one line's new
     key in several containers (the core's `holders`), else by its allocation site."""

@@ -14,6 +14,7 @@ from .format import (
     group_fix_html,
     format_bytes,
     growth_text,
+    holder_growth,
     iteration_unit,
     job_lines,
     oom_parts,
@@ -51,9 +52,7 @@ def _path_details(finding):
             f"{_e(step_what(step))}{note}</div>"
         )
     holder = finding.get("holder")
-    holder_text = (
-        f" &middot; holder {path_code(holder)} (+{holder['growth_per_iteration']:.2g}/iteration)" if holder else ""
-    )
+    holder_text = f" &middot; holder {path_code(holder)} ({_e(holder_growth(holder))})" if holder else ""
     return (
         f'<details data-testid="path-tree"><summary>held by {path_code(finding)}'
         f"{holder_text}</summary>{''.join(rows)}</details>"

@@ -11,6 +11,7 @@ from .format import (
     finding_tensor,
     format_bytes,
     growth_text,
+    holder_growth,
     iteration_unit,
     job_lines,
     keeper_text,
@@ -157,7 +158,7 @@ def _site_details(f, unit, span=None, group_fix_code=None):
         out.extend(_path_lines(f["path"]))
     if f.get("holder"):
         h = f["holder"]
-        out.append(f"  holder: {short_path(h)} ({h['type']}, +{h['growth_per_iteration']:.2g} per {unit})")
+        out.append(f"  holder: {short_path(h)} ({h['type']}, {holder_growth(h, unit)})")
     out.extend(_stack_lines([fr for fr in f.get("stack", []) if not _is_tool_frame(fr)]))
     if f.get("suggestion"):
         out.append(f"  fix: {f['suggestion']}")
