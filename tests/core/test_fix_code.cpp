@@ -3,20 +3,14 @@
 #include "torchleak/loop_reads.h"
 #include "torchleak/suggestion.h"
 
+#include "path_steps.h"
+
 #include <catch2/catch.hpp>
 
 using namespace torchleak;
+using torchleak::testing::step;
 
 namespace {
-
-PathStep step(StepKind kind, std::string label, std::string type, std::string note = "") {
-    PathStep s;
-    s.kind = kind;
-    s.label = std::move(label);
-    s.type = std::move(type);
-    s.note = std::move(note);
-    return s;
-}
 
 // `holder[3]`, a tensor of `shape` that keeps its graph (or not), allocated at `source`.
 Finding kept(const std::string& holder,

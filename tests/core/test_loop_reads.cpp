@@ -223,21 +223,24 @@ TEST_CASE("An entry under a key the loop ends elsewhere is popped there, not cle
     CHECK(text.find("state.kv_cache.pop(rid, None)") != std::string::npos);
     CHECK(text.find("serve.py, line 8 ends it") != std::string::npos);
 
-    // The key ended only in the holder itself, under another key, or never: nothing.
-    std::vector<std::string> own = serve;
-    own[7] = "            state.kv_cache.pop(rid)\n";
-    CHECK_FALSE(endedKeyAnywhere(kv, filesOf({{"serve.py", own}, {"model.py", model}})));
-    std::vector<std::string> other = serve;
-    other[7] = "            state.active.pop(request)\n";
-    CHECK_FALSE(endedKeyAnywhere(kv, filesOf({{"serve.py", other}, {"model.py", model}})));
-    std::vector<std::string> kept = serve;
-    kept[7] = "            pass\n";
-    CHECK_FALSE(endedKeyAnywhere(kv, filesOf({{"serve.py", kept}, {"model.py", model}})));
-    // `del pending[rid]` ends it too; a key that is an expression is not read.
-    std::vector<std::string> deleted = serve;
-    deleted[7] = "            del pending[rid]\n";
-    CHECK(endedKeyAnywhere(kv, filesOf({{"serve.py", deleted}, {"model.py", model}})));
-    std::vector<std::string> computed = serve;
-    computed[3] = "            state.kv_cache[rid + 1] = prefill(state.active[rid])\n";
-    CHECK_FALSE(endedKeyAnywhere(kv, filesOf({{"serve.py", computed}, {"model.py", model}})));
+    // One line changed: whether the loop still ends the key elsewhere.
+    const struct {
+        size_t line;
+        const char* text;
+        bool ended;
+    } variants[] = {
+        {7, "            state.kv_cache.pop(rid)\n", false},   // only the holder itself
+        {7, "            state.active.pop(request)\n", false}, // another key
+        {7, "            pass\n", false},                      // never
+        {7, "            del pending[rid]\n", true},           // `del` ends it too
+        {3, "            state.kv_cache[rid + 1] = prefill(state.active[rid])\n",
+         false}, // an expression
+    };
+    for (const auto& v : variants) {
+        std::vector<std::string> changed = serve;
+        changed[v.line] = v.text;
+        INFO(v.text);
+        CHECK(endedKeyAnywhere(kv, filesOf({{"serve.py", changed}, {"model.py", model}}))
+                  .has_value() == v.ended);
+    }
 }

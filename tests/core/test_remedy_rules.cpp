@@ -3,22 +3,16 @@
 #include "torchleak/retention.h"
 #include "torchleak/suggestion.h"
 
+#include "path_steps.h"
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
 
 using namespace torchleak;
+using torchleak::testing::step;
 
 namespace {
-
-PathStep step(StepKind kind, std::string label, std::string type = "", std::string note = "") {
-    PathStep s;
-    s.kind = kind;
-    s.label = std::move(label);
-    s.type = std::move(type);
-    s.note = std::move(note);
-    return s;
-}
 
 Finding leak(std::vector<PathStep> path, Retention retention = Retention::Reachable) {
     Finding f;
