@@ -35,7 +35,13 @@ def test_loss_list_keeps_activations_through_the_graph():
     assert leak.retention == "reachable"
     assert leak.path_text.startswith("losses[4].grad_fn")
     assert {"grad_fn", "saved"} <= set(kinds(leak))
-    assert leak.holder == {"path_text": "losses", "path_short": "losses", "type": "list", "growth_per_iteration": 1.0}
+    assert leak.holder == {
+        "path_text": "losses",
+        "path_short": "losses",
+        "type": "list",
+        "growth_per_iteration": 1.0,
+        "growth_text": "+1 per iteration",
+    }
     assert "loss.detach() or loss.item()" in leak.suggestion
     last = leak.path[-1]
     assert last["tensor"]["shape"] == [256, 512] and last["tensor"]["dtype"] == "float32"
