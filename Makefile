@@ -23,9 +23,9 @@ PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" pytest-xdi
 # times: the install, the core's tests, the fake device, three matrix cells, the GPU proof's dry
 # run). base_dir is the clone: paths inside it are hashed relative to each build folder, so a
 # clone elsewhere hits the entries of the last; no hash of that folder either (RelWithDebInfo's
-# -g would tie each entry to it). Exported as recursive variables, so each recipe asks whether
-# ccache is installed yet (debian-packages installs it): without it, no launcher.
-export CMAKE_CXX_COMPILER_LAUNCHER = $(shell command -v ccache)
+# -g would tie each entry to it). The launcher asks at each compile whether ccache is installed
+# yet (debian-packages installs it), and compiles without it otherwise.
+export CMAKE_CXX_COMPILER_LAUNCHER := $(CURDIR)/.ci/ccache-if-installed
 export CCACHE_DIR ?= $(HOME)/.cache/torchleak-ccache
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
