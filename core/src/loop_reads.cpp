@@ -378,8 +378,7 @@ std::string filledKey(std::string_view line, std::string_view name) {
             continue;
         }
         const std::string_view key = line.substr(open + 1, close - open - 1);
-        if (!key.empty() && !std::isdigit(static_cast<unsigned char>(key.front())) &&
-            std::all_of(key.begin(), key.end(), isNameChar)) {
+        if (isPythonName(key)) {
             return std::string(key);
         }
     }

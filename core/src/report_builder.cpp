@@ -554,20 +554,16 @@ void ReportBuilder::finalizeFindings() {
         static const std::vector<std::string> kNoLines;
         f.fix_code =
             suggestFixCode(f, f.verdict == Verdict::Leak && f.holder ? sourceOf(f.site) : kNoLines);
-        // An entry under a key the loop ends elsewhere is popped there (a serving loop's
-        // per-request store): .clear() would drop the requests still running.
         if (f.verdict == Verdict::Leak && f.holder && advice.clears_holder) {
+            // An entry under a key the loop ends elsewhere is popped there (a serving loop's
+            // per-request store): .clear() would drop the requests still running. Else,
+            // clearing a holder the loop reads is no fix: it crashes the next iteration.
             if (auto ended = endedKeyAnywhere(f, sourceOf)) {
                 f.suggestion = endedKeyFixText(f, *ended);
                 f.fix_code = ended->name + ".pop(" + ended->key + ", None)";
                 f.fix_rule = "pop-what-ended";
                 f.holder_read = std::move(ended->ended);
-                continue;
-            }
-        }
-        // Clearing a holder the loop reads is no fix: it crashes the next iteration.
-        if (f.verdict == Verdict::Leak && f.holder && advice.clears_holder) {
-            if (auto read = loopReadAnywhere(f, sourceOf)) {
+            } else if (auto read = loopReadAnywhere(f, sourceOf)) {
                 f.suggestion = loopReadFixText(f, *read);
                 f.fix_rule = "bound-what-the-loop-reads";
                 f.fix_code.clear();
