@@ -1,6 +1,7 @@
 #include "torchleak/recorder.h"
 
 #include <algorithm>
+#include <bit>
 #include <unordered_map>
 
 namespace torchleak {
@@ -361,7 +362,11 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
         std::lock_guard<std::mutex> lock(d_mutex);
         uint32_t current = d_iteration.load(std::memory_order_relaxed);
         snap.iteration = current;
+        uint32_t newlySteady = 0, stepped = 0;
         for (GroupState* g = d_dirtyHead; g != nullptr; g = g->nextDirty) {
+            const Rise rise = riseOf(*g, current);
+            newlySteady += rise.becameSteady ? 1 : 0;
+            stepped += rise.stepped ? 1 : 0;
             if (g->emptyBirths > 0 && g->emptyBirths * 2 >= g->births.size()) {
                 std::erase_if(g->births, [](const BirthCount& c) { return c.count == 0; });
                 g->head = 0;
@@ -398,7 +403,10 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
             ds.untrackedHeld = st.untrackedHeld;
             snap.devices.push_back(ds);
         }
-        // Nothing above changed the recorder: from here on the boundary cannot fail halfway.
+        // Nothing above changed the recorder but the groups' steady-riser bits, which a retry
+        // of this boundary leaves as they are: from here on the boundary cannot fail halfway.
+        d_newlySteady = newlySteady;
+        d_stepped = stepped;
         for (GroupState* g = d_dirtyHead; g != nullptr;) {
             GroupState* next = g->nextDirty;
             g->dirty = false;
@@ -430,6 +438,32 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
     d_boundaries.push_back(std::move(snap));
     thinHistory();
     return d_boundaries.back();
+}
+
+AllocationRecorder::Rise AllocationRecorder::riseOf(GroupState& group, uint32_t current) noexcept {
+    // A group unchanged since its last boundary reached no new high in between: shift by the
+    // boundaries passed, not by one.
+    const uint32_t passed = current - group.newHighsAt;
+    const bool was = std::popcount(group.newHighs) >= kSteadyNewHighs;
+    group.newHighs = passed >= 8 ? 0 : static_cast<uint8_t>(group.newHighs << passed);
+    group.newHighsAt = current;
+    Rise rise;
+    if (group.bytes > group.high) {
+        group.high = group.bytes;
+        group.newHighs |= 1;
+        // Boundary 0 stands for "none yet": a group's first high there starts no rhythm.
+        const uint32_t older = group.lastHighs[0], last = group.lastHighs[1];
+        if (older > 0 && last > older && current > last) {
+            const uint32_t gap = current - last, before = last - older;
+            const uint32_t apart = gap > before ? gap - before : before - gap;
+            rise.stepped = gap >= 2 && before >= 2 && apart * 4 <= std::max(gap, before);
+        }
+        group.lastHighs[0] = last;
+        group.lastHighs[1] = current;
+    }
+    const bool is = (group.newHighs & 1) != 0 && std::popcount(group.newHighs) >= kSteadyNewHighs;
+    rise.becameSteady = is && !(was && passed == 1);
+    return rise;
 }
 
 void AllocationRecorder::mergeInto(const BoundarySnapshot& older, BoundarySnapshot& newer) {

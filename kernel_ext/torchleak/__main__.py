@@ -14,7 +14,7 @@ is printed and the report is still written), or torchleak could not track (e.g. 
 already active).
 
 --watch keeps watching a long run instead (torchleak.watch): an iteration every --every N
-optimizer steps, blocks under --sample-bytes sampled (default 256 KiB; 0 records all), and when a
+optimizer steps, every block recorded (--sample-bytes N: blocks under N bytes sampled), and when a
 leak is confirmed mid-run one line is logged and the report written to --json/--html at once.
 
 Under torchrun every rank is tracked; rank 0 waits at most --gather-timeout seconds (default 60)

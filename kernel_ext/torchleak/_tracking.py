@@ -127,6 +127,11 @@ class Tracker:
         self._explicit_seen = False
         self._session: _core.Session | None = None
         self.live_bytes = 0  # tracked bytes alive at the last boundary (sampled at their weight)
+        # Allocation groups that became steady risers, and that stepped in rhythm, at the last
+        # boundary (recorder.h): watch's cues for a leak too small to move the total, and for
+        # a staircase.
+        self.newly_steady_groups = 0
+        self.stepped_groups = 0
         self._optimizer_hook: Any = None
         self._warnings: list[str] = []
         self._report: Report | None = None
@@ -343,6 +348,8 @@ class Tracker:
     def _mark_boundary(self):
         self._registry.name_held_blocks(self._session, self._warn)
         self.live_bytes = self._session.step()
+        self.newly_steady_groups = self._session.newly_steady_groups
+        self.stepped_groups = self._session.stepped_groups
         if self._resident is not None:
             self._resident.note(self._session.iterations - 1)
 

@@ -1,8 +1,9 @@
 """torchleak.watch(): a whole training run watched with bounded memory, a verdict as it goes.
 
-The recorder's history is thinned to a fixed grid however long the run (recorder.h), blocks
-under ``sample_bytes`` are sampled (allocation_sampler.h), and the verdict is taken without
-retaining paths, on a time budget: checks may take at most ``budget`` of the run's wall time,
+The recorder's history is thinned to a fixed grid however long the run (recorder.h), every
+block is recorded with its stack as under track() (blocks under ``sample_bytes`` are sampled
+when it is given: allocation_sampler.h), and the verdict is taken without retaining paths, on
+a time budget: checks may take at most ``budget`` of the run's wall time,
 so a long step is checked every step and a 10 ms step every few dozen. Memory itself can call a
 check the budget would skip (_CheckCue): the tracked total rising to a new high over several
 boundaries, or no new high since a leak was confirmed, so that a leak of 1% of the tracked total per iteration
@@ -35,13 +36,18 @@ from .render.format import format_bytes, site_text
 
 logger = logging.getLogger("torchleak")
 
-DEFAULT_SAMPLE_BYTES = 256 * 1024
+# Every block recorded, as track() does: sampling small blocks (size / 256 KiB) hid the leaks of
+# small blocks that track() finds (a rising floor, 16 KiB under noise, 4 KiB per step: 0 of 12
+# runs announced in bench_shapes), and saved nothing measurable on a training step (make
+# bench's (c): watch with and without sampling within the noise, the per-event cost about a
+# tenth of a microsecond). It pays on loops of millions of tiny ops: sample_bytes=262144 there.
+DEFAULT_SAMPLE_BYTES = 0
 # A trend needs a few points past the warm-up before it can be called a leak.
 _MIN_JUDGED_ITERATIONS = 8
 
 
 class _CheckCue:
-    """When memory itself asks for a check the time budget would skip. Two cues, each with its
+    """When memory itself asks for a check the time budget would skip. Four cues, each with its
     own back-off: *rising*, the tracked total at the highest of the last SPAN boundaries, up RISE
     of itself over them, in MIN_RISES steps or more (a leak of 1% per iteration is cued within
     SPAN, sampled or not); *settled*, confirmed leaks standing and the total at no new high for
@@ -52,8 +58,15 @@ class _CheckCue:
     wobbles costs a few dozen checks, not one per boundary; a check that announced or withdrew
     resets both. A rise to a quarter above the total at the last look is cued whatever the
     back-off: misses early in a long run (noise that rose and fell) had made the cue deaf for up
-    to MAX_GAP boundaries, and a leak in a run's last 5% was never announced. O(1) per
-    boundary: the total comes with the boundary (session.step())."""
+    to MAX_GAP boundaries, and a leak in a run's last 5% was never announced. *steady*: an
+    allocation group became a steady riser (a new high at 6 of its last 8 boundaries: the
+    recorder's word, recorder.h), a leak too small to move the total (4 KiB a step under 1 MiB
+    of transients); it asks for STEADY_LOOKS looks on its own back-off (at the crossing, then 4,
+    8 and 16 boundaries later), enough for the trailing stretch to confirm it, and no more until
+    another group crosses. *stepped*: a group reached a new high in rhythm, the third or later of
+    regular steps (recorder.h): one look then, the boundary a staircase's third step shows at,
+    where the core confirms it. O(1) per boundary: the total and the groups' words come with
+    the boundary (session.step())."""
 
     SPAN = 8
     RISE = 0.04
@@ -61,6 +74,7 @@ class _CheckCue:
     MIN_RISES = 3  # of the last SPAN steps: one jump is not a trend; a sampled leak rises at some
     MAX_GAP = 1024
     NEW_HIGH = 1.25  # of the total at the last look: a rise the back-off does not hold back
+    STEADY_LOOKS = 4
 
     class _Backoff:
         def __init__(self):
@@ -79,13 +93,21 @@ class _CheckCue:
         self._high_at = 0
         self._rising = self._Backoff()
         self._settled = self._Backoff()
+        self._steady = self._Backoff()
+        self._steady_left = 0  # looks the last steady riser still asks for
+        self._stepped = self._Backoff()
+        self._step_now = False
         self._cued = None
         self._looked_at = 0  # the total when the run was last looked at
 
-    def observe(self, iteration, total):
+    def observe(self, iteration, total, newly_steady=0, stepped=0):
+        self._step_now = stepped > 0
         self._totals.append(total)
         if total > self._high:
             self._high, self._high_at = total, iteration
+        if newly_steady:
+            self._steady = self._Backoff()
+            self._steady_left = self.STEADY_LOOKS
 
     def due(self, iteration, announced):
         self._cued = None
@@ -101,7 +123,15 @@ class _CheckCue:
                 return True
         elif announced and iteration - self._high_at >= self.SPAN:
             self._cued = self._settled
-        return self._cued is not None and self._cued.ready(iteration)
+        if self._cued is not None and self._cued.ready(iteration):
+            return True
+        if self._steady_left > 0 and self._steady.ready(iteration):
+            self._cued = self._steady
+            return True
+        if self._step_now and self._stepped.ready(iteration):
+            self._cued = self._stepped
+            return True
+        return False
 
     def looked(self, total):
         """A look was taken (cued or in the budget) with the tracked total at `total`."""
@@ -109,9 +139,11 @@ class _CheckCue:
 
     def taken(self, iteration, changed):
         if changed:
-            self._rising.misses = self._settled.misses = 0
+            self._rising.misses = self._settled.misses = self._stepped.misses = 0
         if self._cued is not None:
             self._cued.taken(iteration, changed)
+        if self._cued is self._steady:
+            self._steady_left = 0 if changed else self._steady_left - 1
 
 
 class Watch:
@@ -209,7 +241,7 @@ class Watch:
     # -- the verdict as the run goes ----------------------------------------------------------
     def _after_boundary(self, tracker):
         iteration = tracker.iterations
-        self._cue.observe(iteration, tracker.live_bytes)
+        self._cue.observe(iteration, tracker.live_bytes, tracker.newly_steady_groups, tracker.stepped_groups)
         if self._broken or iteration < tracker.warmup + _MIN_JUDGED_ITERATIONS:
             return
         cued = False
@@ -373,7 +405,7 @@ def watch(
     redact: bool = False,
 ) -> Watch:
     """Watch a whole training run: an iteration every ``every`` optimizer steps (or at each
-    ``torchleak.step()``), blocks under ``sample_bytes`` sampled (0 records every block), and
+    ``torchleak.step()``), every block recorded (``sample_bytes`` > 0: blocks under it sampled), and
     a verdict as the run goes, on at most ``budget`` of its time. When a leak is confirmed:
     one log line (logger "torchleak": site, holder, bytes per step), the report written to
     ``json`` / ``html`` (``{rank}`` is the rank in a torch.distributed job), and

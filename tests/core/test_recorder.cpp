@@ -84,6 +84,61 @@ TEST_CASE("A boundary holds only the groups its iteration changed") {
     REQUIRE(b[3].freedBytes == 300);
 }
 
+TEST_CASE("A group that keeps rising is a steady riser once, however long it rises") {
+    // Stack A keeps 4 KiB a boundary from boundary 10; stack B replaces one block of a varying
+    // size every boundary (a run's transient, kept across the boundary by a name).
+    AllocationRecorder rec;
+    std::vector<uint32_t> crossings;
+    uint64_t sizes[] = {1 << 20, 300 << 10, 900 << 10, 10 << 10, 1000 << 10, 50 << 10};
+    for (uint32_t i = 0; i < 60; ++i) {
+        if (i > 0) {
+            rec.recordFree(0x900000 + (i - 1) * 0x100000, kCpu, 0, 0, false);
+        }
+        rec.recordAlloc(0x900000 + i * 0x100000, sizes[i % 6], kCpu, kStackB, nullptr, 0, 0, false);
+        if (i >= 10 && i < 40) {
+            rec.recordAlloc(0x1000 + i * 0x1000, 4096, kCpu, kStackA, nullptr, 0, 0, false);
+        }
+        rec.markBoundary();
+        if (rec.newlySteadyGroups() > 0) {
+            REQUIRE(rec.newlySteadyGroups() == 1);
+            crossings.push_back(i);
+        }
+    }
+    // Its sixth new high in a row, once for the stretch (B's highs came at its first boundaries
+    // only); after 20 flat boundaries a second stretch crosses again.
+    REQUIRE(crossings == std::vector<uint32_t>{15});
+    for (uint32_t i = 60; i < 70; ++i) {
+        rec.recordAlloc(0x1000 + i * 0x1000, 4096, kCpu, kStackA, nullptr, 0, 0, false);
+        rec.markBoundary();
+        if (rec.newlySteadyGroups() > 0) {
+            crossings.push_back(i);
+        }
+    }
+    REQUIRE(crossings == std::vector<uint32_t>{15, 65});
+}
+
+TEST_CASE("A group that steps at regular gaps is said to step from its third step") {
+    // Stack A keeps 1 MiB every 5 boundaries from boundary 20; stack B keeps a block at
+    // boundaries 3, 4, 9 and 30: new highs, never in rhythm.
+    AllocationRecorder rec;
+    std::vector<uint32_t> steps;
+    for (uint32_t i = 1; i < 60; ++i) {
+        if (i >= 20 && (i - 20) % 5 == 0) {
+            rec.recordAlloc(0x100000 * i, 1 << 20, kCpu, kStackA, nullptr, 0, 0, false);
+        }
+        if (i == 3 || i == 4 || i == 9 || i == 30) {
+            rec.recordAlloc(0x10 * i, 4096, kCpu, kStackB, nullptr, 0, 0, false);
+        }
+        rec.markBoundary();
+        REQUIRE(rec.steppedGroups() <= 1);
+        if (rec.steppedGroups() == 1) {
+            steps.push_back(i);
+        }
+    }
+    REQUIRE(steps == std::vector<uint32_t>{30, 35, 40, 45, 50, 55});
+    REQUIRE(rec.newlySteadyGroups() == 0);
+}
+
 TEST_CASE("A long run keeps a bounded grid of boundaries and every group's latest state") {
     // Random allocations and frees over a few groups; the kept boundaries replayed in order
     // must give each group exactly the bytes, count and oldest birth it had at that iteration.

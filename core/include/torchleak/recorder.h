@@ -212,6 +212,18 @@ class AllocationRecorder {
     void noteUntrackedHeld(DeviceKey device, HeldAs held, int64_t bytes) noexcept;
     // Ends the current iteration: snapshots the groups it changed and starts the next.
     const BoundarySnapshot& markBoundary();
+    // Groups that became steady risers at the last boundary: their live bytes reached a new
+    // high at kSteadyNewHighs of the last 8 boundaries, this one included, and had not at the
+    // one before. Watch's cue for a leak too small to move the total (4 KiB a step under
+    // 1 MiB of transients): the look it asks for decides, this only says when to look. One
+    // crossing per rising stretch, so a leak already announced does not keep asking.
+    uint32_t newlySteadyGroups() const noexcept { return d_newlySteady; }
+    static constexpr int kSteadyNewHighs = 6;
+    // Groups that reached a new high at the last boundary in rhythm: the third or later of
+    // new highs at regular gaps of 2 boundaries or more (within a quarter), as a leak that
+    // steps at each evaluation does. Watch's cue for a staircase, confirmed at its third step
+    // (verdict.cpp), whose steps move the total too little and too rarely for the other cues.
+    uint32_t steppedGroups() const noexcept { return d_stepped; }
     uint32_t iteration() const noexcept { return d_iteration.load(std::memory_order_relaxed); }
     // The kept boundaries, oldest first: every boundary whose iteration is a multiple of
     // gridStride(), and the newest kNewestKept.
@@ -284,7 +296,19 @@ class AllocationRecorder {
         // one from the hook (on a free too) never allocates.
         GroupState* nextDirty = nullptr;
         bool dirty = false;
+        // The highest live bytes seen at a boundary, and which of the last 8 boundaries
+        // (bit 0: the one at `newHighsAt`) reached a new one: O(1) per changed group.
+        uint64_t high = 0;
+        uint8_t newHighs = 0;
+        uint32_t newHighsAt = 0;
+        uint32_t lastHighs[2] = {0, 0}; // the boundaries of the two new highs before, or 0
     };
+    // The rising tests for one changed group at boundary `current`.
+    struct Rise {
+        bool becameSteady = false;
+        bool stepped = false;
+    };
+    static Rise riseOf(GroupState& group, uint32_t current) noexcept;
 
     // A live block enters (sign +1) or leaves (-1) its device's tracked bytes and origins,
     // together, so that the origins always add up to `tracked`; a block alive at the peak
@@ -328,6 +352,8 @@ class AllocationRecorder {
     uint64_t d_sequence = 0;
     std::unordered_map<GroupKey, GroupState, GroupKeyHash> d_groups; // nodes: stable addresses
     GroupState* d_dirtyHead = nullptr;
+    uint32_t d_newlySteady = 0;
+    uint32_t d_stepped = 0;
     uint64_t d_liveBytes = 0;
     uint64_t d_bornBytes = 0;  // born during the current iteration and still alive
     uint64_t d_freedBytes = 0; // born before the current iteration and freed during it

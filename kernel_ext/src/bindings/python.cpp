@@ -137,6 +137,8 @@ PYBIND11_MODULE(_core, m) {
         .def("pause", &python::TrackingSession::pause)
         .def("resume", &python::TrackingSession::resume)
         .def_property_readonly("skipped_events", &python::TrackingSession::skippedEvents)
+        .def_property_readonly("newly_steady_groups", &python::TrackingSession::newlySteadyGroups)
+        .def_property_readonly("stepped_groups", &python::TrackingSession::steppedGroups)
         .def_property_readonly("paused", &python::TrackingSession::paused)
         .def("stop", &python::TrackingSession::stop)
         .def_property_readonly("active", &python::TrackingSession::active)

@@ -60,6 +60,8 @@ class TrackingSession {
     uint64_t events() const noexcept { return d_recorder->eventCount(); }
     uint64_t allocations() const noexcept { return d_recorder->allocationCount(); }
     uint64_t skippedEvents() const noexcept { return d_recorder->skippedEvents(); }
+    uint32_t newlySteadyGroups() const noexcept { return d_recorder->newlySteadyGroups(); }
+    uint32_t steppedGroups() const noexcept { return d_recorder->steppedGroups(); }
     size_t liveBlocks() const { return d_recorder->liveBlockCount(); }
     size_t stacks() const { return d_recorder->stackCount(); }
     // (address, sequence) of every live device block the hook recorded without a stack (CUDA:
