@@ -190,13 +190,23 @@ std::string countText(double value) {
 } // namespace
 
 std::string holderGrowthText(const Holder& holder, BoundaryKind boundary) {
-    const std::string per = std::string(" per ") + iterationNoun(boundary);
+    // Piece by piece: GCC 12's -Wrestrict misreads a chain of temporaries here at -O3.
+    std::string text = "+";
     if (holder.entries_per_iteration <= 0) {
-        return "+" + countText(holder.growth_per_iteration) + per;
+        text += countText(holder.growth_per_iteration);
+    } else {
+        text += countText(holder.entries_per_iteration);
+        text += " entries";
     }
-    const double storages = std::max(1.0, std::round(holder.growth_per_iteration));
-    return "+" + countText(holder.entries_per_iteration) + " entries" + per + ", sharing " +
-           countText(storages) + (storages == 1.0 ? " storage" : " storages");
+    text += " per ";
+    text += iterationNoun(boundary);
+    if (holder.entries_per_iteration > 0) {
+        const double storages = std::max(1.0, std::round(holder.growth_per_iteration));
+        text += ", sharing ";
+        text += countText(storages);
+        text += storages == 1.0 ? " storage" : " storages";
+    }
+    return text;
 }
 
 std::string liveViewText(size_t shown, size_t total) {
@@ -405,8 +415,34 @@ std::string growthText(const Finding& f, BoundaryKind boundary) {
         return "grew " + formatBytes(static_cast<double>(g.grown_bytes)) + " until " + noun + " " +
                groupThousands(*g.stopped_at + 1) + ", flat since";
     }
-    return "leaking since " + noun + " " + groupThousands(g.iteration + 1) + ", " +
-           formatBytes(static_cast<double>(g.bytes_per_iteration)) + " per " + noun;
+    std::string text;
+    if (g.step_bytes && g.step_every) {
+        // Piece by piece: GCC 12's -Wrestrict misreads a chain of temporaries here at -O3.
+        text = formatBytes(static_cast<double>(*g.step_bytes));
+        text += " every ";
+        text += groupThousands(*g.step_every);
+        text += " ";
+        text += noun;
+        text += "s since ";
+        text += noun;
+        text += " ";
+        text += groupThousands(g.iteration + 1);
+    } else {
+        text = "leaking since " + noun + " " + groupThousands(g.iteration + 1) + ", " +
+               formatBytes(static_cast<double>(g.bytes_per_iteration)) + " per " + noun;
+    }
+    if (g.earlier) {
+        text += "; before, it grew ";
+        text += formatBytes(static_cast<double>(g.earlier->grown_bytes));
+        text += " from ";
+        text += noun;
+        text += " ";
+        text += groupThousands(g.earlier->iteration + 1);
+        text += " to ";
+        text += groupThousands(g.earlier->stopped_at + 1);
+        text += " and paused";
+    }
+    return text;
 }
 
 std::string pathTensorText(const TensorInfo& tensor) {

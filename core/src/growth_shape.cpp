@@ -142,4 +142,40 @@ GrowthShape growthShape(std::span<const double> x,
     return shape;
 }
 
+std::optional<Staircase>
+staircaseOf(std::span<const double> x, std::span<const double> y, double tolerance) {
+    const size_t n = std::min(x.size(), y.size());
+    std::vector<size_t> jumps;
+    for (size_t i = 1; i < n; ++i) {
+        const double d = y[i] - y[i - 1];
+        if (d < -tolerance) {
+            return std::nullopt; // it gave memory back: not a leak's steps
+        }
+        if (d > tolerance) {
+            jumps.push_back(i);
+        }
+    }
+    if (jumps.size() < 2) {
+        return std::nullopt;
+    }
+    std::vector<double> sizes, gaps;
+    double risen = 0.0;
+    for (size_t k = 0; k < jumps.size(); ++k) {
+        sizes.push_back(y[jumps[k]] - y[jumps[k] - 1]);
+        risen += sizes.back();
+        if (k > 0) {
+            gaps.push_back(x[jumps[k]] - x[jumps[k - 1]]);
+        }
+    }
+    const auto [smallest, biggest] = std::minmax_element(sizes.begin(), sizes.end());
+    const auto [narrowest, widest] = std::minmax_element(gaps.begin(), gaps.end());
+    const double total = y[n - 1] - y[jumps.front() - 1];
+    if (*narrowest < 2.0 || *widest > 1.5 * *narrowest || *biggest > 2.0 * *smallest ||
+        !(total > 0.0) || risen < 0.9 * total) {
+        return std::nullopt;
+    }
+    return Staircase{jumps.front(), upperMedian(std::move(sizes)), upperMedian(std::move(gaps)),
+                     std::move(jumps)};
+}
+
 } // namespace torchleak

@@ -2,6 +2,7 @@
 
 #include "device_json.h"
 #include "frame_json.h"
+#include "growth_json.h"
 #include "json_numbers.h"
 #include "roles_json.h"
 #include "torchleak/cause_groups.h"
@@ -246,18 +247,7 @@ json findingJson(const Finding& f, const Report& r) {
     fj["retention"] = toString(f.retention);
     fj["released_periodically"] = f.released_periodically;
     if (f.growth_since) {
-        const GrowthSince& g = *f.growth_since;
-        fj["growth_since"] = {{"iteration", g.iteration},
-                              {"bytes_per_iteration", g.bytes_per_iteration},
-                              {"stopped_at", optionalJson(g.stopped_at)},
-                              {"grown_bytes", g.grown_bytes},
-                              {"text", growthText(f, r.boundary)}};
-        if (g.stopped_at) {
-            fj["growth_since"]["flat_iterations"] = g.flat_iterations;
-        }
-        if (g.settles_at) {
-            fj["growth_since"]["settles_at"] = *g.settles_at;
-        }
+        fj["growth_since"] = growthSinceJson(f, r.boundary);
     }
     if (!f.live_blocks.empty() || f.live_blocks_unlisted > 0) {
         fj["live_blocks"] = json::array();
@@ -386,18 +376,7 @@ Finding findingFrom(const json& fj) {
     f.retention = retentionFromString(fj.value("retention", "unknown"));
     f.released_periodically = fj.value("released_periodically", false);
     if (auto g = fj.find("growth_since"); g != fj.end() && g->is_object()) {
-        GrowthSince since;
-        since.iteration = g->at("iteration").get<int64_t>();
-        since.bytes_per_iteration = g->value("bytes_per_iteration", int64_t{0});
-        if (auto stop = g->find("stopped_at"); stop != g->end() && !stop->is_null()) {
-            since.stopped_at = stop->get<int64_t>();
-        }
-        since.grown_bytes = g->value("grown_bytes", int64_t{0});
-        since.flat_iterations = g->value("flat_iterations", int64_t{0});
-        if (auto settles = g->find("settles_at"); settles != g->end() && !settles->is_null()) {
-            since.settles_at = settles->get<int64_t>();
-        }
-        f.growth_since = since;
+        f.growth_since = growthSinceFrom(*g);
     }
     if (fj.contains("live_blocks") && !fj["live_blocks"].is_null()) {
         if (!fj["live_blocks"].is_array()) {

@@ -245,7 +245,21 @@ struct JudgedSeries {
             g.flat_iterations = static_cast<int64_t>(x.back() - x[shape.top]);
             g.grown_bytes = static_cast<int64_t>(std::llround(shape.grown));
             g.bytes_per_iteration = static_cast<int64_t>(std::llround(shape.grown / span));
+        } else if (auto stairs = staircaseOf(x, post, shape.tolerance)) {
+            // Its onset is its first step, its rate a step per period.
+            g.iteration = keptSince(stairs->first - 1);
+            g.step_bytes = static_cast<int64_t>(std::llround(stairs->step));
+            g.step_every = static_cast<int64_t>(std::llround(stairs->every));
+            g.bytes_per_iteration =
+                static_cast<int64_t>(std::llround(stairs->step / stairs->every));
+            g.grown_bytes =
+                static_cast<int64_t>(std::llround(post.back() - post[stairs->first - 1]));
         } else {
+            if (auto resumed = resumedGrowth(onset)) {
+                onset = resumed->onset;
+                g.earlier = resumed->earlier;
+            }
+            g.iteration = keptSince(onset);
             const double rate = onset == 0 ? wholeSlope
                                            : theilSenSlope(std::span(x).subspan(onset),
                                                            std::span(post).subspan(onset));
@@ -253,6 +267,57 @@ struct JudgedSeries {
             g.grown_bytes = static_cast<int64_t>(std::llround(post.back() - post[onset]));
         }
         return g;
+    }
+
+    // A leak's first iteration, from the knot `k` (the last point before its growth). A loop
+    // that keeps its newest tensor by a name (`x = ...; keep.append(x)`) shows its first kept
+    // block at the knot's level: held by the name alone there, by the container from the next
+    // point on, so the curve rises one iteration late, whether the name is a local or a
+    // global. The oldest block alive at the end tells: born at the knot's own iteration, the
+    // leak began there.
+    int64_t keptSince(size_t k) const {
+        const int64_t grown = firstGrown(k);
+        if (s.oldest.empty() || s.bytes.back() <= 0 || !(post[k] > 0.0)) {
+            return grown; // nothing was alive at the knot to have begun it
+        }
+        const auto oldest = static_cast<int64_t>(s.oldest.back());
+        return oldest >= static_cast<int64_t>(x[k]) && oldest < grown ? oldest : grown;
+    }
+
+    // The growth since `onset` paused and grew again: no new high (over the noise) for
+    // kMinFlatPoints points or more, then three new highs or more, after three or more before
+    // it. The leak is the stretch growing now, from the pause's end; the earlier one is named
+    // apart (both stretches of a run that leaked, stopped and leaked again).
+    struct Resumed {
+        size_t onset = 0;
+        GrowthSince::Earlier earlier;
+    };
+    std::optional<Resumed> resumedGrowth(size_t onset) const {
+        double highest = post[onset];
+        size_t lastHigh = onset, pauseFrom = 0, pauseTo = 0, before = 0, after = 0;
+        for (size_t i = onset + 1; i < m; ++i) {
+            if (!(post[i] > highest + shape.tolerance)) {
+                continue;
+            }
+            if (i - lastHigh >= kMinFlatPoints) {
+                pauseFrom = lastHigh;
+                pauseTo = i;
+                before += after;
+                after = 0;
+            }
+            ++after;
+            lastHigh = i;
+            highest = post[i];
+        }
+        if (pauseTo == 0 || after < 3 || before < 3) {
+            return std::nullopt;
+        }
+        const auto at = std::span(x).first(pauseFrom + 1);
+        const auto grew = std::span(post).first(pauseFrom + 1);
+        const size_t start = riseOnset(at, grew);
+        return Resumed{pauseTo - 1,
+                       {firstGrown(start), static_cast<int64_t>(at[pauseFrom]),
+                        static_cast<int64_t>(std::llround(grew[pauseFrom] - grew[start]))}};
     }
 
     // A leak since `onset` at `confidence` — unless the growth stopped long enough ago.
@@ -399,6 +464,31 @@ bool evictsSinceItStopped(const JudgedSeries& j) {
     return flat > 0.0 && advanced >= 0.5 * flat;
 }
 
+// Steps that keep what they took: three or more regular steps of like size (growth_shape.h's
+// staircase), the blocks of each still alive (born at the step's iteration or, held by a name
+// at that boundary, the one before). Seen directly, as blocks kept from every iteration are: an
+// evaluation epoch's leak is confirmed at its third step, where the trend's statistics waited
+// for the fourth or fifth. One that has missed its next step is left to the rules after.
+bool keptFromEveryStep(const JudgedSeries& j, Classification& c) {
+    if (!j.growthJudged || j.s.surviving.size() != j.s.bytes.size()) {
+        return false;
+    }
+    const auto stairs = staircaseOf(j.x, j.post, j.shape.tolerance);
+    // Still stepping: a staircase that missed its next step has paused (undecided, below).
+    if (!stairs || stairs->at.size() < 3 ||
+        j.x.back() - j.x[stairs->at.back()] > 1.5 * stairs->every) {
+        return false;
+    }
+    for (size_t i : stairs->at) {
+        const size_t b = j.first + i;
+        const double jump = j.post[i] - j.post[i - 1];
+        if (static_cast<double>(j.s.surviving[b] + j.s.surviving[b - 1]) < 0.5 * jump) {
+            return false;
+        }
+    }
+    return j.leak(c, std::clamp(1.0 - j.whole.trendP, 0.5, 1.0), stairs->first - 1);
+}
+
 // Grew, then stopped: bounded once it has been flat for long enough (growth_shape.h's
 // settled), or once it evicts what it took; before that, undecided. The last rule: it always
 // decides.
@@ -427,6 +517,7 @@ constexpr NamedVerdictRule kVerdictRules[] = {
     {"kept from every judged iteration", keptFromEveryJudgedIteration},
     {"grows over the judged part", growsOverTheJudgedPart},
     {"began late", beganLate},
+    {"kept from every step", keptFromEveryStep},
     {"grows between releases", growsBetweenReleases},
     {"all freed", allFreed},
     {"replaced every iteration", replacedEveryIteration},

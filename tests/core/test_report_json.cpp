@@ -66,6 +66,12 @@ Report hostileReport() {
     stopped.compiled_op = CompiledOp{{"input_<3>"}, {"aten.t", "aten.\"addmm\""}};
     stopped.holder->library = LibraryObject{"trainer.<\"ema\">", "EMA<b>", "ema'lib", {"reset"}};
     r.findings.push_back(stopped);
+    Finding stepped = f; // a staircase that grew before, paused, and steps again
+    stepped.growth_since = GrowthSince{40, 1 << 18, std::nullopt, 4 << 20};
+    stepped.growth_since->step_bytes = 1 << 20;
+    stepped.growth_since->step_every = 4;
+    stepped.growth_since->earlier = GrowthSince::Earlier{3, 9, 5 << 20};
+    r.findings.push_back(stepped);
     DeviceTimeline d;
     d.device = "cpu";
     d.capacity_bytes = 1ull << 34;
@@ -98,6 +104,15 @@ TEST_CASE("JSON has the contract's field names and parses back with nlohmann") {
     REQUIRE(j["findings"][1]["growth_since"]["stopped_at"] == 2);
     REQUIRE(j["findings"][1]["growth_since"]["text"] ==
             "grew 1.0 MiB until iteration 3, flat since");
+    const auto& stepped = j["findings"][2]["growth_since"];
+    REQUIRE(stepped["step_bytes"] == 1 << 20);
+    REQUIRE(stepped["step_every"] == 4);
+    REQUIRE(stepped["earlier"]["stopped_at"] == 9);
+    REQUIRE(stepped["text"] ==
+            "1.0 MiB every 4 iterations since iteration 41; before, it grew 5.0 MiB "
+            "from iteration 4 to 10 and paused");
+    REQUIRE_FALSE(f["growth_since"].contains("step_bytes"));
+    REQUIRE_FALSE(f["growth_since"].contains("earlier"));
     REQUIRE(f["site"]["file"] == "dir \"quoted\"/<script>alert('x')</script>.py");
     REQUIRE(f["site"]["cell"].is_null());
     REQUIRE(f["path"][0]["label"] == "losses\n\t\\");

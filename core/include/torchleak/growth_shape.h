@@ -6,7 +6,9 @@
 // cost is counted; this file only says *where* the regimes meet, for the rate and the words.
 
 #include <cstddef>
+#include <optional>
 #include <span>
+#include <vector>
 
 namespace torchleak {
 
@@ -37,6 +39,23 @@ struct GrowthShape {
     double grown = 0.0;     // y[top] - y[onset]
     double tolerance = 0.0; // the noise a level is allowed, in y units
 };
+
+// A growth made of regular steps: an evaluation epoch's leak (6 MiB every 5 iterations), said
+// as one ("6.0 MiB every 5 iterations since iteration 5") with its onset at its first step, not
+// where a line through the steps would cross the floor (mid-step) or the end of warm-up. The
+// series rises only in jumps over `tolerance`, two or more, at least two iterations apart and
+// regularly (the widest gap at most 1.5 times the narrowest: a thinned grid moves a step to
+// the next kept point), of like size (the biggest at most twice the smallest), the jumps
+// making nine tenths of the rise from before the first to the end, and nothing falls by more
+// than the tolerance. `first` is the index of the point the first step shows at.
+struct Staircase {
+    size_t first = 0;
+    double step = 0.0;      // the median jump, in y units
+    double every = 0.0;     // the median gap between jumps, in x units
+    std::vector<size_t> at; // the index of each jump's point, `first` the first
+};
+std::optional<Staircase>
+staircaseOf(std::span<const double> x, std::span<const double> y, double tolerance);
 
 // Where the growth began and whether it stopped. The highest level is reached at `top` (within
 // the noise: twice the robust spread of the series' steps, and of the sampled noise known

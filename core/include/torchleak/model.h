@@ -242,6 +242,18 @@ struct GrowthSince {
     int64_t flat_iterations = 0;       // since the stop, when it has stopped
     // Undecided: the iteration at which, still flat, it becomes a plateau (watch looks then).
     std::optional<int64_t> settles_at = std::nullopt;
+    // A leak that grows in regular steps (growth_shape.h): each step's bytes and the
+    // iterations between steps; `iteration` is then its first step's.
+    std::optional<int64_t> step_bytes = std::nullopt;
+    std::optional<int64_t> step_every = std::nullopt;
+    // A leak that grew, paused and grows again: the earlier stretch, its first iteration, the
+    // last that grew and what it added. The leak's own fields are the stretch now growing.
+    struct Earlier {
+        int64_t iteration = 0;
+        int64_t stopped_at = 0;
+        int64_t grown_bytes = 0;
+    };
+    std::optional<Earlier> earlier = std::nullopt;
 };
 
 // What the suggested fix was proven to free: the heap walked again from the named roots with
