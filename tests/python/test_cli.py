@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+import cli_batch
+
 MiB = 1 << 20
 LEAKY = """\
 import torch
@@ -155,31 +157,38 @@ def test_failing_script_exits_3_and_still_reports(tmp_path):
     assert json.loads(out.read_text())["schema_version"] == "torchleak.report/1"
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        [],
-        ["frobnicate"],
-        ["run"],
-        ["run", "--json"],
-        ["run", "--warmup", "x", "s.py"],
-        ["run", "--bogus", "s.py"],
-        ["run", "does-not-exist.py"],
-        ["run", "--json", "missing-dir/r.json", "s.py"],  # checked before the script runs
-        ["run", "--json", "r.txt", "s.py"],  # unknown extension
-        ["run", "--html", ".", "s.py"],  # a directory
-        ["run", "--warmup", str(10**12), "s.py"],
-        ["run", "--warmup", "-1", "s.py"],
-        ["run", "--every", "2", "s.py"],  # belongs to --watch
-        ["run", "-m"],
-        ["run", "-m", "no_such_module_torchleak_test"],
-        ["run", "--quiet", "--"],
-    ],
-)
-def test_bad_arguments_print_usage_and_exit_2(args, tmp_path):
-    (tmp_path / "s.py").write_text("pass\n")
-    proc = run_cli(*args, cwd=tmp_path)
-    assert proc.returncode == 2
+BAD_ARGUMENTS = [
+    [],
+    ["frobnicate"],
+    ["run"],
+    ["run", "--json"],
+    ["run", "--warmup", "x", "s.py"],
+    ["run", "--bogus", "s.py"],
+    ["run", "does-not-exist.py"],
+    ["run", "--json", "missing-dir/r.json", "s.py"],  # checked before the script runs
+    ["run", "--json", "r.txt", "s.py"],  # unknown extension
+    ["run", "--html", ".", "s.py"],  # a directory
+    ["run", "--warmup", str(10**12), "s.py"],
+    ["run", "--warmup", "-1", "s.py"],
+    ["run", "--every", "2", "s.py"],  # belongs to --watch
+    ["run", "-m"],
+    ["run", "-m", "no_such_module_torchleak_test"],
+    ["run", "--quiet", "--"],
+]
+
+
+@pytest.fixture(scope="module")
+def bad_argument_runs(tmp_path_factory):
+    """Every BAD_ARGUMENTS command line, run in one process (cli_batch.py), in a folder with s.py."""
+    folder = tmp_path_factory.mktemp("bad-arguments")
+    (folder / "s.py").write_text("pass\n")
+    return cli_batch.run_each(BAD_ARGUMENTS, cwd=folder)
+
+
+@pytest.mark.parametrize("case", range(len(BAD_ARGUMENTS)), ids=[" ".join(a) or "(none)" for a in BAD_ARGUMENTS])
+def test_bad_arguments_print_usage_and_exit_2(bad_argument_runs, case):
+    proc = bad_argument_runs[case]
+    assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "usage: python -m torchleak run" in proc.stdout + proc.stderr
 
 

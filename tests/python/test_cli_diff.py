@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+import cli_batch
+
 BEFORE = """\
 import torch
 import torchleak
@@ -86,21 +88,29 @@ def test_undoing_a_fix_is_a_regression(reports):
     assert proc.returncode == 1 and "NEW" in proc.stdout
 
 
-@pytest.mark.parametrize(
-    "args, words",
-    [
-        (["only.json"], "diff needs two report files, got 1"),
-        (["missing.json", "missing.json"], "cannot read missing.json"),
-        (["notareport.json", "notareport.json"], "not a torchleak report"),
-        (["{b}", "{b}", "--tolerance", "lots"], "--tolerance needs a percentage"),
-        (["{b}", "{b}", "--tolerance", "-5"], "--tolerance must be between 0 and 1000"),
-        (["{b}", "{b}", "--json", "out.txt"], "must end in .json"),
-        (["{b}", "{b}", "--colour"], "unknown option '--colour'"),
-    ],
-)
-def test_usage_errors_exit_2_with_the_usage(reports, tmp_path, args, words):
-    (tmp_path / "notareport.json").write_text('{"schema_version": "something else"}')
-    args = [a.format(b=reports["before"]) for a in args]
-    proc = run_cli("diff", *args, cwd=tmp_path)
+DIFF_USAGE_ERRORS = [
+    (["only.json"], "diff needs two report files, got 1"),
+    (["missing.json", "missing.json"], "cannot read missing.json"),
+    (["notareport.json", "notareport.json"], "not a torchleak report"),
+    (["{b}", "{b}", "--tolerance", "lots"], "--tolerance needs a percentage"),
+    (["{b}", "{b}", "--tolerance", "-5"], "--tolerance must be between 0 and 1000"),
+    (["{b}", "{b}", "--json", "out.txt"], "must end in .json"),
+    (["{b}", "{b}", "--colour"], "unknown option '--colour'"),
+]
+
+
+@pytest.fixture(scope="module")
+def diff_usage_runs(reports, tmp_path_factory):
+    """Every DIFF_USAGE_ERRORS command line, run in one process (cli_batch.py), in a folder with
+    a JSON file that is not a report."""
+    folder = tmp_path_factory.mktemp("diff-usage")
+    (folder / "notareport.json").write_text('{"schema_version": "something else"}')
+    argvs = [["diff", *(a.format(b=reports["before"]) for a in args)] for args, _ in DIFF_USAGE_ERRORS]
+    return cli_batch.run_each(argvs, cwd=folder)
+
+
+@pytest.mark.parametrize("case", range(len(DIFF_USAGE_ERRORS)), ids=[w for _, w in DIFF_USAGE_ERRORS])
+def test_usage_errors_exit_2_with_the_usage(diff_usage_runs, case):
+    proc, words = diff_usage_runs[case], DIFF_USAGE_ERRORS[case][1]
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert words in proc.stderr and "python -m torchleak diff before.json" in proc.stderr

@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+
+import cli_batch
 import torch
 
 import torchleak
@@ -245,21 +247,25 @@ def test_cli_watch(tmp_path):
     assert data["iterations"] == 20 and "sampling" not in data
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--every", "2"], "--every and --sample-bytes belong to --watch"),
-        (["--watch", "--every", "0"], "--every must be between 1"),
-        (["--watch", "--sample-bytes", "lots"], "--sample-bytes needs an integer"),
-        (["--gather-timeout", "-1"], "--gather-timeout must be between 0 and 86400"),
-    ],
-)
-def test_cli_watch_usage_errors(tmp_path, args, message):
-    script = tmp_path / "train.py"
+WATCH_USAGE_ERRORS = [
+    (["--every", "2"], "--every and --sample-bytes belong to --watch"),
+    (["--watch", "--every", "0"], "--every must be between 1"),
+    (["--watch", "--sample-bytes", "lots"], "--sample-bytes needs an integer"),
+    (["--gather-timeout", "-1"], "--gather-timeout must be between 0 and 86400"),
+]
+
+
+@pytest.fixture(scope="module")
+def watch_usage_runs(tmp_path_factory):
+    """Every WATCH_USAGE_ERRORS command line on a script, run in one process (cli_batch.py)."""
+    script = tmp_path_factory.mktemp("watch-usage") / "train.py"
     script.write_text("pass\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "torchleak", "run", *args, str(script)], capture_output=True, text=True, timeout=60
-    )
+    return cli_batch.run_each([["run", *args, str(script)] for args, _ in WATCH_USAGE_ERRORS])
+
+
+@pytest.mark.parametrize("case", range(len(WATCH_USAGE_ERRORS)), ids=[m for _, m in WATCH_USAGE_ERRORS])
+def test_cli_watch_usage_errors(watch_usage_runs, case):
+    out, message = watch_usage_runs[case], WATCH_USAGE_ERRORS[case][1]
     assert out.returncode == 2
     assert message in out.stderr and "usage:" in out.stderr
 
