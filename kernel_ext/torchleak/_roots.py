@@ -5,6 +5,7 @@ itself is C++ (`torchleak._core`). Order matters: the walk is breadth first and 
 to reach a tensor names its path, so the user's own names come before notebook machinery.
 """
 
+import functools
 import os
 import sys
 import threading
@@ -167,6 +168,59 @@ def given(mapping):
             raise TypeError(f"roots: every name must be a non-empty str, got {name!r:.60}")
         roots.append((name, "root", "named by the caller (roots=...)", value))
     return roots
+
+
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+_function_code = types.FunctionType.__dict__["__code__"].__get__
+_function_name = types.FunctionType.__dict__["__name__"].__get__
+
+
+def _parameters(fn, args, kwargs):
+    """(the function's name or None, [(name, value)]) for what a call fn(*args, **kwargs)
+    binds, read from the function's code
+    object (inspect.signature would ask the callable for __signature__ and __wrapped__: user
+    code). A bound method's object is its first parameter, a partial's arguments are bound
+    first; any other callable's arguments are `args[i]` and `kwargs['k']`, as check() took them."""
+    bound = []
+    if type(fn) is types.MethodType:
+        fn, args = fn.__func__, (fn.__self__, *args)
+    while type(fn) is functools.partial:
+        fn, args, kwargs = fn.func, (*fn.args, *args), {**fn.keywords, **kwargs}
+    if type(fn) is not types.FunctionType:
+        bound += [(f"args[{i}]", value) for i, value in enumerate(args)]
+        return None, bound + [(f"kwargs[{key!r}]", value) for key, value in kwargs.items()]
+    code = _function_code(fn)
+    positional = code.co_varnames[: code.co_argcount]
+    keyword = set(code.co_varnames[code.co_posonlyargcount : code.co_argcount + code.co_kwonlyargcount])
+    after = code.co_argcount + code.co_kwonlyargcount
+    var_args = code.co_varnames[after] if code.co_flags & _CO_VARARGS else None
+    var_kwargs = code.co_varnames[after + (var_args is not None)] if code.co_flags & _CO_VARKEYWORDS else None
+    for i, value in enumerate(args):
+        if i < len(positional):
+            bound.append((positional[i], value))
+        else:
+            bound.append((f"{var_args or 'args'}[{i - len(positional)}]", value))
+    for key, value in kwargs.items():
+        if key in keyword:
+            bound.append((key, value))
+        else:
+            bound.append((f"{var_kwargs or 'kwargs'}[{key!r}]", value))
+    return _function_name(fn), bound
+
+
+def arguments(fn, args, kwargs):
+    """Roots for the arguments check() passes to fn, called by fn's parameters (`state`): an
+    object made inline, `check(step, make_state())`, is named nowhere else, and was reached
+    through check()'s own closure as `<cell outside the named roots>`. After the caller's own
+    roots: a name the caller gives wins."""
+    try:
+        where, bound = _parameters(fn, args, kwargs)
+    except Exception:  # noqa: BLE001 - an odd callable: its arguments by position, as given
+        bound = [(f"args[{i}]", value) for i, value in enumerate(args)]
+        bound += [(f"kwargs[{key!r}]", value) for key, value in kwargs.items()]
+        where = None
+    note = f"an argument check() passes to {where}()" if where else "an argument check() passes on"
+    return [(name, "root", note, value) for name, value in bound]
 
 
 # The note of the output cache's roots: the core reads `_`, `__` and `___` as the cache only

@@ -520,13 +520,15 @@ class Tracker:
         failure: BaseException | None = None,
         shapes: bool = True,
         live_findings: int | None = None,
+        argument_roots: list[Any] | None = None,
     ) -> Report:
         """report(), with what torchleak's own front ends ask for besides: paths only for the
         findings that grew in the last iteration (the %leakwatch ledger), no dtype and shape
         (torchleak.watch()'s checks mid-run: finding tensors costs a scan of the heap), the
         out-of-memory error a cell raised (`failure`) for a report built before it is noted, and
         a live view (`live_findings`: %%leakcheck's updates, cut by the core to that many
-        findings without their live-block lists)."""
+        findings without their live-block lists), and check()'s arguments as roots named by
+        the parameters they are given to (`argument_roots`, after the caller's own)."""
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         # Checked here: a bad argument reaching the binding would make pybind11 print the
@@ -534,7 +536,7 @@ class Tracker:
         check_options(warmup=warmup)
         if type(paths) is not bool:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
-        given = _roots.given(roots)
+        given = _roots.given(roots) + (argument_roots or [])
         # The whole run's final report is kept; one with a partial explanation or roots of the
         # caller's is not.
         final = (
@@ -682,9 +684,11 @@ def check(
     """Run ``fn(*args, **kwargs)`` ``iterations`` times, each run an iteration, and report.
 
     The first ``warmup`` runs are recorded but not judged. ``roots`` ({name: object}) names
-    objects the paths should start from (see :meth:`Tracker.report`). If ``fn`` raises (an OOM, a bug,
-    KeyboardInterrupt), the hooks are removed, the report of what was seen is attached to the
-    exception as ``torchleak_report`` and the exception propagates.
+    objects the paths should start from (see :meth:`Tracker.report`); the arguments are roots
+    too, named by ``fn``'s parameters (``check(step, make_state())`` reads ``state.cache``).
+    If ``fn`` raises (an OOM, a bug, KeyboardInterrupt), the hooks are removed, the report of
+    what was seen is attached to the exception as ``torchleak_report`` and the exception
+    propagates.
     """
     if not callable(fn):
         raise TypeError(f"check() needs a callable, got {type(fn).__name__}")
@@ -696,7 +700,7 @@ def check(
     _roots.given(roots)  # a bad mapping fails before the run, not after it
     with tracker:
         failure = tracker._run_iterations(lambda: fn(*args, **kwargs), iterations)
-    report = tracker.report(roots=roots)
+    report = tracker._build_report(roots=roots, argument_roots=_roots.arguments(fn, args, kwargs))
     if failure is not None:
         _out_of_memory.attach(failure, report)
         raise failure

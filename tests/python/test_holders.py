@@ -342,3 +342,74 @@ def test_a_holder_of_many_rows_of_one_batch_counts_its_entries_and_its_storages(
     assert leak.holder["entries_per_iteration"] == 192
     assert leak.holder["growth_text"] == "+192 entries per iteration, sharing 1 storage"
     assert "holder: cache (dict, +192 entries per iteration, sharing 1 storage)" in str(report)
+
+
+class Served:
+    """A server's state, made inline for check() in the tests below."""
+
+    def __init__(self):
+        self.cache = {}
+        self.history = []
+
+    def step(self, scale=1.0):
+        self.cache[len(self.cache)] = torch.ones(1 << 14) * scale  # 64 KiB an iteration
+        y = (torch.randn(64, 64, requires_grad=True) * scale).sum()
+        self.history.append(y)  # with its graph
+
+
+def serve(state, scale=1.0):
+    state.step(scale)
+
+
+def _paths_and_fixes(report):
+    return sorted(
+        (f["holder"]["path_text"], f["suggestion"])
+        for f in report.to_dict()["findings"]
+        if f["verdict"] == "leak" and f.get("holder")
+    )
+
+
+def test_state_passed_inline_is_explained_as_when_it_is_bound_to_a_name():
+    # check(serve, Served()): the state is named nowhere but by serve's parameter. It was reached
+    # through check()'s own closure ("<cell outside the named roots>"), and the autograd leak's
+    # biggest storage read "held only from C++". Now: the parameter is its root, as if bound.
+    inline = torchleak.check(serve, Served(), iterations=8, warmup=2)
+    state = Served()
+    named = torchleak.check(serve, state, iterations=8, warmup=2, roots={"state": state})
+    assert _paths_and_fixes(inline) == _paths_and_fixes(named)
+    assert {path for path, _ in _paths_and_fixes(inline)} == {"state.cache", "state.history"}
+    text = str(inline)
+    assert "outside the named roots" not in text and "held only from C++" not in text
+    assert "(an argument check() passes to serve())" in text
+    fixes = {path: fix for path, fix in _paths_and_fixes(inline)}
+    assert fixes["state.cache"].startswith("state.cache grows by 1 per iteration")
+
+
+@pytest.mark.parametrize(
+    "call, root",
+    [
+        (lambda: torchleak.check(Served().step, iterations=6, warmup=1), "self"),  # a bound method's object
+        (lambda: torchleak.check(serve, state=Served(), iterations=6, warmup=1), "state"),  # by keyword
+        (lambda: torchleak.check(lambda *parts: serve(parts[1]), 0, Served(), iterations=6, warmup=1), "parts[1]"),
+        (lambda: torchleak.check(lambda **named: serve(named["s"]), s=Served(), iterations=6, warmup=1), "named['s']"),
+        (lambda: torchleak.check(__import__("functools").partial(serve, Served()), iterations=6, warmup=1), "state"),
+    ],
+    ids=["method", "keyword", "star-args", "star-kwargs", "partial"],
+)
+def test_every_way_of_passing_the_state_names_it_by_its_parameter(call, root):
+    paths = {path for path, _ in _paths_and_fixes(call())}
+    assert paths == {f"{root}.cache", f"{root}.history"}
+
+
+def test_a_callable_object_with_a_hostile_signature_gets_its_arguments_by_position():
+    # Neither __signature__ nor __call__'s attributes are asked for: user code, which may raise.
+    class Hostile:
+        @property
+        def __signature__(self):
+            raise RuntimeError("asked for the signature")
+
+        def __call__(self, state):
+            serve(state)
+
+    report = torchleak.check(Hostile(), Served(), iterations=6, warmup=1)
+    assert {path for path, _ in _paths_and_fixes(report)} == {"args[0].cache", "args[0].history"}
