@@ -129,7 +129,8 @@ bool isPrimary(std::string_view expr) {
     return expr.back() != '.';
 }
 
-// The argument of `holder.append(ARG)` when the whole line is that one call.
+} // namespace
+
 std::optional<std::string_view> appendedTo(std::string_view line, const std::string& holder) {
     const std::string prefix = holder + ".append(";
     if (line.substr(0, prefix.size()) != prefix || line.back() != ')') {
@@ -148,6 +149,8 @@ std::optional<std::string_view> appendedTo(std::string_view line, const std::str
     }
     return depth == 0 && !arg.empty() ? std::optional<std::string_view>(arg) : std::nullopt;
 }
+
+namespace {
 
 // The line after the site, in the site's block, that appends what the site's line assigns: the
 // commonest form of the leak (`loss = criterion(...)`, `loss.backward()`, `losses.append(loss)`)
@@ -185,7 +188,8 @@ std::optional<std::string_view> appendedBelowSite(const Finding& f,
     return std::nullopt;
 }
 
-// `ARG` as the receiver of a method call: parenthesised unless it is one primary expression.
+} // namespace
+
 std::string receiver(std::string_view arg) {
     if (isPrimary(arg)) {
         return std::string(arg);
@@ -195,6 +199,8 @@ std::string receiver(std::string_view arg) {
     out += ")";
     return out;
 }
+
+namespace {
 
 // The site's line storing a view in the holder, storing a copy instead: `holder.append(x)`,
 // `holder[key] = x` (one primary-or-parenthesised value, nothing after it); else "".
@@ -244,9 +250,15 @@ std::string suggestFixCode(const Finding& f, const std::vector<std::string>& sit
         (!f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos);
     if (graph) {
         const std::string_view line = f.site.source ? trimmed(*f.site.source) : "";
+        std::string written = holder; // the holder as the rewritten line spells it
         auto arg = appendedTo(line, holder);
         if (!arg) {
             arg = appendedBelowSite(f, holder, siteFile);
+        }
+        if (!arg && f.appended) {
+            // The loop's one append to the holder, wherever it is: that line, rewritten.
+            written = f.appended->holder;
+            arg = f.appended->value;
         }
         const PathStep* entry = entryOf(f);
         if (!arg || entry == nullptr || !entry->tensor) {
@@ -257,7 +269,7 @@ std::string suggestFixCode(const Finding& f, const std::vector<std::string>& sit
             numel *= d;
         }
         // Appended piece by piece: GCC 12 warns falsely on "(" + std::string(...) (-Wrestrict).
-        std::string code = holder + ".append(";
+        std::string code = written + ".append(";
         const bool bare = isPrimary(*arg);
         code += bare ? "" : "(";
         code += *arg;

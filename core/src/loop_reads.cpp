@@ -456,6 +456,46 @@ std::optional<EndedKey> endedKeyAnywhere(const Finding& f, const SourceOf& sourc
     return std::nullopt;
 }
 
+std::optional<AppendedValue> appendedValueAnywhere(const Finding& f, const SourceOf& sourceOf) {
+    if (!f.holder || f.holder->path_text.empty()) {
+        return std::nullopt;
+    }
+    std::vector<std::string> names = {f.holder->path_text};
+    if (const std::string_view last = lastAttribute(f.holder->path_text); !last.empty()) {
+        names.push_back("self." + std::string(last)); // as its class's methods write it
+    }
+    const std::vector<Frame> frames = loopFrames(f);
+    for (size_t i = 0; i < frames.size() && i < kMostFrames; ++i) {
+        const std::vector<std::string>& lines = sourceOf(frames[i]);
+        if (frames[i].line <= 0 || static_cast<size_t>(frames[i].line) > lines.size()) {
+            continue;
+        }
+        const auto [first, last] = loopRange(lines, i, static_cast<size_t>(frames[i].line) - 1);
+        std::optional<AppendedValue> found;
+        for (size_t k = first; k < last; ++k) {
+            std::string_view line = skipSpaces(lines[k]);
+            while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())) != 0) {
+                line.remove_suffix(1);
+            }
+            for (const std::string& name : names) {
+                const auto arg = appendedTo(line, name);
+                if (!arg) {
+                    continue;
+                }
+                if (found && (found->holder != name || found->value != *arg)) {
+                    return std::nullopt; // two appends: which one the fix rewrites is unsure
+                }
+                found = AppendedValue{name, std::string(*arg), static_cast<int>(k) + 1,
+                                      frames[i].file == f.site.file ? "" : frames[i].file};
+            }
+        }
+        if (found) {
+            return found;
+        }
+    }
+    return std::nullopt;
+}
+
 std::string endedKeyFixText(const Finding& f, const EndedKey& ended) {
     const std::string where =
         ended.ended.file.empty()

@@ -538,6 +538,9 @@ void ReportBuilder::finalizeFindings() {
     for (FindingDraft& draft : d_drafts) {
         settleVerdict(draft);
         Finding& f = draft.finding;
+        if (f.verdict == Verdict::Leak && f.holder) {
+            f.appended = appendedValueAnywhere(f, sourceOf); // the fix quotes what is kept
+        }
         const FixAdvice advice = adviseFix(f);
         f.suggestion = advice.text;
         f.fix_rule = advice.rule;

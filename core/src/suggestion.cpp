@@ -247,12 +247,16 @@ std::string keptWithGraphFix(const Finding& f) {
                                   : std::string(" and its saved activations"));
         }
     }
+    // The tensor as the loop appends it (`F.cross_entropy(model(xv), yv)`, said once), else "loss".
+    const std::string kept = f.appended ? receiver(f.appended->value) : "loss";
+    const std::string again = isPythonName(kept) ? kept : "";
     if (afterBackward) {
-        return "store loss.item() (or loss.detach()) in " + holder +
+        return "store " + kept + ".item() (or " + again + ".detach()) in " + holder +
                ", not the tensor: each one kept has a grad_fn and keeps its autograd graph's "
                "nodes alive, and with them anything backward() did not free";
     }
-    return "store loss.detach() or loss.item(), not the tensor with its graph, in " + holder;
+    return "store " + kept + ".detach() or " + again +
+           ".item(), not the tensor with its graph, in " + holder;
 }
 
 // An nn.Module holder that gains an entry per iteration (a submodule, parameter or buffer

@@ -244,3 +244,54 @@ TEST_CASE("An entry under a key the loop ends elsewhere is popped there, not cle
                   .has_value() == v.ended);
     }
 }
+
+TEST_CASE("The one expression the loop appends to the holder is found where the loop writes it") {
+    // The site allocates the input (line 2); the loop appends another line's tensor (line 4),
+    // through a method that writes the holder as self.history.
+    Frame site = at("train.py", 2);
+    site.user = true;
+    Finding kept = leakIn("trainer", "history", site, {});
+    const std::vector<std::string> train = {
+        "    def step(self, x):\n",                              // 1
+        "        x = torch.randn(64, 64, requires_grad=True)\n", // 2
+        "        y = (x * 2).sum()\n",                           // 3
+        "        self.history.append(y)  \n",                    // 4
+        "    def other(self):\n",                                // 5
+        "        self.history.append(z)\n"};                     // 6: another function's
+    auto appended = appendedValueAnywhere(kept, filesOf({{"train.py", train}}));
+    REQUIRE(appended);
+    CHECK(appended->holder == "self.history");
+    CHECK(appended->value == "y");
+    CHECK(appended->line == 4);
+    CHECK(appended->file.empty());
+
+    const struct {
+        const char* text;
+        const char* value; // "" where no one expression is certain
+    } variants[] = {
+        {"        self.history.append(F.cross_entropy(model(x), t))\n",
+         "F.cross_entropy(model(x), t)"},
+        {"        trainer.history.append(y)\n", "y"},     // the path's own spelling
+        {"        self.history.append(y, z)\n", ""},      // not one argument
+        {"        self.history.append(name='y')\n", ""},  // a string
+        {"        self.histories.append(y)\n", ""},       // another holder
+        {"        self.history.append(y); n += 1\n", ""}, // not the whole line
+    };
+    for (const auto& v : variants) {
+        std::vector<std::string> changed = train;
+        changed[3] = v.text;
+        INFO(v.text);
+        auto found = appendedValueAnywhere(kept, filesOf({{"train.py", changed}}));
+        CHECK((found ? found->value : std::string()) == v.value);
+    }
+    // Two different appends in the loop: which one the fix rewrites is not certain.
+    std::vector<std::string> two = train;
+    two.insert(two.begin() + 4, "        self.history.append(x)\n");
+    CHECK_FALSE(appendedValueAnywhere(kept, filesOf({{"train.py", two}})));
+    // The same append twice (an if and its else) is still one expression.
+    std::vector<std::string> same = train;
+    same.insert(same.begin() + 4, "        self.history.append(y)\n");
+    CHECK(appendedValueAnywhere(kept, filesOf({{"train.py", same}})));
+    // No holder, no source.
+    CHECK_FALSE(appendedValueAnywhere(kept, filesOf({})));
+}

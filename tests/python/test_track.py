@@ -438,3 +438,38 @@ def test_the_commonest_leak_gets_its_code_and_no_second_holder_for_the_loops_own
             losses.append(loss.item())
             torchleak.step()
     assert tracker.report().leaks == []
+
+
+def test_the_fix_quotes_what_the_loop_appends_not_a_loss_it_never_kept():
+    # #62 item 3: the loop appends an expression, and has a `loss` of its own that it does not
+    # keep. The fix said "store loss.detach() or loss.item() ... in val_losses"; it quotes the
+    # appended expression now, and its code rewrites that line. Applied, the next run is flat.
+    model = torch.nn.Linear(64, 8)
+    xv, yv = torch.randn(256, 64), torch.randint(0, 8, (256,))
+
+    def train(val_losses):
+        for _ in range(12):
+            loss = model(torch.randn(32, 64)).square().mean()
+            loss.backward()
+            val_losses.append(torch.nn.functional.cross_entropy(model(xv), yv))
+            torchleak.step()
+
+    def train_fixed(val_losses):  # the fix, applied as printed
+        for _ in range(12):
+            loss = model(torch.randn(32, 64)).square().mean()
+            loss.backward()
+            val_losses.append(torch.nn.functional.cross_entropy(model(xv), yv).item())
+            torchleak.step()
+
+    val_losses = []
+    with torchleak.track() as tracker:
+        train(val_losses)
+    [leak] = tracker.report().leaks
+    expression = "torch.nn.functional.cross_entropy(model(xv), yv)"
+    assert leak.suggestion.startswith(f"store {expression}.detach() or .item(), not the tensor with its graph")
+    assert "loss" not in leak.suggestion.split(", not the tensor")[0]
+    assert leak.get("fix_code") == f"val_losses.append({expression}.item())"
+    val_losses = []
+    with torchleak.track() as tracker:
+        train_fixed(val_losses)
+    assert tracker.report().leaks == []

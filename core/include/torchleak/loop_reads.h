@@ -49,6 +49,11 @@ struct EndedKey {
 std::optional<EndedKey> endedKeyAnywhere(const Finding& f, const SourceOf& sourceOf);
 std::string endedKeyFixText(const Finding& f, const EndedKey& ended);
 
+// The one expression the loop appends to the holder (`holder.append(ARG)`, the whole line), as
+// far as the site's function and its callers' loops tell: the line the fix rewrites. Two
+// different appends to it are no certainty: nullopt.
+std::optional<AppendedValue> appendedValueAnywhere(const Finding& f, const SourceOf& sourceOf);
+
 // The fix for a growing holder that the loop reads: bound it to what the loop needs.
 std::string loopReadFixText(const Finding& f, const HolderRead& read);
 

@@ -111,6 +111,15 @@ struct HolderRead {
     std::string file; // where the line is, when not in the site's file ("" there)
 };
 
+// The one tensor expression the loop appends to a finding's holder, as its source writes it
+// (loop_reads.h: appendedValueAnywhere): `y` of `state.hist.append(y)`. The fix quotes it.
+struct AppendedValue {
+    std::string holder; // as the line writes it ("state.hist", "self.history")
+    std::string value;  // "F.cross_entropy(model(xv), yv)"
+    int line = 0;
+    std::string file; // "" in the site's file
+};
+
 // A method of the class of an object on a retaining path, where it is written: what the loop
 // may call on the holder's owner (`k.last()` reading `self.history`). Read from the class dicts
 // without running user code.
@@ -284,6 +293,8 @@ struct Finding {
     std::optional<CompiledOp> compiled_op;
     // When the holder's fix would clear it and the code around the site reads it.
     std::optional<HolderRead> holder_read;
+    // When the holder keeps graphs and its loop appends one expression to it: that append.
+    std::optional<AppendedValue> appended;
     uint64_t count = 0;       // live blocks of this site at the last boundary
     uint64_t total_bytes = 0; // their bytes
     int64_t bytes_per_iteration = 0;

@@ -63,6 +63,13 @@ struct PinnedBase {
 };
 std::optional<PinnedBase> pinnedBase(const Finding& f);
 
+// The argument of `holder.append(ARG)` when the (trimmed) line is that one call, one argument
+// with balanced brackets and no string or comment.
+std::optional<std::string_view> appendedTo(std::string_view line, const std::string& holder);
+
+// `expr` as the receiver of a method call: parenthesised unless it is one primary expression.
+std::string receiver(std::string_view expr);
+
 // A bare Python name (`loss`): no attribute, item or closure cell.
 bool isPythonName(std::string_view text);
 // The step just below the holder on the finding's path (the entry it keeps), or nullptr.
