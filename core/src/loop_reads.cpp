@@ -474,6 +474,12 @@ std::optional<AppendedValue> appendedValueAnywhere(const Finding& f, const Sourc
         std::optional<AppendedValue> found;
         for (size_t k = first; k < last; ++k) {
             std::string_view line = skipSpaces(lines[k]);
+            // A comment after the call is cut; a `#` that may be inside a string is not.
+            if (const size_t hash = line.find('#');
+                hash != std::string_view::npos &&
+                line.substr(0, hash).find_first_of("'\"") == std::string_view::npos) {
+                line = line.substr(0, hash);
+            }
             while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())) != 0) {
                 line.remove_suffix(1);
             }

@@ -271,7 +271,9 @@ TEST_CASE("The one expression the loop appends to the holder is found where the 
     } variants[] = {
         {"        self.history.append(F.cross_entropy(model(x), t))\n",
          "F.cross_entropy(model(x), t)"},
-        {"        trainer.history.append(y)\n", "y"},     // the path's own spelling
+        {"        trainer.history.append(y)\n", "y"}, // the path's own spelling
+        {"        self.history.append(y)  # with its graph\n", "y"},
+        {"        self.history.append(f('#'))\n", ""},
         {"        self.history.append(y, z)\n", ""},      // not one argument
         {"        self.history.append(name='y')\n", ""},  // a string
         {"        self.histories.append(y)\n", ""},       // another holder
