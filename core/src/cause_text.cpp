@@ -86,6 +86,11 @@ std::string mechanism(const Cause& c, const Finding& f) {
                                   : " keeps the autograd graph of every iteration");
     }
     if (c.holder) {
+        // A staircase (a copy kept at each evaluation) grows at its steps, not every iteration.
+        const auto& since = f.growth_since;
+        if (since && since->step_every && *since->step_every >= 2) {
+            return keeper + " grows every " + std::to_string(*since->step_every) + " iterations";
+        }
         return keeper + " grows every iteration";
     }
     if (f.path.empty()) {

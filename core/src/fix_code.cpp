@@ -277,6 +277,9 @@ std::string suggestFixCode(const Finding& f, const std::vector<std::string>& sit
         code += numel == 1 ? ".item())" : ".detach())";
         return code;
     }
+    if (f.fix_rule == "kept-at-intervals") {
+        return keptAtIntervalsFixCode(f); // the last few kept: what reads the newest still works
+    }
     if (pinnedBase(f)) {
         return cloneOnSiteLine(f, holder); // clearing would free it too, but so does a copy
     }

@@ -218,6 +218,25 @@ bool PathFanout::isRoute(const Branch& b) {
     return 2 * static_cast<size_t>(spanning) > b.births.size();
 }
 
+namespace {
+// A container that gains an element at intervals (a snapshot at every evaluation, every 4th
+// iteration) grows as one that gains an element a step does, only slower: three or more
+// elements, each holding the blocks of one iteration, each of another iteration.
+bool gainsElementsInSteps(const std::map<std::string, std::set<uint32_t>>& births) {
+    if (births.size() < 3) {
+        return false;
+    }
+    std::set<uint32_t> distinct;
+    for (const auto& [next, iterations] : births) {
+        if (iterations.size() != 1) {
+            return false;
+        }
+        distinct.insert(*iterations.begin());
+    }
+    return distinct.size() == births.size();
+}
+} // namespace
+
 std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
                                            double iterations,
                                            double sampleScale) const {
@@ -258,7 +277,7 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
             n *= std::max(sampleScale, 1.0); // no two samples shared an element
         }
         double growth = iterations > 0 ? n / iterations : n;
-        if (b.next.size() >= 2 && growth >= 0.5) {
+        if (b.next.size() >= 2 && (growth >= 0.5 || gainsElementsInSteps(b.births))) {
             Holder h{prefix, path[k].type, growth, std::nullopt};
             // Entries that share storages (rows of one batch) outnumber what the paths count.
             const double entries = static_cast<double>(path[k].entries) / std::max(iterations, 1.0);

@@ -202,63 +202,6 @@ std::string libraryStateFix(const Finding& f) {
     return text + ". Do not clear its private state yourself: its next call may rely on it";
 }
 
-// A holder keeps tensors with their autograd graphs: the fix is worded for what it keeps (a
-// scalar loss, a batch of logits, the graph's nodes themselves).
-std::string keptWithGraphFix(const Finding& f) {
-    const std::string holder = shortPath(f.holder->path_text);
-    const PathStep* entry = entryOf(f);
-    // The templates below are for what the user's own line made (a loss, a batch of logits). A
-    // tensor a third-party library made and keeps (a copy of the weights per step in its
-    // private state) is that library's to stop keeping: "store loss.item()" has no premise.
-    if (const auto& inside = f.allocated_inside;
-        inside && inside->package && inside->file.find("/torch/") == std::string::npos) {
-        return holder + " keeps tensors that " + siteText(*inside) + " (in " + inside->function +
-               ", library code) made, each with the autograd graph that made it: a setting or "
-               "method of the object that keeps them controls this (see its documentation); "
-               "failing that, keep .detach()ed copies where it stores them";
-    }
-    bool afterBackward =
-        !f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos;
-    if (entry != nullptr && entry->type != "Tensor" &&
-        entry->type.find("Backward") != std::string::npos) {
-        return holder + " keeps autograd nodes (" + entry->type +
-               ", a grad_fn), and each keeps its whole graph, with the saved tensors of a "
-               "backward(retain_graph=True) or of one not yet run: keep what you need from them "
-               "(a name, a shape, a value), not the nodes";
-    }
-    if (entry != nullptr && entry->tensor) {
-        int64_t numel = 1;
-        for (int64_t d : entry->tensor->shape) {
-            numel *= d;
-        }
-        if (numel > 1) {
-            // "the 512 tensors" read as a count: one dimension is said in elements.
-            std::string shape;
-            for (int64_t d : entry->tensor->shape) {
-                shape += (shape.empty() ? "" : "\u00d7") + std::to_string(d);
-            }
-            if (entry->tensor->shape.size() == 1) {
-                shape += "-element";
-            }
-            return "store .detach()ed copies of the " + shape + " tensors in " + holder +
-                   " (t.detach(), or t.detach().cpu() to free the device), not the tensors: each "
-                   "one kept has a grad_fn and keeps the autograd graph that made it" +
-                   (afterBackward ? " (its nodes, after backward())"
-                                  : std::string(" and its saved activations"));
-        }
-    }
-    // The tensor as the loop appends it (`F.cross_entropy(model(xv), yv)`, said once), else "loss".
-    const std::string kept = f.appended ? receiver(f.appended->value) : "loss";
-    const std::string again = isPythonName(kept) ? kept : "";
-    if (afterBackward) {
-        return "store " + kept + ".item() (or " + again + ".detach()) in " + holder +
-               ", not the tensor: each one kept has a grad_fn and keeps its autograd graph's "
-               "nodes alive, and with them anything backward() did not free";
-    }
-    return "store " + kept + ".detach() or " + again +
-           ".item(), not the tensor with its graph, in " + holder;
-}
-
 // An nn.Module holder that gains an entry per iteration (a submodule, parameter or buffer
 // under a new name, or a ModuleDict/ModuleList entry): removing it is the library's own call.
 std::optional<std::string> suggestForModuleRegistry(const Finding& f) {
@@ -623,6 +566,15 @@ const RemedyRule kRemedyRules[] = {
                 " per iteration: call " + shortPath(pathText(f.path, *k)) +
                 ".reset() once its values are used (at each epoch end, for a metric); "
                 "its class defines reset() to drop them";
+     }},
+    {"kept-at-intervals",
+     [](const Finding& f) -> std::optional<FixAdvice> {
+         const auto& since = f.growth_since;
+         if (f.verdict != Verdict::Leak || !f.holder || !since || !since->step_every ||
+             *since->step_every < 2 || !isAppendOnlySequence(f.holder->type)) {
+             return std::nullopt;
+         }
+         return keptAtIntervalsFix(f);
      }},
     {"growing-holder",
      [](const Finding& f) -> std::optional<FixAdvice> {

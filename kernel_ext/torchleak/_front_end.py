@@ -47,11 +47,12 @@ class TrackerFrontEnd(Protocol):
         failure: BaseException | None = None,
         shapes: bool = True,
         live_findings: int | None = None,
+        argument_roots: list[Any] | None = None,
     ) -> Report:
         """`report()` with what a front end asks for besides: no paths and no dtype or shape
         (run watch's and the integrations' cheap verdicts mid-run), paths only for what grew in
         the last iteration (cell watch), the out-of-memory error a cell raised, a live view cut
-        to `live_findings` findings (%%leakcheck's updates)."""
+        to `live_findings` findings (%%leakcheck's updates), check()'s arguments as roots."""
 
     def _verdicts(self) -> dict[str, Any]:
         """Run watch's look: each finding's verdict, site, bytes and growth

@@ -176,26 +176,31 @@ _function_name = types.FunctionType.__dict__["__name__"].__get__
 
 
 def _parameters(fn, args, kwargs):
-    """(the function's name or None, [(name, value)]) for what a call fn(*args, **kwargs)
-    binds, read from the function's code
-    object (inspect.signature would ask the callable for __signature__ and __wrapped__: user
-    code). A bound method's object is its first parameter, a partial's arguments are bound
-    first; any other callable's arguments are `args[i]` and `kwargs['k']`, as check() took them."""
+    """(the function's name or None, [(name, value)]) for the arguments check() passes on, as
+    the function it calls binds them, read from its code object (inspect.signature would ask
+    the callable for __signature__ and __wrapped__: user code). A bound method's object is
+    its first parameter; a partial's own arguments bind first and are not roots (a partial
+    the caller named reaches them by its name, `callback.args[0]`); any other callable's
+    arguments are `args[i]` and `kwargs['k']`, as check() took them."""
     bound = []
+    skipped = 0  # leading positional parameters taken by a partial's own arguments
+    taken = set()  # keywords a partial gave
     if type(fn) is types.MethodType:
         fn, args = fn.__func__, (fn.__self__, *args)
     while type(fn) is functools.partial:
-        fn, args, kwargs = fn.func, (*fn.args, *args), {**fn.keywords, **kwargs}
+        skipped += len(fn.args)
+        taken.update(fn.keywords)
+        fn = fn.func
     if type(fn) is not types.FunctionType:
         bound += [(f"args[{i}]", value) for i, value in enumerate(args)]
         return None, bound + [(f"kwargs[{key!r}]", value) for key, value in kwargs.items()]
     code = _function_code(fn)
-    positional = code.co_varnames[: code.co_argcount]
+    positional = [name for name in code.co_varnames[: code.co_argcount] if name not in taken]
     keyword = set(code.co_varnames[code.co_posonlyargcount : code.co_argcount + code.co_kwonlyargcount])
     after = code.co_argcount + code.co_kwonlyargcount
     var_args = code.co_varnames[after] if code.co_flags & _CO_VARARGS else None
     var_kwargs = code.co_varnames[after + (var_args is not None)] if code.co_flags & _CO_VARKEYWORDS else None
-    for i, value in enumerate(args):
+    for i, value in enumerate(args, start=skipped):
         if i < len(positional):
             bound.append((positional[i], value))
         else:
@@ -211,8 +216,9 @@ def _parameters(fn, args, kwargs):
 def arguments(fn, args, kwargs):
     """Roots for the arguments check() passes to fn, called by fn's parameters (`state`): an
     object made inline, `check(step, make_state())`, is named nowhere else, and was reached
-    through check()'s own closure as `<cell outside the named roots>`. After the caller's own
-    roots: a name the caller gives wins."""
+    through check()'s own closure as `<cell outside the named roots>`. Tried after every other
+    root: a name the caller gives, a global or a frame's local names an object better than
+    the parameter it is passed to (`trainer.history`, not `self.history`)."""
     try:
         where, bound = _parameters(fn, args, kwargs)
     except Exception:  # noqa: BLE001 - an odd callable: its arguments by position, as given

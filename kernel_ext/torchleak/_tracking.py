@@ -528,7 +528,9 @@ class Tracker:
         out-of-memory error a cell raised (`failure`) for a report built before it is noted, and
         a live view (`live_findings`: %%leakcheck's updates, cut by the core to that many
         findings without their live-block lists), and check()'s arguments as roots named by
-        the parameters they are given to (`argument_roots`, after the caller's own)."""
+        the parameters they are given to (`argument_roots`: after every global and frame, so
+        that `trainer.history` is not read `self.history`; before the walk's last resort, the
+        closure of check() itself)."""
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         # Checked here: a bad argument reaching the binding would make pybind11 print the
@@ -536,7 +538,7 @@ class Tracker:
         check_options(warmup=warmup)
         if type(paths) is not bool:
             raise ValueError(f"paths must be True or False, got {type(paths).__name__}")
-        given = _roots.given(roots) + (argument_roots or [])
+        given = _roots.given(roots)
         # The whole run's final report is kept; one with a partial explanation or roots of the
         # caller's is not.
         final = (
@@ -545,6 +547,7 @@ class Tracker:
             and not grown_paths_only
             and failure is None
             and not given
+            and not argument_roots
             and shapes
             and live_findings is None
         )
@@ -557,6 +560,7 @@ class Tracker:
             warmup=warmup,
             paths=paths,
             given=given,
+            argument_roots=argument_roots or [],
             grown_paths_only=grown_paths_only,
             described=described,
             shapes=shapes,
@@ -587,12 +591,13 @@ class Tracker:
         grown_paths_only: bool = False,
         live_findings: int | None = None,
         verdicts_only: bool = False,
+        argument_roots: list[Any] | None = None,
     ) -> str:
         """The core's document for a report (or a look's verdicts), from this run's inputs."""
         session = self._session
         assert session is not None  # the callers said "nothing was tracked"
         library, packages = _user_code.library_prefixes(), _user_code.package_prefixes()
-        roots = given + self._collected_roots(library, packages) if paths else []
+        roots = given + self._collected_roots(library, packages) + (argument_roots or []) if paths else []
         history = self._cuda_history
         if self.active:
             # Only while history records: listing the live device blocks walks them all, a

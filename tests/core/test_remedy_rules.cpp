@@ -32,6 +32,16 @@ Finding heldBy(const std::string& root, std::vector<PathStep> below = {}) {
     return f;
 }
 
+// `trainer.snapshots` gains a copy of the weights every `every` iterations (a staircase).
+Finding snapshotsEvery(int64_t every) {
+    Finding f = heldBy("trainer.snapshots");
+    f.growth_since = GrowthSince{};
+    f.growth_since->iteration = 1;
+    f.growth_since->step_every = every;
+    f.growth_since->step_bytes = 273448;
+    return f;
+}
+
 // `cache['<text>']` holds a 1024-float row of a 192-row batch: a view that keeps 768 KiB.
 Finding rowOfBatch(const std::string& source) {
     Finding f = heldBy("cache");
@@ -94,6 +104,7 @@ std::map<std::string, Finding> patterns() {
     metric.holder = Holder{"metric.preds", "list", 1.0, std::nullopt};
     p["owner-reset"] = metric;
     p["view-pins-base"] = rowOfBatch("cache[text] = embeddings[i]");
+    p["kept-at-intervals"] = snapshotsEvery(4);
     p["growing-holder"] = heldBy("cache");
     p["attribute"] = leak({step(StepKind::Root, "model"), step(StepKind::Attr, ".last")});
     Finding buffers = leak({});
@@ -156,4 +167,24 @@ TEST_CASE("The first rule whose premise holds gives the fix; no rule for what is
         CHECK(advice.text.empty());
         CHECK(advice.rule.empty());
     }
+}
+
+TEST_CASE("A list that gains a copy at intervals keeps the best or the last few, not nothing") {
+    const Finding snapshots = snapshotsEvery(4);
+    const FixAdvice advice = adviseFix(snapshots);
+    CHECK(advice.text.find("trainer.snapshots gains an entry every 4 iterations") == 0);
+    CHECK(advice.text.find("keep the best so far, or the last few") != std::string::npos);
+    CHECK_FALSE(advice.clears_holder); // what reads the newest entries still works
+    Finding applied = snapshots;
+    applied.fix_rule = advice.rule;
+    CHECK(suggestFixCode(applied) == "del trainer.snapshots[:-3]");
+    // A step every iteration is a list that grows: its own rule; a dict is bounded otherwise.
+    CHECK(adviseFix(snapshotsEvery(1)).rule == "growing-holder");
+    Finding keyed = snapshotsEvery(4);
+    keyed.holder->type = "dict";
+    CHECK(adviseFix(keyed).rule == "growing-holder");
+    // Copies kept with their graphs: the graph is the fix, whatever the rhythm.
+    Finding graphs = snapshotsEvery(4);
+    graphs.path.push_back(step(StepKind::GradFn, ".grad_fn"));
+    CHECK(adviseFix(graphs).rule == "kept-with-graph");
 }

@@ -26,7 +26,8 @@ def test_a_loss_kept_with_its_graph_is_one_cause_across_its_sites():
     assert cause["text"].endswith(
         f"loss_history keeps every iteration's autograd graph, across {len(report.leaks)} allocation sites"
     )
-    assert "loss.detach() or loss.item()" in cause["suggestion"]
+    # The fix quotes what the loop appends, not a `loss` it never kept (#62 item 3).
+    assert "store last(active).square().mean().detach() or .item()" in cause["suggestion"]
     assert {f.severity for f in report.leaks} == {cause["severity"]}
     text = str(report)
     assert text.count("\nLEAK  ") == 1

@@ -392,7 +392,12 @@ def test_state_passed_inline_is_explained_as_when_it_is_bound_to_a_name():
         (lambda: torchleak.check(serve, state=Served(), iterations=6, warmup=1), "state"),  # by keyword
         (lambda: torchleak.check(lambda *parts: serve(parts[1]), 0, Served(), iterations=6, warmup=1), "parts[1]"),
         (lambda: torchleak.check(lambda **named: serve(named["s"]), s=Served(), iterations=6, warmup=1), "named['s']"),
-        (lambda: torchleak.check(__import__("functools").partial(serve, Served()), iterations=6, warmup=1), "state"),
+        (
+            lambda: torchleak.check(
+                __import__("functools").partial(serve, scale=2.0), Served(), iterations=6, warmup=1
+            ),
+            "state",
+        ),
     ],
     ids=["method", "keyword", "star-args", "star-kwargs", "partial"],
 )
@@ -413,3 +418,42 @@ def test_a_callable_object_with_a_hostile_signature_gets_its_arguments_by_positi
 
     report = torchleak.check(Hostile(), Served(), iterations=6, warmup=1)
     assert {path for path, _ in _paths_and_fixes(report)} == {"args[0].cache", "args[0].history"}
+
+
+def _train_with_snapshots(trainer, fix_code=None, steps=40, every=4):
+    model = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchleak.track() as tracker:
+        for step in range(steps):
+            loss = model(torch.randn(16, 128)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if step % every == 0:  # an evaluation: a copy of the weights kept
+                trainer.snapshots.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+                if fix_code:
+                    exec(fix_code, {"trainer": trainer})
+            torchleak.step()
+    return tracker.report()
+
+
+def test_copies_kept_at_each_evaluation_keep_the_best_or_the_last_few():
+    # #63 item 6: a list that gains a detached copy every 4th iteration had no holder (it grows
+    # by 0.25 a step) and got "an attribute keeps the last tensors: set it to None", naming
+    # nothing in the loop. The list is the holder; the fix keeps the last few, and applied as
+    # printed, the next run is flat.
+    class Trainer:
+        def __init__(self):
+            self.snapshots = []
+
+    trainer = Trainer()
+    [leak] = _train_with_snapshots(trainer).leaks
+    assert leak.holder["path_text"] == "trainer.snapshots"
+    assert leak.fix_rule == "kept-at-intervals"
+    assert leak.suggestion.startswith("trainer.snapshots gains an entry every 4 iterations")
+    assert "keep the best so far, or the last few" in leak.suggestion
+    code = leak.get("fix_code")
+    assert code == "del trainer.snapshots[:-3]"
+    fixed = Trainer()
+    assert _train_with_snapshots(fixed, fix_code=code).leaks == []
+    assert len(fixed.snapshots) == 3

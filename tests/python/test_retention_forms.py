@@ -420,7 +420,7 @@ def test_loss_kept_with_its_graph():
         losses.append(h.sum())
 
     leak = the_leak(step)
-    assert_form(leak, path="losses[", holder="losses", site_of=step, fix="loss.detach() or loss.item()")
+    assert_form(leak, path="losses[", holder="losses", site_of=step, fix="store h.sum().detach() or .item()")
     assert ".grad_fn" in leak.path_text and "._saved_result" in leak.path_text
 
 
@@ -964,7 +964,7 @@ def test_checkpointed_regions_kept_with_their_graph_show_the_checkpoint_frame():
         outs.append(out.sum())
 
     leak = the_leak_at(step)
-    assert_form(leak, path="outs[", holder="outs", site_of=step, fix="loss.detach() or loss.item()")
+    assert_form(leak, path="outs[", holder="outs", site_of=step, fix="store out.sum().detach() or .item()")
     assert "<unpack hook of " in leak.path_text and ".<cell frame>.recompute_fn" in leak.path_text
     assert any(s["type"] == "_CheckpointFrame" for s in leak.path)
 

@@ -67,6 +67,15 @@ std::optional<PinnedBase> pinnedBase(const Finding& f);
 // with balanced brackets and no string or comment.
 std::optional<std::string_view> appendedTo(std::string_view line, const std::string& holder);
 
+// kept_entries_fix.cpp: a holder that keeps each iteration's tensors with their autograd graphs
+// (f.holder set; worded for what it keeps), and one that gains an entry every few iterations
+// (f.growth_since's step_every) and never drops one: keep the best or the last few, and that
+// as a line of code (`del trainer.snapshots[:-3]`).
+bool isAppendOnlySequence(const std::string& type);
+std::string keptWithGraphFix(const Finding& f);
+std::string keptAtIntervalsFix(const Finding& f);
+std::string keptAtIntervalsFixCode(const Finding& f);
+
 // `expr` as the receiver of a method call: parenthesised unless it is one primary expression.
 std::string receiver(std::string_view expr);
 
