@@ -280,8 +280,12 @@ def test_a_fix_copies_its_code_and_prose_is_never_copied(browser):
     assert page.evaluate("() => window.getSelection().toString()") == code
     assert cause_fix.text_content() in ("copied", "selected: press Ctrl+C")
     page.close()
-    # A fix the core cannot write as code has no copy button: only its sentence.
+    # A fix the core cannot write as code has no copy button: only its sentence (the golden
+    # loop's fix has its code since the append is found; here it is taken away, as for a fix
+    # with no certain line).
     old = fixture("leaky_loop.json")
+    for part in old["findings"] + old.get("cause_groups", []):
+        part.pop("fix_code", None)
     page = mount(browser, old)
     assert page.locator("[data-testid=copy-fix]").count() == 0
     assert old["causes"][0]["suggestion"] in page.locator("[data-testid=cause]").first.text_content()

@@ -2,12 +2,10 @@
 2 and 3 processes, a DDP model on random data)."""
 
 import json
-import os
-import signal
 import subprocess
 import time
 
-from torchrun_job import SCRIPT, job_env, torchrun_command
+from torchrun_job import SCRIPT, job_env, kill_job, running, torchrun_command
 
 from torchleak import Report
 
@@ -109,8 +107,12 @@ def test_a_hung_rank_does_not_hold_back_the_others(tmp_path):
         time.sleep(0.5)  # the write is complete once the file parses
         data = load(tmp_path / "job.json")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        killed = kill_job(proc)  # torchrun, and the hung rank in its own session
+    # The hung rank outlived the test (and the CI run) before its pid was looked up from /proc.
+    deadline = time.monotonic() + 10
+    while any(running(pid) for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert killed and not any(running(pid) for pid in killed)
     by_rank = {r["rank"]: r for r in data["ranks"]["ranks"]}
     assert by_rank[0]["status"] == "ok"
     assert by_rank[1]["status"] == "missing"
