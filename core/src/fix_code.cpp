@@ -244,11 +244,7 @@ std::string suggestFixCode(const Finding& f, const std::vector<std::string>& sit
     if (!isPythonAccessChain(holder)) {
         return ""; // every line of fix_code must run as written
     }
-    // The holder keeps graphs: through grad_fn steps, or as tensors that carry their own.
-    const bool graph =
-        keepsAutogradGraph(f.path) ||
-        (!f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos);
-    if (graph) {
+    if (keepsGraphs(f)) {
         const std::string_view line = f.site.source ? trimmed(*f.site.source) : "";
         std::string written = holder; // the holder as the rewritten line spells it
         auto arg = appendedTo(line, holder);

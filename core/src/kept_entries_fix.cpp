@@ -10,6 +10,11 @@
 
 namespace torchleak {
 
+bool keepsGraphs(const Finding& f) {
+    return keepsAutogradGraph(f.path) ||
+           (!f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos);
+}
+
 bool isAppendOnlySequence(const std::string& type) {
     return type == "list" || type == "collections.deque" || type == "deque";
 }

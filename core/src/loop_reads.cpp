@@ -116,6 +116,16 @@ std::string_view lastAttribute(std::string_view holder) {
     return std::all_of(last.begin(), last.end(), isNameChar) ? last : std::string_view();
 }
 
+// The holder as the loop's code may write it: as the walk named it, and as its class's methods
+// write it (`self.history` for `trainer.history`).
+std::vector<std::string> holderSpellings(const std::string& holder) {
+    std::vector<std::string> names = {holder};
+    if (const std::string_view last = lastAttribute(holder); !last.empty()) {
+        names.push_back("self." + std::string(last));
+    }
+    return names;
+}
+
 // The chains `line` fills (or empties, or rebinds) that end in the attribute `last`: `self.history`
 // in `self.history.append(out)`. A chain interrupted by an index or a call is not spelled.
 void writtenChains(std::string_view line, std::string_view last, std::vector<std::string>& out) {
@@ -414,10 +424,7 @@ std::optional<EndedKey> endedKeyAnywhere(const Finding& f, const SourceOf& sourc
         return std::nullopt;
     }
     const std::string& holder = f.holder->path_text;
-    std::vector<std::string> names = {holder};
-    if (const std::string_view last = lastAttribute(holder); !last.empty()) {
-        names.push_back("self." + std::string(last)); // as its class's methods write it
-    }
+    const std::vector<std::string> names = holderSpellings(holder);
     const std::vector<Frame> frames = loopFrames(f);
     // Where the loop fills the holder under a key, then where it ends that key elsewhere.
     std::optional<std::pair<std::string, std::string>> filled; // (name, key)
@@ -460,10 +467,7 @@ std::optional<AppendedValue> appendedValueAnywhere(const Finding& f, const Sourc
     if (!f.holder || f.holder->path_text.empty()) {
         return std::nullopt;
     }
-    std::vector<std::string> names = {f.holder->path_text};
-    if (const std::string_view last = lastAttribute(f.holder->path_text); !last.empty()) {
-        names.push_back("self." + std::string(last)); // as its class's methods write it
-    }
+    const std::vector<std::string> names = holderSpellings(f.holder->path_text);
     const std::vector<Frame> frames = loopFrames(f);
     for (size_t i = 0; i < frames.size() && i < kMostFrames; ++i) {
         const std::vector<std::string>& lines = sourceOf(frames[i]);
@@ -491,8 +495,7 @@ std::optional<AppendedValue> appendedValueAnywhere(const Finding& f, const Sourc
                 if (found && (found->holder != name || found->value != *arg)) {
                     return std::nullopt; // two appends: which one the fix rewrites is unsure
                 }
-                found = AppendedValue{name, std::string(*arg), static_cast<int>(k) + 1,
-                                      frames[i].file == f.site.file ? "" : frames[i].file};
+                found = AppendedValue{name, std::string(*arg), static_cast<int>(k) + 1};
             }
         }
         if (found) {

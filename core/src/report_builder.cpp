@@ -538,7 +538,7 @@ void ReportBuilder::finalizeFindings() {
     for (FindingDraft& draft : d_drafts) {
         settleVerdict(draft);
         Finding& f = draft.finding;
-        if (f.verdict == Verdict::Leak && f.holder) {
+        if (f.verdict == Verdict::Leak && f.holder && keepsGraphs(f)) {
             f.appended = appendedValueAnywhere(f, sourceOf); // the fix quotes what is kept
         }
         const FixAdvice advice = adviseFix(f);

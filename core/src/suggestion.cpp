@@ -187,9 +187,7 @@ std::string growthText(const Holder& h) {
 std::string libraryStateFix(const Finding& f) {
     const LibraryObject& lib = *f.holder->library;
     const std::string named = lib.type + " (" + lib.package + ")";
-    const bool graph =
-        keepsAutogradGraph(f.path) ||
-        (!f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos);
+    const bool graph = keepsGraphs(f);
     std::string text =
         shortPath(f.holder->path_text) + " is private state of " + shortPath(lib.object) + " (" +
         lib.type + ", from " + lib.package + ") and gains " + growthText(*f.holder) +
@@ -507,10 +505,7 @@ const RemedyRule kRemedyRules[] = {
      }},
     {"kept-with-graph",
      [](const Finding& f) -> std::optional<FixAdvice> {
-         const bool graph =
-             keepsGraph(f) ||
-             (!f.path.empty() && f.path.back().note.find(kKeepsGraphNote) != std::string::npos);
-         if (f.verdict != Verdict::Leak || !f.holder || !graph) {
+         if (f.verdict != Verdict::Leak || !f.holder || !keepsGraphs(f)) {
              return std::nullopt;
          }
          return keptWithGraphFix(f);

@@ -175,6 +175,13 @@ _function_code = types.FunctionType.__dict__["__code__"].__get__
 _function_name = types.FunctionType.__dict__["__name__"].__get__
 
 
+def _as_given(args, kwargs):
+    """check()'s arguments by position and key, as it took them: `args[0]`, `kwargs['k']`."""
+    return [(f"args[{i}]", value) for i, value in enumerate(args)] + [
+        (f"kwargs[{key!r}]", value) for key, value in kwargs.items()
+    ]
+
+
 def _parameters(fn, args, kwargs):
     """(the function's name or None, [(name, value)]) for the arguments check() passes on, as
     the function it calls binds them, read from its code object (inspect.signature would ask
@@ -192,8 +199,7 @@ def _parameters(fn, args, kwargs):
         taken.update(fn.keywords)
         fn = fn.func
     if type(fn) is not types.FunctionType:
-        bound += [(f"args[{i}]", value) for i, value in enumerate(args)]
-        return None, bound + [(f"kwargs[{key!r}]", value) for key, value in kwargs.items()]
+        return None, _as_given(args, kwargs)
     code = _function_code(fn)
     positional = [name for name in code.co_varnames[: code.co_argcount] if name not in taken]
     keyword = set(code.co_varnames[code.co_posonlyargcount : code.co_argcount + code.co_kwonlyargcount])
@@ -222,9 +228,7 @@ def arguments(fn, args, kwargs):
     try:
         where, bound = _parameters(fn, args, kwargs)
     except Exception:  # noqa: BLE001 - an odd callable: its arguments by position, as given
-        bound = [(f"args[{i}]", value) for i, value in enumerate(args)]
-        bound += [(f"kwargs[{key!r}]", value) for key, value in kwargs.items()]
-        where = None
+        where, bound = None, _as_given(args, kwargs)
     note = f"an argument check() passes to {where}()" if where else "an argument check() passes on"
     return [(name, "root", note, value) for name, value in bound]
 

@@ -560,7 +560,7 @@ class Tracker:
             warmup=warmup,
             paths=paths,
             given=given,
-            argument_roots=argument_roots or [],
+            argument_roots=argument_roots,
             grown_paths_only=grown_paths_only,
             described=described,
             shapes=shapes,

@@ -263,7 +263,6 @@ TEST_CASE("The one expression the loop appends to the holder is found where the 
     CHECK(appended->holder == "self.history");
     CHECK(appended->value == "y");
     CHECK(appended->line == 4);
-    CHECK(appended->file.empty());
 
     const struct {
         const char* text;

@@ -160,6 +160,8 @@ def compile_bytecode(python, env_dir, log):
         text=True,
         timeout=120,
     ).stdout.strip()
+    if not site:  # compileall of "" would compile the working folder, the clone
+        return
     # compileall exits 1 for the odd file that does not compile (test data in some packages);
     # what it compiled is kept either way.
     run([python, "-m", "compileall", "-q", "-j", "0", site], log, timeout=900)

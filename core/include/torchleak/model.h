@@ -117,7 +117,6 @@ struct AppendedValue {
     std::string holder; // as the line writes it ("state.hist", "self.history")
     std::string value;  // "F.cross_entropy(model(xv), yv)"
     int line = 0;
-    std::string file; // "" in the site's file
 };
 
 // A method of the class of an object on a retaining path, where it is written: what the loop
@@ -293,7 +292,8 @@ struct Finding {
     std::optional<CompiledOp> compiled_op;
     // When the holder's fix would clear it and the code around the site reads it.
     std::optional<HolderRead> holder_read;
-    // When the holder keeps graphs and its loop appends one expression to it: that append.
+    // When the holder keeps graphs and its loop appends one expression to it: that append
+    // (set by the report builder, for the fix's words and code).
     std::optional<AppendedValue> appended;
     uint64_t count = 0;       // live blocks of this site at the last boundary
     uint64_t total_bytes = 0; // their bytes

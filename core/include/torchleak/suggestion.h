@@ -79,6 +79,10 @@ std::string keptAtIntervalsFixCode(const Finding& f);
 // `expr` as the receiver of a method call: parenthesised unless it is one primary expression.
 std::string receiver(std::string_view expr);
 
+// Whether the finding's holder keeps autograd graphs: through grad_fn steps on its path, or as
+// tensors that carry their own (the path's last step noted so).
+bool keepsGraphs(const Finding& f);
+
 // A bare Python name (`loss`): no attribute, item or closure cell.
 bool isPythonName(std::string_view text);
 // The step just below the holder on the finding's path (the entry it keeps), or nullptr.
