@@ -81,9 +81,10 @@ struct FrameFilter {
 
 // The qualified name of a code object's function ("Classifier.forward"). CPython 3.11+ keep
 // it on the code object; 3.10 only on the function object, so there it is looked up among the
-// functions alive when first asked (one scan of the collector's objects), else the code's bare
-// name. One per report or path search: it keeps no reference, and code objects are not freed
-// while one is in use. Needs the GIL.
+// functions alive (one scan of the collector's objects per instance, only when asked for a
+// code object not named before: the names asked for are kept for the process), else the
+// code's bare name. One per report or path search: the scan keeps no reference, and code
+// objects are not freed while one is in use. Needs the GIL.
 class QualifiedNames {
   public:
     std::string of(PyCodeObject* code);
