@@ -47,11 +47,12 @@ demo: install
 
 test: install test-format test-widgets test-core test-device test-python test-matrix gpu-proof-dry test-install
 
+# Catch2's cases two at a time (ctest starts the binary once per case): 58 s → 34 s.
 test-core: debian-packages
 	cmake -S . -B $(CORE_BUILD) -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
 	      -DTORCHLEAK_WARNINGS_AS_ERRORS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(CORE_BUILD) -j2
-	cd $(CORE_BUILD) && ctest --output-on-failure
+	cd $(CORE_BUILD) && ctest -j2 --output-on-failure
 
 # The device tier: a fake accelerator on PrivateUse1 (tests/device; test-only, never installed)
 # so the device paths run on real tensors without a GPU. Its caching pool's Catch2 tests run
@@ -78,7 +79,9 @@ sdist: debian-packages venv
 
 # tests/install: the sdist and the wheel installed as a user installs them: a user who is not
 # root (created when absent), fresh virtualenvs, the system's header copies hidden; a leak found
-# with check() and with `python -m torchleak run`; the wheel refusing another torch.
+# with check() and with `python -m torchleak run`; the wheel refusing another torch. One test
+# at a time: its two user tests side by side took as long (171 s against 163 s), their pip
+# installs share the disk.
 test-install: sdist wheel
 	$(PY) -m pytest -q tests/install
 
@@ -108,7 +111,7 @@ test-sanitize: install
 	cmake -S . -B $(SANITIZE_BUILD)/core -DTORCHLEAK_BUILD_PYTHON=OFF -DTORCHLEAK_BUILD_TESTS=ON \
 	      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(SANITIZE)" -DCMAKE_EXE_LINKER_FLAGS="$(SANITIZE)"
 	cmake --build $(SANITIZE_BUILD)/core -j2
-	cd $(SANITIZE_BUILD)/core && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure
+	cd $(SANITIZE_BUILD)/core && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest -j2 --output-on-failure
 	$(PIP) install -q --disable-pip-version-check --no-build-isolation --no-deps --upgrade \
 	  --target $(SANITIZE_BUILD)/target -C build-dir=$(SANITIZE_BUILD)/module -C cmake.build-type=RelWithDebInfo \
 	  -C cmake.define.CMAKE_CXX_FLAGS="$(SANITIZE_MODULE)" -C cmake.define.CMAKE_MODULE_LINKER_FLAGS="$(SANITIZE_MODULE)" .
