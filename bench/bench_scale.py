@@ -18,6 +18,11 @@ included, and nothing the scenario allocated before.
                     and against json.loads of the same file, each measured on its own.
   watch N           %leakwatch with N tensors alive: what cell watch adds to a cell that
                     allocates and keeps one tensor, in an in-process IPython shell.
+  model N           %leakwatch in a notebook's state (issue #62): a trained 4-layer encoder,
+                    AdamW's state and N tensors alive in all; what cell watch adds to a cell
+                    that keeps a tensor and to one that rebinds a name to a new tensor, each
+                    the median (and minimum) of 20 interleaved rounds of 10 cells, watched
+                    against unwatched.
 Each scenario is run `--rounds` times (fresh processes); the table prints the median and the
 minimum (the maximum for memory: the worse case) over the rounds.
 Goals (issue #15): report of 10^6 live blocks <= 1 s and <= 200 MB extra; report time roughly
@@ -204,6 +209,54 @@ def scenario_watch(n):
     return {"ms_few_alive": small * 1e3, "ms_many_alive": big * 1e3, "alive": n}
 
 
+def scenario_model(n, rounds=20):
+    from IPython.core.displaypub import CapturingDisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    cfg = Config()
+    cfg.HistoryManager.hist_file = ":memory:"
+    shell = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
+    shell.run_cell("%load_ext torchleak")
+    setup = shell.run_cell(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "layer = torch.nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True)\n"
+        "model = torch.nn.TransformerEncoder(layer, num_layers=4)\n"
+        "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+        "for _ in range(3):\n"
+        "    loss = model(torch.randn(8, 32, 128)).square().mean()\n"
+        "    loss.backward(); opt.step(); opt.zero_grad()\n"
+        "owned = len(list(model.parameters())) * 3\n"  # each parameter, its exp_avg, exp_avg_sq
+        f"bank = [torch.randn(16) for _ in range({n} - owned)]\n"
+        "kept = []\n"
+        "x = torch.ones(4)\n"
+    )
+    setup.raise_error()
+    cells = {"keep": "kept.append(torch.ones(4))", "rebind": "x = torch.randn(64)"}
+
+    def per_cell(cell, count=10):
+        start = time.perf_counter()
+        for _ in range(count):
+            shell.run_cell(cell, store_history=True)
+        shell.display_pub.outputs.clear()
+        return (time.perf_counter() - start) / count
+
+    added = {name: [] for name in cells}
+    for _ in range(rounds):  # interleaved: unwatched, then watched, cell by cell
+        for name, cell in cells.items():
+            shell.run_cell("%leakwatch off")
+            plain = per_cell(cell)
+            shell.run_cell("%leakwatch on")
+            added[name].append((per_cell(cell) - plain) * 1e3)
+    shell.run_cell("%leakwatch off")
+    out = {"alive": n, "rounds": rounds}
+    for name, values in added.items():
+        out[f"ms_{name}"] = statistics.median(values)
+        out[f"ms_{name}_min"] = min(values)
+    return out
+
+
 def _plain(shell, per_cell):
     shell.run_cell("%leakwatch off")
     plain = per_cell()
@@ -217,6 +270,7 @@ SCENARIOS = {
     "rnn": scenario_rnn,
     "chains": scenario_chains,
     "watch": scenario_watch,
+    "model": scenario_model,
     "load": scenario_load,
 }
 
@@ -249,6 +303,7 @@ def main():
         ("rnn", 40_000),
         ("chains", 30_000),
         ("watch", 100_000),
+        ("model", 5_000),
         ("load", 40_000),
     ]
     results = {f"{name} {n}": [] for name, n in plan}
@@ -335,6 +390,13 @@ def main():
             f"{statistics.median(col('watch 100000', 'ms_few_alive')):.1f} / "
             f"{statistics.median(col('watch 100000', 'ms_many_alive')):.1f}",
             f"ratio {statistics.median(watch_ratio):.2f} median, {min(watch_ratio):.2f} min (flat: 1)",
+        ),
+        (
+            "cell watch, trained encoder + AdamW, 5,000 tensors: keep / rebind ms",
+            f"{statistics.median(col('model 5000', 'ms_keep')):.1f} / "
+            f"{statistics.median(col('model 5000', 'ms_rebind')):.1f}",
+            f"min {min(col('model 5000', 'ms_keep_min')):.1f} / {min(col('model 5000', 'ms_rebind_min')):.1f}"
+            " (each the median of 20 interleaved rounds; goal <= 20 ms, issue #62)",
         ),
     ]
     width = max(len(r[0]) for r in rows)
