@@ -185,7 +185,8 @@ def scenario_load(n):
     return {"seconds": seconds, "mib": mib, "json_mib": json_mib, "file_mib": size}
 
 
-def scenario_watch(n):
+def _notebook_shell():
+    """An in-process IPython shell with torchleak's extension loaded, its outputs captured."""
     from IPython.core.displaypub import CapturingDisplayPublisher
     from IPython.core.interactiveshell import InteractiveShell
     from traitlets.config import Config
@@ -194,15 +195,24 @@ def scenario_watch(n):
     cfg.HistoryManager.hist_file = ":memory:"
     shell = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
     shell.run_cell("%load_ext torchleak")
-    shell.run_cell("import torch\nkept = []")
-    cell = "kept.append(torch.ones(4))"
+    return shell
 
-    def per_cell(cells=10):
-        start = time.perf_counter()
-        for _ in range(cells):
-            shell.run_cell(cell, store_history=True)
-        shell.display_pub.outputs.clear()
-        return (time.perf_counter() - start) / cells
+
+def _per_cell(shell, cell, cells=10):
+    """Seconds one run of `cell` takes, the mean of `cells` runs."""
+    start = time.perf_counter()
+    for _ in range(cells):
+        shell.run_cell(cell, store_history=True)
+    shell.display_pub.outputs.clear()
+    return (time.perf_counter() - start) / cells
+
+
+def scenario_watch(n):
+    shell = _notebook_shell()
+    shell.run_cell("import torch\nkept = []")
+
+    def per_cell():
+        return _per_cell(shell, "kept.append(torch.ones(4))")
 
     shell.run_cell("%leakwatch on")
     small = per_cell() - _plain(shell, per_cell)
@@ -213,14 +223,7 @@ def scenario_watch(n):
 
 
 def scenario_model(n, rounds=20):
-    from IPython.core.displaypub import CapturingDisplayPublisher
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    cfg = Config()
-    cfg.HistoryManager.hist_file = ":memory:"
-    shell = InteractiveShell.instance(config=cfg, display_pub_class=CapturingDisplayPublisher)
-    shell.run_cell("%load_ext torchleak")
+    shell = _notebook_shell()
     setup = shell.run_cell(
         "import torch\n"
         "torch.manual_seed(0)\n"
@@ -238,20 +241,13 @@ def scenario_model(n, rounds=20):
     setup.raise_error()
     cells = {"keep": "kept.append(torch.ones(4))", "rebind": "x = torch.randn(64)"}
 
-    def per_cell(cell, count=10):
-        start = time.perf_counter()
-        for _ in range(count):
-            shell.run_cell(cell, store_history=True)
-        shell.display_pub.outputs.clear()
-        return (time.perf_counter() - start) / count
-
     added = {name: [] for name in cells}
     for _ in range(rounds):  # interleaved: unwatched, then watched, cell by cell
         for name, cell in cells.items():
             shell.run_cell("%leakwatch off")
-            plain = per_cell(cell)
+            plain = _per_cell(shell, cell)
             shell.run_cell("%leakwatch on")
-            added[name].append((per_cell(cell) - plain) * 1e3)
+            added[name].append((_per_cell(shell, cell) - plain) * 1e3)
     shell.run_cell("%leakwatch off")
     out = {"alive": n, "rounds": rounds}
     for name, values in added.items():
