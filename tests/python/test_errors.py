@@ -109,3 +109,23 @@ def test_stack_capture_sees_python_frames():
         return nested(depth - 1) if depth else _testing.capture_depth()
 
     assert nested(10) >= 11
+
+
+def test_a_call_keeps_one_stack_once_the_interpreter_specializes_it():
+    # CPython 3.11 turns PRECALL into a variant that calls a builtin itself after 8 runs of a
+    # line, and the frame then rests on PRECALL instead of CALL: every site allocating under an
+    # exec() in a loop got a second stack at the 8th iteration, and its group crossed watch's
+    # steady cue a second time. Same lines, same stacks, whichever instruction the call rests on.
+    import torch
+
+    import torchleak
+
+    code = compile("\n".join("keep.append(torch.ones(16))" for _ in range(20)), "many_sites.py", "exec")
+    g = {"torch": torch, "keep": []}
+    stacks = []
+    with torchleak.track() as t:
+        for _ in range(20):
+            exec(code, g)
+            torchleak.step()
+            stacks.append(t._session.stacks)
+    assert stacks[-1] == stacks[0], stacks

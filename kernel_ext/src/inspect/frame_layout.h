@@ -32,6 +32,9 @@
 #    endif
 #    include <internal/pycore_code.h>
 #    include <internal/pycore_frame.h>
+#    if PY_VERSION_HEX < 0x030C0000
+#        include <opcode.h> // PRECALL's variants (byteOffset)
+#    endif
 #    if PY_VERSION_HEX >= 0x030E0000
 #        include <internal/pycore_interpframe.h>
 #        include <internal/pycore_stackref.h>
@@ -98,8 +101,48 @@ inline PyCodeObject* codeOf(InterpreterFrame* frame) noexcept {
     }
     return reinterpret_cast<PyCodeObject*>(executable);
 }
+#        if PY_VERSION_HEX < 0x030C0000
+// 3.11 splits a call in two, PRECALL then CALL, and CALL is where the frame rests during the
+// call, until the specializer (after 8 runs of the line) turns PRECALL into a variant that
+// calls a builtin itself and skips CALL: the same call then rests on PRECALL, a second stack
+// for the same lines (a loop calling exec() had every site's group split in two at its 8th
+// iteration, and each half crossed watch's steady cue again). Any PRECALL names its CALL,
+// which has the same source position. The opcode byte is read while another thread may
+// specialize it: it only ever changes between PRECALL variants.
+inline bool isPrecall(int opcode) noexcept {
+    switch (opcode) {
+    case PRECALL:
+    case PRECALL_ADAPTIVE:
+    case PRECALL_BOUND_METHOD:
+    case PRECALL_BUILTIN_CLASS:
+    case PRECALL_BUILTIN_FAST_WITH_KEYWORDS:
+    case PRECALL_METHOD_DESCRIPTOR_FAST_WITH_KEYWORDS:
+    case PRECALL_NO_KW_BUILTIN_FAST:
+    case PRECALL_NO_KW_BUILTIN_O:
+    case PRECALL_NO_KW_ISINSTANCE:
+    case PRECALL_NO_KW_LEN:
+    case PRECALL_NO_KW_LIST_APPEND:
+    case PRECALL_NO_KW_METHOD_DESCRIPTOR_FAST:
+    case PRECALL_NO_KW_METHOD_DESCRIPTOR_NOARGS:
+    case PRECALL_NO_KW_METHOD_DESCRIPTOR_O:
+    case PRECALL_NO_KW_STR_1:
+    case PRECALL_NO_KW_TUPLE_1:
+    case PRECALL_NO_KW_TYPE_1:
+    case PRECALL_PYFUNC:
+        return true;
+    default:
+        return false;
+    }
+}
+#        endif
 inline int byteOffset(InterpreterFrame* frame) noexcept {
-    return _PyInterpreterFrame_LASTI(frame) * static_cast<int>(sizeof(_Py_CODEUNIT));
+    int lasti = _PyInterpreterFrame_LASTI(frame);
+#        if PY_VERSION_HEX < 0x030C0000
+    if (lasti >= 0 && isPrecall(_Py_OPCODE(_PyCode_CODE(frame->f_code)[lasti]))) {
+        lasti += 1 + INLINE_CACHE_ENTRIES_PRECALL;
+    }
+#        endif
+    return lasti * static_cast<int>(sizeof(_Py_CODEUNIT));
 }
 #    endif
 
