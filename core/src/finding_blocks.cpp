@@ -4,16 +4,25 @@
 
 namespace torchleak {
 
-std::vector<FindingBlock> samplePathBlocks(const std::vector<FindingBlock>& blocks) {
-    if (blocks.size() <= kPathSamplesPerFinding) {
+size_t pathSamplesPerFinding(size_t findings) noexcept {
+    if (findings == 0) {
+        return kPathSamplesPerFinding;
+    }
+    return std::clamp(kPathSamplesPerReport / findings, kPathSamplesAtLeast,
+                      kPathSamplesPerFinding);
+}
+
+std::vector<FindingBlock> samplePathBlocks(const std::vector<FindingBlock>& blocks, size_t limit) {
+    if (blocks.size() <= limit) {
         return blocks;
     }
-    std::vector<FindingBlock> sample(
-        blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(kPathHeadSamples));
-    const size_t rest = blocks.size() - kPathHeadSamples;
-    const size_t spread = kPathSamplesPerFinding - kPathHeadSamples;
+    const size_t head = limit * kPathHeadSamples / kPathSamplesPerFinding;
+    std::vector<FindingBlock> sample(blocks.begin(),
+                                     blocks.begin() + static_cast<std::ptrdiff_t>(head));
+    const size_t rest = blocks.size() - head;
+    const size_t spread = limit - head;
     for (size_t k = 0; k < spread; ++k) {
-        sample.push_back(blocks[kPathHeadSamples + k * rest / spread]);
+        sample.push_back(blocks[head + k * rest / spread]);
     }
     return sample;
 }

@@ -21,11 +21,12 @@ void ReportBuilder::explainFindings(RetentionExplainer& explainer) {
     std::vector<std::vector<FindingBlock>> sampled(d_drafts.size());
     std::vector<double> scale(d_drafts.size(), 1.0);
     std::vector<uintptr_t> allBlocks;
+    const size_t limit = pathSamplesPerFinding(d_drafts.size());
     for (size_t i = 0; i < d_drafts.size(); ++i) {
         // (The ledger's sites that did not grow have no blocks: gatherLiveBlocks.)
         std::vector<FindingBlock>& blocks = d_drafts[i].blocks;
         std::sort(blocks.begin(), blocks.end(), std::greater<>());
-        sampled[i] = samplePathBlocks(blocks);
+        sampled[i] = samplePathBlocks(blocks, limit);
         if (!sampled[i].empty()) {
             scale[i] = static_cast<double>(blocks.size()) / static_cast<double>(sampled[i].size());
         }

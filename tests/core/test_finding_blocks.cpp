@@ -46,6 +46,24 @@ TEST_CASE("The path sample keeps the newest blocks, then spreads over the rest")
     REQUIRE(samplePathBlocks(few) == few);
 }
 
+TEST_CASE("Thousands of findings share one budget of path samples") {
+    REQUIRE(pathSamplesPerFinding(0) == kPathSamplesPerFinding);
+    REQUIRE(pathSamplesPerFinding(10) == kPathSamplesPerFinding); // a usual report: unchanged
+    REQUIRE(pathSamplesPerFinding(64) == kPathSamplesPerFinding);
+    REQUIRE(pathSamplesPerFinding(128) == kPathSamplesPerReport / 128);
+    REQUIRE(pathSamplesPerFinding(2000) == kPathSamplesAtLeast);
+    REQUIRE(pathSamplesPerFinding(1000000) == kPathSamplesAtLeast);
+    std::vector<FindingBlock> blocks;
+    for (uint32_t i = 0; i < 30; ++i) {
+        blocks.push_back({30 - i, 256, 30 - i, 0x1000 + i, 256});
+    }
+    auto sample = samplePathBlocks(blocks, kPathSamplesAtLeast);
+    REQUIRE(sample.size() == kPathSamplesAtLeast);
+    REQUIRE(sample[0].block == blocks[0].block); // the newest, for the representative
+    REQUIRE(sample[1].block == blocks[1].block);
+    REQUIRE(sample.back().birth <= 3); // and the spread still reaches the oldest
+}
+
 TEST_CASE("The representative path is the newest one from before the site's last iteration") {
     // Newest first: the last iteration's block is the current state (model.last_hidden), the
     // one before it is what leaks.
