@@ -48,26 +48,26 @@ _MIN_JUDGED_ITERATIONS = 8
 
 
 class _CheckCue:
-    """When memory itself asks for a check the time budget would skip. Four cues, each with its
-    own back-off: *rising*, the tracked total at the highest of the last SPAN boundaries, up RISE
-    of itself over them, in MIN_RISES steps or more (a leak of 1% per iteration is cued within
-    SPAN, sampled or not); *settled*, confirmed leaks standing and the total at no new high for
-    SPAN boundaries (growth that may have stopped: a cache that filled up is withdrawn soon
-    after). A cued check that changed nothing makes its cue wait before the next: MIN_GAP
-    boundaries, then twice as long after each further miss (MIN_GAP, 2 MIN_GAP, ... MAX_GAP), so
-    a steady leak already announced, a sampled one that rises in jumps, or a run that only
-    wobbles costs a few dozen checks, not one per boundary; a check that announced or withdrew
-    resets both. A rise to a quarter above the total at the last look is cued whatever the
-    back-off: misses early in a long run (noise that rose and fell) had made the cue deaf for up
-    to MAX_GAP boundaries, and a leak in a run's last 5% was never announced. *steady*: an
-    allocation group became a steady riser (a new high at 6 of its last 8 boundaries: the
-    recorder's word, recorder.h), a leak too small to move the total (4 KiB a step under 1 MiB
-    of transients); it asks for STEADY_LOOKS looks on its own back-off (at the crossing, then 4,
-    8 and 16 boundaries later), enough for the trailing stretch to confirm it, and no more until
+    """When memory itself asks for a check the time budget would skip. Four cues, each with its own
+    back-off: *rising*, the tracked total at the highest of the last SPAN boundaries, up RISE of
+    itself over them, in MIN_RISES steps or more (a leak of 1% per iteration is cued within SPAN,
+    sampled or not), less what the leaks already announced add at their rate; *settled*, confirmed
+    leaks standing and the total at no new high for SPAN boundaries (growth that may have stopped:
+    a cache that filled up is withdrawn soon after). A cued check that changed nothing makes its
+    cue wait before the next: MIN_GAP boundaries, then twice as long after each further miss
+    (MIN_GAP, 2 MIN_GAP, ... MAX_GAP), so a steady leak already announced, a sampled one that rises
+    in jumps, or a run that only wobbles costs a few dozen checks, not one per boundary; a check
+    that announced or withdrew resets both. A rise to a quarter above the total at the last look is
+    cued whatever the back-off: misses early in a long run (noise that rose and fell) had made the
+    cue deaf for up to MAX_GAP boundaries, and a leak in a run's last 5% was never announced.
+    *steady*: an allocation group became a steady riser (a new high at 6 of its last 8 boundaries:
+    the recorder's word, recorder.h), a leak too small to move the total (4 KiB a step under 1 MiB
+    of transients); it asks for STEADY_LOOKS looks on its own back-off (at the crossing, then 4, 8
+    and 16 boundaries later), enough for the trailing stretch to confirm it, and no more until
     another group crosses. *stepped*: a group reached a new high in rhythm, the third or later of
     regular steps (recorder.h): one look then, the boundary a staircase's third step shows at,
-    where the core confirms it. O(1) per boundary: the total and the groups' words come with
-    the boundary (session.step())."""
+    where the core confirms it. O(1) per boundary: the total and the groups' words come with the
+    boundary (session.step())."""
 
     SPAN = 8
     RISE = 0.04
@@ -89,34 +89,44 @@ class _CheckCue:
             self.misses = 0 if changed else self.misses + 1
 
     def __init__(self):
-        self._totals = deque(maxlen=self.SPAN + 1)
+        self._totals = deque(maxlen=self.SPAN + 1)  # (iteration, tracked total)
         self._high = 0
         self._high_at = 0
         self._rising = self._Backoff()
         self._settled = self._Backoff()
         self._steady = self._Backoff()
         self._steady_left = 0  # looks the last steady riser still asks for
+        self._crossings = 0  # groups that became steady risers since a look announced them
         self._stepped = self._Backoff()
         self._step_now = False
         self._cued = None
         self._looked_at = 0  # the total when the run was last looked at
+        self._looked_when = 0  # and the iteration
+        self._explained = 0.0  # bytes per iteration the leaks announced then add
 
     def observe(self, iteration, total, newly_steady=0, stepped=0):
         self._step_now = stepped > 0
-        self._totals.append(total)
+        self._totals.append((iteration, total))
         if total > self._high:
             self._high, self._high_at = total, iteration
         if newly_steady:
             self._steady = self._Backoff()
             self._steady_left = self.STEADY_LOOKS
+            self._crossings += newly_steady
+
+    def _unexplained(self, iteration, total):
+        """The total less what the announced leaks added since the last look at their rate:
+        2,000 sites announced at once went on rising the total, and each rise had cued a look
+        of all of them that found nothing new (8 looks in 30 steps, each 0.1 s)."""
+        return total - self._explained * (iteration - self._looked_when)
 
     def due(self, iteration, announced):
         self._cued = None
         if len(self._totals) <= self.SPAN:
             return False
-        totals = list(self._totals)
+        totals = [self._unexplained(i, t) for i, t in self._totals]
         rises = sum(b > a for a, b in zip(totals, totals[1:]))
-        grew = totals[-1] - totals[0] >= self.RISE * max(totals[-1], 1)
+        grew = totals[-1] - totals[0] >= self.RISE * max(self._totals[-1][1], 1)
         if totals[-1] >= max(totals) and grew and rises >= self.MIN_RISES:
             self._cued = self._rising
             far = totals[-1] >= self.NEW_HIGH * max(self._looked_at, 1)
@@ -134,9 +144,16 @@ class _CheckCue:
             return True
         return False
 
-    def looked(self, total):
-        """A look was taken (cued or in the budget) with the tracked total at `total`."""
-        self._looked_at = total
+    def looked(self, total, iteration=0, explained=0.0, announced=0):
+        """A look was taken (cued or in the budget) with the tracked total at `total`; the
+        leaks standing add `explained` bytes per iteration, and `announced` were new. A look
+        that announced as many sites as groups became steady risers has answered their
+        crossings: their steady looks would find nothing new (a group is one site's stack,
+        so a small leak crossing beside an announced big one still gets its looks)."""
+        self._looked_at, self._looked_when, self._explained = total, iteration, max(explained, 0.0)
+        self._crossings = max(self._crossings - announced, 0)
+        if announced and self._crossings == 0:
+            self._steady_left = 0
 
     def taken(self, iteration, changed):
         if changed:
@@ -145,6 +162,8 @@ class _CheckCue:
             self._cued.taken(iteration, changed)
         if self._cued is self._steady:
             self._steady_left = 0 if changed else self._steady_left - 1
+        if self._steady_left == 0:
+            self._crossings = 0
 
 
 class Watch:
@@ -195,6 +214,8 @@ class Watch:
         self._redact = bool(redact)
         self._announced: dict[Any, Any] = {}  # key -> the holder said when it was announced
         self._cue = _CheckCue()
+        self._explained = 0.0  # bytes per iteration the standing leaks add, at the last look
+        self._new_at_last_look = 0
         # The iteration at which an announced leak, undecided now, becomes a plateau if it stays
         # flat (the core's growth_since.settles_at): a look is due then, whatever the budget.
         self._settles_at: int | None = None
@@ -256,7 +277,7 @@ class Watch:
             self.checks += 1
             self.cued_checks += cued
             changed = self._check(tracker)
-            self._cue.looked(tracker.live_bytes)
+            self._cue.looked(tracker.live_bytes, iteration, self._explained, self._new_at_last_look)
             if cued:
                 self._cue.taken(iteration, changed)
         except Exception as error:  # noqa: BLE001 - the training run must go on
@@ -271,6 +292,9 @@ class Watch:
         by_key = {_key(f): f for f in look}
         new = {k for k, f in by_key.items() if f["verdict"] == "leak"} - set(self._announced)
         over = [k for k in self._announced if _stopped(by_key.get(k))]
+        self._new_at_last_look = len(new)
+        standing = (by_key[k] for k in set(self._announced).union(new) - set(over) if k in by_key)
+        self._explained = sum(max(f.get("bytes_per_iteration") or 0, 0) for f in standing)
         settles = [
             (by_key[k].get("growth_since") or {}).get("settles_at")
             for k in self._announced

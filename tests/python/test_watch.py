@@ -318,3 +318,48 @@ def test_many_sites_filling_one_list_are_one_announcement_and_a_look_names_the_s
     looked = {(f["site"]["text"], f["verdict"]) for f in look["findings"]}
     assert looked == {(f.site_text, f.verdict) for f in report.findings}
     assert len(looked) == sites and {v for _, v in looked} == {"leak"}
+
+
+def test_growth_the_announced_leaks_explain_cues_no_look():
+    # 2,000 sites announced at once went on rising the total, and every rise (and every
+    # group's steady crossing) had cued a look of all of them that found nothing new: 8 looks in
+    # 30 steps, each as costly as the first. The rise they explain is not news; a new leak is.
+    from torchleak._watch import _CheckCue
+
+    cue, total, rate, fired = _CheckCue(), 100 * MiB, 1 * MiB, []
+    for i in range(12):
+        total += rate
+        cue.observe(i, total, newly_steady=2000 if i == 5 else 0)
+    cue.looked(total, 11, explained=rate, announced=2000)  # the look that announced them all
+    for i in range(12, 200):
+        total += rate + (2 * MiB if i >= 150 else 0)  # a second leak from 150
+        cue.observe(i, total)
+        if cue.due(i, announced=True):
+            fired.append(i)
+            cue.taken(i, changed=i >= 150)
+            cue.looked(total, i, explained=rate * (3 if i >= 150 else 1), announced=int(i >= 150))
+    assert fired and 150 < fired[0] <= 150 + _CheckCue.SPAN, fired
+
+
+def test_a_small_leak_crossing_beside_an_announced_one_keeps_its_steady_looks():
+    from torchleak._watch import _CheckCue
+
+    cue = _CheckCue()
+    for i in range(12):
+        cue.observe(i, 100 * MiB, newly_steady=2 if i == 9 else 0)
+    cue.looked(100 * MiB, 11, explained=0, announced=1)  # one of the two crossings answered
+    assert cue.due(12, announced=False) and cue._cued is cue._steady
+
+
+def test_many_announced_sites_cost_one_look_not_one_per_rise():
+    sites = 300
+    code = compile("\n".join("keep.append(torch.ones(64))" for _ in range(sites)), "many_sites.py", "exec")
+    g = {"torch": torch, "keep": []}
+    with torchleak.watch(json=None, sample_bytes=0, budget=1e-9) as w:
+        for _ in range(40):
+            exec(code, g)
+            torchleak.step()
+    assert len(w.leaks) == 1
+    # The look at the first judged boundary announces all of them; before, the rising and the
+    # steady cues asked for 8 more in 30 steps, all finding nothing.
+    assert w.checks <= 2, (w.checks, w.cued_checks)
