@@ -109,13 +109,20 @@ std::string causeText(const Cause& c, const Report& report) {
                            ? formatBytes(static_cast<double>(c.bytes_per_iteration)) + " per " +
                                  iterationNoun(report.boundary) + ": "
                            : formatBytes(static_cast<double>(c.total_bytes)) + " held: ";
-    text += mechanism(c, biggest);
+    const std::string how = mechanism(c, biggest);
+    text += how;
     std::set<std::string> sites;
     for (int i : c.findings) {
         sites.insert(siteText(report.findings[static_cast<size_t>(i)].site));
     }
     if (sites.size() > 1) {
         return text + ", across " + std::to_string(sites.size()) + " allocation sites";
+    }
+    // A site with no path is its own keeper ("tensors allocated at In [1], line 14 stay
+    // alive"): the live view said the place twice.
+    if (biggest.path.empty() && c.keeper == siteText(biggest.site) &&
+        how.find(c.keeper) != std::string::npos) {
+        return text;
     }
     return text + ", at " + siteText(biggest.site);
 }
