@@ -514,3 +514,54 @@ def test_each_magics_usage_and_help_come_from_its_parser_and_the_docs_quote_them
         for action in parser._actions:
             for option in action.option_strings or [action.metavar]:
                 assert option in help_text and option in usage, (magic, option)
+
+
+def test_the_live_view_names_the_holder_and_groups_as_the_report_does(shell, monkeypatch):
+    # Issue #62 item 4: mid-run the view said "4 leak(s)", each "tensors allocated at In [1],
+    # line 7 stay alive, at In [1], line 7", while the finished report said one leak held by
+    # val_losses. A live update now has the report's causes, holder and headline.
+    from torchleak import _notebook
+
+    views = []
+
+    def update(self, live, progress=None):
+        views.append(live)
+
+    monkeypatch.setattr(_notebook._LiveDisplay, "due", lambda self: True)
+    monkeypatch.setattr(_notebook._LiveDisplay, "update", update)
+    run(
+        shell,
+        "import torch.nn.functional as F\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))\n"
+        "val_losses = []",
+    )
+    result = run(
+        shell,
+        "%%leakcheck -n 10\n"
+        "xv, yv = torch.randn(16, 32), torch.randint(0, 8, (16,))\n"
+        "val_losses.append(F.cross_entropy(model(xv), yv))\n",
+    )
+    assert result.success, result.output
+    final = last_bundle(shell)[REPORT]
+    [cause] = final["causes"]
+    assert cause["keeper"] == "val_losses"
+    live = views[-1]
+    assert live["summary"]["headline"] == final["summary"]["headline"]
+    assert [c["keeper"] for c in live["causes"]] == ["val_losses"]
+    assert live["causes"][0]["text"].split(":", 1)[1] == cause["text"].split(":", 1)[1]
+    assert all("live_blocks" not in f for f in live["findings"])
+
+
+def test_a_cause_without_a_path_says_its_place_once():
+    import torch
+
+    import torchleak
+
+    kept = []
+    with torchleak.track(boundary="explicit") as tracker:
+        for _ in range(6):
+            kept.append(torch.ones(1024))
+            torchleak.step()
+    [cause] = tracker.report(paths=False).to_dict()["causes"]
+    site = cause["text"].split("tensors allocated at ", 1)[1].split(" stay alive", 1)[0]
+    assert cause["text"].endswith(" stay alive") and cause["text"].count(site) == 1, cause["text"]
