@@ -12,6 +12,11 @@
 namespace torchleak {
 
 std::string causeKey(const Finding& f) {
+    // One exception, one fix (sys.last_exc = None ...), whichever of its frames' locals holds
+    // each site: %leakreport listed one exception as two leaks, each with that fix.
+    if (!f.path.empty() && isLastExceptionRoot(f.path.front().label)) {
+        return "object:<last exception>";
+    }
     if (f.retention == Retention::Cycle && !f.path.empty()) {
         return "cycle:" + f.path.front().label; // one cycle, by its entry: <cycle: Attention>
     }

@@ -565,3 +565,24 @@ def test_a_cause_without_a_path_says_its_place_once():
     [cause] = tracker.report(paths=False).to_dict()["causes"]
     site = cause["text"].split("tensors allocated at ", 1)[1].split(" stay alive", 1)[0]
     assert cause["text"].endswith(" stay alive") and cause["text"].count(site) == 1, cause["text"]
+
+
+def test_one_exception_is_one_leak_whichever_locals_hold_its_sites(shell, tmp_path):
+    # %leakreport listed the last exception as two leaks, one per local of the failed frame
+    # (`big`, `acts`), each with the same fix.
+    run(shell, "%leakwatch on")
+    run(
+        shell,
+        "def f():\n    big = torch.ones(1024, 1024)\n    acts = [torch.ones(256, 1024)]\n    raise ValueError('x')\n",
+    )
+    for _ in range(3):
+        assert type(run(shell, "f()").error_in_exec) is ValueError
+    out = tmp_path / "r.json"
+    assert run(shell, f"%leakreport --json {out}").success
+    run(shell, "%leakwatch off")
+    report = json.loads(out.read_text())
+    held = [f for f in report["findings"] if f["verdict"] == "leak"]
+    assert {f["path_text"].split(": ", 1)[1] for f in held} == {"local 'big'", "local 'acts'[0]"}
+    [cause] = report["causes"]
+    assert "the last exception keeps the failed frame's locals, across 2 allocation sites" in cause["text"]
+    assert report["summary"]["headline"].startswith("1 leak (2 allocation sites)")
