@@ -50,10 +50,8 @@ std::string_view trimmed(std::string_view text) {
     return first == std::string_view::npos ? std::string_view()
                                            : text.substr(first, last - first + 1);
 }
+} // namespace
 
-// The holder's path as Python can read it: a name, then `.attribute`, `[integer]` or
-// `['string']` steps. A path that passes through what has no Python spelling (a closure's
-// `<cell self>`, a hook dict's bound method) is no expression: its fix gets no code.
 bool isPythonAccessChain(std::string_view path) {
     auto identifier = [&](size_t& i) {
         if (i >= path.size() ||
@@ -107,6 +105,8 @@ bool isPythonAccessChain(std::string_view path) {
     }
     return true;
 }
+
+namespace {
 
 // A primary expression (`loss`, `out.loss`, `torch.tanh(x)`, `(a @ b).sum()`): a method call
 // appended to it binds to the whole, so it needs no parentheses.

@@ -54,8 +54,9 @@ struct CutResult {
     bool keptOnlyNewest = true; // every block still reached was born in the newest iteration
 };
 
-std::optional<CutResult>
-cutAndWalk(RetentionExplainer& explainer, const std::vector<FindingBlock>& chosen, uintptr_t cut) {
+std::optional<CutResult> cutAndWalk(RetentionExplainer& explainer,
+                                    const std::vector<FindingBlock>& chosen,
+                                    const std::vector<uintptr_t>& cut) {
     std::vector<uintptr_t> blocks;
     for (const FindingBlock& b : chosen) {
         blocks.push_back(b.block);
@@ -88,6 +89,32 @@ uint64_t scaled(uint64_t total, uint64_t part, uint64_t whole) {
                                        static_cast<double>(whole));
 }
 
+// The object of the other holder on a path the holder's clearing left (the container one step
+// above the tensor, or the nearest object above it), or 0.
+uintptr_t otherHolderObject(const BlockPath& path) {
+    const std::vector<PathStep> steps = normalizePath(path.steps);
+    for (size_t k = steps.size() >= 2 ? steps.size() - 1 : 0; k-- > 0;) {
+        if (steps[k].object != 0) {
+            return steps[k].object;
+        }
+    }
+    return 0;
+}
+
+// The line that clears the other holder, where that is safe to run as written: an lru_cache's
+// entries are results it computes again (`RoPE.freqs.cache_clear()`); a container a loop may
+// read is not emptied on a guess.
+std::string otherHolderClearCode(const BlockPath& path) {
+    const std::vector<PathStep> steps = normalizePath(path.steps);
+    for (size_t k = 1; k < steps.size(); ++k) {
+        if (steps[k].label == "<lru_cache entries>") {
+            const std::string function = pathText(steps, k);
+            return isPythonAccessChain(function) ? function + ".cache_clear()" : "";
+        }
+    }
+    return "";
+}
+
 // The words of a proof that the holder alone does not free the leak.
 std::string partialFixText(const Finding& f, const FixProof& proof, bool freesNothing) {
     std::string text =
@@ -105,6 +132,11 @@ std::string partialFixText(const Finding& f, const FixProof& proof, bool freesNo
                     : "; its class's own " + methodCalls(proof.owner_methods) + " says it releases";
         return text + ". Otherwise release them where both are filled";
     }
+    if (proof.together_frees_bytes && *proof.together_frees_bytes > proof.frees_bytes) {
+        return text + "Clearing both frees " +
+               formatBytes(static_cast<double>(*proof.together_frees_bytes)) +
+               " (checked on the heap): release them in both, where both are filled";
+    }
     return text + "Release them there too, where both are filled";
 }
 
@@ -120,7 +152,7 @@ void proveLibraryOwner(RetentionExplainer& explainer,
     if (!j || f.path[*j].object == 0) {
         return;
     }
-    const auto ownerCut = cutAndWalk(explainer, chosen, f.path[*j].object);
+    const auto ownerCut = cutAndWalk(explainer, chosen, {f.path[*j].object});
     if (!ownerCut) {
         return;
     }
@@ -185,7 +217,7 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
         for (const FindingBlock& b : chosen) {
             chosenBytes += b.size;
         }
-        const auto holderCut = cutAndWalk(explainer, chosen, f.path[*step].object);
+        const auto holderCut = cutAndWalk(explainer, chosen, {f.path[*step].object});
         if (!holderCut || chosenBytes == 0) {
             return; // this explainer cannot walk again: no fix is proven, none is refuted
         }
@@ -198,11 +230,26 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
             // The object the holder belongs to (`store` of `store._params`), cut as a whole.
             if (*step >= 1 && f.path[*step - 1].object != 0) {
                 const PathStep& owner = f.path[*step - 1];
-                if (const auto ownerCut = cutAndWalk(explainer, chosen, owner.object)) {
+                if (const auto ownerCut = cutAndWalk(explainer, chosen, {owner.object})) {
                     proof.owner = pathText(f.path, *step);
                     proof.owner_frees_bytes =
                         scaled(f.total_bytes, chosenBytes - ownerCut->keptBytes, chosenBytes);
                     proof.owner_methods = owner.release_methods;
+                }
+            }
+            // Both holders cut at once: what the pair frees (issue #63: a module's dict and the
+            // class's lru_cache on the method that fills it).
+            std::string pairCode;
+            if (const uintptr_t other = otherHolderObject(*holderCut->other);
+                other != 0 && other != f.path[*step].object) {
+                if (const auto bothCut =
+                        cutAndWalk(explainer, chosen, {f.path[*step].object, other})) {
+                    proof.together_frees_bytes =
+                        scaled(f.total_bytes, chosenBytes - bothCut->keptBytes, chosenBytes);
+                    const std::string otherCode = otherHolderClearCode(*holderCut->other);
+                    if (bothCut->keptBytes == 0 && !f.fix_code.empty() && !otherCode.empty()) {
+                        pairCode = f.fix_code + "; " + otherCode;
+                    }
                 }
             }
             // Printed only as proven: a fix that frees nothing is not offered, and one that frees
@@ -210,8 +257,12 @@ void ReportBuilder::proveFixes(RetentionExplainer& explainer) {
             const bool freesNothing = holderCut->keptBytes == chosenBytes;
             if (freesNothing) {
                 f.suggestion = partialFixText(f, proof, true);
-                f.fix_rule = "holder-frees-nothing";
-                f.fix_code.clear();
+                f.fix_rule = pairCode.empty() ? "holder-frees-nothing" : "holders-free-together";
+                f.fix_code = pairCode;
+            } else if (!pairCode.empty()) {
+                f.suggestion += " (" + partialFixText(f, proof, false) + ")";
+                f.fix_rule = "holders-free-together";
+                f.fix_code = pairCode;
             } else {
                 // Most of it freed: the fix stands, with what it leaves. Not said when what is
                 // left is the newest iteration's, held by a name the loop rebinds (`loss` beside

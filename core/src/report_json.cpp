@@ -280,6 +280,9 @@ json findingJson(const Finding& f, const Report& r) {
             fj["fix"]["owner_frees_bytes"] = f.fix->owner_frees_bytes;
             fj["fix"]["owner_methods"] = f.fix->owner_methods;
         }
+        if (f.fix->together_frees_bytes) {
+            fj["fix"]["together_frees_bytes"] = *f.fix->together_frees_bytes;
+        }
     }
     if (f.role) {
         fj["role"] = toString(*f.role);
@@ -399,9 +402,15 @@ Finding findingFrom(const json& fj) {
     f.fix_code = fj.value("fix_code", "");
     if (fj.contains("fix") && fj["fix"].is_object()) {
         const json& fix = fj["fix"];
-        f.fix = FixProof{integerOr<uint64_t>(fix, "frees_bytes", 0), fix.value("also_held_by", ""),
-                         fix.value("owner", ""), integerOr<uint64_t>(fix, "owner_frees_bytes", 0),
-                         fix.value("owner_methods", std::vector<std::string>{})};
+        f.fix = FixProof{integerOr<uint64_t>(fix, "frees_bytes", 0),
+                         fix.value("also_held_by", ""),
+                         fix.value("owner", ""),
+                         integerOr<uint64_t>(fix, "owner_frees_bytes", 0),
+                         fix.value("owner_methods", std::vector<std::string>{}),
+                         std::nullopt};
+        if (fix.contains("together_frees_bytes")) {
+            f.fix->together_frees_bytes = integerOr<uint64_t>(fix, "together_frees_bytes", 0);
+        }
     }
     if (fj.contains("role") && fj["role"].is_string()) {
         f.role = memoryRoleFromString(fj["role"].get<std::string>());

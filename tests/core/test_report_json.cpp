@@ -60,6 +60,7 @@ Report hostileReport() {
     stopped.verdict = Verdict::Plateau;
     stopped.growth_since = GrowthSince{0, 1 << 19, 2, 1 << 20};
     stopped.fix = FixProof{0, "store._by_name", "store", 3 << 20, {"clear", "<reset>"}};
+    stopped.fix->together_frees_bytes = 5u << 20;
     stopped.fix_rule = "hook-dict";
     stopped.holder = Holder{"model._forward_hooks", "collections.OrderedDict", 1.0,
                             HookDictGrowth{3, "Explainer.<\"save\">"}};
@@ -155,6 +156,8 @@ TEST_CASE("JSON round-trips through reportFromJson unchanged") {
     REQUIRE(back.findings[1].fix_rule == "hook-dict");
     REQUIRE(back.findings[0].fix_rule.empty());
     REQUIRE(back.findings[1].fix->owner_frees_bytes == 3u << 20);
+    REQUIRE(back.findings[1].fix->together_frees_bytes == 5u << 20);
+    REQUIRE_FALSE(back.findings[0].fix.has_value());
     REQUIRE(back.findings[1].fix->owner_methods == std::vector<std::string>{"clear", "<reset>"});
     REQUIRE(back.findings[1].holder->library->object == "trainer.<\"ema\">");
     REQUIRE(back.findings[1].holder->library->package == "ema'lib");

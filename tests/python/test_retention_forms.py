@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import sys
 
 import pytest
 import torch
@@ -1201,6 +1202,58 @@ def test_a_fix_that_frees_nothing_is_never_offered_and_the_owner_that_frees_all_
     assert "its class's own clear() says it releases" in leak.suggestion
     assert ".clear() it" not in leak.suggestion
     assert "fix_code" not in leak.to_dict()
+
+
+class RotaryCache(torch.nn.Module):
+    """diffusers' Qwen-Image RoPE cache in small: the module's own dict, filled by a method the
+    class caches with an unbounded lru_cache, so both hold every table."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables = {}
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019, UP033 - the leak under test, as diffusers writes it
+    def table(self, n):
+        t = torch.ones(n, 64)  # ALLOC
+        self.tables[n] = t
+        return t
+
+
+rotary = RotaryCache()
+
+
+def test_two_holders_of_the_same_tensors_are_both_named_and_offered_together():
+    # Issue #63 item 5: clearing either alone frees nothing; the report names both, proves
+    # what each frees alone and together, and offers the pair, which frees the leak.
+    sizes = iter(range(100, 10_000))
+
+    def step():
+        rotary.table(next(sizes))
+
+    try:
+        leak = the_leak(step)
+        fix = leak.to_dict()["fix"]
+        holder = leak.holder["path_text"]  # rooted where the walk named it: this module's globals
+        assert holder.endswith("rotary.tables"), holder
+        function = holder[: -len("rotary.tables")] + "RotaryCache.table"
+        assert fix["frees_bytes"] == 0 and fix["also_held_by"] == f"{function}<lru_cache entries>"
+        assert fix["together_frees_bytes"] == leak.total_bytes
+        assert leak.fix_rule == "holders-free-together"
+        assert leak.fix_code == f"{holder}.clear(); {function}.cache_clear()"
+        assert leak.suggestion.startswith(
+            f"clearing {holder} alone frees nothing: {function}<lru_cache entries> also holds them. "
+            "Clearing both frees "
+        )
+        here = {**globals(), __name__.rpartition(".")[2]: sys.modules[__name__]}
+
+        def fixed():
+            step()
+            exec(leak.fix_code, here)
+
+        assert not torchleak.check(fixed, iterations=ITERATIONS).leaks
+    finally:
+        RotaryCache.table.cache_clear()
+        rotary.tables.clear()
 
 
 def test_a_fix_that_frees_the_leak_is_proven_so():

@@ -275,6 +275,9 @@ struct FixProof {
     std::string owner;
     uint64_t owner_frees_bytes = 0;
     std::vector<std::string> owner_methods;
+    // What clearing the holder and `also_held_by` together frees, when that was walked (a
+    // module's dict and an lru_cache on the method that fills it hold the same tensors).
+    std::optional<uint64_t> together_frees_bytes;
 };
 
 struct Finding {

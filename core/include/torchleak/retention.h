@@ -27,11 +27,12 @@ class RetentionExplainer {
     virtual ~RetentionExplainer() = default;
     virtual std::unordered_map<uintptr_t, BlockPath>
     explain(const std::vector<uintptr_t>& blocks) = 0;
-    // The blocks among `blocks` that the named roots still reach with the object `cut` (a
-    // PathStep::object) taken out of the graph, as if it were cleared, each with its path then;
-    // nothing when this explainer cannot walk again.
+    // The blocks among `blocks` that the named roots still reach with the objects `cut` (each a
+    // PathStep::object) taken out of the graph, as if they were cleared, each with its path
+    // then; nothing when this explainer cannot walk again.
     virtual std::optional<std::unordered_map<uintptr_t, BlockPath>>
-    explainWithout(const std::vector<uintptr_t>& /*blocks*/, uintptr_t /*cut*/) {
+    explainWithout(const std::vector<uintptr_t>& /*blocks*/,
+                   const std::vector<uintptr_t>& /*cut*/) {
         return std::nullopt;
     }
     // Whether explainWithout walks (fixes can be proven at all): without it no fix is proven

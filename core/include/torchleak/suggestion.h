@@ -85,6 +85,10 @@ bool keepsGraphs(const Finding& f);
 
 // A bare Python name (`loss`): no attribute, item or closure cell.
 bool isPythonName(std::string_view text);
+// The holder's path as Python can read it: a name, then `.attribute`, `[integer]` or
+// `['string']` steps. A path that passes through what has no Python spelling (a closure's
+// `<cell self>`, a hook dict's bound method) is no expression: its fix gets no code.
+bool isPythonAccessChain(std::string_view path);
 // The step just below the holder on the finding's path (the entry it keeps), or nullptr.
 const PathStep* entryOf(const Finding& f);
 // The notebook's output cache emptied, as one line a cell can run (the fix for a result kept

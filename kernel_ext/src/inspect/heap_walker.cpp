@@ -56,13 +56,16 @@ RetainingPathFinder::explain(const std::vector<uintptr_t>& blocks) {
     return result;
 }
 
-// A fix's proof: the named roots walked again with `cut` marked visited before the walk
-// starts, so nothing is reached through it (a root that is `cut` is itself skipped).
+// A fix's proof: the named roots walked again with each of `cut` marked visited before the walk
+// starts, so nothing is reached through them (a root that is cut is itself skipped).
 std::optional<std::unordered_map<uintptr_t, BlockPath>>
-RetainingPathFinder::explainWithout(const std::vector<uintptr_t>& blocks, uintptr_t cut) {
+RetainingPathFinder::explainWithout(const std::vector<uintptr_t>& blocks,
+                                    const std::vector<uintptr_t>& cut) {
     std::unordered_set<uintptr_t> targets(blocks.begin(), blocks.end());
     PointerSet visited(1 << 12, kVisitedLoadQuarters);
-    visited.insert(tag(reinterpret_cast<const void*>(cut), NodeKind::Python));
+    for (uintptr_t object : cut) {
+        visited.insert(tag(reinterpret_cast<const void*>(object), NodeKind::Python));
+    }
     Walk walk(targets, visited, d_stats);
     walk.addRoots(d_roots);
     walk.run();

@@ -44,7 +44,8 @@ class RetainingPathFinder final : public RetentionExplainer {
           d_origins(filter) {}
     std::unordered_map<uintptr_t, BlockPath> explain(const std::vector<uintptr_t>& blocks) override;
     std::optional<std::unordered_map<uintptr_t, BlockPath>>
-    explainWithout(const std::vector<uintptr_t>& blocks, uintptr_t cut) override;
+    explainWithout(const std::vector<uintptr_t>& blocks,
+                   const std::vector<uintptr_t>& cut) override;
     bool canWalkAgain() const override { return true; }
     const WalkStats& stats() const noexcept { return d_stats; }
 
