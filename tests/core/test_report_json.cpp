@@ -59,8 +59,7 @@ Report hostileReport() {
     Finding stopped = f;
     stopped.verdict = Verdict::Plateau;
     stopped.growth_since = GrowthSince{0, 1 << 19, 2, 1 << 20};
-    stopped.fix = FixProof{0, "store._by_name", "store", 3 << 20, {"clear", "<reset>"}};
-    stopped.fix->together_frees_bytes = 5u << 20;
+    stopped.fix = FixProof{0, "store._by_name", "store", 3 << 20, {"clear", "<reset>"}, 5u << 20};
     stopped.fix_rule = "hook-dict";
     stopped.holder = Holder{"model._forward_hooks", "collections.OrderedDict", 1.0,
                             HookDictGrowth{3, "Explainer.<\"save\">"}};
