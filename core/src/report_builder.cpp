@@ -593,11 +593,18 @@ void ReportBuilder::settleVerdict(FindingDraft& draft) const {
 }
 
 // Leaks first, then by live bytes. Each finding's live blocks move with it.
+// Ties (fifty stores each given the same tensor by one line) go by holder, then site: the
+// order the split by holder produced them in changed from one live update to the next, and the
+// row a user had opened moved down the list under the pointer.
 void ReportBuilder::sortFindings() {
-    std::stable_sort(d_drafts.begin(), d_drafts.end(),
-                     [](const FindingDraft& x, const FindingDraft& y) {
-                         return listedBefore(x.finding, y.finding);
-                     });
+    const auto tie = [](const Finding& f) {
+        return std::make_pair(f.holder ? f.holder->path_text : std::string(), siteText(f.site));
+    };
+    std::stable_sort(
+        d_drafts.begin(), d_drafts.end(), [&](const FindingDraft& x, const FindingDraft& y) {
+            const Finding &a = x.finding, &b = y.finding;
+            return listedBefore(a, b) != listedBefore(b, a) ? listedBefore(a, b) : tie(a) < tie(b);
+        });
 }
 
 void ReportBuilder::warnAboutDroppedEvents() {
@@ -680,6 +687,9 @@ Report buildReport(const AllocationRecorder& recorder,
         std::iota(first.begin(), first.end(), 0);
         const std::string warning = liveViewText(first.size(), report.findings.size());
         report = keepFindings(std::move(report), first, warning);
+    }
+    if (inputs.live_findings) {
+        shareStacksBySite(report);
     }
     return report;
 }

@@ -1,10 +1,12 @@
 #include "torchleak/report_subset.h"
 
+#include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 
 #include <algorithm>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 namespace torchleak {
@@ -74,6 +76,15 @@ Report keepFindings(Report report, const std::vector<int>& keep, const std::stri
         report.warnings.push_back(warning);
     }
     return report;
+}
+
+void shareStacksBySite(Report& report) {
+    std::unordered_set<std::string> sent;
+    for (Finding& f : report.findings) {
+        if (!sent.insert(siteText(f.site) + '\x1f' + f.device).second) {
+            f.stack.clear();
+        }
+    }
 }
 
 } // namespace torchleak
