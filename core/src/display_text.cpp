@@ -382,6 +382,13 @@ std::string blockLabel(const Finding& f) {
     return label;
 }
 
+std::string rateText(const Finding& f) {
+    if (f.verdict == Verdict::Leak && f.bytes_per_iteration <= 0) {
+        return "held";
+    }
+    return formatBytes(static_cast<double>(f.bytes_per_iteration));
+}
+
 std::string tensorText(const std::string& dtype, const std::vector<int64_t>& shape) {
     std::string text = dtype + " [";
     for (size_t i = 0; i < shape.size(); ++i) {

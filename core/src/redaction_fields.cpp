@@ -86,6 +86,7 @@ std::span<const RedactionField> redactionFields() {
         {"findings[].path_short", Redaction::WrittenAgain},
         {"findings[].block_label", Redaction::WrittenAgain},
         {"findings[].tensor_text", Redaction::WrittenAgain},
+        {"findings[].rate_text", Redaction::WrittenAgain},
         {"findings[].ranks_text", Redaction::WrittenAgain},
         {"findings[].growth_since.text", Redaction::WrittenAgain},
         {"findings[].holder.path_text", Redaction::Sentence},

@@ -226,6 +226,7 @@ json findingJson(const Finding& f, const Report& r) {
     fj["count"] = f.count;
     fj["total_bytes"] = f.total_bytes;
     fj["bytes_per_iteration"] = f.bytes_per_iteration;
+    fj["rate_text"] = rateText(f);
     fj["series"] = f.series;
     fj["path"] = json::array();
     for (const PathStep& p : f.path) {

@@ -55,6 +55,7 @@ class Finding:
     site: _Field[dict[str, Any]] = _Field()  # file, line, function, text; cell in a notebook
     stack: _Field[list[dict[str, Any]]] = _Field()
     bytes_per_iteration: _Field[int] = _Field()
+    rate_text: _Field[str] = _Field()  # "1.0 MiB", or "held": a leak that keeps memory without growing
     total_bytes: _Field[int] = _Field()
     count: _Field[int] = _Field()
     confidence: _Field[float] = _Field()

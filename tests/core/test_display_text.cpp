@@ -161,6 +161,18 @@ TEST_CASE("tensorText and pathTensorText") {
     REQUIRE(pathTensorText(t) == "bfloat16 [4] 1.5 KiB, allocated at train.py:16");
 }
 
+TEST_CASE("rateText: a leak that keeps memory without growing is held, not 0 B") {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.bytes_per_iteration = 66560;
+    REQUIRE(rateText(f) == "65.0 KiB");
+    f.bytes_per_iteration = 0;
+    f.total_bytes = 4 << 20;
+    REQUIRE(rateText(f) == "held");
+    f.verdict = Verdict::Plateau;
+    REQUIRE(rateText(f) == "0 B");
+}
+
 TEST_CASE("blockLabel: the holder, the verdict and the role, for the memory viewer's stacks") {
     Finding f;
     f.verdict = Verdict::Leak;

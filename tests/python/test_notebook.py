@@ -588,6 +588,32 @@ def test_one_exception_is_one_leak_whichever_locals_hold_its_sites(shell, tmp_pa
     assert report["summary"]["headline"].startswith("1 leak (2 allocation sites)")
 
 
+def test_a_leak_held_without_growing_says_held_where_its_rate_would_read_0_b(shell, tmp_path):
+    # The last exception's locals are a leak that does not grow per cell run: its rows read
+    # "0 B per cell run" beside 4.0 MiB kept. Every view shows the core's word instead.
+    from torchleak import Report
+    from torchleak.render import notebook, page, plain
+
+    run(shell, "%leakwatch on")
+    run(shell, "kept = []")
+    for _ in range(3):
+        run(shell, "kept.append(torch.ones(64, 1024))")
+    run(shell, "def f():\n    big = torch.ones(1024, 1024)\n    raise ValueError('x')\n")
+    assert type(run(shell, "f()").error_in_exec) is ValueError
+    out = tmp_path / "r.json"
+    assert run(shell, f"%leakreport --json {out}").success
+    run(shell, "%leakwatch off")
+    report = Report.load(out)
+    data = report.to_dict()
+    rates = {f["path_text"]: f["rate_text"] for f in data["findings"] if f["verdict"] == "leak"}
+    assert rates["<last exception> frame f: local 'big'"] == "held"
+    growing = [text for path, text in rates.items() if path.startswith("kept")]
+    assert growing and all(text.endswith("KiB") for text in growing), rates
+    for view in (str(report), plain.render(data), notebook.render(data), page.render(data)):
+        assert not any(said in view for said in ("0 B per cell run", "0 B/it", "0 B/cell run")), view
+    assert "leak: 4.0 MiB held at " in plain.render(data)
+
+
 def test_a_live_update_sends_each_sites_stack_once_in_a_stable_order():
     # Fifty stores filled by one line are fifty findings once holders are named: the same 32
     # frames went fifty times into every update (150 KB of 270), and ties came in the order the

@@ -27,7 +27,7 @@ const FINDING = {
   verdict: "string", device: "string", site: SITE, bytes_per_iteration: "number",
   total_bytes: "number", path_text: "string", path_short: "string", suggestion: "string",
   fix_code: "string", tensor_text: "string", allocated_inside: SITE, compiled_op: { text: "string" },
-  ranks_text: "string", role: "string", growth_since: { text: "string", iteration: "number" },
+  rate_text: "string", ranks_text: "string", role: "string", growth_since: { text: "string", iteration: "number" },
   holder: { path_text: "string", path_short: "string", growth_per_iteration: "number" },
   path: [{ label: "string", kind: "string", type: "string", note: "string",
            tensor: { text: "string" } }],
@@ -710,7 +710,8 @@ function findingRows(table, f, view, host) {
   const row = el("tr", { class: "tl-row", "data-testid": "finding-row" });
   row.appendChild(el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict));
   row.appendChild(siteCell(f, host));
-  row.appendChild(el("td", { class: "tl-num" }, formatBytes(f.bytes_per_iteration)));
+  // The core's word: the rate, or "held" for a leak that keeps memory without growing.
+  row.appendChild(el("td", { class: "tl-num" }, f.rate_text || formatBytes(f.bytes_per_iteration)));
   const liveCell = el("td", { class: "tl-num" }, formatBytes(f.total_bytes));
   if (f.tensor_text) liveCell.appendChild(el("div", { class: "tl-note", "data-testid": "tensor-text" }, f.tensor_text));
   row.appendChild(liveCell);

@@ -1,8 +1,8 @@
 #pragma once
 // The display strings the core knows, written once here and emitted into the JSON (`site.text`,
-// a device's `text` and `projection_text`, a finding's `tensor_text` and `block_label`, a path
-// tensor's `text`, the out-of-memory lists' `size_text`, `summary.headline` and
-// `summary.empty_text`) so that every view (text, HTML, the notebook widget, the memory
+// a device's `text` and `projection_text`, a finding's `tensor_text`, `block_label` and
+// `rate_text`, a path tensor's `text`, the out-of-memory lists' `size_text`, `summary.headline`
+// and `summary.empty_text`) so that every view (text, HTML, the notebook widget, the memory
 // viewer's pickle) shows the same words instead of deriving its own.
 
 #include "torchleak/model.h"
@@ -99,6 +99,12 @@ std::string tensorText(const std::string& dtype, const std::vector<int64_t>& sha
 // stack in the memory_viz pickle): "torchleak: held by losses (leak, user-held)", "torchleak:
 // warmup, optimizer state" (the role when the report knows it).
 std::string blockLabel(const Finding& f);
+
+// A finding's per-iteration column: its rate ("1.0 MiB"), or "held" for a leak that holds
+// memory without growing (the last exception's locals, an output kept in Out[n]), where "0 B
+// per cell run" beside a 40 MiB leak read as if nothing were kept. Views that say the rate in a
+// sentence put the finding's total before "held".
+std::string rateText(const Finding& f);
 
 // A tensor met on a retaining path: "float32 [256, 1024] 1.0 MiB, allocated at train.py:16".
 std::string pathTensorText(const TensorInfo& tensor);

@@ -16,6 +16,20 @@ def format_bytes(n):
     return f"{sign}{n:.1f} TiB"
 
 
+def rate_text(finding):
+    """The core's word for a finding's per-iteration column ("1.0 MiB", or "held" for a leak
+    that holds memory without growing); a report written before it gets its number."""
+    return finding.get("rate_text") or format_bytes(finding.get("bytes_per_iteration"))
+
+
+def rate_phrase(finding, unit):
+    """The rate in a sentence: "1.0 MiB per iteration", or "40.1 MiB held"."""
+    said = rate_text(finding)
+    if said == "held":
+        return f"{format_bytes(finding.get('total_bytes'))} held"
+    return f"{said} per {unit}"
+
+
 def site_text(frame):
     """`In [7], line 3`, `train.py:42`, `backward (MmBackward0)`: the core's text of a frame."""
     if not frame:

@@ -11,8 +11,8 @@ from .format import (
     empty_text,
     escape as _e,
     fix_html,
-    group_fix_html,
     format_bytes,
+    group_fix_html,
     growth_text,
     holder_growth,
     iteration_unit,
@@ -20,6 +20,7 @@ from .format import (
     oom_parts,
     path_code,
     progress_text,
+    rate_text,
     site_text,
     step_what,
 )
@@ -95,7 +96,7 @@ def _finding_row(f):
         f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> '
         f"{_e(f['site'].get('function'))}"
         f"{source_html}</td>"
-        f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["bytes_per_iteration"]))}/it</td>'
+        f'<td style="padding:2px 6px;text-align:right">{_e(rate_text(f))}{"" if rate_text(f) == "held" else "/it"}</td>'
         f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["total_bytes"]))}</td>'
         f'<td style="padding:2px 6px;text-align:left">{_path_details(f)}{fix}</td></tr>'
     )

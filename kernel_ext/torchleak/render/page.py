@@ -10,13 +10,15 @@ from .format import (
     escape as _e,
     finding_tensor,
     fix_html,
-    group_fix_html,
     format_bytes,
+    group_fix_html,
     growth_text,
     iteration_unit,
     member_text,
     oom_parts,
     path_code,
+    rate_phrase,
+    rate_text,
     site_text,
     step_what,
 )
@@ -86,7 +88,7 @@ def _finding_row(f, at, unit):
     return (
         f'<tr><td class="{verdict_cls}">{_e(f["verdict"])}</td>'
         f"<td><code>{_e(site_text(f['site']))}</code><br>{_e(f['site'].get('function'))}</td>"
-        f'<td class="num">{_e(format_bytes(f["bytes_per_iteration"]))}</td>'
+        f'<td class="num">{_e(rate_text(f))}</td>'
         f'<td class="num">{_e(format_bytes(f["total_bytes"]))}</td>'
         f"<td>{sparkline(f.get('series') or [], at=at, unit=unit)}</td><td>{''.join(details)}</td></tr>"
     )
@@ -129,8 +131,7 @@ def _oom(oom):
 
 def _cause_item(cause, findings, unit):
     sites = "".join(
-        f"<li><code>{_e(member_text(cause, findings[i]))}</code> "
-        f"{_e(format_bytes(findings[i]['bytes_per_iteration']))} per {_e(unit)}</li>"
+        f"<li><code>{_e(member_text(cause, findings[i]))}</code> {_e(rate_phrase(findings[i], unit))}</li>"
         for i in cause["findings"]
     )
     return (

@@ -3,10 +3,10 @@
 from .format import (
     LEAKS_SHOWN,
     cause_groups,
-    format_bytes,
     growth_text,
     iteration_unit,
     progress_text,
+    rate_phrase,
     short_path,
     site_text,
     visible,
@@ -32,10 +32,7 @@ def render(data, *, progress=None, limit=4):
         holder = f" (holder {short_path(f['holder'])})" if f.get("holder") else ""
         ranks = f" ({f['ranks_text']})" if f.get("ranks_text") else ""
         grew = f"; {growth_text(f)}" if growth_text(f) else ""
-        lines.append(
-            f"  {f['verdict']}: {format_bytes(f['bytes_per_iteration'])}/{unit} at "
-            f"{site_text(f['site'])}{held}{holder}{ranks}{grew}"
-        )
+        lines.append(f"  {f['verdict']}: {rate_phrase(f, unit)} at {site_text(f['site'])}{held}{holder}{ranks}{grew}")
     if len(findings) > limit:
         lines.append(f"  ... {len(findings) - limit} more")
     # A console or CI log shows nothing else: what the report could not see is said here too.
