@@ -17,7 +17,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEBIAN_PACKAGES := nlohmann-json3-dev libxtensor-dev catch2 cmake g++ chromium clang-format nodejs ccache
 PY_PACKAGES := "scikit-build-core>=0.10" "pybind11>=2.12" "pytest>=7" pytest-xdist "ipython>=8" numpy \
 	"jupyterlab==4.5.11" "notebook==7.5.8" "anywidget>=0.9" "ipywidgets>=8" ipykernel nbclient nbformat nbconvert \
-	xeus-python playwright uv ruff build "mypy==1.13.0"
+	xeus-python playwright "axe-playwright-python==0.1.8" uv ruff build "mypy==1.13.0"
 # Every compilation goes through ccache, its cache outside the clone, so that a second run on
 # this machine recompiles only what changed (a clean clone's `make test` compiles torchleak seven
 # times: the install, the core's tests, the fake device, three matrix cells, the GPU proof's dry

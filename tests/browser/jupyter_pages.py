@@ -162,3 +162,18 @@ def save_and_shut_down(page):
     page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
     page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty", timeout=30_000)
     page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.shutdown()")
+
+
+def accessibility_violations(page, selector="[data-testid=torchleak-widget]"):
+    """axe-core's serious and critical violations inside every element `selector` matches, each
+    as "rule (impact): help, at target": axe-core through axe-playwright-python (pinned in the
+    Makefile), the rules a screen reader user and a low-vision reader depend on, contrast
+    included. Skipped where that package is missing."""
+    axe = pytest.importorskip("axe_playwright_python.sync_playwright")
+    results = axe.Axe().run(page, context={"include": [[selector]]}, options={"resultTypes": ["violations"]})
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']}, at {node['target']}: {node.get('failureSummary', '')}"
+        for v in results.response["violations"]
+        if v["impact"] in ("serious", "critical")
+        for node in v["nodes"]
+    ]

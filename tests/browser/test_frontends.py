@@ -2,7 +2,8 @@
 with many related leaks (fifty lists in one object), a leak 26 attributes deep, and a long run
 stopped with its Stop button. In each: the views stay short and inside their output, Stop keeps
 the partial report and shows the cell's own traceback, the reports come back after save, kernel
-shutdown and reopen, and every view reads in the light and the dark theme. Screenshots go to
+shutdown and reopen, and every view reads in the light and the dark theme, with no serious or
+critical axe-core violation there or mid-run. Screenshots go to
 tests/browser/artifacts (the README's and docs/notebook.md's come from here)."""
 
 import re
@@ -10,7 +11,16 @@ import re
 import nbformat
 import pytest
 
-from jupyter_pages import ALL_NUMBERED, ARTIFACTS, COUNT_VIEWS, KERNEL_READY, page_url, save_and_shut_down, serve
+from jupyter_pages import (
+    ALL_NUMBERED,
+    ARTIFACTS,
+    COUNT_VIEWS,
+    KERNEL_READY,
+    accessibility_violations,
+    page_url,
+    save_and_shut_down,
+    serve,
+)
 
 SETUP = """%load_ext torchleak
 import time, torch
@@ -40,6 +50,12 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 PROGRESS = (
     "(v) => { const p = v.querySelector('[data-testid=progress]'); "
     "const m = p && /(\\d+)\\/200/.exec(p.textContent); return m ? +m[1] : -1; }"
+)
+
+# Opens every closed <details> of the report views, remembered in window.tlClosed.
+OPEN_ALL = (
+    "() => { window.tlClosed = [...document.querySelectorAll('[data-testid=torchleak-widget] details')]"
+    ".filter((d) => !d.open); window.tlClosed.forEach((d) => { d.open = true; }); }"
 )
 
 
@@ -111,9 +127,9 @@ def check_links_copy_and_keys(page, many, stopped):
     header = many.locator("[data-testid=sort-3]")
     header.focus()
     page.keyboard.press("Enter")
-    assert many.locator("[data-testid=sort-3]").get_attribute("aria-sort") == "descending"
+    assert many.locator("[data-testid=column-3]").get_attribute("aria-sort") == "descending"
     assert page.evaluate("() => document.activeElement.dataset.testid") == "sort-3"
-    row = many.locator("[data-testid=finding-row]").first
+    row = many.locator("[data-testid=finding-row]").first.locator("[data-testid=open-row]")
     row.focus()
     page.keyboard.press("Enter")
     assert row.get_attribute("aria-expanded") == "true"
@@ -158,6 +174,9 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
         page.wait_for_timeout(100)
     assert stop_view.evaluate(is_open)
     opened_at = stop_view.evaluate(PROGRESS)
+    # The live view, its progress bar and Stop button included, passes axe-core as the final
+    # report does (below, in both themes).
+    assert accessibility_violations(page) == []
     page.wait_for_function(f"(v) => ({PROGRESS})(v) >= {opened_at + 3}", arg=handle, timeout=120_000)
     assert stop_view.evaluate("el => el.isConnected")
     assert stop_view.evaluate(is_open)
@@ -198,6 +217,11 @@ def test_both_front_ends_stop_reopen_and_show_many_and_long_leaks_in_light_and_d
         colour = many.evaluate("el => getComputedStyle(el).color")
         if theme == "Dark":
             assert colour != "rgb(34, 34, 34)", colour  # the theme's text colour, not the fallback
+        # Every view, its rows opened, in this theme: no serious or critical axe-core violation
+        # (contrast, names of the charts and buttons, ARIA that fits each element's role).
+        page.evaluate(OPEN_ALL)
+        assert accessibility_violations(page) == [], theme
+        page.evaluate("() => window.tlClosed.forEach((d) => { d.open = false; })")
         for name, view in (("many", many), ("long-path", long), ("stopped", stop_view)):
             view.scroll_into_view_if_needed()
             view.screenshot(path=str(ARTIFACTS / f"{kind}-{name}-{theme.lower()}.png"))

@@ -10,6 +10,7 @@ import pathlib
 
 import pytest
 
+from jupyter_pages import accessibility_violations
 from live_reports import (
     deep_chain_report,
     fifty_lists_report,
@@ -231,11 +232,13 @@ def test_sorting_and_opening_rows_work_from_the_keyboard(browser):
     view = page.locator("[data-testid=torchleak-widget]")
     view.locator("[data-testid=sort-0]").focus()
     page.keyboard.press("Enter")
+    assert view.locator("[data-testid=column-0]").get_attribute("aria-sort") == "descending"
     header = view.locator("[data-testid=sort-0]")
-    assert header.get_attribute("aria-sort") == "descending"
     assert header.evaluate("el => el === document.activeElement")  # focus kept across the redraw
     assert view.locator("[data-testid=finding-row]").first.locator("td").first.text_content() == "leak"
-    row = view.locator("[data-testid=finding-row]").first
+    # The verdict is the row's disclosure button: it, not the row, says whether the path is open.
+    row = view.locator("[data-testid=finding-row]").first.locator("[data-testid=open-row]")
+    assert row.evaluate("el => el.tagName") == "BUTTON"
     row.focus()
     page.keyboard.press(" ")
     assert view.locator("[data-testid=path-tree]").first.evaluate("el => el.open")
@@ -374,6 +377,43 @@ def test_every_report_torchleak_writes_passes_the_views_check(browser):
     for name, report in reports.items():
         assert page.evaluate(CHECK, [source, report]) == "", name
     page.close()
+
+
+def test_every_view_passes_axe_core_with_its_rows_open(browser):
+    """No serious or critical axe-core violation in any view a report gives: a clean run, hostile
+    names, a leak, fifty leaks in one object, a merged job, an out-of-memory report, a live view
+    with its progress bar and Stop (the tier's front-end test checks the themes)."""
+    leaky = fixture("leaky_loop.json")
+    oom = copy.deepcopy(leaky)
+    oom["oom"] = {
+        "device": "cuda:0",
+        "error": "OutOfMemoryError",
+        "message": "CUDA out of memory",
+        "iteration": 8,
+        "requested_bytes": 1 << 20,
+        "allocated_bytes": 3 << 20,
+        "reserved_bytes": 4 << 20,
+        "capacity_bytes": 4 << 20,
+        "totals_from": "allocator",
+        "live_bytes": 3 << 20,
+        "findings": [0],
+    }
+    views = {name: (fixture(name), None) for name in ("empty.json", "hostile.json", "leaky_loop.json")}
+    views["fifty lists"] = (fifty_lists_report(), None)
+    views["merged job"] = (merged_job_report(), None)
+    views["out of memory"] = (as_sent(oom), None)
+    views["live"] = (leaky, progress_as_sent({"k": 5, "n": 20, "elapsed": 2.5, "remaining": 7.5}, leaky))
+    for name, (report, progress) in views.items():
+        page = mount(browser, report, progress=progress)
+        page.evaluate("() => document.querySelectorAll('details').forEach((d) => { d.open = true; })")
+        assert accessibility_violations(page) == [], name
+        if name == "leaky_loop.json":  # the chart is read as what the eye takes from it
+            said = page.locator("[data-testid=growth-curve] svg").first.get_attribute("aria-label")
+            assert said == (
+                "memory allocated at each iteration's end, 211.1 KiB to 666.1 KiB over 8 iterations; "
+                "leak trend 65.0 KiB per iteration"
+            )
+        page.close()
 
 
 def malformed(change):

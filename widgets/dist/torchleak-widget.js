@@ -201,8 +201,13 @@ function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsP
   const n = Math.max(1, iterations || 0, at.length ? at[at.length - 1] + 1 : 0);
   const x = (i) => pad + ((width - pad - 8) * (at[i] ?? i)) / Math.max(n - 1, 1);
   const y = (v) => plotTop + (height - plotTop - 26) * (1 - v / top);
+  // A screen reader hears what the eye takes from the lines: where the memory began, where it
+  // ended, and the leak's rate when one is drawn.
+  const first = alloc.length ? alloc[0] : 0, last = alloc.length ? alloc[alloc.length - 1] : 0;
+  const said = `memory allocated at each ${noun}'s end, ${formatBytes(first)} to ${formatBytes(last)} ` +
+    `over ${n} ${noun}s` + (showTrend ? `; leak trend ${formatBytes(leakRate)} per ${noun}` : "");
   const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, class: "tl-curve",
-                             preserveAspectRatio: "xMinYMin meet", role: "img" });
+                             preserveAspectRatio: "xMinYMin meet", role: "img", "aria-label": said });
   const text = (x0, y0, content, anchor = "start") => {
     const t = svgEl("text", { x: x0, y: y0, "text-anchor": anchor });
     t.textContent = visible(content);
@@ -373,13 +378,15 @@ function pathTree(finding) {
 
 // "fix: ..." and, where the core could write it, the fix as code with a button that copies
 // that code (pasting prose was a SyntaxError). The clipboard API needs a secure context;
-// elsewhere the code is selected for the user to copy.
-function fixLine(text, cls, code) {
+// elsewhere the code is selected for the user to copy. `scrolls`: the code sits in a box of
+// capped height (a group's fix, one line per holder), which the keyboard must reach to scroll.
+function fixLine(text, cls, code, scrolls = false) {
   const line = el("div", { class: cls });
   line.appendChild(document.createTextNode("fix: "));
   line.appendChild(el("span", { class: "tl-fix" }, text));
   if (!code) return line;
-  const snippet = el("code", { class: "tl-fix-code", "data-testid": "fix-code" }, code);
+  const snippet = el("code", { class: "tl-fix-code", "data-testid": "fix-code",
+                               ...(scrolls ? { tabindex: "0" } : {}) }, code);
   const button = el("button", { class: "tl-copy", "data-testid": "copy-fix", type: "button", title: "copy this line of code" }, "copy");
   button.addEventListener("click", (event) => {
     event.stopPropagation();
@@ -464,7 +471,10 @@ function progressLine(progress, model) {
     box.appendChild(el("span", { "data-testid": "run-line" }, progress.text || `${k}/${n}`));
     return box;
   }
-  const bar = el("span", { class: "tl-bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": String(n), "aria-valuenow": String(k) });
+  // Named, and read out as the line beside it ("5/20 iterations [2.5 s<7.5 s, 2.0 it/s]").
+  const bar = el("span", { class: "tl-bar", role: "progressbar", "aria-label": "progress of the run",
+                           "aria-valuemin": "0", "aria-valuemax": String(n), "aria-valuenow": String(k),
+                           "aria-valuetext": progress.text || `${k}/${n}` });
   const fill = el("span", { class: "tl-bar-fill" });
   fill.style.width = `${n ? (100 * k) / n : 0}%`;
   bar.appendChild(fill);
@@ -618,7 +628,7 @@ function drawCauses(root, report, view) {
     line.appendChild(document.createTextNode(`${group.text} [${group.severity}]`));
     // One line per member: the biggest member's own code would free one of them.
     // In a box of capped height: fifty lines of code made the view 2,000 px tall.
-    if (group.fix_code) line.appendChild(fixLine(`free all ${members.length} together`, "tl-note tl-group-fix", group.fix_code));
+    if (group.fix_code) line.appendChild(fixLine(`free all ${members.length} together`, "tl-note tl-group-fix", group.fix_code, true));
     const details = el("details", { class: "tl-group" });
     details.appendChild(el("summary", {}, `the ${members.length} leaks`));
     const box = el("div", { class: "tl-capped" });
@@ -708,7 +718,8 @@ function siteCell(f, host) {
 // A finding's row and, when it has a path or a stack, the row of its details beneath.
 function findingRows(table, f, view, host) {
   const row = el("tr", { class: "tl-row", "data-testid": "finding-row" });
-  row.appendChild(el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict));
+  const verdictCell = el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict);
+  row.appendChild(verdictCell);
   row.appendChild(siteCell(f, host));
   // The core's word: the rate, or "held" for a leak that keeps memory without growing.
   row.appendChild(el("td", { class: "tl-num" }, f.rate_text || formatBytes(f.bytes_per_iteration)));
@@ -730,18 +741,21 @@ function findingRows(table, f, view, host) {
   detailRow.appendChild(cell);
   table.appendChild(detailRow);
   if (tree) {
-    // From the keyboard too: Tab to the row, Enter or Space opens its path.
-    row.tabIndex = 0;
-    row.setAttribute("aria-expanded", String(tree.open));
-    tree.addEventListener("toggle", () => row.setAttribute("aria-expanded", String(tree.open)));
+    // A click anywhere on the row opens its path; from the keyboard, the verdict is the row's
+    // disclosure button (Tab to it, Enter or Space). The button, not the row, says whether it
+    // is open: a table row has no expanded state of its own (only a treegrid's has).
+    const button = el("button", { type: "button", class: "tl-disclose", "data-testid": "open-row",
+                                   "aria-expanded": String(tree.open) }, f.verdict);
+    verdictCell.replaceChildren(button);
+    tree.addEventListener("toggle", () => button.setAttribute("aria-expanded", String(tree.open)));
     // aria-expanded is set here too: the details' toggle event comes later, asynchronously.
     const toggle = () => {
       tree.open = !tree.open;
-      row.setAttribute("aria-expanded", String(tree.open));
+      button.setAttribute("aria-expanded", String(tree.open));
       if (tree.open) tree.scrollIntoView({ block: "nearest" });
     };
     row.addEventListener("click", toggle);
-    onActivate(row, toggle);
+    onActivate(button, toggle);
   }
 }
 
@@ -754,17 +768,21 @@ function drawFindings(root, report, view, host) {
   const header = el("tr");
   COLUMNS.forEach(([name], i) => {
     const sorted = i === view.sortBy;
-    const th = el("th", { "data-testid": `sort-${i}`, title: "sort", tabindex: "0", role: "button",
-                          "aria-sort": sorted ? (view.descending ? "descending" : "ascending") : "none" },
-                  (name === "per" ? `per ${unit}` : name) + (sorted ? (view.descending ? " ▾" : " ▴") : ""));
+    // The header cell says how the column is sorted; the button inside it sorts (a header that
+    // is itself a button has no sort state a screen reader can read).
+    const th = el("th", { "data-testid": `column-${i}`,
+                          "aria-sort": sorted ? (view.descending ? "descending" : "ascending") : "none" });
+    const button = el("button", { type: "button", class: "tl-sort", "data-testid": `sort-${i}`, title: "sort" },
+                      (name === "per" ? `per ${unit}` : name) + (sorted ? (view.descending ? " ▾" : " ▴") : ""));
+    th.appendChild(button);
     const sort = () => {
       view.descending = view.sortBy === i ? !view.descending : true;
       view.sortBy = i;
       view.focusAfterDraw = `sort-${i}`;
       view.redraw();
     };
-    th.addEventListener("click", sort);
-    onActivate(th, sort);
+    button.addEventListener("click", sort);
+    onActivate(button, sort);
     header.appendChild(th);
   });
   table.appendChild(header);
@@ -788,7 +806,7 @@ function drawFindings(root, report, view, host) {
 function render({ model, el: host }) {
   const root = el("div", { class: "tl-root", "data-testid": "torchleak-widget" });
   const style = document.createElement("style");
-  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy, .tl-more { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n.tl-frame.tl-lib { color: var(--jp-ui-font-color3, #999); }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n/* Both colours fixed: a theme's text colour on a light box was near-white on light orange in\n   the dark theme (1.27:1); a theme's green was 4.1:1. Light boxes with dark text read in both. */\n.tl-warning { background: #fff4e5; color: #3e2723; border-left: 3px solid #e69500; padding: 4px 6px; margin: 4px 0; }\n.tl-group-fix .tl-fix-code { display: inline-block; max-height: 6.5em; overflow: auto; vertical-align: top; }\n.tl-ok { background: #e8f5e9; color: #1b5e20; font-weight: 600; margin: 4px 0; padding: 2px 6px; display: inline-block; }\n.tl-root a.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-root a.tl-site-link.tl-missing { text-decoration: line-through; }\n.tl-table th:focus-visible, .tl-table tr.tl-row:focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2); outline-offset: -2px; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; overflow-wrap: anywhere; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; overflow-wrap: anywhere; }\n.tl-path-name { overflow-wrap: anywhere; }\n.tl-fix-line { margin: 2px 0 2px 12px; }\n.tl-fix-code { font-family: var(--jp-code-font-family, monospace); background: var(--jp-layout-color2, #f4f4f4); padding: 0 4px; overflow-wrap: anywhere; white-space: pre-wrap; }\n.tl-table td.tl-holder { max-width: 40ch; overflow-wrap: anywhere; }\n\n.tl-note { color: var(--jp-ui-font-color2, #777); }\n.tl-more { margin: 4px 0; }\n.tl-capped { max-height: 20em; overflow: auto; margin-left: 12px; }\n.tl-table-box { max-height: 32em; overflow: auto; }\n.tl-table th { position: sticky; top: 0; background: var(--jp-layout-color1, #fff); }\n.tl-group > summary { cursor: pointer; color: var(--jp-ui-font-color2, #777); }\n\n/* Memory by role: render/chart.py ROLE_COLOURS holds the same colours (a test compares them). */\n.tl-roles .role { stroke: none; }\n.tl-roles .role.leak-role { stroke: var(--jp-ui-font-color0, #000); stroke-width: 1.5; }\n.tl-roles .peak-mark { stroke: var(--jp-ui-font-color2, #666); stroke-dasharray: 3 2; }\n.tl-roles .role-parameters { fill: #4e79a7; }\n.tl-roles .role-gradients { fill: #f28e2b; }\n.tl-roles .role-optimizer_state { fill: #59a14f; }\n.tl-roles .role-activations { fill: #76b7b2; }\n.tl-roles .role-temporaries { fill: #bab0ac; }\n.tl-roles .role-inputs_outputs { fill: #edc948; }\n.tl-roles .role-user_held { fill: #e15759; }\n.tl-roles .role-untracked { fill: #9c755f; }\n.tl-roles .role-reserve { fill: #d3d3d3; }\n";
+  style.textContent = ".tl-root { font: 13px/1.4 var(--jp-ui-font-family, system-ui, sans-serif); color: var(--jp-ui-font-color1, #222); }\n.tl-head { margin-bottom: 6px; }\n.tl-progress { color: var(--jp-ui-font-color2, #666); margin: 2px 0 6px; display: flex; align-items: center; gap: 6px; flex-wrap: wrap; }\n.tl-bar { display: inline-block; width: 180px; height: 8px; background: var(--jp-layout-color3, #ddd); border-radius: 4px; overflow: hidden; }\n.tl-bar-fill { display: block; height: 100%; background: var(--jp-brand-color1, #1976d2); }\n.tl-stop, .tl-copy, .tl-more { font: inherit; font-size: 11px; padding: 0 6px; margin-left: 6px; cursor: pointer; color: var(--jp-ui-font-color1, #222); background: var(--jp-layout-color2, #eee); border: 1px solid var(--jp-border-color1, #ccc); border-radius: 3px; }\n.tl-source { display: block; color: var(--jp-ui-font-color2, #666); font-family: var(--jp-code-font-family, monospace); white-space: pre-wrap; }\n.tl-stack { margin: 2px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-frame { margin-left: 10px; }\n/* A library's frames step back in italics and the theme's second text colour: its third (a\n   disabled control's) reads at 2.7:1, under the 4.5:1 that text needs. */\n.tl-frame.tl-lib { color: var(--jp-ui-font-color2, #666); font-style: italic; }\n.tl-device { margin: 4px 0 8px; }\n.tl-curve .alloc { stroke: var(--jp-brand-color1, #1976d2); fill: none; stroke-width: 2; }\n.tl-curve .reserved { stroke: var(--jp-ui-font-color3, #999); fill: none; stroke-width: 1.5; }\n.tl-curve .trend { stroke: var(--jp-error-color1, #c0392b); stroke-dasharray: 4 3; }\n.tl-curve { width: 100%; max-width: 640px; height: auto; display: block; }\n.tl-curve text { fill: var(--jp-ui-font-color2, #666); font-size: 10px; }\n.tl-curve .axis { stroke: var(--jp-ui-font-color3, #999); }\n.tl-curve .peak { stroke: var(--jp-ui-font-color3, #bbb); fill: none; stroke-width: 1; stroke-dasharray: 1 2; }\n.tl-curve .readout { fill: var(--jp-ui-font-color1, #222); }\n.tl-oom { background: var(--jp-error-color3, #fdecea); border-left: 4px solid var(--jp-error-color1, #c0392b); color: var(--jp-ui-font-color1, #222); padding: 4px 8px; margin: 4px 0; }\n/* Both colours fixed: a theme's text colour on a light box was near-white on light orange in\n   the dark theme (1.27:1); a theme's green was 4.1:1. Light boxes with dark text read in both. */\n.tl-warning { background: #fff4e5; color: #3e2723; border-left: 3px solid #e69500; padding: 4px 6px; margin: 4px 0; }\n.tl-group-fix .tl-fix-code { display: inline-block; max-height: 6.5em; overflow: auto; vertical-align: top; }\n.tl-ok { background: #e8f5e9; color: #1b5e20; font-weight: 600; margin: 4px 0; padding: 2px 6px; display: inline-block; }\n.tl-root a.tl-site-link { color: var(--jp-content-link-color, #1976d2); text-decoration: underline; cursor: pointer; }\n.tl-root a.tl-site-link.tl-missing { text-decoration: line-through; }\n/* The sort and disclosure buttons read as the header's and the verdict's text, not as boxes. */\n.tl-table button.tl-sort, .tl-table button.tl-disclose { background: none; border: none; padding: 0; margin: 0; font: inherit; color: inherit; text-align: inherit; cursor: pointer; }\n.tl-table button.tl-sort:focus-visible, .tl-table button.tl-disclose:focus-visible { outline: 2px solid var(--jp-brand-color1, #1976d2); outline-offset: 1px; }\n.tl-table { border-collapse: collapse; width: 100%; }\n.tl-table th { text-align: left; cursor: pointer; border-bottom: 1px solid var(--jp-border-color1, #ccc); padding: 2px 6px; user-select: none; }\n.tl-table td { padding: 2px 6px; border-bottom: 1px solid var(--jp-border-color2, #eee); vertical-align: top; overflow-wrap: anywhere; }\n.tl-table tr.tl-row { cursor: pointer; }\n.tl-table tr.tl-row:hover { background: var(--jp-layout-color2, #f4f4f4); }\n.tl-verdict-leak { color: var(--jp-error-color1, #c0392b); font-weight: 600; }\n.tl-num { text-align: right; white-space: nowrap; }\n.tl-path { margin: 4px 0 4px 12px; font-family: var(--jp-code-font-family, monospace); }\n.tl-step { margin-left: 10px; overflow-wrap: anywhere; }\n.tl-path-name { overflow-wrap: anywhere; }\n.tl-fix-line { margin: 2px 0 2px 12px; }\n.tl-fix-code { font-family: var(--jp-code-font-family, monospace); background: var(--jp-layout-color2, #f4f4f4); padding: 0 4px; overflow-wrap: anywhere; white-space: pre-wrap; }\n.tl-table td.tl-holder { max-width: 40ch; overflow-wrap: anywhere; }\n\n.tl-note { color: var(--jp-ui-font-color2, #666); }\n.tl-more { margin: 4px 0; }\n.tl-capped { max-height: 20em; overflow: auto; margin-left: 12px; }\n.tl-table-box { max-height: 32em; overflow: auto; }\n.tl-table th { position: sticky; top: 0; background: var(--jp-layout-color1, #fff); }\n.tl-group > summary { cursor: pointer; color: var(--jp-ui-font-color2, #666); }\n\n/* Memory by role: render/chart.py ROLE_COLOURS holds the same colours (a test compares them). */\n.tl-roles .role { stroke: none; }\n.tl-roles .role.leak-role { stroke: var(--jp-ui-font-color0, #000); stroke-width: 1.5; }\n.tl-roles .peak-mark { stroke: var(--jp-ui-font-color2, #666); stroke-dasharray: 3 2; }\n.tl-roles .role-parameters { fill: #4e79a7; }\n.tl-roles .role-gradients { fill: #f28e2b; }\n.tl-roles .role-optimizer_state { fill: #59a14f; }\n.tl-roles .role-activations { fill: #76b7b2; }\n.tl-roles .role-temporaries { fill: #bab0ac; }\n.tl-roles .role-inputs_outputs { fill: #edc948; }\n.tl-roles .role-user_held { fill: #e15759; }\n.tl-roles .role-untracked { fill: #9c755f; }\n.tl-roles .role-reserve { fill: #d3d3d3; }\n";
   host.appendChild(style);
   host.appendChild(root);
 

@@ -200,8 +200,13 @@ function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsP
   const n = Math.max(1, iterations || 0, at.length ? at[at.length - 1] + 1 : 0);
   const x = (i) => pad + ((width - pad - 8) * (at[i] ?? i)) / Math.max(n - 1, 1);
   const y = (v) => plotTop + (height - plotTop - 26) * (1 - v / top);
+  // A screen reader hears what the eye takes from the lines: where the memory began, where it
+  // ended, and the leak's rate when one is drawn.
+  const first = alloc.length ? alloc[0] : 0, last = alloc.length ? alloc[alloc.length - 1] : 0;
+  const said = `memory allocated at each ${noun}'s end, ${formatBytes(first)} to ${formatBytes(last)} ` +
+    `over ${n} ${noun}s` + (showTrend ? `; leak trend ${formatBytes(leakRate)} per ${noun}` : "");
   const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, class: "tl-curve",
-                             preserveAspectRatio: "xMinYMin meet", role: "img" });
+                             preserveAspectRatio: "xMinYMin meet", role: "img", "aria-label": said });
   const text = (x0, y0, content, anchor = "start") => {
     const t = svgEl("text", { x: x0, y: y0, "text-anchor": anchor });
     t.textContent = visible(content);
@@ -372,13 +377,15 @@ function pathTree(finding) {
 
 // "fix: ..." and, where the core could write it, the fix as code with a button that copies
 // that code (pasting prose was a SyntaxError). The clipboard API needs a secure context;
-// elsewhere the code is selected for the user to copy.
-function fixLine(text, cls, code) {
+// elsewhere the code is selected for the user to copy. `scrolls`: the code sits in a box of
+// capped height (a group's fix, one line per holder), which the keyboard must reach to scroll.
+function fixLine(text, cls, code, scrolls = false) {
   const line = el("div", { class: cls });
   line.appendChild(document.createTextNode("fix: "));
   line.appendChild(el("span", { class: "tl-fix" }, text));
   if (!code) return line;
-  const snippet = el("code", { class: "tl-fix-code", "data-testid": "fix-code" }, code);
+  const snippet = el("code", { class: "tl-fix-code", "data-testid": "fix-code",
+                               ...(scrolls ? { tabindex: "0" } : {}) }, code);
   const button = el("button", { class: "tl-copy", "data-testid": "copy-fix", type: "button", title: "copy this line of code" }, "copy");
   button.addEventListener("click", (event) => {
     event.stopPropagation();
@@ -463,7 +470,10 @@ function progressLine(progress, model) {
     box.appendChild(el("span", { "data-testid": "run-line" }, progress.text || `${k}/${n}`));
     return box;
   }
-  const bar = el("span", { class: "tl-bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": String(n), "aria-valuenow": String(k) });
+  // Named, and read out as the line beside it ("5/20 iterations [2.5 s<7.5 s, 2.0 it/s]").
+  const bar = el("span", { class: "tl-bar", role: "progressbar", "aria-label": "progress of the run",
+                           "aria-valuemin": "0", "aria-valuemax": String(n), "aria-valuenow": String(k),
+                           "aria-valuetext": progress.text || `${k}/${n}` });
   const fill = el("span", { class: "tl-bar-fill" });
   fill.style.width = `${n ? (100 * k) / n : 0}%`;
   bar.appendChild(fill);
@@ -617,7 +627,7 @@ function drawCauses(root, report, view) {
     line.appendChild(document.createTextNode(`${group.text} [${group.severity}]`));
     // One line per member: the biggest member's own code would free one of them.
     // In a box of capped height: fifty lines of code made the view 2,000 px tall.
-    if (group.fix_code) line.appendChild(fixLine(`free all ${members.length} together`, "tl-note tl-group-fix", group.fix_code));
+    if (group.fix_code) line.appendChild(fixLine(`free all ${members.length} together`, "tl-note tl-group-fix", group.fix_code, true));
     const details = el("details", { class: "tl-group" });
     details.appendChild(el("summary", {}, `the ${members.length} leaks`));
     const box = el("div", { class: "tl-capped" });
@@ -707,7 +717,8 @@ function siteCell(f, host) {
 // A finding's row and, when it has a path or a stack, the row of its details beneath.
 function findingRows(table, f, view, host) {
   const row = el("tr", { class: "tl-row", "data-testid": "finding-row" });
-  row.appendChild(el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict));
+  const verdictCell = el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict);
+  row.appendChild(verdictCell);
   row.appendChild(siteCell(f, host));
   // The core's word: the rate, or "held" for a leak that keeps memory without growing.
   row.appendChild(el("td", { class: "tl-num" }, f.rate_text || formatBytes(f.bytes_per_iteration)));
@@ -729,18 +740,21 @@ function findingRows(table, f, view, host) {
   detailRow.appendChild(cell);
   table.appendChild(detailRow);
   if (tree) {
-    // From the keyboard too: Tab to the row, Enter or Space opens its path.
-    row.tabIndex = 0;
-    row.setAttribute("aria-expanded", String(tree.open));
-    tree.addEventListener("toggle", () => row.setAttribute("aria-expanded", String(tree.open)));
+    // A click anywhere on the row opens its path; from the keyboard, the verdict is the row's
+    // disclosure button (Tab to it, Enter or Space). The button, not the row, says whether it
+    // is open: a table row has no expanded state of its own (only a treegrid's has).
+    const button = el("button", { type: "button", class: "tl-disclose", "data-testid": "open-row",
+                                   "aria-expanded": String(tree.open) }, f.verdict);
+    verdictCell.replaceChildren(button);
+    tree.addEventListener("toggle", () => button.setAttribute("aria-expanded", String(tree.open)));
     // aria-expanded is set here too: the details' toggle event comes later, asynchronously.
     const toggle = () => {
       tree.open = !tree.open;
-      row.setAttribute("aria-expanded", String(tree.open));
+      button.setAttribute("aria-expanded", String(tree.open));
       if (tree.open) tree.scrollIntoView({ block: "nearest" });
     };
     row.addEventListener("click", toggle);
-    onActivate(row, toggle);
+    onActivate(button, toggle);
   }
 }
 
@@ -753,17 +767,21 @@ function drawFindings(root, report, view, host) {
   const header = el("tr");
   COLUMNS.forEach(([name], i) => {
     const sorted = i === view.sortBy;
-    const th = el("th", { "data-testid": `sort-${i}`, title: "sort", tabindex: "0", role: "button",
-                          "aria-sort": sorted ? (view.descending ? "descending" : "ascending") : "none" },
-                  (name === "per" ? `per ${unit}` : name) + (sorted ? (view.descending ? " ▾" : " ▴") : ""));
+    // The header cell says how the column is sorted; the button inside it sorts (a header that
+    // is itself a button has no sort state a screen reader can read).
+    const th = el("th", { "data-testid": `column-${i}`,
+                          "aria-sort": sorted ? (view.descending ? "descending" : "ascending") : "none" });
+    const button = el("button", { type: "button", class: "tl-sort", "data-testid": `sort-${i}`, title: "sort" },
+                      (name === "per" ? `per ${unit}` : name) + (sorted ? (view.descending ? " ▾" : " ▴") : ""));
+    th.appendChild(button);
     const sort = () => {
       view.descending = view.sortBy === i ? !view.descending : true;
       view.sortBy = i;
       view.focusAfterDraw = `sort-${i}`;
       view.redraw();
     };
-    th.addEventListener("click", sort);
-    onActivate(th, sort);
+    button.addEventListener("click", sort);
+    onActivate(button, sort);
     header.appendChild(th);
   });
   table.appendChild(header);
