@@ -192,6 +192,36 @@ def test_memory_by_role_is_stacked_with_the_peak_marked_and_the_leaks_role_outli
     page.close()
 
 
+def test_the_roles_legend_and_the_peak_label_are_never_cut_or_overlapped(browser):
+    # Three fixed legend slots of 132 px cut "inputs and outputs (lea" under the next entry,
+    # and a peak at the last point was labelled "peak 122.4 Mi" past the chart's edge.
+    report, _, _ = training_with_a_kept_graph_report(5)
+    device = report["devices"][0]
+    at_peak = [r for r in device["roles"] if any(r.get("at_peak") or [])]
+    for r in at_peak:  # each role's peak rises to the last point, the highest
+        r["at_peak"] = [v * (i + 1) for i, v in enumerate(r["at_peak"])]
+    at_peak[0]["label"] = "inputs and outputs"
+    at_peak[0]["at_peak"][-1] = 122 << 30
+    page = mount(browser, report, width=320)
+    chart = page.locator("[data-testid=roles-chart]")
+    edge = chart.evaluate("el => el.getBoundingClientRect().right")
+    boxes = page.locator("[data-testid=roles-legend]")
+    box = "el => { const b = el.getBBox(); return {x: b.x, y: b.y, width: b.width}; }"
+    drawn = [boxes.nth(i).evaluate(box) for i in range(boxes.count())]
+    view_width = chart.evaluate("el => el.viewBox.baseVal.width")
+    for i, a in enumerate(drawn):
+        assert a["x"] + a["width"] <= view_width, a
+        for b in drawn[i + 1 :]:
+            apart = a["x"] + a["width"] <= b["x"] - 4 or b["x"] + b["width"] <= a["x"] - 4 or a["y"] != b["y"]
+            assert apart, (a, b)
+    label = page.locator("[data-testid=roles-peak-label]")
+    assert label.text_content() == "peak 122.0 GiB"
+    assert label.evaluate("el => el.getBoundingClientRect().right") <= edge
+    drawn_label = label.evaluate(box)
+    assert drawn_label["x"] >= 0 and drawn_label["x"] + drawn_label["width"] <= view_width
+    page.close()
+
+
 def test_a_long_role_series_is_drawn_through_a_few_hundred_points(browser):
     page = mount(browser, with_a_long_role_series(training_with_a_kept_graph_report(3)[0]))
     area = page.locator("[data-testid=role-area]").first

@@ -269,6 +269,12 @@ function drawCurve(device, leakRate, iterations, noun, seriesIterations, rateIsP
   return svg;
 }
 
+// The width of a chart's words at its 10 px font, in the viewBox's units, before the chart is
+// in the page to be measured: an upper bound (6 px a character; sans-serif averages 5.5).
+function textWidth(words) {
+  return 6 * String(words).length;
+}
+
 // What each iteration's peak was made of: the core's roles (devices[].roles, stacking order)
 // as stacked areas, the highest peak marked, the leaks' roles outlined and named in the legend.
 // Colours are the static views' (render/chart.py ROLE_COLOURS; a test holds them equal).
@@ -277,8 +283,19 @@ function drawRoles(device, iterations, noun, seriesIterations, leakRoles) {
   if (!roles.length) return null;
   const count = roles[0].at_peak.length;
   const totals = Array.from({ length: count }, (_, i) => roles.reduce((s, r) => s + (Number(r.at_peak[i]) || 0), 0));
-  const legendRows = Math.ceil(roles.length / 3);
-  const width = 460, pad = 54, plotTop = 8 + 12 * legendRows + 4, height = 130 + plotTop;
+  // The legend flows in rows, each entry as wide as its words: three fixed slots of 132 px cut
+  // "inputs and outputs (leak)" under the next entry.
+  const width = 460, pad = 54;
+  const legend = [];
+  let lx = pad + 8, ly = 12;
+  roles.forEach((r) => {
+    const words = (r.label || r.role) + (leakRoles.has(r.role) ? " (leak)" : "");
+    const wide = 14 + textWidth(words) + 12;
+    if (lx > pad + 8 && lx + wide > width - 4) { lx = pad + 8; ly += 12; }
+    legend.push({ r, words, lx, ly });
+    lx += wide;
+  });
+  const plotTop = ly + 8, height = 130 + plotTop;
   const top = largest([totals], 1);
   const at = Array.isArray(seriesIterations) && seriesIterations.length === count
     ? seriesIterations : totals.map((_, i) => i);
@@ -330,12 +347,14 @@ function drawRoles(device, iterations, noun, seriesIterations, leakRoles) {
   const mark = svgEl("line", { class: "peak-mark", x1: hx, y1: y(top), x2: hx, y2: y(0) });
   mark.dataset.testid = "roles-peak";
   svg.appendChild(mark);
-  text(Math.min(hx + 3, width - 70), y(top) + 10, `peak ${formatBytes(top)}`);
-  roles.forEach((r, k) => {
-    const lx = pad + 8 + 132 * (k % 3), ly = 12 + 12 * Math.floor(k / 3);
+  // Right of the mark where it fits, else left of it: "peak 122.4 MiB" was cut at the edge.
+  const peakWords = `peak ${formatBytes(top)}`;
+  const fitsRight = hx + 3 + textWidth(peakWords) <= width - 2;
+  text(fitsRight ? hx + 3 : hx - 3, y(top) + 10, peakWords, fitsRight ? "start" : "end").dataset.testid = "roles-peak-label";
+  legend.forEach(({ r, words, lx: ex, ly: ey }) => {
     const leak = leakRoles.has(r.role);
-    svg.appendChild(svgEl("rect", { class: `role role-${r.role}${leak ? " leak-role" : ""}`, x: lx, y: ly - 8, width: 10, height: 8 }));
-    text(lx + 14, ly, (r.label || r.role) + (leak ? " (leak)" : "")).dataset.testid = "roles-legend";
+    svg.appendChild(svgEl("rect", { class: `role role-${r.role}${leak ? " leak-role" : ""}`, x: ex, y: ey - 8, width: 10, height: 8 }));
+    text(ex + 14, ey, words).dataset.testid = "roles-legend";
   });
   return svg;
 }
