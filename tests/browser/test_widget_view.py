@@ -541,6 +541,14 @@ def test_an_ordinary_report_fits_a_500_px_split_pane(browser, name):
     for i in range(rows.count()):
         rows.nth(i).click()  # open every path and stack: they must wrap too
     assert view.evaluate("el => el.scrollWidth") <= 500
+    # The verdict is one word on one line ("transien/t" wrapped beside a long holder).
+    lines = (
+        "el => { const t = document.createTreeWalker(el, NodeFilter.SHOW_TEXT).nextNode();"
+        " const r = document.createRange(); r.selectNodeContents(t); return r.getClientRects().length; }"
+    )
+    for i in range(rows.count()):
+        verdict = rows.nth(i).locator("td").first
+        assert verdict.evaluate(lines) == 1, verdict.text_content()
     page.close()
 
 

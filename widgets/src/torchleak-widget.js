@@ -736,7 +736,7 @@ function siteCell(f, host) {
 // A finding's row and, when it has a path or a stack, the row of its details beneath.
 function findingRows(table, f, view, host) {
   const row = el("tr", { class: "tl-row", "data-testid": "finding-row" });
-  const verdictCell = el("td", { class: `tl-verdict-${f.verdict}` }, f.verdict);
+  const verdictCell = el("td", { class: `tl-verdict tl-verdict-${f.verdict}` }, f.verdict);
   row.appendChild(verdictCell);
   row.appendChild(siteCell(f, host));
   // The core's word: the rate, or "held" for a leak that keeps memory without growing.
