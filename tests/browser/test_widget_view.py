@@ -97,7 +97,8 @@ def test_leaks_first_warnings_shown_and_open_rows_survive_a_redraw(browser):
     page.close()
 
 
-def test_an_out_of_memory_report_leads_with_its_forensics(browser):
+def out_of_memory_report():
+    """The leaky loop's report as if it had ended out of memory, as the kernel sends it."""
     report = fixture("leaky_loop.json")
     report["oom"] = {
         "device": "cuda:0",
@@ -120,6 +121,11 @@ def test_an_out_of_memory_report_leads_with_its_forensics(browser):
     }
     report = as_sent(report)
     report["oom"]["text"] = "Out of memory on cuda:0 in iteration 9 (8 complete before it): ..."
+    return report
+
+
+def test_an_out_of_memory_report_leads_with_its_forensics(browser):
+    report = out_of_memory_report()
     page = mount(browser, report)
     view = page.locator("[data-testid=torchleak-widget]")
     box = view.locator("[data-testid=oom]")
@@ -414,24 +420,10 @@ def test_every_view_passes_axe_core_with_its_rows_open(browser):
     names, a leak, fifty leaks in one object, a merged job, an out-of-memory report, a live view
     with its progress bar and Stop (the tier's front-end test checks the themes)."""
     leaky = fixture("leaky_loop.json")
-    oom = copy.deepcopy(leaky)
-    oom["oom"] = {
-        "device": "cuda:0",
-        "error": "OutOfMemoryError",
-        "message": "CUDA out of memory",
-        "iteration": 8,
-        "requested_bytes": 1 << 20,
-        "allocated_bytes": 3 << 20,
-        "reserved_bytes": 4 << 20,
-        "capacity_bytes": 4 << 20,
-        "totals_from": "allocator",
-        "live_bytes": 3 << 20,
-        "findings": [0],
-    }
     views = {name: (fixture(name), None) for name in ("empty.json", "hostile.json", "leaky_loop.json")}
     views["fifty lists"] = (fifty_lists_report(), None)
     views["merged job"] = (merged_job_report(), None)
-    views["out of memory"] = (as_sent(oom), None)
+    views["out of memory"] = (out_of_memory_report(), None)
     views["live"] = (leaky, progress_as_sent({"k": 5, "n": 20, "elapsed": 2.5, "remaining": 7.5}, leaky))
     for name, (report, progress) in views.items():
         page = mount(browser, report, progress=progress)
