@@ -643,3 +643,67 @@ def test_the_fix_of_a_loss_kept_with_its_graph_is_a_line_of_code():
     text = str(report)
     assert "       losses.append((torch.randn(32, 64) @ w).sum().item())" in text
     assert all("fix_code" not in f for f in report.redacted().to_dict()["findings"])
+
+
+class Level:
+    pass
+
+
+def test_a_holder_26_attributes_deep_keeps_its_whole_name_and_its_clear_code():
+    # The middle of any path over 49 walk nodes was cut to "...": a list 26 attributes deep got
+    # no fix code (the holder read "root.child_level_0....child_level_15..."). Only a run through
+    # the autograd graph is cut now; the holder is named whole and its .clear() runs as written.
+    root = cur = Level()
+    for i in range(26):
+        setattr(cur, f"child_level_{i}", Level())
+        cur = getattr(cur, f"child_level_{i}")
+    cur.items = []
+    del cur  # reached from root only, as the notebook's deepest() does
+    whole = "root." + ".".join(f"child_level_{i}" for i in range(26)) + ".items"
+
+    def deep():
+        node = root
+        for i in range(26):
+            node = getattr(node, f"child_level_{i}")
+        return node
+
+    report = torchleak.check(lambda: deep().items.append(torch.ones(64, 1024)), iterations=6, roots={"root": root})
+    [leak] = report.leaks
+    assert leak.holder["path_text"] == whole
+    assert "elided" not in kinds(leak)
+    assert leak.get("fix_code") == whole + ".clear()"
+
+    def fixed():
+        deep().items.append(torch.ones(64, 1024))
+        exec(leak.get("fix_code"), {"root": root})
+
+    assert torchleak.check(fixed, iterations=6, roots={"root": root}).leaks == []
+
+
+def test_a_path_through_a_long_graph_is_cut_inside_the_graph_only():
+    # An RNN-like chain of 300 nodes, its output kept in an object 30 attributes deep: the graph's
+    # middle is one step, the Python part before it whole.
+    root = cur = Level()
+    for i in range(30):
+        setattr(cur, f"a{i}", Level())
+        cur = getattr(cur, f"a{i}")
+    cur.outputs = []
+    del cur
+    w = torch.randn(16, 16, requires_grad=True)
+
+    def step():
+        h = torch.randn(4, 16)
+        for _ in range(300):
+            h = h @ w
+        node = root
+        for i in range(30):
+            node = getattr(node, f"a{i}")
+        node.outputs.append(h.sum())  # the 300 products stay alive through its graph
+
+    report = torchleak.check(step, iterations=5, roots={"root": root})
+    leak = max(report.leaks, key=lambda f: len(f.path))  # the input, under all 300 products
+    steps = [s["kind"] for s in leak.path]
+    assert steps.count("elided") == 1, steps
+    before = "".join(s["label"] for s in leak.path[: steps.index("elided")])
+    assert before.startswith("root." + ".".join(f"a{i}" for i in range(30)) + ".outputs["), before
+    assert len(leak.path) < 100

@@ -133,13 +133,31 @@ std::vector<PathStep> PathBuilder::build(uint32_t i, bool dropRoot) {
         chain.push_back(k);
     }
     std::reverse(chain.begin(), chain.end());
-    // A path through a long graph (an RNN unrolled over thousands of steps) keeps its
-    // first and last steps; the middle is summarised in one step.
+    // A path through a long graph (an RNN unrolled over thousands of steps) keeps the first and
+    // last steps of its run through the graph; that run's middle is summarised in one step. The
+    // Python part stays whole: it is the holder's name, which a fix's code spells (a leak 26
+    // attributes deep lost its `.clear()` to "root.child_level_0...."). Only a chain of Python
+    // objects past kLongest (a linked list thousands long) is cut the same way, in its middle.
     constexpr size_t kKeep = 24;
+    constexpr size_t kLongest = 400;
     size_t elideFrom = chain.size(), elideTo = chain.size();
-    if (chain.size() > 2 * kKeep + 1) {
-        elideFrom = kKeep;
-        elideTo = chain.size() - kKeep;
+    size_t runFrom = 0, bestFrom = 0, bestLength = 0;
+    for (size_t c = 0; c <= chain.size(); ++c) {
+        if (c < chain.size() && d_nodes[chain[c]].kind == NodeKind::Autograd) {
+            continue;
+        }
+        if (c - runFrom > bestLength) {
+            bestFrom = runFrom;
+            bestLength = c - runFrom;
+        }
+        runFrom = c + 1;
+    }
+    if (bestLength > 2 * kKeep + 1) {
+        elideFrom = bestFrom + kKeep;
+        elideTo = bestFrom + bestLength - kKeep;
+    } else if (chain.size() > kLongest) {
+        elideFrom = kLongest / 2;
+        elideTo = chain.size() - kLongest / 2;
     }
     std::vector<PathStep> steps;
     for (size_t c = 0; c < chain.size(); ++c) {
