@@ -198,6 +198,22 @@ def test_memory_by_role_is_stacked_with_the_peak_marked_and_the_leaks_role_outli
     page.close()
 
 
+def test_the_headline_fix_has_its_copy_button_and_quotes_what_the_loop_appends(browser):
+    # #62 item 3: the headline fix had no button (it sat in the third row's collapsed "held
+    # by"), and said `loss` where the loop appends another expression beside a `loss` of its own.
+    report, _, _ = training_with_a_kept_graph_report(5)
+    page = mount(browser, report)
+    headline = page.locator("[data-testid=cause]").first
+    assert "store model(torch.randn(128, 64)).square().mean().detach() or .item()" in headline.text_content()
+    code = headline.locator("[data-testid=fix-code]")
+    assert code.text_content() == "kept.append(model(torch.randn(128, 64)).square().mean().item())"
+    button = headline.locator("[data-testid=copy-fix]")
+    assert button.is_visible()  # beside the headline, not inside a closed row
+    button.click()  # about:blank is no secure context: the code is selected for Ctrl+C
+    assert page.evaluate("() => window.getSelection().toString()") == code.text_content()
+    page.close()
+
+
 def test_the_roles_legend_and_the_peak_label_are_never_cut_or_overlapped(browser):
     # Three fixed legend slots of 132 px cut "inputs and outputs (lea" under the next entry,
     # and a peak at the last point was labelled "peak 122.4 Mi" past the chart's edge.
