@@ -3,9 +3,9 @@ says about the code and the data behind it.
 
 Withheld: tensor shapes and dtypes, source lines (notebook cell text included), absolute paths
 (a file under the project becomes relative to it, one under an installed library relative to
-its site-packages, any other a hash), string dictionary keys (a hash each), and in text that
-came from outside torchleak (an exception's message, a failed rank's note) every path and quoted
-string. Kept: verdicts, rates, sizes, roles, line numbers, function names and the retaining
+its site-packages, any other a hash), string, tuple and torch.Size dictionary keys (a hash
+each), and in text that came from outside torchleak (an exception's message, a failed rank's
+note) every path and quoted string. Kept: verdicts, rates, sizes, roles, line numbers, function names and the retaining
 paths' structure, so the redacted report still says where, why and whether.
 
 Every string field of a report is declared once, in the core (FIELDS, from
@@ -41,8 +41,9 @@ _LIBRARY_DIRS = sorted(
     key=len,
     reverse=True,
 )
-# A string key as the core labels it: ['k'] or ["k"] (a key that is an object reads otherwise).
-_STRING_KEY = re.compile(r"""^\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]$""")
+# A string key as the core labels it: ['k'] or ["k"] (a key that is an object reads otherwise);
+# a tuple key, ('en', 512), or a torch.Size key: the strings and shapes they may hold go too.
+_STRING_KEY = re.compile(r"""^\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\(.*\)|torch\.Size\(\[.*\]\))\]$""")
 # A shape written into a sentence: "the 64×10 tensors", "the 512-element tensors".
 _SHAPE_IN_TEXT = re.compile(r"\b\d+(?:(?:\u00d7\d+)+\b|-element\b)")
 # In text from outside torchleak: an absolute path (POSIX, or a drive's), a quoted string, a

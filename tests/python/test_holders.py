@@ -6,6 +6,7 @@ cause and fix, in every place a user reads a verdict.
 """
 
 import json
+import re
 
 import pytest
 import torch
@@ -457,3 +458,50 @@ def test_copies_kept_at_each_evaluation_keep_the_best_or_the_last_few():
     fixed = Trainer()
     assert _train_with_snapshots(fixed, fix_code=code).leaks == []
     assert len(fixed.snapshots) == 3
+
+
+shape_cache, size_cache, float_cache = {}, {}, {}
+
+
+def by_shape(n):
+    if (n, 64) not in shape_cache:  # the loop reads it: bound it, never clear it
+        shape_cache[(n, 64)] = torch.zeros(n, 64)
+    return shape_cache[(n, 64)].sum()
+
+
+def by_size(n):
+    if torch.Size([n, 64]) not in size_cache:
+        size_cache[torch.Size([n, 64])] = torch.zeros(n, 64)
+    return size_cache[torch.Size([n, 64])].sum()
+
+
+def by_float(n):
+    if (n, 0.5) not in float_cache:
+        float_cache[(n, 0.5)] = torch.zeros(n, 64)
+    return float_cache[(n, 0.5)].sum()
+
+
+@pytest.mark.parametrize(
+    "fill, name, label",
+    [
+        (by_shape, "shape_cache", r"\(\d+, 64\)"),
+        (by_size, "size_cache", r"torch\.Size\(\[\d+, 64\]\)"),
+        (by_float, "float_cache", r"<tuple key>"),
+    ],
+)
+def test_a_cache_keyed_by_shape_is_a_holder_that_grows_bounded_as_a_dict(fill, name, label):
+    # Every entry of a dict keyed by a tuple read "<tuple key>": one label for all of them, so the
+    # dict never fanned out and the leak had no holder ("something keeps a reference"). Tuples
+    # and torch.Size of literals are labelled as Python writes them now; a tuple with anything
+    # else in it (a float, whose text may not read back as the same key) keeps the one label.
+    runs = iter(range(1, 100))
+    report = torchleak.check(lambda: fill(next(runs)), iterations=8)
+    [leak] = report.leaks
+    assert re.fullmatch(rf"test_holders\.{name}\[{label}\]", leak.path_text), leak.path_text
+    if name == "float_cache":
+        return
+    assert leak.holder["type"] == "dict" and leak.holder["path_text"] == f"test_holders.{name}"
+    assert leak.get("fix_rule") == "bound-what-the-loop-reads"
+    assert "popitem(last=False)" in leak.suggestion and "deque" not in leak.suggestion
+    redacted = report.redacted().to_dict()["findings"][0]
+    assert "64" not in redacted["path_text"] and "[<key " in redacted["path_text"], redacted["path_text"]

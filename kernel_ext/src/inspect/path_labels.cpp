@@ -48,10 +48,47 @@ std::string keyTextOf(const std::string& s) {
     return out + "'";
 }
 
+std::string keyText(PyObject* key);
+
+// A tuple of keys that print as literals ("(3, 64)", "('en', 512)", "(7,)"), or a torch.Size
+// ("torch.Size([3, 64])", read from the tuple it is): caches keyed by shape. Every entry of
+// such a dict read "<tuple key>", one label for all, so the dict never fanned out into a
+// growing holder. Anything else in it, or a tuple too big to be a label, gives "".
+std::string tupleKeyText(PyObject* key, int depth) {
+    constexpr Py_ssize_t kMostItems = 8;
+    constexpr size_t kMostChars = 80;
+    const bool size = std::strcmp(Py_TYPE(key)->tp_name, "torch.Size") == 0;
+    if (depth > 2 || !(PyTuple_CheckExact(key) || (size && PyTuple_Check(key))) ||
+        PyTuple_GET_SIZE(key) > kMostItems) {
+        return "";
+    }
+    std::string text = size ? "torch.Size([" : "(";
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key); ++i) {
+        PyObject* item = PyTuple_GET_ITEM(key, i);
+        std::string part = PyTuple_Check(item) ? tupleKeyText(item, depth + 1) : keyText(item);
+        if (part.empty() || part[0] == '<' || (size && !PyLong_CheckExact(item))) {
+            return "";
+        }
+        text += (i > 0 ? ", " : "") + part;
+        if (text.size() > kMostChars) {
+            return "";
+        }
+    }
+    if (!size && PyTuple_GET_SIZE(key) == 1) {
+        text += ',';
+    }
+    return text + (size ? "])" : ")");
+}
+
 // Keys that print as Python literals; anything else would need its __repr__ (user code).
 std::string keyText(PyObject* key) {
     if (PyUnicode_Check(key)) {
         return keyTextOf(utf8(key));
+    }
+    if (PyTuple_Check(key)) {
+        if (std::string text = tupleKeyText(key, 0); !text.empty()) {
+            return text;
+        }
     }
     if (PyLong_CheckExact(key)) {
         int overflow = 0;
