@@ -36,6 +36,7 @@ class TrackerFrontEnd(Protocol):
 
     # Where `_run_iterations`' loop stopped ("in iteration 3 of 8", "after iteration 3 of 8"), or None.
     _stopped_at: str | None
+    _stop_warning: str | None
 
     def _build_report(
         self,

@@ -192,6 +192,17 @@ def _with_text(progress, data):
     return {**progress, "text": progress_text(progress, iteration_unit(data))}
 
 
+def _stop_said(tracker, failure):
+    """What the run line of a check the user stopped says in place of a warning: where the run
+    stopped (`where`: "in iteration 44 of 200") and the report's warnings that line says
+    (`said`). Stop is the user's own act: tqdm marks its bar; an orange box saying "by
+    KeyboardInterrupt" under the line "stopped after 44 of 200 iterations" said it twice, as
+    if it were an error. A run that failed on its own keeps its warning."""
+    if not isinstance(failure, KeyboardInterrupt) or not tracker._stopped_at or not tracker._stop_warning:
+        return {}
+    return {"where": tracker._stopped_at, "said": [tracker._stop_warning]}
+
+
 class _LiveDisplay:
     """One display per report: a widget (if available) updated in place while the cell runs,
     throttled, then the final bundle without it. A saved notebook keeps no widget state by
@@ -316,6 +327,7 @@ class LeakMagics(Magics):
                     "done": True,
                     "elapsed": time.monotonic() - started,
                     "stopped": failure is not None,
+                    **_stop_said(tracker, failure),
                 },
             )
             if args.output is not None:

@@ -150,6 +150,7 @@ class Tracker:
         self._first_hook_id: int | None = None
         # Where _run_iterations' loop stopped ("in iteration 3 of 8", "after iteration 3 of 8").
         self._stopped_at: str | None = None
+        self._stop_warning: str | None = None  # the report's warning that says where and why
         # Cell watch's (cell file, execution count) per boundary: rates per run of a cell.
         self._cell_runs: list[tuple[str, int]] = []
         # Cell watch's: called when another Tracker starts, so it steps aside instead of failing.
@@ -463,7 +464,8 @@ class Tracker:
         """Note in the report's warnings that `exc` stopped the loop `where` ("in iteration 3
         of 8"); a bare KeyboardInterrupt (Stop) has no message to follow a colon."""
         self._stopped_at = where
-        self._warn(f"stopped {where} by {type(exc).__name__}" + (f": {message}" if message else ""))
+        self._stop_warning = f"stopped {where} by {type(exc).__name__}" + (f": {message}" if message else "")
+        self._warn(self._stop_warning)
         self.note_failure(exc)
         return exc
 

@@ -310,6 +310,11 @@ def test_a_stop_while_the_live_view_is_drawn_keeps_the_report(shell, monkeypatch
     progress = shell.display_pub.outputs[-1]["metadata"][REPORT]["progress"]
     assert progress["done"] and progress["stopped"] and progress["k"] == 2, progress
     assert last_bundle(shell)[REPORT]["warnings"] == ["stopped after iteration 2 of 6 by KeyboardInterrupt"]
+    # Stop is the user's act, said once, by the run line; the report keeps its warning for files.
+    assert progress["said"] == ["stopped after iteration 2 of 6 by KeyboardInterrupt"]
+    assert re.fullmatch(r"stopped after iteration 2 of 6, \d+\.\d s", progress["text"]), progress["text"]
+    static = shell.display_pub.outputs[-1]["data"]["text/html"]
+    assert 'data-testid="warning"' not in static and "stopped after iteration 2 of 6, " in static
     if sys.version_info >= (3, 11):
         assert f"stopped after iteration 2 of 6 of In [{number}]" in result.error_in_exec.__notes__[0]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -551,7 +551,7 @@ function revealCell(number, host, line) {
 }
 
 // A check's progress: k of n done, and the line Python wrote for it.
-const PROGRESS = { k: "number", n: "number", done: "boolean", text: "string" };
+const PROGRESS = { k: "number", n: "number", done: "boolean", text: "string", said: ["string"] };
 
 // How many leaks and finding rows are drawn before "show N more" (LEAKS_SHOWN: as the static
 // views, torchleak/render/format.py).
@@ -834,8 +834,10 @@ function render({ model, el: host }) {
     const progress = conform(model.get("progress"), PROGRESS, "progress", []) || {};
     drawHead(root, report, problem, progress, model);
     drawCauses(root, report, view);
-    // Below the verdict: a warning qualifies the answer, it is not the answer.
-    for (const warning of report.warnings || []) {
+    // Below the verdict: a warning qualifies the answer, it is not the answer. One the run line
+    // already says (a check the user stopped) is not said twice.
+    const said = new Set(progress.said || []);
+    for (const warning of (report.warnings || []).filter((w) => !said.has(w))) {
       root.appendChild(el("div", { class: "tl-warning", "data-testid": "warning" }, warning));
     }
     drawDevices(root, report);

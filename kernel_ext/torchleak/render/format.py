@@ -211,10 +211,19 @@ def progress_text(progress, unit="iteration"):
     rate = k / elapsed if elapsed > 0 else 0.0
     rate_text = f"{rate:.1f} it/s" if rate >= 1 or rate == 0 else f"{1 / rate:.1f} s/it"
     if progress.get("done"):
+        if progress.get("stopped") and progress.get("where"):
+            return f"stopped {progress['where']}, {elapsed:.1f} s"  # "in iteration 44 of 200"
         if progress.get("stopped"):
             return f"stopped after {k} of {n} {unit}s, {elapsed:.1f} s"
         return f"{k} {unit}{'' if k == 1 else 's'} in {elapsed:.1f} s ({rate_text})"
     return f"{k}/{n} {unit}s [{elapsed:.1f} s<{float(progress.get('remaining', 0.0)):.1f} s, {rate_text}]"
+
+
+def shown_warnings(data, progress=None):
+    """The report's warnings a view shows as warnings: all, less those its run line already says
+    (a check the user stopped: progress["said"])."""
+    said = set((progress or {}).get("said") or [])
+    return [w for w in data.get("warnings", []) if w not in said]
 
 
 def oom_parts(oom, limit=5):

@@ -20,6 +20,7 @@ from .format import (
     oom_parts,
     path_code,
     progress_text,
+    shown_warnings,
     rate_text,
     site_text,
     step_what,
@@ -172,7 +173,7 @@ def render(data, *, progress=None):
         )
     # Below the verdict, in colours of their own: a theme's text colour on this light box was
     # near-white on light orange in the dark theme.
-    for w in data.get("warnings", []):
+    for w in shown_warnings(data, progress):
         parts.append(
             '<div data-testid="warning" style="background:#fff4e5;color:#3e2723;'
             f'border-left:3px solid #e69500;padding:4px">{_e(w)}</div>'

@@ -6,6 +6,7 @@ from .format import (
     growth_text,
     iteration_unit,
     progress_text,
+    shown_warnings,
     rate_phrase,
     short_path,
     site_text,
@@ -36,5 +37,5 @@ def render(data, *, progress=None, limit=4):
     if len(findings) > limit:
         lines.append(f"  ... {len(findings) - limit} more")
     # A console or CI log shows nothing else: what the report could not see is said here too.
-    lines.extend(f"  warning: {w}" for w in data.get("warnings", []))
+    lines.extend(f"  warning: {w}" for w in shown_warnings(data, progress))
     return "\n".join(visible(line) for line in lines)
