@@ -112,14 +112,22 @@ def _module_kind(modname, module, library_prefixes, package_prefixes):
 def _classify_file(path, library_prefixes, package_prefixes):
     if not path or path.startswith("<"):
         return "user" if path.startswith(("<ipython-input", "<stdin>")) else "library"
-    for candidate in (path, os.path.realpath(path)):
-        library = max((len(p) for p in library_prefixes if candidate.startswith(p)), default=0)
-        package = max((len(p) for p in package_prefixes if candidate.startswith(p)), default=0)
-        if library > package:
-            return "library"
-        if package:
-            return "package"
-    return "user"
+    # The file's real path only when its own names no prefix: realpath is a system call per
+    # component, and a first report classifies every loaded module (~1,100: 30 ms of it).
+    return (
+        _kind_by_prefix(path, library_prefixes, package_prefixes)
+        or _kind_by_prefix(os.path.realpath(path), library_prefixes, package_prefixes)
+        or "user"
+    )
+
+
+def _kind_by_prefix(path, library_prefixes, package_prefixes):
+    """ "library" or "package" by the longest prefix `path` starts with; None for neither."""
+    library = max((len(p) for p in library_prefixes if path.startswith(p)), default=0)
+    package = max((len(p) for p in package_prefixes if path.startswith(p)), default=0)
+    if library > package:
+        return "library"
+    return "package" if package else None
 
 
 def _frame_label(frame):
