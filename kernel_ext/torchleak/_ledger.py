@@ -3,6 +3,8 @@ holder (the names the user wrote): what it left alive and what it freed, so a fi
 confirmed (the cell that clears a list shows the bytes it gave back). A cell that replaced what
 it holds (``y = ...`` re-run) changed nothing and says nothing."""
 
+import sys
+
 from .render.format import format_bytes
 
 HOLDERS_SHOWN = 5
@@ -21,10 +23,11 @@ class CellLedger:
     def forget(self):
         self._holders = {}
 
-    def line(self, report, cell, freed, threshold):
+    def line(self, report, cell, freed, threshold, lookup=None):
         """The ledger line for cell run `cell`, or None when it changed less than `threshold`
         bytes. `report` covers the last iteration's growth (None when the cell only freed,
-        `freed` bytes by the recorder's count)."""
+        `freed` bytes by the recorder's count). `lookup(name)`: the user's object a holder's
+        name is (`Out[13]`, `h`), or None, to say when what it keeps is a tensor's graph."""
         net = {}
         as_role = {}
         for f in report.findings if report is not None else []:
@@ -50,7 +53,9 @@ class CellLedger:
         released = -sum(b for b in net.values() if b < 0)
         parts = []
         if left:
-            holders = ", ".join(f"{holder} {format_bytes(b)}" for holder, b in left[:HOLDERS_SHOWN])
+            holders = ", ".join(
+                f"{holder} {format_bytes(b)}{_graph_note(lookup, holder, b)}" for holder, b in left[:HOLDERS_SHOWN]
+            )
             parts.append(f"left {format_bytes(sum(b for _, b in left))} alive: {holders}")
             roles = sorted(
                 ((_role_label(report, r), b) for r, b in as_role.items() if b >= threshold), key=lambda kv: -kv[1]
@@ -67,6 +72,23 @@ class CellLedger:
         if leaks:
             text += f" ({len(leaks)} leak(s): %leakreport for details)"
         return text
+
+
+def _graph_note(lookup, holder, held):
+    """ " with its autograd graph" when the holder is a tensor that keeps more than its own bytes
+    through its grad_fn: `Out[13] 19.1 MiB` under a displayed [16, 64] tensor did not say that
+    the 19 MiB is the graph its output keeps. Only a plain torch.Tensor is asked (a subclass's
+    attributes may run its __torch_function__: user code)."""
+    torch = sys.modules.get("torch")
+    obj = lookup(holder) if lookup is not None else None
+    if torch is None or type(obj) is not torch.Tensor:
+        return ""
+    try:
+        # Past its storage: a view's base is its storage, not its graph.
+        keeps_graph = obj.grad_fn is not None and held > obj.untyped_storage().nbytes()
+    except Exception:  # noqa: BLE001 - a tensor being torn down: say nothing
+        return ""
+    return " with its autograd graph" if keeps_graph else ""
 
 
 def _role_label(report, role):

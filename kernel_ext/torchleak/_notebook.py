@@ -12,6 +12,7 @@ as anything else. Unloading removes every event handler and stops watching.
 import argparse
 import builtins
 import keyword
+import re
 import shlex
 import sys
 import time
@@ -506,8 +507,18 @@ class LeakMagics(Magics):
             except Exception:  # noqa: BLE001
                 self.watch = None
 
+    def _user_object(self, name):
+        """The object a holder's name is in the user's namespace: `h`, or `Out[13]` (the output
+        cache); None for any other name (a path, a frame's local)."""
+        namespace = self.shell.user_ns
+        match = re.fullmatch(r"Out\[(\d+)\]", name)
+        if match:
+            outputs = namespace.get("Out")
+            return outputs.get(int(match[1])) if type(outputs) is dict else None
+        return namespace.get(name) if name.isidentifier() else None
+
     def _show_ledger(self, report, cell, freed, threshold):
-        text = self._ledger.line(report, cell, freed, threshold)
+        text = self._ledger.line(report, cell, freed, threshold, lookup=self._user_object)
         if text is None:
             return
         html = (

@@ -203,6 +203,30 @@ def test_the_ledger_says_what_a_cell_freed(shell):
     run(shell, "%leakwatch off")
 
 
+def test_the_ledger_says_when_an_output_keeps_its_autograd_graph(shell):
+    # "In [13] left 19.1 MiB alive: Out[13] 19.1 MiB" under a displayed [16, 64] tensor did not
+    # say that the 19 MiB is the graph the output keeps (#62 item 8).
+    run(shell, "w = torch.randn(256, 256, requires_grad=True)")
+    run(shell, "%leakwatch on")
+    shown = shell.execution_count
+    run(shell, "h = torch.randn(512, 256)\nfor _ in range(8):\n    h = (h @ w).relu()\n(h @ w).relu().sum(dim=1)")
+    assert re.fullmatch(
+        rf"torchleak: In \[{shown}\] left [\d.]+ MiB alive: h [\d.]+ MiB with its autograd graph, "
+        rf"Out\[{shown}\] [\d.]+ KiB with its autograd graph .*",
+        ledger(shell)[-1],
+    ), ledger(shell)[-1]
+    plain = shell.execution_count
+    run(shell, "z = torch.randn(512, 256)")
+    assert ledger(shell)[-1] == f"torchleak: In [{plain}] left 512.0 KiB alive: z 512.0 KiB"
+    viewed = shell.execution_count
+    run(shell, "(h @ w).relu()[:16]")  # a view keeps its base: that is no graph of its own
+    assert re.fullmatch(
+        rf"torchleak: In \[{viewed}\] left [\d.]+ KiB alive: Out\[{viewed}\] [\d.]+ KiB.*", ledger(shell)[-1]
+    )
+    assert "autograd graph" not in ledger(shell)[-1], ledger(shell)[-1]
+    run(shell, "%leakwatch off")
+
+
 def test_leakwatch_without_argument_shows_state_and_reset_starts_over(shell):
     result = run(shell, "%leakwatch")
     assert result.success and "cell watch is off" in result.output
