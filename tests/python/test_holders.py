@@ -5,6 +5,8 @@ The two-holder case: one line allocates every output (a shared `fwd()`), one ite
 cause and fix, in every place a user reads a verdict.
 """
 
+import collections
+import functools
 import json
 import re
 
@@ -465,19 +467,19 @@ shape_cache, size_cache, float_cache = {}, {}, {}
 
 def by_shape(n):
     if (n, 64) not in shape_cache:  # the loop reads it: bound it, never clear it
-        shape_cache[(n, 64)] = torch.zeros(n, 64)
+        shape_cache[(n, 64)] = torch.zeros(16, 64)
     return shape_cache[(n, 64)].sum()
 
 
 def by_size(n):
     if torch.Size([n, 64]) not in size_cache:
-        size_cache[torch.Size([n, 64])] = torch.zeros(n, 64)
+        size_cache[torch.Size([n, 64])] = torch.zeros(16, 64)
     return size_cache[torch.Size([n, 64])].sum()
 
 
 def by_float(n):
     if (n, 0.5) not in float_cache:
-        float_cache[(n, 0.5)] = torch.zeros(n, 64)
+        float_cache[(n, 0.5)] = torch.zeros(16, 64)
     return float_cache[(n, 0.5)].sum()
 
 
@@ -505,3 +507,28 @@ def test_a_cache_keyed_by_shape_is_a_holder_that_grows_bounded_as_a_dict(fill, n
     assert "popitem(last=False)" in leak.suggestion and "deque" not in leak.suggestion
     redacted = report.redacted().to_dict()["findings"][0]
     assert "64" not in redacted["path_text"] and "[<key " in redacted["path_text"], redacted["path_text"]
+
+
+bounded_cache = collections.OrderedDict()
+
+
+@functools.lru_cache(maxsize=4)
+def zeros_for(shape):
+    return torch.zeros(16, 64)
+
+
+def by_shape_bounded(n):
+    if (n, 64) not in bounded_cache:
+        bounded_cache[(n, 64)] = torch.zeros(16, 64)
+        if len(bounded_cache) > 4:
+            bounded_cache.popitem(last=False)
+    return bounded_cache[(n, 64)].sum()
+
+
+@pytest.mark.parametrize("fill", [by_shape_bounded, lambda n: zeros_for((n, 64)).sum()])
+def test_the_bound_the_fix_offers_for_a_cache_keyed_by_shape_makes_the_run_flat(fill):
+    # The printed fix applied, each way it says: an OrderedDict trimmed with popitem(last=False)
+    # past a size, or functools.lru_cache(maxsize=...) on the function that fills it.
+    runs = iter(range(1, 100))
+    report = torchleak.check(lambda: fill(next(runs)), iterations=12)
+    assert report.leaks == [], [(f.path_text, f.verdict) for f in report.leaks]
