@@ -649,24 +649,31 @@ class Level:
     pass
 
 
+def nested(names, last, value):
+    """A root object and a chain of attributes `names` below it, the deepest holding `last` =
+    `value`; and a function that walks down to the deepest each time (nothing else names it,
+    as the notebook's deepest() does)."""
+    root = cur = Level()
+    for name in names:
+        setattr(cur, name, Level())
+        cur = getattr(cur, name)
+    setattr(cur, last, value)
+
+    def deepest():
+        node = root
+        for name in names:
+            node = getattr(node, name)
+        return node
+
+    return root, deepest
+
+
 def test_a_holder_26_attributes_deep_keeps_its_whole_name_and_its_clear_code():
     # The middle of any path over 49 walk nodes was cut to "...": a list 26 attributes deep got
     # no fix code (the holder read "root.child_level_0....child_level_15..."). Only a run through
     # the autograd graph is cut now; the holder is named whole and its .clear() runs as written.
-    root = cur = Level()
-    for i in range(26):
-        setattr(cur, f"child_level_{i}", Level())
-        cur = getattr(cur, f"child_level_{i}")
-    cur.items = []
-    del cur  # reached from root only, as the notebook's deepest() does
+    root, deep = nested([f"child_level_{i}" for i in range(26)], "items", [])
     whole = "root." + ".".join(f"child_level_{i}" for i in range(26)) + ".items"
-
-    def deep():
-        node = root
-        for i in range(26):
-            node = getattr(node, f"child_level_{i}")
-        return node
-
     report = torchleak.check(lambda: deep().items.append(torch.ones(64, 1024)), iterations=6, roots={"root": root})
     [leak] = report.leaks
     assert leak.holder["path_text"] == whole
@@ -683,22 +690,14 @@ def test_a_holder_26_attributes_deep_keeps_its_whole_name_and_its_clear_code():
 def test_a_path_through_a_long_graph_is_cut_inside_the_graph_only():
     # An RNN-like chain of 300 nodes, its output kept in an object 30 attributes deep: the graph's
     # middle is one step, the Python part before it whole.
-    root = cur = Level()
-    for i in range(30):
-        setattr(cur, f"a{i}", Level())
-        cur = getattr(cur, f"a{i}")
-    cur.outputs = []
-    del cur
+    root, deep = nested([f"a{i}" for i in range(30)], "outputs", [])
     w = torch.randn(16, 16, requires_grad=True)
 
     def step():
         h = torch.randn(4, 16)
         for _ in range(300):
             h = h @ w
-        node = root
-        for i in range(30):
-            node = getattr(node, f"a{i}")
-        node.outputs.append(h.sum())  # the 300 products stay alive through its graph
+        deep().outputs.append(h.sum())  # the 300 products stay alive through its graph
 
     report = torchleak.check(step, iterations=5, roots={"root": root})
     leak = max(report.leaks, key=lambda f: len(f.path))  # the input, under all 300 products
