@@ -5,8 +5,9 @@ Withheld: tensor shapes and dtypes, source lines (notebook cell text included), 
 (a file under the project becomes relative to it, one under an installed library relative to
 its site-packages, any other a hash), string, tuple and torch.Size dictionary keys (a hash
 each), and in text that came from outside torchleak (an exception's message, a failed rank's
-note) every path and quoted string. Kept: verdicts, rates, sizes, roles, line numbers, function names and the retaining
-paths' structure, so the redacted report still says where, why and whether.
+note) every path and quoted string. Kept: verdicts, rates, sizes, roles, line numbers, function
+names and the retaining paths' structure, so the redacted report still says where, why and
+whether.
 
 Every string field of a report is declared once, in the core (FIELDS, from
 core/src/redaction_fields.cpp), with what redaction does to it;
@@ -41,9 +42,9 @@ _LIBRARY_DIRS = sorted(
     key=len,
     reverse=True,
 )
-# A string key as the core labels it: ['k'] or ["k"] (a key that is an object reads otherwise);
+# A literal key as the core labels it: ['k'] or ["k"] (a key that is an object reads otherwise);
 # a tuple key, ('en', 512), or a torch.Size key: the strings and shapes they may hold go too.
-_STRING_KEY = re.compile(r"""^\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\(.*\)|torch\.Size\(\[.*\]\))\]$""")
+_LITERAL_KEY = re.compile(r"""^\[(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\(.*\)|torch\.Size\(\[.*\]\))\]$""")
 # A shape written into a sentence: "the 64×10 tensors", "the 512-element tensors".
 _SHAPE_IN_TEXT = re.compile(r"\b\d+(?:(?:\u00d7\d+)+\b|-element\b)")
 # In text from outside torchleak: an absolute path (POSIX, or a drive's), a quoted string, a
@@ -162,7 +163,7 @@ def redact(data, project=None):
         rule = FIELDS.get(place, FREE_TEXT)
         if rule == FILE:
             owner[key] = r.file(owner[key])
-        elif rule == KEY and owner.get("kind") == "key" and _STRING_KEY.match(owner[key]):
+        elif rule == KEY and owner.get("kind") == "key" and _LITERAL_KEY.match(owner[key]):
             owner[key] = r.key(owner[key])
         elif rule == DROP:
             dropped.append((place, owner, key))

@@ -510,7 +510,8 @@ function progressLine(progress, model) {
 // Scroll to the notebook cell a site points at (`In [n]`), found by its input prompt. Plain
 // DOM, so it works in JupyterLab and Notebook 7 when the cell is rendered; elsewhere a no-op.
 // Only in the notebook the view is in (two notebooks side by side have their own In [n]).
-// Enter and Space act like a click on an element that is not a button.
+// Enter and Space act like a click, once: on the view's buttons too, instead of their native
+// activation, as the browser tests hold (the notebook takes no key, nothing runs twice).
 function onActivate(node, action) {
   node.addEventListener("keydown", (event) => {
     if (event.key === "Enter" || event.key === " ") {

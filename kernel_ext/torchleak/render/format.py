@@ -22,12 +22,13 @@ def rate_text(finding):
     return finding.get("rate_text") or format_bytes(finding.get("bytes_per_iteration"))
 
 
-def rate_phrase(finding, unit):
-    """The rate in a sentence: "1.0 MiB per iteration", or "40.1 MiB held"."""
+def rate_phrase(finding, unit, width=0):
+    """The rate in a sentence: "1.0 MiB per iteration", or "40.1 MiB held" (the amount
+    right-aligned in `width` characters, for a column of them)."""
     said = rate_text(finding)
     if said == "held":
-        return f"{format_bytes(finding.get('total_bytes'))} held"
-    return f"{said} per {unit}"
+        return f"{format_bytes(finding.get('total_bytes')):>{width}} held"
+    return f"{said:>{width}} per {unit}"
 
 
 def site_text(frame):

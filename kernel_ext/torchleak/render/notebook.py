@@ -20,8 +20,8 @@ from .format import (
     oom_parts,
     path_code,
     progress_text,
-    shown_warnings,
     rate_text,
+    shown_warnings,
     site_text,
     step_what,
 )
@@ -91,13 +91,14 @@ def _finding_row(f):
         source_html += f"<br><b>{_e(f['ranks_text'])}</b>"
     if growth_text(f):
         source_html += f'<br><span data-testid="growth">{_e(growth_text(f))}</span>'
+    rate = rate_text(f)
     return (
         f'<tr data-testid="finding-row">'
         f'<td style="color:{colour};font-weight:bold;padding:2px 6px">{_e(f["verdict"])}</td>'
         f'<td style="padding:2px 6px;text-align:left"><code>{_e(site_text(f["site"]))}</code> '
         f"{_e(f['site'].get('function'))}"
         f"{source_html}</td>"
-        f'<td style="padding:2px 6px;text-align:right">{_e(rate_text(f))}{"" if rate_text(f) == "held" else "/it"}</td>'
+        f'<td style="padding:2px 6px;text-align:right">{_e(rate)}{"" if rate == "held" else "/it"}</td>'
         f'<td style="padding:2px 6px;text-align:right">{_e(format_bytes(f["total_bytes"]))}</td>'
         f'<td style="padding:2px 6px;text-align:left">{_path_details(f)}{fix}</td></tr>'
     )

@@ -19,7 +19,6 @@ from .format import (
     member_text,
     oom_parts,
     rate_phrase,
-    rate_text,
     short_path,
     site_text,
     step_what,
@@ -90,15 +89,6 @@ def _leak_block(f, unit, span=None):
     ]
 
 
-def _member_rate(f, unit):
-    """A member's rate in a column of them, the amounts aligned: "   1.0 MiB per iteration", or
-    "  40.1 MiB held"."""
-    said = rate_text(f)
-    if said == "held":
-        return f"{format_bytes(f.get('total_bytes')):>10s} held"
-    return f"{said:>10s} per {unit}"
-
-
 def _cause_block(cause, findings, unit, span=None, group_fix_code=None):
     """One leak: the cause's line, its sites (biggest first), the biggest site in detail."""
     members = [findings[i] for i in cause["findings"]]
@@ -107,12 +97,12 @@ def _cause_block(cause, findings, unit, span=None, group_fix_code=None):
         # One line's new key in several containers: the containers are what differ.
         out.append("  containers (biggest first):")
         for f in members:
-            out.append(f"    {_member_rate(f, unit)} in {member_text(cause, f)}")
+            out.append(f"    {rate_phrase(f, unit, width=10)} in {member_text(cause, f)}")
         out.append(f"  the biggest, {member_text(cause, members[0])}:")
     elif len(members) > 1:
         out.append("  allocation sites (biggest first):")
         for f in members:
-            out.append(f"    {_member_rate(f, unit)} at {site_text(f['site'])} in {f['site'].get('function')}")
+            out.append(f"    {rate_phrase(f, unit, width=10)} at {site_text(f['site'])} in {f['site'].get('function')}")
         out.append(f"  the biggest, {site_text(members[0]['site'])}:")
     return out + _site_details(members[0], unit, span, group_fix_code)
 
