@@ -18,6 +18,9 @@ included, and nothing the scenario allocated before.
                     and against json.loads of the same file, each measured on its own.
   watch N           %leakwatch with N tensors alive: what cell watch adds to a cell that
                     allocates and keeps one tensor, in an in-process IPython shell.
+  sites N           N lines of one file each keeping a tensor, 30 iterations: the loop under
+                    track() and under watch(sample_bytes=0), which announces all N at once
+                    (issue #64: at most 3x); the announcement's own seconds (watch's clock).
   model N           %leakwatch in a notebook's state (issue #62): a trained 4-layer encoder,
                     AdamW's state and N tensors alive in all; what cell watch adds to a cell
                     that keeps a tensor and to one that rebinds a name to a new tensor, each
@@ -222,6 +225,39 @@ def scenario_watch(n):
     return {"ms_few_alive": small * 1e3, "ms_many_alive": big * 1e3, "alive": n}
 
 
+def scenario_sites(n, steps=30):
+    import tempfile
+
+    import torch
+    import torchleak
+
+    source = "\n".join("keep.append(torch.ones(64))" for _ in range(n))
+    path = os.path.join(tempfile.mkdtemp(prefix="tl_sites_"), "many_sites.py")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(source)
+    code = compile(source, path, "exec")
+
+    def loop(mode):
+        scope = {"torch": torch, "keep": []}
+        start = time.perf_counter()
+        with mode as tracking:
+            for _ in range(steps):
+                exec(code, scope)  # noqa: S102 - the benchmark's own generated file
+                torchleak.step()
+            seconds = time.perf_counter() - start
+        return seconds, tracking
+
+    tracked, _ = loop(torchleak.track())
+    watched, watcher = loop(torchleak.watch(json=None, sample_bytes=0))
+    return {
+        "track_s": tracked,
+        "watch_s": watched,
+        "ratio": watched / tracked,
+        "judging_s": watcher._spent,  # watch's own clock: its looks and the announcement
+        "announced": len(watcher.leaks),
+    }
+
+
 def scenario_model(n, rounds=20):
     shell = _notebook_shell()
     setup = shell.run_cell(
@@ -270,6 +306,7 @@ SCENARIOS = {
     "chains": scenario_chains,
     "watch": scenario_watch,
     "model": scenario_model,
+    "sites": scenario_sites,
     "load": scenario_load,
 }
 
@@ -303,6 +340,7 @@ def main():
         ("chains", 30_000),
         ("watch", 100_000),
         ("model", 5_000),
+        ("sites", 2_000),
         ("load", 40_000),
     ]
     results = {f"{name} {n}": [] for name, n in plan}
@@ -325,6 +363,7 @@ def main():
     step_ratio = [r["step_us_late"] / r["step_us_early"] for r in results["iterations 100000"]]
     load_per_file = [r["mib"] / r["file_mib"] for r in results["load 40000"]]
     load_per_json = [r["mib"] / max(r["json_mib"], 1.0) for r in results["load 40000"]]
+    sites_ratio = col("sites 2000", "ratio")
     watch_ratio = [r["ms_many_alive"] / max(r["ms_few_alive"], 1e-3) for r in results["watch 100000"]]
     rows = [
         (
@@ -396,6 +435,13 @@ def main():
             f"{statistics.median(col('model 5000', 'ms_rebind')):.1f}",
             f"min {min(col('model 5000', 'ms_keep_min')):.1f} / {min(col('model 5000', 'ms_rebind_min')):.1f}"
             " (each the median of 20 interleaved rounds; goal <= 20 ms, issue #62)",
+        ),
+        (
+            "watch(sample_bytes=0) / track(), 2,000 leaking sites, 30 steps",
+            f"{statistics.median(sites_ratio):.2f}x (min {min(sites_ratio):.2f}x)",
+            f"track {statistics.median(col('sites 2000', 'track_s')):.2f} s, watch "
+            f"{statistics.median(col('sites 2000', 'watch_s')):.2f} s, of which judging "
+            f"{statistics.median(col('sites 2000', 'judging_s')):.2f} s (goal <= 3x, issue #64)",
         ),
     ]
     width = max(len(r[0]) for r in rows)

@@ -64,7 +64,8 @@ DeviceKey parseDeviceName(std::string_view name, std::string_view privateUse1) {
     return key;
 }
 
-uint64_t hostMemoryCapacity() {
+namespace {
+uint64_t readHostMemoryCapacity() {
     uint64_t physical = 0;
     long pages = sysconf(_SC_PHYS_PAGES);
     long pageSize = sysconf(_SC_PAGE_SIZE);
@@ -86,6 +87,14 @@ uint64_t hostMemoryCapacity() {
         }
     }
     return physical;
+}
+} // namespace
+
+// Read once per process: a report asks for every CPU finding (2,000 sites opened the cgroup
+// files 4,000 times), and a container's limit does not change under a running job.
+uint64_t hostMemoryCapacity() {
+    static const uint64_t capacity = readHostMemoryCapacity();
+    return capacity;
 }
 
 uint64_t deviceCapacity(DeviceKey key, const std::vector<DeviceInfo>& known) {

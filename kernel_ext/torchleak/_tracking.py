@@ -29,7 +29,7 @@ from . import (
 from ._arguments import check_options
 from ._config import checked_int, config as _config
 from ._signals import HeldInterrupt
-from ._report import Report
+from ._report import Report, parse_document
 
 if TYPE_CHECKING:
     from ._front_end import TrackerFrontEnd
@@ -580,7 +580,7 @@ class Tracker:
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         text = self._report_text(paths=False, given=[], described=self._failure, shapes=False, verdicts_only=True)
-        return json.loads(text)
+        return parse_document(text)
 
     def _report_text(
         self,
