@@ -242,7 +242,7 @@ def scenario_sites(n, steps=30):
         start = time.perf_counter()
         with mode as tracking:
             for _ in range(steps):
-                exec(code, scope)  # noqa: S102 - the benchmark's own generated file
+                exec(code, scope)
                 torchleak.step()
             seconds = time.perf_counter() - start
         return seconds, tracking

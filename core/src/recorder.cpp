@@ -6,6 +6,13 @@
 
 namespace torchleak {
 
+namespace {
+// One more on a counter whose every writer holds the recorder's lock: no locked add.
+void countUnderLock(std::atomic<uint64_t>& counter) noexcept {
+    counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+} // namespace
+
 AllocationRecorder::AllocationRecorder() : d_live(1 << 14) {}
 
 size_t AllocationRecorder::deviceSlot(DeviceKey device) const noexcept {
@@ -88,9 +95,9 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
                                      bool allocatorTotals,
                                      uint64_t weight,
                                      StackToken inheritedStack) noexcept {
-    d_events.fetch_add(1, std::memory_order_relaxed);
-    d_allocations.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
+    countUnderLock(d_events);
+    countUnderLock(d_allocations);
     if (ptr == 0) {
         return; // a zero-byte allocation: no block, nothing to lose
     }
@@ -146,13 +153,11 @@ void AllocationRecorder::recordSkipped(DeviceKey device,
                                        int64_t allocatorAllocated,
                                        int64_t allocatorReserved,
                                        bool allocatorTotals) noexcept {
-    d_events.fetch_add(1, std::memory_order_relaxed);
-    d_allocations.fetch_add(1, std::memory_order_relaxed);
     d_skipped.fetch_add(1, std::memory_order_relaxed);
     if (!allocatorTotals) {
         return; // the tracked totals are the recorded blocks' weights: nothing to update
     }
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     if (DeviceState* st = deviceState(device)) {
         st->allocations += 1;
         updateTotals(*st, allocatorAllocated, allocatorReserved, allocatorTotals, 0);
@@ -164,8 +169,8 @@ void AllocationRecorder::recordFree(uintptr_t ptr,
                                     int64_t allocatorAllocated,
                                     int64_t allocatorReserved,
                                     bool allocatorTotals) noexcept {
-    d_events.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
+    countUnderLock(d_events);
     auto removed = d_live.erase(ptr);
     if (removed) {
         removeBlock(*removed);
@@ -188,7 +193,7 @@ void AllocationRecorder::recordOutOfMemory(DeviceKey device,
                                            int64_t allocatorAllocated,
                                            int64_t allocatorReserved,
                                            bool fromAllocator) noexcept {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     d_oom.device = device;
     d_oom.requested = requested;
     d_oom.allocated = allocatorAllocated;
@@ -202,7 +207,7 @@ void AllocationRecorder::recordOutOfMemory(DeviceKey device,
 }
 
 StackToken AllocationRecorder::internStack(std::span<const RawFrame> frames) {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     bool inserted = false;
     StackToken stack = d_stacks.intern(frames, &inserted);
     if (inserted && d_retain != nullptr) {
@@ -212,7 +217,7 @@ StackToken AllocationRecorder::internStack(std::span<const RawFrame> frames) {
 }
 
 std::optional<OutOfMemoryEvent> AllocationRecorder::currentOutOfMemory() const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     if (d_oom.count == 0) {
         return std::nullopt;
     }
@@ -223,18 +228,18 @@ std::optional<OutOfMemoryEvent> AllocationRecorder::currentOutOfMemory() const {
 }
 
 std::optional<OutOfMemoryEvent> AllocationRecorder::lastOutOfMemory() const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     return d_oom.count > 0 ? std::optional<OutOfMemoryEvent>(d_oom) : std::nullopt;
 }
 
 int64_t AllocationRecorder::trackedBytes(DeviceKey device) const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     size_t slot = deviceSlot(device);
     return slot < d_deviceCount ? d_devices[slot].tracked : 0;
 }
 
 BlockOrigins AllocationRecorder::liveOrigins(DeviceKey device) const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     const DeviceState* st = knownDeviceState(device);
     return st != nullptr ? st->live : BlockOrigins{};
 }
@@ -316,7 +321,7 @@ void AllocationRecorder::removeBlock(const BlockRecord& rec) noexcept {
 size_t AllocationRecorder::markHeldAs(std::span<const uintptr_t> blocks,
                                       HeldAs held,
                                       std::span<uint8_t> found) noexcept {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     const uint32_t current = d_iteration.load(std::memory_order_relaxed);
     size_t live = 0;
     for (size_t i = 0; i < blocks.size(); ++i) {
@@ -350,7 +355,7 @@ void AllocationRecorder::noteUntrackedHeld(DeviceKey device, HeldAs held, int64_
     if (held == HeldAs::Unknown) {
         return;
     }
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     if (DeviceState* st = deviceState(device)) {
         st->untrackedHeld[static_cast<size_t>(held) - 1] += bytes;
     }
@@ -359,7 +364,7 @@ void AllocationRecorder::noteUntrackedHeld(DeviceKey device, HeldAs held, int64_
 const BoundarySnapshot& AllocationRecorder::markBoundary() {
     BoundarySnapshot snap;
     {
-        std::lock_guard<std::mutex> lock(d_mutex);
+        std::lock_guard<RecorderLock> lock(d_lock);
         uint32_t current = d_iteration.load(std::memory_order_relaxed);
         snap.iteration = current;
         uint32_t newlySteady = 0, stepped = 0;
@@ -521,39 +526,39 @@ void AllocationRecorder::thinHistory() {
 
 void AllocationRecorder::forEachLiveBlock(
     const std::function<void(uintptr_t, const BlockRecord&)>& fn) const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     d_live.forEach(fn);
 }
 
 std::optional<BlockRecord> AllocationRecorder::liveBlock(uintptr_t ptr) const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     const BlockRecord* rec = d_live.find(ptr);
     return rec != nullptr ? std::optional<BlockRecord>(*rec) : std::nullopt;
 }
 
 std::vector<RawFrame> AllocationRecorder::stackFrames(StackToken token) const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     auto frames = d_stacks.frames(token);
     return {frames.begin(), frames.end()};
 }
 
 std::string AllocationRecorder::nodeName(NodeToken token) const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     return d_nodes.name(token);
 }
 
 std::vector<RawFrame> AllocationRecorder::allInternedFrames() const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     return d_stacks.allFrames();
 }
 
 size_t AllocationRecorder::liveBlockCount() const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     return d_live.size();
 }
 
 size_t AllocationRecorder::stackCount() const {
-    std::lock_guard<std::mutex> lock(d_mutex);
+    std::lock_guard<RecorderLock> lock(d_lock);
     return d_stacks.size();
 }
 

@@ -1,6 +1,8 @@
 #include "torchleak/recorder.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -469,4 +471,34 @@ TEST_CASE("A registry's word moves a block's bytes to what it is held as, until 
     REQUIRE(cpu2.live.total() == cpu2.allocated);
     REQUIRE(cpu2.atPeak.total() == cpu2.peak);
     REQUIRE(toString(HeldAs::OptimizerState) == "optimizer_state");
+}
+
+TEST_CASE("RecorderLock lets one thread at a time in, a long holder included") {
+    RecorderLock lock;
+    uint64_t counter = 0; // plain: only the lock keeps the increments whole
+    bool inside = false;
+    bool overlapped = false;
+    constexpr int kThreads = 6;
+    constexpr int kPerThread = 20000;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < kPerThread; ++i) {
+                std::lock_guard<RecorderLock> held(lock);
+                overlapped = overlapped || inside;
+                inside = true;
+                ++counter;
+                if (t == 0 && i % 5000 == 0) {
+                    // A boundary's length: the others spin, then yield, and still get in.
+                    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                }
+                inside = false;
+            }
+        });
+    }
+    for (auto& th : threads) {
+        th.join();
+    }
+    REQUIRE_FALSE(overlapped);
+    REQUIRE(counter == static_cast<uint64_t>(kThreads) * kPerThread);
 }

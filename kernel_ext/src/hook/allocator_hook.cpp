@@ -50,8 +50,8 @@ class InHook {
 // CUDA while the caching allocator holds its per-device mutex, for CPU after c10's reporter
 // released its mutex. So it is noexcept, takes no GIL, calls no torch API that can allocate
 // or lock (get_current_node() reads a thread_local), and serialises only on the recorder's
-// own short mutex. Stack capture reads the Python frames of the calling thread only when that
-// thread holds the GIL (the capture function checks).
+// own short lock (RecorderLock). Stack capture reads the Python frames of the calling thread only
+// when that thread holds the GIL (the capture function checks).
 //
 // CPU events arrive instead through the CPU allocator tap (cpu_allocator_tap.h), from every
 // thread of the process, with the same rules: cpuAllocated/cpuFreed run on any thread, without
