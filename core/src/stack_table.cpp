@@ -1,6 +1,7 @@
 #include "torchleak/stack_table.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cxxabi.h>
 #include <memory>
@@ -12,12 +13,40 @@ StackTable::StackTable() {
     d_arena.reserve(4096);
 }
 
+namespace {
+constexpr uint64_t kOdd = 0x9E3779B97F4A7C15ull;
+
+uint64_t mixFrame(uint64_t h, const RawFrame& f) noexcept {
+    h = (h ^ static_cast<uint64_t>(f.code)) * kOdd;
+    return (h ^ static_cast<uint64_t>(static_cast<uint32_t>(f.offset))) * kOdd;
+}
+} // namespace
+
+// Every allocation with a stack hashes it, up to 48 frames deep in a training step. One
+// accumulator made each frame wait for the last (a chain of five dependent operations a frame);
+// four accumulators, four frames at a time, let the processor hash them side by side.
 uint64_t StackTable::hash(std::span<const RawFrame> frames) noexcept {
-    uint64_t h = 0xcbf29ce484222325ull ^ frames.size();
-    for (const RawFrame& f : frames) {
-        h ^= static_cast<uint64_t>(f.code) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-        h ^= static_cast<uint64_t>(static_cast<uint32_t>(f.offset)) * 0xff51afd7ed558ccdull;
+    uint64_t a = 0xcbf29ce484222325ull ^ frames.size();
+    uint64_t b = 0x84222325cbf29ce4ull;
+    uint64_t c = 0xff51afd7ed558ccdull;
+    uint64_t d = 0xc4ceb9fe1a85ec53ull;
+    size_t i = 0;
+    for (; i + 4 <= frames.size(); i += 4) {
+        a = mixFrame(a, frames[i]);
+        b = mixFrame(b, frames[i + 1]);
+        c = mixFrame(c, frames[i + 2]);
+        d = mixFrame(d, frames[i + 3]);
     }
+    for (; i < frames.size(); ++i) {
+        a = mixFrame(a, frames[i]);
+    }
+    uint64_t h = a ^ std::rotl(b, 17) ^ std::rotl(c, 31) ^ std::rotl(d, 47);
+    // fmix64 (MurmurHash3): every input bit reaches the low bits the hash table's buckets use.
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return h;
 }
 
