@@ -533,9 +533,6 @@ std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sou
     // Per file, the lines already read: a caller whose loop holds its callee (a nested
     // `def step()`) reads only its own lines.
     std::map<std::string, LineRanges> read;
-    // The loop's lines, whose method calls matter only for a holder that is an attribute:
-    // listing them eagerly cost 2,000 sites of one long file a 800-line scan each.
-    std::vector<std::pair<const std::vector<std::string>*, std::pair<size_t, size_t>>> loopLines;
     for (size_t i = 0; i < frames.size() && i < kMostFrames; ++i) {
         const Frame& frame = frames[i];
         const std::vector<std::string>& lines = linesOf(frame);
@@ -553,16 +550,22 @@ std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sou
             return elsewhere(readAt(lines, at), frame.file);
         }
         read[frame.file].push_back(range);
-        loopLines.emplace_back(&lines, range);
     }
     // The owner's methods the loop calls, and those they call: `self.<attribute>` read there.
     const auto end = holderEnd(f);
     if (!end || *end == 0 || f.path[*end].kind != StepKind::Attr || f.path[*end].label.size() < 2) {
         return std::nullopt;
     }
+    // The methods the loop's lines call, listed only now that the holder is an attribute:
+    // listing them for every site cost 2,000 sites of one long file an 800-line scan each.
     std::set<std::string> called;
-    for (const auto& [lines, range] : loopLines) {
-        methodsCalled(*lines, range.first, range.second, called);
+    for (const auto& [file, ranges] : read) {
+        Frame in;
+        in.file = file;
+        const std::vector<std::string>& lines = linesOf(in);
+        for (const auto& [first, last] : ranges) {
+            methodsCalled(lines, first, last, called);
+        }
     }
     const std::string attribute = f.path[*end].label.substr(1);
     const std::vector<MethodSource>& methods = f.path[*end - 1].methods;

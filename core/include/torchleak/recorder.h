@@ -347,7 +347,7 @@ class AllocationRecorder {
     StackRetainFn d_retain = nullptr;
     std::atomic<uint32_t> d_iteration{0};
     // Events and allocations recorded: written only under d_lock, so counted with a plain
-    // load and store (a locked add on every event cost a small op's loop about 1%), read
+    // load and store (no locked add on every event, which the lock already orders), read
     // without it. Skipped allocations, counted without the lock, are d_skipped.
     std::atomic<uint64_t> d_events{0};
     std::atomic<uint64_t> d_allocations{0};
