@@ -183,68 +183,81 @@ bool isLastExceptionRoot(const std::string& label) {
 }
 
 PathFanout::PathFanout(const std::vector<const std::vector<PathStep>*>& paths,
-                       const std::vector<uint32_t>& births) {
+                       const std::vector<uint32_t>& births)
+    : d_nodes(1) {
     const bool born = births.size() == paths.size();
     for (size_t i = 0; i < paths.size(); ++i) {
         const std::vector<PathStep>& p = *paths[i];
-        std::string prefix;
-        for (size_t k = 0; k + 1 < p.size(); ++k) {
-            prefix += p[k].label;
-            Branch& b = d_branches[prefix];
-            b.paths += 1;
-            b.next.insert(p[k + 1].label);
-            if (born) {
-                b.births[p[k + 1].label].insert(births[i]);
+        size_t at = 0;
+        for (size_t k = 0; k < p.size(); ++k) {
+            auto [edge, added] = d_edges.try_emplace(Edge{at, p[k].label}, d_nodes.size());
+            if (added) {
+                d_nodes[at].next.push_back(d_nodes.size());
+                d_nodes.emplace_back();
+            }
+            if (k > 0) {
+                d_nodes[at].paths += 1;
+            }
+            at = edge->second;
+            if (born && k > 0) {
+                d_nodes[at].births.push_back(births[i]);
             }
         }
     }
-}
-
-// Most of the branch's elements each hold blocks born in several iterations (at least 3, and
-// at least half of those the branch holds): elements that were there before the growth and
-// gain something each iteration. An element added per iteration holds that iteration's blocks.
-bool PathFanout::isRoute(const Branch& b) {
-    if (b.births.size() < 2) {
-        return false;
+    for (Node& n : d_nodes) {
+        std::sort(n.births.begin(), n.births.end());
+        n.births.erase(std::unique(n.births.begin(), n.births.end()), n.births.end());
     }
-    std::set<uint32_t> all;
-    for (const auto& [next, iterations] : b.births) {
-        all.insert(iterations.begin(), iterations.end());
-    }
-    const size_t many = std::max<size_t>(3, (all.size() + 1) / 2);
-    const auto spanning = std::count_if(b.births.begin(), b.births.end(), [&](const auto& entry) {
-        return entry.second.size() >= many;
-    });
-    return 2 * static_cast<size_t>(spanning) > b.births.size();
-}
-
-namespace {
-// A container that gains an element at intervals (a snapshot at every evaluation, every 4th
-// iteration) grows as one that gains an element a step does, only slower: three or more
-// elements, each holding the blocks of one iteration, each of another iteration.
-bool gainsElementsInSteps(const std::map<std::string, std::set<uint32_t>>& births) {
-    if (births.size() < 3) {
-        return false;
-    }
-    std::set<uint32_t> distinct;
-    for (const auto& [next, iterations] : births) {
-        if (iterations.size() != 1) {
-            return false;
+    if (born) {
+        for (Node& n : d_nodes) {
+            decide(n);
         }
-        distinct.insert(*iterations.begin());
     }
-    return distinct.size() == births.size();
 }
-} // namespace
+
+size_t PathFanout::stepFrom(size_t node, std::string_view label) const {
+    if (node == kNone) {
+        return kNone;
+    }
+    auto it = d_edges.find(Edge{node, label});
+    return it == d_edges.end() ? kNone : it->second;
+}
+
+// A route: most of the node's elements each hold blocks born in several iterations (at least
+// 3, and at least half of those the node holds): elements that were there before the growth and
+// gain something each iteration. An element added per iteration holds that iteration's blocks.
+// Gains in steps: a container that gains an element at intervals (a snapshot at every
+// evaluation, every 4th iteration) grows as one that gains an element a step does, only slower:
+// three or more elements, each holding the blocks of one iteration, each of another iteration.
+void PathFanout::decide(Node& n) const {
+    if (n.next.size() < 2) {
+        return;
+    }
+    std::vector<uint32_t> all;
+    bool single = true;
+    for (size_t c : n.next) {
+        const std::vector<uint32_t>& b = d_nodes[c].births;
+        all.insert(all.end(), b.begin(), b.end());
+        single = single && b.size() == 1;
+    }
+    std::sort(all.begin(), all.end());
+    const size_t withOne = all.size();
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    const size_t many = std::max<size_t>(3, (all.size() + 1) / 2);
+    const auto spanning = std::count_if(n.next.begin(), n.next.end(),
+                                        [&](size_t c) { return d_nodes[c].births.size() >= many; });
+    n.route = 2 * static_cast<size_t>(spanning) > n.next.size();
+    n.gainsInSteps = n.next.size() >= 3 && single && all.size() == withOne;
+}
 
 std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
                                            double iterations,
                                            double sampleScale) const {
     // A container whose fan-out does not keep pace with the iterations (a module's two
     // parameters, a dict with one key) is part of the route, not the thing that grows.
-    std::string prefix;
+    size_t at = 0;
     for (size_t k = 0; k + 1 < path.size(); ++k) {
-        prefix += path[k].label;
+        at = stepFrom(at, path[k].label);
         // A dict of hooks that gained about one hook per iteration is what grows, however the
         // paths fan out below it: each hook keeps what it records, so every path may run
         // through the oldest hook (which records every later iteration too) and clearing
@@ -252,7 +265,7 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
         if (const auto& hooks = path[k].hooks; hooks && hooks->added >= 2) {
             const double growth = static_cast<double>(hooks->added) / std::max(iterations, 1.0);
             if (growth >= 0.5) {
-                return Holder{prefix, path[k].type, growth, hooks};
+                return Holder{pathText(path, k + 1), path[k].type, growth, hooks};
             }
         }
         // A module that gains a submodule, parameter or buffer per iteration grows too: the
@@ -261,15 +274,11 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
         bool registryToTensor =
             std::all_of(path.begin() + static_cast<std::ptrdiff_t>(k) + 1, path.end(),
                         [](const PathStep& s) { return !s.registry.empty(); });
-        if (!isGrowableContainer(path[k].type) && !registryToTensor) {
+        if (at == kNone || (!isGrowableContainer(path[k].type) && !registryToTensor)) {
             continue;
         }
-        auto it = d_branches.find(prefix);
-        if (it == d_branches.end()) {
-            continue;
-        }
-        const Branch& b = it->second;
-        if (isRoute(b)) {
+        const Node& b = d_nodes[at];
+        if (b.route) {
             continue;
         }
         double n = static_cast<double>(b.next.size());
@@ -277,8 +286,8 @@ std::optional<Holder> PathFanout::holderOn(const std::vector<PathStep>& path,
             n *= std::max(sampleScale, 1.0); // no two samples shared an element
         }
         double growth = iterations > 0 ? n / iterations : n;
-        if (b.next.size() >= 2 && (growth >= 0.5 || gainsElementsInSteps(b.births))) {
-            Holder h{prefix, path[k].type, growth, std::nullopt};
+        if (b.next.size() >= 2 && (growth >= 0.5 || b.gainsInSteps)) {
+            Holder h{pathText(path, k + 1), path[k].type, growth, std::nullopt};
             // Entries that share storages (rows of one batch) outnumber what the paths count.
             const double entries = static_cast<double>(path[k].entries) / std::max(iterations, 1.0);
             if (path[k].entries >= 0 && entries >= 2 * growth) {

@@ -47,7 +47,7 @@ std::string pathText(const std::vector<PathStep>& steps, size_t count);
 
 // How a finding's paths branch: for every path prefix, how many paths go through it and the
 // distinct steps that follow it. A container whose sampled paths go through ever more elements
-// is what grows.
+// is what grows. It keeps views of the paths' labels: the paths must outlive it.
 class PathFanout {
   public:
     // `births`, when given, has the iteration each path's block was allocated in (one per
@@ -66,14 +66,31 @@ class PathFanout {
     holderOn(const std::vector<PathStep>& path, double iterations, double sampleScale = 1.0) const;
 
   private:
-    struct Branch {
-        size_t paths = 0;
-        std::set<std::string> next;
-        // The iterations the blocks behind each next step were born in.
-        std::map<std::string, std::set<uint32_t>> births;
+    // One node per distinct prefix, a trie over the steps' labels: a report asks for the
+    // holders of thousands of findings' blocks, and a prefix followed label by label costs
+    // neither its text nor a comparison of it.
+    struct Node {
+        size_t paths = 0;             // paths that go on past this prefix
+        std::vector<size_t> next;     // the nodes of the distinct steps that follow it
+        std::vector<uint32_t> births; // the iterations of the blocks behind it, distinct
+        bool route = false;           // a route to what grows (decide), once every path is in
+        bool gainsInSteps = false;    // gains an element at intervals (decide), likewise
     };
-    static bool isRoute(const Branch& b);
-    std::map<std::string, Branch> d_branches;
+    struct Edge {
+        size_t from;
+        std::string_view label;
+        bool operator==(const Edge& o) const { return from == o.from && label == o.label; }
+    };
+    struct EdgeHash {
+        size_t operator()(const Edge& e) const {
+            return std::hash<std::string_view>()(e.label) ^ (e.from * 0x9E3779B97F4A7C15ULL);
+        }
+    };
+    size_t stepFrom(size_t node, std::string_view label) const;
+    void decide(Node& n) const;
+    static constexpr size_t kNone = static_cast<size_t>(-1);
+    std::vector<Node> d_nodes; // [0]: the empty prefix
+    std::unordered_map<Edge, size_t, EdgeHash> d_edges;
 };
 
 // PathFanout(paths).holderOn(representative, ...): the holder of one finding's representative.
