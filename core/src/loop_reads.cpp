@@ -176,7 +176,9 @@ std::pair<size_t, size_t> functionAround(const std::vector<std::string>& lines, 
     size_t first = 0;
     std::optional<size_t> defIndent;
     for (size_t k = at; k-- > 0 && at - k <= kMostLines;) {
-        if (!blank(lines[k]) && isDefinition(lines[k]) && indentOf(lines[k]) < siteIndent) {
+        // The indentation first: at top level no line can be the def, and a long file's
+        // 2,000 sites each look 400 lines back.
+        if (indentOf(lines[k]) < siteIndent && !blank(lines[k]) && isDefinition(lines[k])) {
             first = k + 1;
             defIndent = indentOf(lines[k]);
             break;
@@ -309,39 +311,63 @@ std::pair<size_t, size_t> loopAround(const std::vector<std::string>& lines, size
     return {at, at};
 }
 
-// The first line of [first, last) that reads the holder, outside `skip`.
+// The lines among `at` (ascending) that lie in [first, last).
+std::pair<std::vector<size_t>::const_iterator, std::vector<size_t>::const_iterator>
+within(const std::vector<size_t>& at, size_t first, size_t last) {
+    return {std::lower_bound(at.begin(), at.end(), first),
+            std::lower_bound(at.begin(), at.end(), last)};
+}
+
+// The first line of [first, last) that reads the holder, outside `skip`. Only the lines that
+// mention a spelling at all can read it.
 std::optional<HolderRead> readIn(const std::vector<std::string>& lines,
                                  size_t first,
                                  size_t last,
                                  std::string_view holder,
-                                 const LineRanges& skip) {
+                                 const LineRanges& skip,
+                                 LineMentions& mentions) {
+    if (holder.empty()) {
+        return std::nullopt;
+    }
     // The holder as the function names it: a method fills `self.history` where the walk named
     // the object from its root (`trainer.history`).
     std::vector<std::string> names = {std::string(holder)};
     if (const std::string_view attribute = lastAttribute(holder); !attribute.empty()) {
-        for (size_t k = first; k < last; ++k) {
-            writtenChains(lines[k], attribute, names);
+        const auto [from, to] = within(mentions.of(lines, std::string(attribute)), first, last);
+        for (auto k = from; k != to; ++k) {
+            writtenChains(lines[*k], attribute, names);
         }
     }
     std::sort(names.begin() + 1, names.end());
     names.erase(std::unique(names.begin() + 1, names.end()), names.end());
-    const auto readsAny = [&names](std::string_view line) {
-        return std::any_of(names.begin(), names.end(),
-                           [line](const std::string& name) { return readsHolder(line, name); });
-    };
     const auto skipped = [&skip](size_t k) {
         return std::any_of(skip.begin(), skip.end(),
                            [k](const auto& range) { return k >= range.first && k < range.second; });
     };
-    for (size_t k = first; k < last; ++k) {
-        if (!skipped(k) && !blank(lines[k]) && readsAny(lines[k])) {
-            return readAt(lines, k);
-        }
+    size_t found = last;
+    for (const std::string& name : names) {
+        const auto [from, to] = within(mentions.of(lines, name), first, found);
+        const auto reads = std::find_if(
+            from, to, [&](size_t k) { return !skipped(k) && readsHolder(lines[k], name); });
+        found = reads != to ? *reads : found;
     }
-    return std::nullopt;
+    return found < last ? std::optional<HolderRead>(readAt(lines, found)) : std::nullopt;
 }
 
 } // namespace
+
+const std::vector<size_t>& LineMentions::of(const std::vector<std::string>& lines,
+                                            const std::string& text) {
+    auto [it, fresh] = d_found.try_emplace({&lines, text});
+    if (fresh) {
+        for (size_t k = 0; k < lines.size(); ++k) {
+            if (lines[k].find(text) != std::string::npos) {
+                it->second.push_back(k);
+            }
+        }
+    }
+    return it->second;
+}
 
 std::optional<HolderRead>
 loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::string>& lines) {
@@ -352,7 +378,8 @@ loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::st
     // The site's own line is left out: what it reads of the holder is most often the key it
     // fills (`cache[len(cache)] = x`), which clearing does not break.
     const auto [first, last] = functionAround(lines, at);
-    return readIn(lines, first, last, holder, {{at, at + 1}});
+    LineMentions mentions;
+    return readIn(lines, first, last, holder, {{at, at + 1}}, mentions);
 }
 
 namespace {
@@ -420,6 +447,12 @@ bool endsKeyElsewhere(std::string_view line, std::string_view name, const std::s
 } // namespace
 
 std::optional<EndedKey> endedKeyAnywhere(const Finding& f, const SourceOf& sourceOf) {
+    LineMentions mentions;
+    return endedKeyAnywhere(f, sourceOf, mentions);
+}
+
+std::optional<EndedKey>
+endedKeyAnywhere(const Finding& f, const SourceOf& sourceOf, LineMentions& mentions) {
     if (!f.holder || f.holder->path_text.empty()) {
         return std::nullopt;
     }
@@ -434,10 +467,14 @@ std::optional<EndedKey> endedKeyAnywhere(const Finding& f, const SourceOf& sourc
             continue;
         }
         const auto [first, last] = loopRange(lines, i, static_cast<size_t>(frames[i].line) - 1);
-        for (size_t k = first; k < last && !filled; ++k) {
-            for (const std::string& name : names) {
-                if (std::string key = filledKey(lines[k], name); !key.empty()) {
+        // The first line that fills a spelling under a key (the earlier spelling on a tie).
+        size_t at = last;
+        for (const std::string& name : names) {
+            const auto [from, to] = within(mentions.of(lines, name), first, at);
+            for (auto k = from; k != to; ++k) {
+                if (std::string key = filledKey(lines[*k], name); !key.empty()) {
                     filled.emplace(name, std::move(key));
+                    at = *k;
                     break;
                 }
             }
@@ -452,7 +489,10 @@ std::optional<EndedKey> endedKeyAnywhere(const Finding& f, const SourceOf& sourc
             continue;
         }
         const auto [first, last] = loopRange(lines, i, static_cast<size_t>(frames[i].line) - 1);
-        for (size_t k = first; k < last; ++k) {
+        // Every form that ends the key spells it.
+        const auto [from, to] = within(mentions.of(lines, filled->second), first, last);
+        for (auto it = from; it != to; ++it) {
+            const size_t k = *it;
             if (endsKeyElsewhere(lines[k], filled->first, filled->second)) {
                 HolderRead ended = readAt(lines, k);
                 ended.file = frames[i].file == f.site.file ? "" : frames[i].file;
@@ -518,6 +558,12 @@ std::string endedKeyFixText(const Finding& f, const EndedKey& ended) {
 }
 
 std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sourceOf) {
+    LineMentions mentions;
+    return loopReadAnywhere(f, sourceOf, mentions);
+}
+
+std::optional<HolderRead>
+loopReadAnywhere(const Finding& f, const SourceOf& sourceOf, LineMentions& mentions) {
     if (!f.holder || f.holder->path_text.empty()) {
         return std::nullopt;
     }
@@ -543,7 +589,7 @@ std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sou
         const auto range = loopRange(lines, i, at);
         LineRanges skip = read[frame.file];
         skip.emplace_back(at, at + 1);
-        if (auto found = readIn(lines, range.first, range.second, holder, skip)) {
+        if (auto found = readIn(lines, range.first, range.second, holder, skip, mentions)) {
             return elsewhere(*found, frame.file);
         }
         if (i == 0 && passesToCall(lines[at], holder)) {

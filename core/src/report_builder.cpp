@@ -535,6 +535,7 @@ void ReportBuilder::finalizeFindings() {
         }
         return it->second;
     };
+    LineMentions mentions; // of d_sourceFiles' lines, which outlive it
     for (FindingDraft& draft : d_drafts) {
         settleVerdict(draft);
         Finding& f = draft.finding;
@@ -561,12 +562,12 @@ void ReportBuilder::finalizeFindings() {
             // An entry under a key the loop ends elsewhere is popped there (a serving loop's
             // per-request store): .clear() would drop the requests still running. Else,
             // clearing a holder the loop reads is no fix: it crashes the next iteration.
-            if (auto ended = endedKeyAnywhere(f, sourceOf)) {
+            if (auto ended = endedKeyAnywhere(f, sourceOf, mentions)) {
                 f.suggestion = endedKeyFixText(f, *ended);
                 f.fix_code = ended->name + ".pop(" + ended->key + ", None)";
                 f.fix_rule = "pop-what-ended";
                 f.holder_read = std::move(ended->ended);
-            } else if (auto read = loopReadAnywhere(f, sourceOf)) {
+            } else if (auto read = loopReadAnywhere(f, sourceOf, mentions)) {
                 f.suggestion = loopReadFixText(f, *read);
                 f.fix_rule = "bound-what-the-loop-reads";
                 f.fix_code.clear();

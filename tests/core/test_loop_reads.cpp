@@ -296,3 +296,39 @@ TEST_CASE("The one expression the loop appends to the holder is found where the 
     // No holder, no source.
     CHECK_FALSE(appendedValueAnywhere(kept, filesOf({})));
 }
+
+TEST_CASE("Sites of long files share one index of the lines that mention the holder") {
+    // Two 1,200-line files at top level (each site reads the 400 lines either side of it), one
+    // index for every site of both: each site finds the first read near it in its own file.
+    const std::map<std::string, std::vector<size_t>> reads = {{"a.py", {100, 700, 1100}},
+                                                              {"b.py", {300, 1150}}};
+    std::map<std::string, std::vector<std::string>> files;
+    for (const auto& [file, readLines] : reads) {
+        std::vector<std::string> lines(1200, "keep.append(torch.ones(1))  # keep[-1] unread\n");
+        for (size_t k : readLines) {
+            lines[k] = "x = keep[-1]\n";
+        }
+        files[file] = lines;
+    }
+    const SourceOf sourceOf = filesOf(files);
+    LineMentions mentions;
+    for (size_t site = 0; site < 1200; site += 37) {
+        for (const auto& [file, readLines] : reads) {
+            INFO(file << " line " << site + 1);
+            std::optional<size_t> expected;
+            for (size_t k : readLines) {
+                if (k != site && k + 400 >= site && k <= site + 400) {
+                    expected = k;
+                    break;
+                }
+            }
+            const Finding f = leakIn("keep", "", at(file, static_cast<int>(site) + 1), {});
+            const auto read = loopReadAnywhere(f, sourceOf, mentions);
+            REQUIRE(read.has_value() == expected.has_value());
+            if (read) {
+                CHECK(static_cast<size_t>(read->line) == *expected + 1);
+                CHECK(read->source == "x = keep[-1]");
+            }
+        }
+    }
+}

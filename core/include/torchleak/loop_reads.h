@@ -7,6 +7,7 @@
 #include "torchleak/model.h"
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,11 +31,26 @@ loopReadOf(const Frame& site, std::string_view holder, const std::vector<std::st
 // caller keeps for the report: 2,000 sites of one file read it once, not 2,000 times.
 using SourceOf = std::function<const std::vector<std::string>&(const Frame&)>;
 
+// Which lines of a file mention a text (a holder's spelling, a key): each of 2,000 sites of one
+// long file reads the 800 lines around it for its holder, and the lines that mention the holder
+// at all are found once per file and spelling instead. Keyed by the lines' address: it must not
+// outlive the files it was asked about.
+class LineMentions {
+  public:
+    // The 0-based indices, ascending, of the lines that contain `text` (not empty).
+    const std::vector<size_t>& of(const std::vector<std::string>& lines, const std::string& text);
+
+  private:
+    std::map<std::pair<const std::vector<std::string>*, std::string>, std::vector<size_t>> d_found;
+};
+
 // A read of the finding's holder anywhere the loop can reach it, as far as the source tells:
 // the site's function (loopReadOf); the site's own line handing the holder to a call
 // (`cache[i] = helpers.prev_key(cache, i)`); the functions on the stack that lead to the site;
 // and the methods of the holder's owner (`path[holderEnd - 1].methods`) that these call, and
 // that those call in turn (`k.last()` reading `self.history[-1]`, wherever it is written).
+std::optional<HolderRead>
+loopReadAnywhere(const Finding& f, const SourceOf& sourceOf, LineMentions& mentions);
 std::optional<HolderRead> loopReadAnywhere(const Finding& f, const SourceOf& sourceOf);
 
 // An entry the loop is done with: the holder filled under a key (`state.kv_cache[rid] = kv`,
@@ -46,6 +62,8 @@ struct EndedKey {
     std::string key;  // "rid"
     HolderRead ended; // the line that ends the key elsewhere
 };
+std::optional<EndedKey>
+endedKeyAnywhere(const Finding& f, const SourceOf& sourceOf, LineMentions& mentions);
 std::optional<EndedKey> endedKeyAnywhere(const Finding& f, const SourceOf& sourceOf);
 std::string endedKeyFixText(const Finding& f, const EndedKey& ended);
 
