@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import warnings
 from collections import deque
@@ -45,6 +46,8 @@ logger = logging.getLogger("torchleak")
 DEFAULT_SAMPLE_BYTES = 0
 # A trend needs a few points past the warm-up before it can be called a leak.
 _MIN_JUDGED_ITERATIONS = 8
+# The live view's cap on findings, set past any run's count: a log-only announcement names them all.
+_EVERY_FINDING = sys.maxsize
 
 
 class _CheckCue:
@@ -306,13 +309,23 @@ class Watch:
         self._settles_at = max(min(settles) + 1, tracker.iterations + _CheckCue.MIN_GAP) if settles else None
         if not new and not over:
             return False
-        report = tracker.report()
+        report = self._report_to_announce(tracker, announcing=bool(new), withdrawing=bool(over))
         written = self._write(report)
         if over:
             self._withdraw(report, over, written)
         if new:
             self._announce(report, new, written)
         return True
+
+    def _report_to_announce(self, tracker, *, announcing, withdrawing):
+        """The whole report when it is written or handed to a callback. A watch that only logs
+        reads the holder, site, rate and onset of what its lines say: the live view has them, the
+        same as the whole report's, without fix proofs or live-block lists (a quarter of the
+        report's cost at 2,000 leaking sites), and watch.report() still builds the whole one."""
+        wanted = (announcing and self._on_leak is not None) or (withdrawing and self._on_withdrawn is not None)
+        if self._paths or wanted:
+            return tracker.report()
+        return tracker._build_report(live_findings=_EVERY_FINDING)
 
     def _announce(self, report, keys, written):
         """One line per holder: a list filled from 2,000 lines of a loop is one leak to its

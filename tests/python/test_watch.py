@@ -60,6 +60,36 @@ def test_a_confirmed_leak_is_logged_written_and_passed_on_without_stopping_the_r
     assert torchleak.DEFAULT_SAMPLE_BYTES == 0 and "sampling" not in final  # every block recorded
 
 
+def test_a_watch_that_only_logs_says_what_a_watch_handing_on_the_report_says(monkeypatch):
+    # A log-only watch builds the live view for its announcement (no fix proofs, no live-block
+    # lists: a quarter of the report's cost at 2,000 sites); its lines must not change for it.
+    from torchleak._tracking import Tracker
+
+    asked = []
+    build = Tracker._build_report
+    monkeypatch.setattr(
+        Tracker, "_build_report", lambda self, **kw: asked.append(kw.get("live_findings")) or build(self, **kw)
+    )
+
+    def run(**options):
+        kept, lists = [], [[] for _ in range(3)]
+
+        def leak(step, loss):
+            kept.append(torch.ones(256, 1024))
+            lists[step % 3].append(torch.ones(64 * 1024))
+
+        asked.clear()
+        with torchleak.watch(json=None, budget=1.0, **options) as w:
+            train(40, leak)
+        return w.leaks, list(asked)
+
+    logged, log_only = run()
+    handed, with_callback = run(on_leak=lambda report: None)
+    assert logged and logged == handed
+    assert log_only and all(cap is not None for cap in log_only)  # the live view, every time
+    assert with_callback and all(cap is None for cap in with_callback)  # the whole report
+
+
 def test_a_leak_in_the_last_5_percent_of_a_long_run_is_announced_from_its_onset():
     # Before: cued looks that found nothing early in the run backed the rising cue off for up to
     # 1,024 boundaries, and a leak from step 950 of 1,000 was never announced (the final report
