@@ -321,11 +321,12 @@ class Watch:
         """The whole report when it is written or handed to a callback. A watch that only logs
         reads the holder, site, rate and onset of what its lines say: the live view has them, the
         same as the whole report's, without fix proofs or live-block lists (a quarter of the
-        report's cost at 2,000 leaking sites), and watch.report() still builds the whole one."""
+        report's cost at 2,000 leaking sites) and, like watch's looks, without the heap scan for
+        dtypes and shapes; watch.report() still builds the whole one."""
         wanted = (announcing and self._on_leak is not None) or (withdrawing and self._on_withdrawn is not None)
         if self._paths or wanted:
             return tracker.report()
-        return tracker._build_report(live_findings=_EVERY_FINDING)
+        return tracker._build_report(live_findings=_EVERY_FINDING, shapes=False)
 
     def _announce(self, report, keys, written):
         """One line per holder: a list filled from 2,000 lines of a loop is one leak to its
