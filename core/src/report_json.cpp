@@ -1,6 +1,7 @@
 #include "torchleak/report_json.h"
 
 #include "device_json.h"
+#include "finding_json.h"
 #include "frame_json.h"
 #include "growth_json.h"
 #include "json_numbers.h"
@@ -69,30 +70,6 @@ void markLeakingRoles(json& roles, const Report& r, const std::string& device) {
                    toString(*f.role) == entry["role"].get<std::string>();
         });
     }
-}
-
-json holderJson(const std::optional<Holder>& h, BoundaryKind boundary) {
-    if (!h) {
-        return nullptr;
-    }
-    json out = {{"path_text", h->path_text},
-                {"path_short", shortPath(h->path_text)},
-                {"type", h->type},
-                {"growth_per_iteration", h->growth_per_iteration},
-                {"growth_text", holderGrowthText(*h, boundary)}};
-    if (h->entries_per_iteration > 0) {
-        out["entries_per_iteration"] = h->entries_per_iteration;
-    }
-    if (h->hooks) {
-        out["hooks"] = {{"added", h->hooks->added}, {"newest", h->hooks->newest}};
-    }
-    if (h->library) {
-        out["library"] = {{"object", h->library->object},
-                          {"type", h->library->type},
-                          {"package", h->library->package},
-                          {"methods", h->library->methods}};
-    }
-    return out;
 }
 
 // The "holder" member of a finding or a cause.
@@ -191,113 +168,6 @@ OutOfMemoryReport outOfMemoryFrom(const json& j, size_t findings) {
     }
     oom.roles = roleBytesFrom(j);
     return oom;
-}
-
-json findingJson(const Finding& f, const Report& r) {
-    json fj;
-    fj["verdict"] = toString(f.verdict);
-    fj["site"] = frameJson(f.site, true);
-    fj["stack"] = json::array();
-    for (const Frame& fr : f.stack) {
-        fj["stack"].push_back(frameJson(fr, false));
-    }
-    fj["device"] = f.device;
-    fj["dtype"] = optionalJson(f.dtype);
-    fj["shape"] = optionalJson(f.shape);
-    if (f.shape) {
-        fj["tensor_text"] = tensorText(f.dtype.value_or(""), *f.shape);
-    }
-    fj["block_label"] = blockLabel(f);
-    fj["autograd_node"] = optionalJson(f.autograd_node);
-    if (f.allocated_inside) {
-        fj["allocated_inside"] = frameJson(*f.allocated_inside, false);
-    }
-    if (f.compiled_op) {
-        fj["compiled_op"] = {{"source_nodes", f.compiled_op->source_nodes},
-                             {"aten_ops", f.compiled_op->aten_ops},
-                             {"text", compiledOpText(*f.compiled_op)}};
-    }
-    if (f.holder_read) {
-        fj["holder_read"] = {{"line", f.holder_read->line}, {"source", f.holder_read->source}};
-        if (!f.holder_read->file.empty()) {
-            fj["holder_read"]["file"] = f.holder_read->file;
-        }
-    }
-    fj["count"] = f.count;
-    fj["total_bytes"] = f.total_bytes;
-    fj["bytes_per_iteration"] = f.bytes_per_iteration;
-    fj["rate_text"] = rateText(f);
-    fj["series"] = f.series;
-    fj["path"] = json::array();
-    for (const PathStep& p : f.path) {
-        json step = {{"kind", toString(p.kind)}, {"label", p.label}, {"type", p.type}};
-        if (!p.note.empty()) {
-            step["note"] = p.note;
-        }
-        if (p.tensor) {
-            step["tensor"] = {
-                {"dtype", p.tensor->dtype},
-                {"shape", p.tensor->shape},
-                {"device", p.tensor->device},
-                {"nbytes", p.tensor->nbytes},
-                {"site", p.tensor->site ? frameJson(*p.tensor->site, true) : json(nullptr)},
-                {"text", pathTensorText(*p.tensor)}};
-        }
-        fj["path"].push_back(std::move(step));
-    }
-    fj["retention"] = toString(f.retention);
-    fj["released_periodically"] = f.released_periodically;
-    if (f.growth_since) {
-        fj["growth_since"] = growthSinceJson(f, r.boundary);
-    }
-    if (!f.live_blocks.empty() || f.live_blocks_unlisted > 0) {
-        fj["live_blocks"] = json::array();
-        for (const LiveBlockEntry& b : f.live_blocks) {
-            fj["live_blocks"].push_back({{"address", b.address},
-                                         {"size", b.size},
-                                         {"iteration", b.iteration},
-                                         {"sequence", b.sequence}});
-        }
-        if (f.live_blocks_unlisted > 0) {
-            fj["live_blocks_unlisted"] = {{"count", f.live_blocks_unlisted},
-                                          {"bytes", f.live_bytes_unlisted}};
-        }
-    }
-    fj["path_text"] = f.path_text;
-    fj["path_short"] = shortPath(f.path_text);
-    fj["holder"] = holderJson(f.holder, r.boundary);
-    fj["suggestion"] = f.suggestion;
-    if (!f.fix_code.empty()) {
-        fj["fix_code"] = f.fix_code;
-    }
-    // Beside `fix`, not in it: a finding's `fix` object says its fix was checked on the heap.
-    if (!f.fix_rule.empty()) {
-        fj["fix_rule"] = f.fix_rule;
-    }
-    if (f.fix) {
-        fj["fix"] = {{"frees_bytes", f.fix->frees_bytes}, {"also_held_by", f.fix->also_held_by}};
-        if (!f.fix->owner.empty()) {
-            fj["fix"]["owner"] = f.fix->owner;
-            fj["fix"]["owner_frees_bytes"] = f.fix->owner_frees_bytes;
-            fj["fix"]["owner_methods"] = f.fix->owner_methods;
-        }
-        if (f.fix->together_frees_bytes) {
-            fj["fix"]["together_frees_bytes"] = *f.fix->together_frees_bytes;
-        }
-    }
-    if (f.role) {
-        fj["role"] = toString(*f.role);
-    }
-    fj["severity"] = toString(f.severity);
-    fj["trend"] = {{"slope_bytes_per_iteration", f.trend.slope_bytes_per_iteration},
-                   {"r2", f.trend.r2},
-                   {"p_value", f.trend.p_value}};
-    fj["confidence"] = f.confidence;
-    if (!f.ranks.empty()) {
-        fj["ranks"] = f.ranks;
-        fj["ranks_text"] = rankScopeText(f, r);
-    }
-    return fj;
 }
 
 std::string dumped(const json& value, int indent) {
@@ -525,7 +395,11 @@ std::string toJson(const Report& r, int indent) {
             out += "[" + newline;
             for (size_t i = 0; i < r.findings.size(); ++i) {
                 out += (i ? "," + newline : "") + pad2;
-                appendNested(out, findingJson(r.findings[i], r), indent, 2);
+                if (pretty) { // read back to be laid out: only a saved report is pretty
+                    appendNested(out, json::parse(findingText(r.findings[i], r)), indent, 2);
+                } else {
+                    out += findingText(r.findings[i], r);
+                }
             }
             out += newline + pad1 + "]";
         }

@@ -3,6 +3,7 @@
 #include "torchleak/report_json.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -170,6 +171,28 @@ TEST_CASE("Findings written one at a time lay out as nlohmann's own dump, at eve
     Report r = hostileReport();
     r.findings.push_back(r.findings[0]);
     r.findings[1].site.line = 43;
+    // Every optional member, control and bidi characters, a NaN and a negative rate: the
+    // finding is written as text, not as nlohmann's tree, and must read the same.
+    Finding rich = r.findings[0];
+    rich.site.file = "a\x01\x1b[31m\u202e.py";
+    rich.site.cell = 7;
+    rich.site.runs = {1, 3};
+    rich.autograd_node = "MmBackward0 \"x\"";
+    rich.allocated_inside = Frame{"lib/\x7f.py", 9, "g", std::nullopt, false, std::nullopt, ""};
+    rich.holder_read = HolderRead{12, "prev = kept[-1]  # \"read\"", "other\tmodule.py"};
+    rich.ranks = {0, 3};
+    rich.role = MemoryRole::UserHeld;
+    rich.fix_code = "kept.clear()";
+    rich.bytes_per_iteration = -4096;
+    rich.trend = {std::nan(""), -0.0, 1e-300};
+    rich.confidence = 0.1 + 0.2;
+    rich.path[1].tensor->site.reset();
+    rich.path[1].note = "local 'x'\n in \u00e9t\u00e9";
+    rich.live_blocks.clear();
+    rich.live_blocks_unlisted = 5;
+    rich.shape.reset();
+    rich.dtype.reset();
+    r.findings.push_back(rich);
     Report none = hostileReport();
     none.findings.clear();
     for (const Report* report : {&r, &none}) {
