@@ -24,18 +24,13 @@ using nlohmann::json;
 
 namespace {
 
-std::string compact(const json& value) {
-    // Invalid UTF-8 (a file name from a foreign file system) is replaced, as toJson does.
-    return value.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 // A string as nlohmann writes it: printable ASCII as it is, anything else (an escape, UTF-8,
 // an invalid byte) by nlohmann itself.
 void appendString(std::string& out, std::string_view s) {
     const bool plain = std::all_of(
         s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
     if (!plain) {
-        out += compact(json(std::string(s)));
+        out += dumped(json(std::string(s)), -1);
         return;
     }
     out += '"';
@@ -49,15 +44,12 @@ std::string jsonString(std::string_view s) {
     return out;
 }
 
-template <typename T> std::string arrayText(const std::vector<T>& values) {
+template <typename T> std::string integersText(const std::vector<T>& values) {
+    static_assert(std::is_integral_v<T>);
     std::string out = "[";
     for (size_t i = 0; i < values.size(); ++i) {
         out += i ? "," : "";
-        if constexpr (std::is_integral_v<T>) {
-            out += std::to_string(values[i]);
-        } else {
-            appendString(out, values[i]);
-        }
+        out += std::to_string(values[i]);
     }
     return out + "]";
 }
@@ -77,11 +69,15 @@ class ObjectText {
         static_assert(std::is_integral_v<T>);
         return raw(key, std::to_string(value));
     }
-    ObjectText& real(std::string_view key, double value) { return raw(key, compact(json(value))); }
+    ObjectText& real(std::string_view key, double value) {
+        return raw(key, dumped(json(value), -1));
+    }
     ObjectText& boolean(std::string_view key, bool value) {
         return raw(key, value ? "true" : "false");
     }
-    ObjectText& tree(std::string_view key, const json& value) { return raw(key, compact(value)); }
+    ObjectText& tree(std::string_view key, const json& value) {
+        return raw(key, dumped(value, -1));
+    }
     std::string text() {
         std::sort(d_members.begin(), d_members.end(),
                   [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -108,10 +104,10 @@ std::string stepText(const PathStep& p) {
     if (p.tensor) {
         ObjectText tensor;
         tensor.string("dtype", p.tensor->dtype)
-            .raw("shape", arrayText(p.tensor->shape))
+            .raw("shape", integersText(p.tensor->shape))
             .string("device", p.tensor->device)
             .integer("nbytes", p.tensor->nbytes)
-            .raw("site", p.tensor->site ? compact(frameJson(*p.tensor->site, true)) : "null")
+            .raw("site", p.tensor->site ? dumped(frameJson(*p.tensor->site, true), -1) : "null")
             .string("text", pathTensorText(*p.tensor));
         step.raw("tensor", tensor.text());
     }
@@ -138,6 +134,11 @@ std::string liveBlocksText(const std::vector<LiveBlockEntry>& blocks) {
 }
 
 } // namespace
+
+std::string dumped(const json& value, int indent) {
+    // Replace invalid UTF-8 (a file name from a foreign file system) rather than throwing.
+    return value.dump(indent, ' ', false, json::error_handler_t::replace);
+}
 
 json holderJson(const std::optional<Holder>& h, BoundaryKind boundary) {
     if (!h) {
@@ -170,12 +171,12 @@ std::string findingText(const Finding& f, const Report& r) {
     std::string stack = "[";
     for (size_t i = 0; i < f.stack.size(); ++i) {
         stack += i ? "," : "";
-        stack += compact(frameJson(f.stack[i], false));
+        stack += dumped(frameJson(f.stack[i], false), -1);
     }
     fj.raw("stack", stack + "]");
     fj.string("device", f.device);
     fj.raw("dtype", f.dtype ? jsonString(*f.dtype) : "null");
-    fj.raw("shape", f.shape ? arrayText(*f.shape) : "null");
+    fj.raw("shape", f.shape ? integersText(*f.shape) : "null");
     if (f.shape) {
         fj.string("tensor_text", tensorText(f.dtype.value_or(""), *f.shape));
     }
@@ -200,7 +201,7 @@ std::string findingText(const Finding& f, const Report& r) {
         .integer("total_bytes", f.total_bytes)
         .integer("bytes_per_iteration", f.bytes_per_iteration);
     fj.string("rate_text", rateText(f));
-    fj.raw("series", arrayText(f.series));
+    fj.raw("series", integersText(f.series));
     std::string path = "[";
     for (size_t i = 0; i < f.path.size(); ++i) {
         path += i ? "," : "";
@@ -253,7 +254,7 @@ std::string findingText(const Finding& f, const Report& r) {
     fj.raw("trend", trend.text());
     fj.real("confidence", f.confidence);
     if (!f.ranks.empty()) {
-        fj.raw("ranks", arrayText(f.ranks));
+        fj.raw("ranks", integersText(f.ranks));
         fj.string("ranks_text", rankScopeText(f, r));
     }
     return fj.text();

@@ -1,6 +1,6 @@
 #pragma once
-// One finding in the report's JSON (report_json.cpp writes the rest), and the holder member a
-// finding shares with its cause.
+// One finding in the report's JSON (report_json.cpp writes the rest), the holder member a
+// finding shares with its cause, and the text every member is dumped as.
 
 #include "torchleak/model.h"
 
@@ -10,6 +10,10 @@
 #include <string>
 
 namespace torchleak {
+
+// `value` as the report writes it, `indent` as nlohmann's dump takes it: invalid UTF-8 (a file
+// name from a foreign file system) replaced rather than thrown.
+std::string dumped(const nlohmann::json& value, int indent);
 
 // The finding as compact JSON text: what nlohmann would write for the same members (keys in
 // order, its escapes and number format), built without a tree of them.

@@ -170,11 +170,6 @@ OutOfMemoryReport outOfMemoryFrom(const json& j, size_t findings) {
     return oom;
 }
 
-std::string dumped(const json& value, int indent) {
-    // Replace invalid UTF-8 (a file name from a foreign file system) rather than throwing.
-    return value.dump(indent, ' ', false, json::error_handler_t::replace);
-}
-
 // `value` as nlohmann writes it when it sits `level` levels deep: every line after the first
 // indented by level * indent (a newline inside a JSON string is written escaped, so each raw
 // one is a line break of the layout).
