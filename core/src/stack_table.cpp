@@ -8,7 +8,7 @@
 
 namespace torchleak {
 
-StackTable::StackTable() {
+StackTable::StackTable() : d_index(256) {
     d_offsets.push_back(0);
     d_arena.reserve(4096);
 }
@@ -55,20 +55,44 @@ StackToken StackTable::intern(std::span<const RawFrame> frames, bool* inserted) 
     if (frames.empty()) {
         return 0;
     }
-    uint64_t h = hash(frames);
-    auto [lo, hi] = d_index.equal_range(h);
-    for (auto it = lo; it != hi; ++it) {
-        auto existing = this->frames(it->second);
-        if (std::equal(existing.begin(), existing.end(), frames.begin(), frames.end())) {
-            return it->second;
+    const uint64_t h = hash(frames);
+    size_t mask = d_index.size() - 1;
+    size_t i = h & mask;
+    for (; d_index[i].token != 0; i = (i + 1) & mask) {
+        if (d_index[i].hash == h) {
+            auto existing = this->frames(d_index[i].token);
+            if (std::equal(existing.begin(), existing.end(), frames.begin(), frames.end())) {
+                return d_index[i].token;
+            }
+        }
+    }
+    if ((size() + 1) * 2 > d_index.size()) {
+        growIndex();
+        mask = d_index.size() - 1;
+        for (i = h & mask; d_index[i].token != 0; i = (i + 1) & mask) {
         }
     }
     d_arena.insert(d_arena.end(), frames.begin(), frames.end());
     d_offsets.push_back(static_cast<uint32_t>(d_arena.size()));
     auto token = static_cast<StackToken>(d_offsets.size() - 1);
-    d_index.emplace(h, token);
+    d_index[i] = IndexSlot{h, token};
     *inserted = true;
     return token;
+}
+
+void StackTable::growIndex() {
+    std::vector<IndexSlot> grown(d_index.size() * 2);
+    const size_t mask = grown.size() - 1;
+    for (const IndexSlot& slot : d_index) {
+        if (slot.token != 0) {
+            size_t i = slot.hash & mask;
+            while (grown[i].token != 0) {
+                i = (i + 1) & mask;
+            }
+            grown[i] = slot;
+        }
+    }
+    d_index.swap(grown);
 }
 
 std::span<const RawFrame> StackTable::frames(StackToken token) const noexcept {

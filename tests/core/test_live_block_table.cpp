@@ -53,7 +53,18 @@ TEST_CASE("LiveBlockTable agrees with a reference map over a million random oper
             uintptr_t ptr = 0x7f0000000000ull + (rng() % (1u << 22)) * 64;
             BlockRecord rec;
             rec.size = rng() % 4096 + 1;
-            bool fresh = table.insert(ptr, rec);
+            // Half the births through emplace (the recorder's one-probe path), half through
+            // insert: the same answers either way.
+            bool fresh = false;
+            if (rng() % 2 == 0) {
+                fresh = table.insert(ptr, rec);
+            } else {
+                auto [slot, isNew] = table.emplace(ptr);
+                REQUIRE((isNew || slot->size == reference.at(ptr)));
+                REQUIRE((!isNew || slot->size == 0));
+                *slot = rec;
+                fresh = isNew;
+            }
             REQUIRE(fresh == (reference.count(ptr) == 0));
             if (fresh) {
                 live.push_back(ptr);

@@ -502,3 +502,33 @@ TEST_CASE("RecorderLock lets one thread at a time in, a long holder included") {
     REQUIRE_FALSE(overlapped);
     REQUIRE(counter == static_cast<uint64_t>(kThreads) * kPerThread);
 }
+
+TEST_CASE("Blocks of more sites than the group cache holds keep their own groups' counts") {
+    // 300 sites take turns (five times the cache's slots, so they evict each other's entries
+    // between a block's birth and its death): every group still counts only its own blocks.
+    AllocationRecorder rec;
+    constexpr uintptr_t kSites = 300;
+    std::vector<std::vector<RawFrame>> stacks;
+    for (uintptr_t s = 0; s < kSites; ++s) {
+        stacks.push_back({RawFrame{0x5000 + s * 8, static_cast<int32_t>(s)}});
+    }
+    for (uintptr_t round = 0; round < 3; ++round) {
+        for (uintptr_t s = 0; s < kSites; ++s) {
+            rec.recordAlloc(0x100000 + (round * kSites + s) * 64, 8 + s, kCpu, stacks[s], nullptr,
+                            0, 0, false);
+        }
+    }
+    for (uintptr_t s = 0; s < kSites; ++s) {
+        rec.recordFree(0x100000 + (kSites + s) * 64, kCpu, 0, 0, false); // round 1's block
+    }
+    rec.markBoundary();
+    const BoundarySnapshot& b = rec.boundaries().back();
+    REQUIRE(b.groups.size() == kSites);
+    for (uintptr_t s = 0; s < kSites; ++s) {
+        const GroupSample* g = groupWithStack(b, rec, stacks[s]);
+        REQUIRE(g != nullptr);
+        REQUIRE(g->count == 2);
+        REQUIRE(g->bytes == 2 * (8 + s));
+    }
+    REQUIRE(rec.liveBlockCount() == 2 * kSites);
+}

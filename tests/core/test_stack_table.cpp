@@ -43,3 +43,33 @@ TEST_CASE("NodeNameTable demangles autograd node type names") {
     REQUIRE(nodes.name(t) == "MmBackward0");
     REQUIRE(nodes.name(0).empty());
 }
+
+TEST_CASE("StackTable keeps every token through its index's growth") {
+    // Thousands of stacks, many alike but for one frame, deep and shallow: the index doubles
+    // many times, and every stack still finds its own token, and only its own.
+    StackTable table;
+    std::vector<std::vector<RawFrame>> stacks;
+    for (uintptr_t s = 0; s < 5000; ++s) {
+        std::vector<RawFrame> frames;
+        const size_t depth = 1 + s % 48;
+        for (size_t d = 0; d < depth; ++d) {
+            frames.push_back(RawFrame{0x1000 + d * 16, static_cast<int32_t>(d)});
+        }
+        frames.back().offset = static_cast<int32_t>(s); // differs from its neighbours here only
+        stacks.push_back(frames);
+    }
+    std::vector<StackToken> tokens;
+    bool inserted = false;
+    for (const auto& frames : stacks) {
+        tokens.push_back(table.intern(frames, &inserted));
+        REQUIRE(inserted);
+    }
+    REQUIRE(table.size() == stacks.size());
+    for (size_t s = 0; s < stacks.size(); ++s) {
+        REQUIRE(table.intern(stacks[s], &inserted) == tokens[s]);
+        REQUIRE_FALSE(inserted);
+        auto frames = table.frames(tokens[s]);
+        REQUIRE(std::vector<RawFrame>(frames.begin(), frames.end()) == stacks[s]);
+    }
+    REQUIRE(table.size() == stacks.size());
+}

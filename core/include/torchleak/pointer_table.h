@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace torchleak {
@@ -48,6 +49,27 @@ template <typename Value> class PointerTable {
         d_slots[i].value = value;
         ++d_size;
         return true;
+    }
+
+    // The value of `key`, and whether the key is new: a new key's slot holds Value{} for the
+    // caller to fill (one probe where find and insert would take two). May throw while growing,
+    // before anything changed. `key` must not be 0.
+    std::pair<Value*, bool> emplace(uintptr_t key) {
+        if ((d_size + 1) * 4 > d_slots.size() * d_maxLoadQuarters) {
+            grow();
+        }
+        size_t mask = d_slots.size() - 1;
+        size_t i = home(key);
+        while (d_slots[i].key != 0) {
+            if (d_slots[i].key == key) {
+                return {&d_slots[i].value, false};
+            }
+            i = (i + 1) & mask;
+        }
+        d_slots[i].key = key;
+        d_slots[i].value = Value{};
+        ++d_size;
+        return {&d_slots[i].value, true};
     }
 
     const Value* find(uintptr_t key) const noexcept {

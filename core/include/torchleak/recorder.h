@@ -23,6 +23,7 @@
 #include "torchleak/recorder_lock.h"
 #include "torchleak/stack_table.h"
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -263,6 +264,9 @@ class AllocationRecorder {
     size_t liveBlockCount() const;
     size_t stackCount() const;
 
+    // log2 of the slots of the group cache in front of the group map (below).
+    static constexpr unsigned kGroupCacheBits = 6;
+
   private:
     struct DeviceState {
         DeviceKey device;
@@ -321,6 +325,9 @@ class AllocationRecorder {
     // Both under d_lock. addBlock may throw (a new group or birth entry), removeBlock not.
     void addBlock(const BlockRecord& rec);
     void removeBlock(const BlockRecord& rec) noexcept;
+    // The group of `key`, through d_groupCache; null (find) when there is none yet.
+    GroupState* findGroup(const GroupKey& key) noexcept;
+    GroupState& groupFor(const GroupKey& key); // creates it; may throw
     void markDirty(GroupState& group) noexcept;
     // Folds `older` into `newer`, the kept boundary after it, so that `older` can be dropped.
     static void mergeInto(const BoundarySnapshot& older, BoundarySnapshot& newer);
@@ -358,6 +365,15 @@ class AllocationRecorder {
     std::atomic<uint8_t> d_phase{static_cast<uint8_t>(BirthPhase::Forward)};
     uint64_t d_sequence = 0;
     std::unordered_map<GroupKey, GroupState, GroupKeyHash> d_groups; // nodes: stable addresses
+    // The groups last looked up, by their key's hash: every block's birth and death look its
+    // group up, and the map's lookup divides by its prime bucket count and chases a node. A
+    // loop allocates from a few sites over and over, so a small direct-mapped cache answers
+    // nearly all of them. Groups are never erased: a cached pointer stays valid.
+    struct GroupCacheSlot {
+        GroupKey key;
+        GroupState* group = nullptr;
+    };
+    std::array<GroupCacheSlot, size_t{1} << kGroupCacheBits> d_groupCache{};
     GroupState* d_dirtyHead = nullptr;
     uint32_t d_newlySteady = 0;
     uint32_t d_stepped = 0;
