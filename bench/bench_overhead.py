@@ -5,7 +5,8 @@ that machine noise hits every mode alike. Each round gives every mode's ratio to
 run of the same round; the table prints the median and the minimum of those ratios over the
 rounds (10 by default, 20 for (b) and (c)), and the median time per mode:
   (a) a CPU training step of a small transformer: 4 encoder layers, d=256, batch 32, seq 128;
-  (b) an allocation-heavy loop of small tensor ops;
+  (b) an allocation-heavy loop of small tensor ops; also pair by pair (one untracked step, one
+      tracked step, alternating, 20 pairs a round), whose ratios drift less with the machine;
   (c) whole training runs (150 steps of a 2-layer transformer) untracked, under
       torchleak.track() and under torchleak.watch() with its defaults (blocks under 256 KiB
       sampled, verdicts on a 0.5% time budget): run watch's goal is at most 1% of step time.
@@ -101,6 +102,27 @@ def run_mode(mode, step, iterations, warmup, capture_stacks=True):
             elapsed = time.perf_counter() - t0
             events = tracker.events
     return elapsed / iterations, events / iterations
+
+
+def paired_steps(step, pairs, capture_stacks=True):
+    """(b) pair by pair: one untracked step, then one step in a fresh track() session (warmed by
+    a step of its own), alternating. The rounds of interleaved() last a second each, and this
+    machine's speed drifts within that; a pair's two steps are milliseconds apart. Each pair's
+    ratio of the tracked step to the untracked one; also the seconds per step of each."""
+    ratios, untracked, tracked = [], [], []
+    for _ in range(pairs):
+        t0 = time.perf_counter()
+        step()
+        u = time.perf_counter() - t0
+        with torchleak.track(capture_stacks=capture_stacks):
+            step()
+            t0 = time.perf_counter()
+            step()
+            t = time.perf_counter() - t0
+        untracked.append(u)
+        tracked.append(t)
+        ratios.append(t / u)
+    return ratios, statistics.median(untracked), statistics.median(tracked)
 
 
 def small_transformer_workload():
@@ -286,6 +308,9 @@ def main():
     t_med, t_ratios, t_events = interleaved(transformer_workload(), modes, args.rounds, iterations=4, warmup=1)
     small_modes = modes + [("torchleak, no stacks", ("torchleak", False))]
     s_med, s_ratios, s_events = interleaved(small_ops_workload(), small_modes, args.rounds * 2, iterations=20, warmup=2)
+    pairs = args.rounds * 20
+    p_ratios, _, _ = paired_steps(small_ops_workload(), pairs)
+    p_ratios_nostacks, _, _ = paired_steps(small_ops_workload(), pairs, capture_stacks=False)
 
     c_steps = 150
     c_med, c_ratios, c_counts = interleaved_runs(small_transformer_workload(), args.rounds * 2, c_steps)
@@ -325,6 +350,8 @@ def main():
             pct(s_ratios["torchleak, no stacks"]),
         ),
         ("(b) 2000 small ops, tracemalloc", f"{s_med['tracemalloc'] * 1e3:.2f} ms", pct(s_ratios["tracemalloc"])),
+        (f"(b) torchleak, paired step by step ({pairs} pairs)", "", pct(p_ratios)),
+        (f"(b) torchleak without stacks, paired ({pairs} pairs)", "", pct(p_ratios_nostacks)),
         (
             f"(c) training run of {c_steps} steps, untracked",
             f"{c_med['untracked'] * 1e3:.2f} ms",
@@ -387,7 +414,12 @@ def main():
         "training_run_ratios": c_ratios,
         "training_run_counts": c_counts,
         "registry_us": registry_us,
-        "ratios": {"transformer": t_ratios, "small_ops": s_ratios},
+        "ratios": {
+            "transformer": t_ratios,
+            "small_ops": s_ratios,
+            "small_ops_paired": p_ratios,
+            "small_ops_paired_no_stacks": p_ratios_nostacks,
+        },
         "events": {"transformer": t_events, "small_ops": s_events},
         "ns_per_event": {
             "end_to_end_stacks": e2e_stacks,
