@@ -33,22 +33,9 @@ template <typename Value> class PointerTable {
     // Returns false when the key is already present (its value is replaced: the allocator
     // reused an address whose free we never saw).
     bool insert(uintptr_t key, const Value& value = Value{}) {
-        if ((d_size + 1) * 4 > d_slots.size() * d_maxLoadQuarters) {
-            grow();
-        }
-        size_t mask = d_slots.size() - 1;
-        size_t i = home(key);
-        while (d_slots[i].key != 0) {
-            if (d_slots[i].key == key) {
-                d_slots[i].value = value;
-                return false;
-            }
-            i = (i + 1) & mask;
-        }
-        d_slots[i].key = key;
-        d_slots[i].value = value;
-        ++d_size;
-        return true;
+        auto [slot, fresh] = emplace(key);
+        *slot = value;
+        return fresh;
     }
 
     // The value of `key`, and whether the key is new: a new key's slot holds Value{} for the
