@@ -309,8 +309,8 @@ def main():
     small_modes = modes + [("torchleak, no stacks", ("torchleak", False))]
     s_med, s_ratios, s_events = interleaved(small_ops_workload(), small_modes, args.rounds * 2, iterations=20, warmup=2)
     pairs = args.rounds * 20
-    p_ratios, _, _ = paired_steps(small_ops_workload(), pairs)
-    p_ratios_nostacks, _, _ = paired_steps(small_ops_workload(), pairs, capture_stacks=False)
+    p_ratios, _, p_tracked = paired_steps(small_ops_workload(), pairs)
+    p_ratios_nostacks, _, p_tracked_nostacks = paired_steps(small_ops_workload(), pairs, capture_stacks=False)
 
     c_steps = 150
     c_med, c_ratios, c_counts = interleaved_runs(small_transformer_workload(), args.rounds * 2, c_steps)
@@ -350,8 +350,12 @@ def main():
             pct(s_ratios["torchleak, no stacks"]),
         ),
         ("(b) 2000 small ops, tracemalloc", f"{s_med['tracemalloc'] * 1e3:.2f} ms", pct(s_ratios["tracemalloc"])),
-        (f"(b) torchleak, paired step by step ({pairs} pairs)", "", pct(p_ratios)),
-        (f"(b) torchleak without stacks, paired ({pairs} pairs)", "", pct(p_ratios_nostacks)),
+        (f"(b) torchleak, paired step by step ({pairs} pairs)", f"{p_tracked * 1e3:.2f} ms", pct(p_ratios)),
+        (
+            f"(b) torchleak without stacks, paired ({pairs} pairs)",
+            f"{p_tracked_nostacks * 1e3:.2f} ms",
+            pct(p_ratios_nostacks),
+        ),
         (
             f"(c) training run of {c_steps} steps, untracked",
             f"{c_med['untracked'] * 1e3:.2f} ms",

@@ -55,8 +55,13 @@ StackToken StackTable::intern(std::span<const RawFrame> frames, bool* inserted) 
     if (frames.empty()) {
         return 0;
     }
+    // Grown first, as PointerTable does, so that the probe that misses ends on the slot the
+    // new stack takes.
+    if ((size() + 1) * 2 > d_index.size()) {
+        growIndex();
+    }
     const uint64_t h = hash(frames);
-    size_t mask = d_index.size() - 1;
+    const size_t mask = d_index.size() - 1;
     size_t i = h & mask;
     for (; d_index[i].token != 0; i = (i + 1) & mask) {
         if (d_index[i].hash == h) {
@@ -64,12 +69,6 @@ StackToken StackTable::intern(std::span<const RawFrame> frames, bool* inserted) 
             if (std::equal(existing.begin(), existing.end(), frames.begin(), frames.end())) {
                 return d_index[i].token;
             }
-        }
-    }
-    if ((size() + 1) * 2 > d_index.size()) {
-        growIndex();
-        mask = d_index.size() - 1;
-        for (i = h & mask; d_index[i].token != 0; i = (i + 1) & mask) {
         }
     }
     d_arena.insert(d_arena.end(), frames.begin(), frames.end());
