@@ -260,4 +260,31 @@ std::string findingText(const Finding& f, const Report& r) {
     return fj.text();
 }
 
+std::string verdictText(const Finding& f, BoundaryKind boundary) {
+    ObjectText fj;
+    fj.string("verdict", toString(f.verdict));
+    fj.tree("site", frameJson(f.site, true));
+    fj.string("device", f.device);
+    fj.integer("total_bytes", f.total_bytes).integer("bytes_per_iteration", f.bytes_per_iteration);
+    if (f.growth_since) {
+        const GrowthSince& g = *f.growth_since;
+        ObjectText since;
+        since.integer("iteration", g.iteration)
+            .raw("stopped_at", g.stopped_at ? std::to_string(*g.stopped_at) : "null")
+            .raw("settles_at", g.settles_at ? std::to_string(*g.settles_at) : "null")
+            .string("text", growthText(f, boundary));
+        fj.raw("growth_since", since.text());
+    }
+    // Only a look asked with paths has them: what watch's log lines name as the holder.
+    if (!f.path_text.empty()) {
+        fj.string("path_text", f.path_text);
+    }
+    if (f.holder) {
+        ObjectText holder;
+        holder.string("path_text", f.holder->path_text);
+        fj.raw("holder", holder.text());
+    }
+    return fj.text();
+}
+
 } // namespace torchleak

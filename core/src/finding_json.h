@@ -19,6 +19,10 @@ std::string dumped(const nlohmann::json& value, int indent);
 // order, its escapes and number format), built without a tree of them.
 std::string findingText(const Finding& finding, const Report& report);
 
+// The finding's member of a look (torchleak.verdicts/1): its verdict, site, device, bytes and
+// growth, and its path and holder when it was explained; written as findingText writes.
+std::string verdictText(const Finding& finding, BoundaryKind boundary);
+
 // {"path_text", "path_short", "type", "growth_per_iteration", "growth_text", ...}, or null.
 nlohmann::json holderJson(const std::optional<Holder>& holder, BoundaryKind boundary);
 

@@ -46,7 +46,7 @@ Report ReportBuilder::build(RetentionExplainer* explainer) {
     setAsideFreedAfterStop();
     attributeExternalStacks();
     makeFindings();
-    if (d_inputs.verdicts_only) {
+    if (d_inputs.verdicts_only && explainer == nullptr) {
         for (FindingDraft& draft : d_drafts) {
             settleVerdict(draft);
         }

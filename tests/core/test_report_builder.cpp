@@ -1,4 +1,5 @@
 // buildReport end to end on a recorder fed synthetic events, with fake Python collaborators.
+#include "torchleak/display_text.h"
 #include "torchleak/report_builder.h"
 #include "torchleak/report_json.h"
 #include "torchleak/suggestion.h"
@@ -672,7 +673,9 @@ TEST_CASE("buildReport: a look's verdicts are the report's, in a document of the
     CHECK(look.causes.empty());
     CHECK(desc.asked == 1); // the full report's example only: a look describes no tensor
 
-    const nlohmann::json j = nlohmann::json::parse(verdictsJson(look));
+    const std::string text = verdictsJson(look);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    CHECK(j.dump() == text); // written as text, the same bytes as nlohmann's dump
     CHECK(j["schema_version"] == kVerdictsSchema);
     CHECK(j["iterations"] == 12);
     const nlohmann::json& leak = j["findings"][0];
@@ -682,5 +685,43 @@ TEST_CASE("buildReport: a look's verdicts are the report's, in a document of the
     CHECK(leak["bytes_per_iteration"] == MiB);
     CHECK(leak["growth_since"]["iteration"] == 0);
     CHECK(leak["growth_since"]["settles_at"].is_null());
+    CHECK(leak["growth_since"]["text"] == growthText(full.findings[0], BoundaryKind::Repeat));
+    CHECK(j["boundary"] == "repeat");
     CHECK_FALSE(leak.contains("live_blocks"));
+    CHECK_FALSE(leak.contains("holder")); // no explainer, no paths
+    CHECK_FALSE(leak.contains("path_text"));
+}
+
+TEST_CASE("buildReport: a look with an explainer names each finding's holder and path") {
+    // What a watch that only logs announces: the holder of the report's own finding, without
+    // a report's fixes, causes or live-block lists.
+    AllocationRecorder rec;
+    std::vector<RawFrame> leaking = {{0x1, 42}};
+    for (uint32_t i = 0; i < 12; ++i) {
+        rec.recordAlloc(0x100000 + i * 0x1000, MiB, kCpu, leaking, nullptr, 0, 0, false);
+        rec.markBoundary();
+    }
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ListExplainer explainer;
+    ReportInputs in;
+    in.boundary = BoundaryKind::Repeat;
+    in.devices = {{kCpu, "cpu", 64ull << 30}};
+    const Report full = buildReport(rec, in, sym, desc, &explainer);
+    REQUIRE(full.findings.size() == 1);
+    REQUIRE(full.findings[0].holder);
+    in.verdicts_only = true;
+    in.live_findings = 1000;
+    const Report look = buildReport(rec, in, sym, desc, &explainer);
+    REQUIRE(look.findings.size() == 1);
+    CHECK(look.findings[0].live_blocks.empty());
+
+    const std::string text = verdictsJson(look);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    CHECK(j.dump() == text);
+    const nlohmann::json& leak = j["findings"][0];
+    CHECK(leak["verdict"] == "leak");
+    CHECK(leak["holder"]["path_text"] == full.findings[0].holder->path_text);
+    CHECK(leak["path_text"] == full.findings[0].path_text);
+    CHECK(leak["growth_since"]["text"] == growthText(full.findings[0], BoundaryKind::Repeat));
 }

@@ -112,7 +112,9 @@ struct ReportInputs {
     std::optional<size_t> live_findings;
     // watch()'s looks: each finding's verdict, bytes and growth and nothing a look does not read
     // (no fixes, source lines, live-block lists, devices, causes or summary), written by
-    // verdictsJson. A look at 10^4 growing sites had built and parsed a report of 40 MB.
+    // verdictsJson. A look at 10^4 growing sites had built and parsed a report of 40 MB. With a
+    // retention explainer the findings are explained first, and the look names their holders
+    // (what a watch that only logs says when it announces).
     bool verdicts_only = false;
     // torch's next hook handle id (torch.utils.hooks.RemovableHandle.next_id) when tracking
     // started: a hook dict's entries keyed at or above it were registered during the run.

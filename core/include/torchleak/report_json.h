@@ -19,7 +19,8 @@ inline constexpr const char* kReportSchema = "torchleak.report/1";
 std::string toJson(const Report& report, int indent = -1);
 // A look's verdicts (ReportInputs::verdicts_only), schema `torchleak.verdicts/1`: torchleak's
 // own watch() reads it, nothing outside; per finding its site, device, verdict, bytes and
-// growth, in the report's own spellings.
+// growth (with the core's sentence for it), and its path and holder when the look explained
+// them, in the report's own spellings.
 inline constexpr const char* kVerdictsSchema = "torchleak.verdicts/1";
 std::string verdictsJson(const Report& report);
 // Parses a torchleak.report/1 document; throws SchemaError on anything else.
