@@ -55,9 +55,9 @@ class TrackerFrontEnd(Protocol):
         the last iteration (cell watch), the out-of-memory error a cell raised, a live view cut
         to `live_findings` findings (%%leakcheck's updates), check()'s arguments as roots."""
 
-    def _verdicts(self) -> dict[str, Any]:
+    def _verdicts(self, *, paths: bool = False) -> dict[str, Any]:
         """Run watch's look: each finding's verdict, site, bytes and growth
-        (torchleak.verdicts/1), nothing else of a report."""
+        (torchleak.verdicts/1), nothing else of a report; with ``paths``, its path and holder."""
 
     def _run_iterations(
         self,

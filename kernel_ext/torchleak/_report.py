@@ -116,6 +116,12 @@ def parse_document(text: str | bytes) -> Any:
             gc.enable()
 
 
+def biggest_leaks(findings: list[Finding]) -> list[Finding]:
+    """The findings whose verdict is "leak", biggest first (a report's, or a watch look's)."""
+    leaks = [f for f in findings if f.verdict == "leak"]
+    return sorted(leaks, key=lambda f: (f.total_bytes, f.bytes_per_iteration), reverse=True)
+
+
 class Report:
     """A torchleak report. ``report.leaks``, ``report.findings``, ``report.to_json()``,
     ``report.save(path)`` (``.json``, ``.html`` or ``.pickle``); ``str(report)`` is the text report."""
@@ -152,8 +158,7 @@ class Report:
     @property
     def leaks(self) -> list[Finding]:
         """Findings whose verdict is "leak", biggest first."""
-        leaks = [f for f in self.findings if f.verdict == "leak"]
-        return sorted(leaks, key=lambda f: (f.total_bytes, f.bytes_per_iteration), reverse=True)
+        return biggest_leaks(self.findings)
 
     @property
     def causes(self) -> list[dict[str, Any]]:

@@ -572,13 +572,21 @@ class Tracker:
             self._report = report
         return report
 
-    def _verdicts(self) -> dict[str, Any]:
+    def _verdicts(self, *, paths: bool = False) -> dict[str, Any]:
         """watch()'s look: each finding's verdict, site, bytes and growth (torchleak.verdicts/1),
         none of a report's fixes, blocks, causes or text: a look at 10^4 growing sites had built
-        and parsed a report of 40 MB."""
+        and parsed a report of 40 MB. With ``paths``, each finding's path and holder as well
+        (the retaining paths walked, no fix proved): what a watch that only logs announces."""
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
-        text = self._report_text(paths=False, given=[], described=self._failure, shapes=False, verdicts_only=True)
+        text = self._report_text(
+            paths=paths,
+            given=[],
+            described=self._failure,
+            shapes=False,
+            verdicts_only=True,
+            live_findings=sys.maxsize if paths else None,  # every finding, none of its blocks listed
+        )
         return parse_document(text)
 
     def _report_text(

@@ -61,14 +61,18 @@ def test_a_confirmed_leak_is_logged_written_and_passed_on_without_stopping_the_r
 
 
 def test_a_watch_that_only_logs_says_what_a_watch_handing_on_the_report_says(monkeypatch):
-    # A log-only watch builds the live view for its announcement (no fix proofs, no live-block
-    # lists: a quarter of the report's cost at 2,000 sites); its lines must not change for it.
+    # A log-only watch announces from a look with paths (no fix proofs, no live-block lists, no
+    # report's document to write and parse); its lines must not change for it, withdrawals
+    # included.
     from torchleak._tracking import Tracker
 
     asked = []
-    build = Tracker._build_report
+    build, look = Tracker._build_report, Tracker._verdicts
+    monkeypatch.setattr(Tracker, "_build_report", lambda self, **kw: asked.append("report") or build(self, **kw))
     monkeypatch.setattr(
-        Tracker, "_build_report", lambda self, **kw: asked.append(kw.get("live_findings")) or build(self, **kw)
+        Tracker,
+        "_verdicts",
+        lambda self, **kw: asked.append("paths" if kw.get("paths") else "look") or look(self, **kw),
     )
 
     def run(**options):
@@ -78,16 +82,22 @@ def test_a_watch_that_only_logs_says_what_a_watch_handing_on_the_report_says(mon
             kept.append(torch.ones(256, 1024))
             lists[step % 3].append(torch.ones(64 * 1024))
 
+        def free(step, loss):
+            if step == 0:
+                kept.clear()  # the list's leak freed: withdrawn
+
         asked.clear()
         with torchleak.watch(json=None, budget=1.0, **options) as w:
             train(40, leak)
-        return w.leaks, list(asked)
+            train(30, free)
+        return w.leaks + w.withdrawn, list(asked)
 
     logged, log_only = run()
-    handed, with_callback = run(on_leak=lambda report: None)
+    handed, with_callback = run(on_leak=lambda report: None, on_withdrawn=lambda report: None)
     assert logged and logged == handed
-    assert log_only and all(cap is not None for cap in log_only)  # the live view, every time
-    assert with_callback and all(cap is None for cap in with_callback)  # the whole report
+    assert any("leak withdrawn" in line and "held by kept: its memory was freed" in line for line in logged)
+    assert "paths" in log_only and "report" not in log_only  # a look with paths, every time
+    assert "report" in with_callback and "paths" not in with_callback  # the whole report
 
 
 def test_a_leak_in_the_last_5_percent_of_a_long_run_is_announced_from_its_onset():
