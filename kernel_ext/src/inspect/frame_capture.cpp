@@ -46,13 +46,13 @@ size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept {
         g_captureDisabled.load(std::memory_order_relaxed)) {
         return 0;
     }
+    size_t n = 0;
+#if TORCHLEAK_FRAME_LAYOUT
     // The main thread's code objects are pinned by the pending call before its frames can
     // return; other threads' only when they hold the GIL now. The main thread, where nearly
     // every allocation comes from, skips the GIL test (a second thread-specific look-up).
     const bool mainThread = tstate == g_mainThreadState.load(std::memory_order_relaxed);
-    uintptr_t unpinned = mainThread || PyGILState_Check() != 0 ? 0 : kUnpinnedCode;
-    size_t n = 0;
-#if TORCHLEAK_FRAME_LAYOUT
+    const uintptr_t unpinned = mainThread || PyGILState_Check() != 0 ? 0 : kUnpinnedCode;
     for (layout::InterpreterFrame* frame = layout::currentFrame(tstate);
          frame != nullptr && n < capacity; frame = layout::previousFrame(frame)) {
         if (PyCodeObject* code = layout::codeOf(frame)) {
@@ -61,7 +61,6 @@ size_t capturePythonStack(RawFrame* out, size_t capacity) noexcept {
         }
     }
 #else
-    (void)unpinned;
     if (PyGILState_Check() == 0) {
         return 0; // the public frame API creates objects: GIL holders only
     }
