@@ -8,8 +8,9 @@ rounds (10 by default, 20 for (b) and (c)), and the median time per mode:
   (b) an allocation-heavy loop of small tensor ops; also pair by pair (one untracked step, one
       tracked step, alternating, 20 pairs a round), whose ratios drift less with the machine;
   (c) whole training runs (150 steps of a 2-layer transformer) untracked, under
-      torchleak.track() and under torchleak.watch() with its defaults (blocks under 256 KiB
-      sampled, verdicts on a 0.5% time budget): run watch's goal is at most 1% of step time.
+      torchleak.track() and under torchleak.watch() with its defaults (every block recorded,
+      as track() does; verdicts on a 0.5% time budget): run watch's goal is at most 1% of step
+      time.
 Then the cost per allocation event:
   - end to end on (b): (tracked time - untracked time) / allocation events, with and without
     CPU stack capture (this includes c10's own profiled-allocator bookkeeping);
@@ -144,7 +145,7 @@ def small_transformer_workload():
 def training_run(mode, step, steps):
     """Seconds per step of a whole run of `steps` optimizer steps: untracked, under
     torchleak.track() (every step an iteration, full stacks) or torchleak.watch() (defaults:
-    sampling, verdicts on the clock). Also the watch's number of verdict checks."""
+    every block recorded, verdicts on the clock). Also the watch's number of verdict checks."""
     step()  # the model's lazy state, outside every mode
     counts = {"checks": 0, "judging": 0.0, "events": 0, "skipped": 0}
     t0 = time.perf_counter()
