@@ -270,9 +270,15 @@ def test_a_live_leakcheck_updates_its_view_in_place(lab, browser):
         assert view.locator("[data-testid=stack]").first.evaluate("el => el.open")
     page.wait_for_function(ALL_NUMBERED, timeout=120_000)
     roots = page.evaluate("() => window.tlRoots")
-    payload = sum(received)
     assert roots <= 2, roots  # the live view, then the final report in its place
-    assert payload < 2 * 2**20, payload
+    # Each update carries the live view once, cut to its findings without live-block lists; the
+    # final report, blocks and all, crosses once. Said per frame: how many updates fit in the
+    # run is the machine's speed (a few a second, throttled by their cost), and a bound on the
+    # sum (2 MiB) was crossed by 3% to 16% on a slow hour with no change to what an update
+    # sends (about 12 updates of 56-142 KB, a 678 KB final report).
+    reports = sorted(size for size in received if size > 20_000)
+    *updates, final_report = reports
+    assert updates and max(updates) < min(256 * 1024, final_report // 2), (updates, final_report)
     final = panel.locator(".jp-OutputArea-output [data-testid=torchleak-widget]").last
     assert final.locator("[data-testid=run-line]").text_content().startswith("30 iterations in ")
     page.close()
