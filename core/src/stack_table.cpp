@@ -94,13 +94,6 @@ void StackTable::growIndex() {
     d_index.swap(grown);
 }
 
-std::span<const RawFrame> StackTable::frames(StackToken token) const noexcept {
-    if (token == 0 || token >= d_offsets.size()) {
-        return {};
-    }
-    return {d_arena.data() + d_offsets[token - 1], d_offsets[token] - d_offsets[token - 1]};
-}
-
 NodeToken NodeNameTable::intern(const char* mangledTypeName) noexcept {
     for (size_t i = 0; i < d_names.size(); ++i) {
         if (d_names[i] == mangledTypeName) {

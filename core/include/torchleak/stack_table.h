@@ -35,7 +35,13 @@ class StackTable {
     // Returns the token of this stack (never 0 for a non-empty stack) and sets *inserted when
     // the stack was new, so the caller can take ownership of what the frames point to.
     StackToken intern(std::span<const RawFrame> frames, bool* inserted);
-    std::span<const RawFrame> frames(StackToken token) const noexcept;
+    // Inline: intern() compares a candidate's frames through it on every allocation.
+    std::span<const RawFrame> frames(StackToken token) const noexcept {
+        if (token == 0 || token >= d_offsets.size()) {
+            return {};
+        }
+        return {d_arena.data() + d_offsets[token - 1], d_offsets[token] - d_offsets[token - 1]};
+    }
     size_t size() const noexcept { return d_offsets.size() - 1; }
 
     // Every frame of every stack, once per stack: what the owner must release on teardown.
