@@ -23,7 +23,9 @@ void countUnderLock(std::atomic<uint64_t>& counter) noexcept {
 // The live table starts small and doubles as blocks accumulate. Every event probes it at a
 // hashed, so random, slot: a loop of small ops with a handful of live blocks, whose addresses
 // wander over the heap, missed the cache on nearly every event in a 16,384-slot (768 KiB) table.
-AllocationRecorder::AllocationRecorder() : d_live(1 << 10) {}
+AllocationRecorder::AllocationRecorder() : d_lock(d_ownLock), d_live(1 << 10) {}
+
+AllocationRecorder::AllocationRecorder(RecorderLock& lock) : d_lock(lock), d_live(1 << 10) {}
 
 size_t AllocationRecorder::deviceSlot(DeviceKey device) const noexcept {
     size_t i = 0;
@@ -106,6 +108,20 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
                                      uint64_t weight,
                                      StackToken inheritedStack) noexcept {
     std::lock_guard<RecorderLock> lock(d_lock);
+    recordAllocHeld(ptr, size, device, frames, nodeTypeName, allocatorAllocated, allocatorReserved,
+                    allocatorTotals, weight, inheritedStack);
+}
+
+void AllocationRecorder::recordAllocHeld(uintptr_t ptr,
+                                         uint64_t size,
+                                         DeviceKey device,
+                                         std::span<const RawFrame> frames,
+                                         const char* nodeTypeName,
+                                         int64_t allocatorAllocated,
+                                         int64_t allocatorReserved,
+                                         bool allocatorTotals,
+                                         uint64_t weight,
+                                         StackToken inheritedStack) noexcept {
     countUnderLock(d_events);
     countUnderLock(d_allocations);
     if (ptr == 0) {
@@ -124,31 +140,31 @@ void AllocationRecorder::recordAlloc(uintptr_t ptr,
         if (inserted && d_retain != nullptr) {
             d_retain(frames);
         }
-        BlockRecord rec;
+        const NodeToken node =
+            nodeTypeName != nullptr ? d_nodes.intern(nodeTypeName) : NodeToken{0};
+        if (size_t same = d_young.find(ptr); same != YoungBlocks::kNone) {
+            // The allocator handed out an address whose free we did not see (a gap while
+            // another profiler was on top): forget the old block.
+            forgetBlock(d_young.take(same));
+        } else if (auto old = d_live.erase(ptr)) {
+            removeBlock(*old);
+            forgetBlock(*old);
+        }
+        if (d_young.full()) {
+            settle(d_young.oldest());
+        }
+        // Written in its slot field by field: a record built on the stack and copied in was
+        // read back wider than it was written, a store-forwarding stall on every allocation.
+        BlockRecord& rec = d_young.put(ptr);
         rec.size = size;
         rec.weight = weight == kWholeBlock ? size : weight;
         rec.sequence = ++d_sequence;
         rec.iteration = d_iteration.load(std::memory_order_relaxed);
         rec.stack = stack;
-        rec.node = nodeTypeName != nullptr ? d_nodes.intern(nodeTypeName) : NodeToken{0};
+        rec.node = node;
         rec.device = device;
         rec.phase = nodeTypeName != nullptr ? BirthPhase::Backward : phase();
-        auto [slot, fresh] = d_live.emplace(ptr);
-        if (!fresh) {
-            // The allocator handed out an address whose free we did not see (a gap while
-            // another profiler was on top): forget the old block.
-            if (DeviceState* owner = knownDeviceState(slot->device)) {
-                countBlock(*owner, *slot, -1);
-            }
-            removeBlock(*slot);
-        }
-        try {
-            addBlock(rec);
-        } catch (...) {
-            d_live.erase(ptr);
-            throw;
-        }
-        *slot = rec;
+        rec.heldAs = HeldAs::Unknown;
         countBlock(*st, rec, +1);
         st->allocations += 1;
     } catch (...) {
@@ -180,10 +196,22 @@ void AllocationRecorder::recordFree(uintptr_t ptr,
                                     int64_t allocatorReserved,
                                     bool allocatorTotals) noexcept {
     std::lock_guard<RecorderLock> lock(d_lock);
+    recordFreeHeld(ptr, device, allocatorAllocated, allocatorReserved, allocatorTotals);
+}
+
+void AllocationRecorder::recordFreeHeld(uintptr_t ptr,
+                                        DeviceKey device,
+                                        int64_t allocatorAllocated,
+                                        int64_t allocatorReserved,
+                                        bool allocatorTotals) noexcept {
     countUnderLock(d_events);
-    auto removed = d_live.erase(ptr);
-    if (removed) {
+    std::optional<BlockRecord> removed;
+    if (size_t slot = d_young.find(ptr); slot != YoungBlocks::kNone) {
+        removed = d_young.take(slot); // born and freed young: no table ever held it
+    } else if ((removed = d_live.erase(ptr))) {
         removeBlock(*removed);
+    }
+    if (removed) {
         // The block's own device: a free reported on another one must not move two counts.
         if (DeviceState* owner = deviceState(removed->device)) {
             countBlock(*owner, *removed, -1);
@@ -204,6 +232,14 @@ void AllocationRecorder::recordOutOfMemory(DeviceKey device,
                                            int64_t allocatorReserved,
                                            bool fromAllocator) noexcept {
     std::lock_guard<RecorderLock> lock(d_lock);
+    recordOutOfMemoryHeld(device, requested, allocatorAllocated, allocatorReserved, fromAllocator);
+}
+
+void AllocationRecorder::recordOutOfMemoryHeld(DeviceKey device,
+                                               int64_t requested,
+                                               int64_t allocatorAllocated,
+                                               int64_t allocatorReserved,
+                                               bool fromAllocator) noexcept {
     d_oom.device = device;
     d_oom.requested = requested;
     d_oom.allocated = allocatorAllocated;
@@ -300,6 +336,43 @@ AllocationRecorder::GroupState& AllocationRecorder::groupFor(const GroupKey& key
     return group;
 }
 
+void AllocationRecorder::forgetBlock(const BlockRecord& rec) noexcept {
+    if (DeviceState* owner = knownDeviceState(rec.device)) {
+        countBlock(*owner, rec, -1);
+    }
+}
+
+// A young block's birth is filed now, in the iteration it was born in (young blocks are all
+// settled before a boundary). A table that cannot grow loses the block, counted as dropped.
+void AllocationRecorder::settle(size_t slot) noexcept {
+    const uintptr_t ptr = d_young.pointer(slot);
+    const BlockRecord rec = d_young.take(slot);
+    try {
+        auto [entry, fresh] = d_live.emplace(ptr);
+        if (!fresh) {
+            // An older block at this address whose free we did not see.
+            removeBlock(*entry);
+            forgetBlock(*entry);
+        }
+        try {
+            addBlock(rec);
+        } catch (...) {
+            d_live.erase(ptr);
+            throw;
+        }
+        *entry = rec;
+    } catch (...) {
+        forgetBlock(rec);
+        d_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+}
+
+void AllocationRecorder::settleYoung() noexcept {
+    while (!d_young.empty()) {
+        settle(d_young.oldest());
+    }
+}
+
 void AllocationRecorder::addBlock(const BlockRecord& rec) {
     GroupState& group = groupFor(GroupKey{rec.stack, rec.node, rec.device});
     if (group.births.empty() || group.births.back().iteration != rec.iteration) {
@@ -358,6 +431,7 @@ size_t AllocationRecorder::markHeldAs(std::span<const uintptr_t> blocks,
                                       HeldAs held,
                                       std::span<uint8_t> found) noexcept {
     std::lock_guard<RecorderLock> lock(d_lock);
+    settleYoung();
     const uint32_t current = d_iteration.load(std::memory_order_relaxed);
     size_t live = 0;
     for (size_t i = 0; i < blocks.size(); ++i) {
@@ -401,6 +475,7 @@ const BoundarySnapshot& AllocationRecorder::markBoundary() {
     BoundarySnapshot snap;
     {
         std::lock_guard<RecorderLock> lock(d_lock);
+        settleYoung();
         uint32_t current = d_iteration.load(std::memory_order_relaxed);
         snap.iteration = current;
         uint32_t newlySteady = 0, stepped = 0;
@@ -564,10 +639,14 @@ void AllocationRecorder::forEachLiveBlock(
     const std::function<void(uintptr_t, const BlockRecord&)>& fn) const {
     std::lock_guard<RecorderLock> lock(d_lock);
     d_live.forEach(fn);
+    d_young.forEach(fn);
 }
 
 std::optional<BlockRecord> AllocationRecorder::liveBlock(uintptr_t ptr) const {
     std::lock_guard<RecorderLock> lock(d_lock);
+    if (size_t slot = d_young.find(ptr); slot != YoungBlocks::kNone) {
+        return d_young.record(slot);
+    }
     const BlockRecord* rec = d_live.find(ptr);
     return rec != nullptr ? std::optional<BlockRecord>(*rec) : std::nullopt;
 }
@@ -590,7 +669,7 @@ std::vector<RawFrame> AllocationRecorder::allInternedFrames() const {
 
 size_t AllocationRecorder::liveBlockCount() const {
     std::lock_guard<RecorderLock> lock(d_lock);
-    return d_live.size();
+    return d_live.size() + d_young.size();
 }
 
 size_t AllocationRecorder::stackCount() const {

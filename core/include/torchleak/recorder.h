@@ -22,6 +22,7 @@
 #include "torchleak/live_block_table.h"
 #include "torchleak/recorder_lock.h"
 #include "torchleak/stack_table.h"
+#include "torchleak/young_blocks.h"
 
 #include <array>
 #include <atomic>
@@ -145,6 +146,10 @@ class AllocationRecorder {
     using StackRetainFn = void (*)(std::span<const RawFrame> frames) noexcept;
 
     AllocationRecorder();
+    // Takes `lock` instead of a lock of its own; it must outlive the recorder. The CPU
+    // allocator tap holds its process-wide lock around each event and calls the *Held entry
+    // points below: one lock an event instead of the tap's own guard and then this one.
+    explicit AllocationRecorder(RecorderLock& lock);
     AllocationRecorder(const AllocationRecorder&) = delete;
     AllocationRecorder& operator=(const AllocationRecorder&) = delete;
 
@@ -168,7 +173,8 @@ class AllocationRecorder {
                      uint64_t weight = kWholeBlock,
                      StackToken inheritedStack = 0) noexcept;
     // An allocation the sampler skipped (weight 0): counted, not recorded; a device allocator's
-    // totals still move the device's timeline.
+    // totals still move the device's timeline (only then is the lock taken: a caller that holds
+    // it passes no totals).
     void recordSkipped(DeviceKey device,
                        int64_t allocatorAllocated,
                        int64_t allocatorReserved,
@@ -178,6 +184,23 @@ class AllocationRecorder {
                     int64_t allocatorAllocated,
                     int64_t allocatorReserved,
                     bool allocatorTotals) noexcept;
+    // The two above for a caller that holds lock() already.
+    void recordAllocHeld(uintptr_t ptr,
+                         uint64_t size,
+                         DeviceKey device,
+                         std::span<const RawFrame> frames,
+                         const char* nodeTypeName,
+                         int64_t allocatorAllocated,
+                         int64_t allocatorReserved,
+                         bool allocatorTotals,
+                         uint64_t weight = kWholeBlock,
+                         StackToken inheritedStack = 0) noexcept;
+    void recordFreeHeld(uintptr_t ptr,
+                        DeviceKey device,
+                        int64_t allocatorAllocated,
+                        int64_t allocatorReserved,
+                        bool allocatorTotals) noexcept;
+    RecorderLock& lock() const noexcept { return d_lock; }
     void noteShadowed() noexcept { d_shadowed.store(true, std::memory_order_relaxed); }
     // The phase blocks allocated from now on are born in, unless an autograd node is running
     // (nodeTypeName given: always Backward). Set by the tracking thread around the optimizer's
@@ -196,6 +219,11 @@ class AllocationRecorder {
                            int64_t allocatorAllocated,
                            int64_t allocatorReserved,
                            bool fromAllocator = true) noexcept;
+    void recordOutOfMemoryHeld(DeviceKey device,
+                               int64_t requested,
+                               int64_t allocatorAllocated,
+                               int64_t allocatorReserved,
+                               bool fromAllocator = true) noexcept;
 
     // ---- slow path: the tracking thread ---------------------------------------------------
     // Interns a stack captured off the hot path, for recordAlloc's inheritedStack: the stack a
@@ -325,6 +353,12 @@ class AllocationRecorder {
     // Both under d_lock. addBlock may throw (a new group or birth entry), removeBlock not.
     void addBlock(const BlockRecord& rec);
     void removeBlock(const BlockRecord& rec) noexcept;
+    // Takes a block that left no free behind out of its device's counts (countBlock -1).
+    void forgetBlock(const BlockRecord& rec) noexcept;
+    // Files a young block in the live table and its group (young_blocks.h); settleYoung files
+    // them all, before anything reads groups or live blocks. Under d_lock.
+    void settle(size_t slot) noexcept;
+    void settleYoung() noexcept;
     // The group of `key`, through d_groupCache; null (find) when there is none yet.
     GroupState* findGroup(const GroupKey& key) noexcept;
     GroupState& groupFor(const GroupKey& key); // creates it; may throw
@@ -345,8 +379,10 @@ class AllocationRecorder {
                       bool allocatorTotals,
                       uint64_t allocatedBlock) noexcept;
 
-    mutable RecorderLock d_lock;
+    RecorderLock d_ownLock;
+    RecorderLock& d_lock; // d_ownLock, or the one given
     LiveBlockTable d_live;
+    YoungBlocks d_young;
     StackTable d_stacks;
     NodeNameTable d_nodes;
     DeviceState d_devices[kMaxDevices];
