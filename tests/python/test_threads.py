@@ -105,3 +105,67 @@ def test_track_on_a_non_main_thread_records_its_own_and_other_threads_allocation
     first_line = tracked.__code__.co_firstlineno
     assert sorted(f.site["line"] for f in report.leaks) == [first_line + 4, first_line + 5]
     assert not _core.cpu_tap_installed()
+
+
+def test_an_allocation_made_while_the_tap_lock_is_held_is_let_through_unrecorded(tmp_path):
+    """The tap holds one lock around each event, the recorder's own: an allocation its holder
+    made (the hook's own work, if it ever allocated through c10) must pass unrecorded, not wait
+    for itself. In a child with a timeout: the regression is a hang."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "held.py"
+    script.write_text(
+        "import torch, torchleak\n"
+        "from torchleak import _core\n"
+        "with torchleak.track() as t:\n"
+        "    assert _core.cpu_tap_installed()\n"
+        "    before = t.events\n"
+        "    assert _core._allocate_holding_tap_lock_for_testing(4096)\n"
+        "    between = t.events\n"
+        "    x = torch.empty(1024)\n"
+        "    after = t.events\n"
+        "print(before, between, after)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, between, after = map(int, done.stdout.split())
+    assert between == before  # neither the allocation nor its free was recorded
+    assert after > between  # and the tap still records once the lock is given back
+
+
+def test_sessions_start_and_stop_while_other_threads_allocate(tmp_path):
+    """Detaching waits for the event in flight (the tap's lock) and never for more: four
+    threads allocate and free all along while the main thread runs 30 short sessions. In a
+    child with a timeout: the regression is a crash or a hang."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "churn.py"
+    script.write_text(
+        "import threading, torch, torchleak\n"
+        "from torchleak import _core\n"
+        "stop = threading.Event()\n"
+        "def churn():\n"
+        "    while not stop.is_set():\n"
+        "        kept = [torch.ones(64) + i for i in range(50)]\n"
+        "        del kept\n"
+        "threads = [threading.Thread(target=churn) for _ in range(4)]\n"
+        "for t in threads: t.start()\n"
+        "found = 0\n"
+        "for _ in range(30):\n"
+        "    hist = []\n"
+        "    with torchleak.track() as tr:\n"
+        "        for _ in range(6):\n"
+        "            hist.append(torch.ones(16384))\n"
+        "            torchleak.step()\n"
+        "    found += any(f.verdict == 'leak' for f in tr.report().findings)\n"
+        "stop.set()\n"
+        "for t in threads: t.join(timeout=60)\n"
+        "assert not any(t.is_alive() for t in threads)\n"
+        "assert not _core.cpu_tap_installed()\n"
+        "print(found)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) == 30  # each session found its own leak

@@ -21,7 +21,9 @@
 #include "torchleak/retention.h"
 
 #include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <mutex>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -288,6 +290,17 @@ PYBIND11_MODULE(_core, m) {
         "slot.");
     m.def("cpu_tap_installed", &cpuTapInstalled,
           "True while torchleak's CPU allocator tap is the process's CPU allocator.");
+    m.def(
+        "_allocate_holding_tap_lock_for_testing",
+        [](size_t nbytes) {
+            // What the hook's own work would meet if it allocated through c10: the tap must
+            // let it through unrecorded rather than wait for the lock its thread holds.
+            std::lock_guard<RecorderLock> held(cpuTapLock());
+            c10::DataPtr block = c10::GetCPUAllocator()->allocate(nbytes);
+            return block.get() != nullptr;
+        },
+        py::arg("nbytes"),
+        "Tests only: allocate and free a CPU block while holding the tap's lock.");
     m.def("pending_hook_removals", &AllocatorHook::pendingRemovals);
     m.def("retry_deferred_removals", &AllocatorHook::retryDeferredRemovals);
     m.attr("SCHEMA_VERSION") = kReportSchema;

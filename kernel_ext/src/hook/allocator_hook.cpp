@@ -23,7 +23,8 @@ using torch::profiler::impl::ProfilerState;
 using torch::profiler::impl::ProfilerStateBase;
 
 // True while this thread is inside our reportMemoryUsage: anything that allocates through c10
-// from inside the hook (it should not happen) is dropped instead of recursing.
+// from inside the hook (it should not happen) is dropped instead of recursing. (The CPU tap
+// tells the same by its lock's owner.)
 thread_local bool t_inHook = false;
 
 // Holds t_inHook for one event, cleared on every way out of it (a return added to record()
@@ -55,8 +56,10 @@ class InHook {
 //
 // CPU events arrive instead through the CPU allocator tap (cpu_allocator_tap.h), from every
 // thread of the process, with the same rules: cpuAllocated/cpuFreed run on any thread, without
-// the GIL. While the tap carries them, CPU reports through the thread-local slot are ignored
-// (c10's default CPU allocator sends both).
+// the GIL, and with the tap's lock held, which is the recorder's own (the session made its
+// recorder with cpuTapLock()): they call the recorder's *Held entry points. While the tap
+// carries them, CPU reports through the thread-local slot are ignored (c10's default CPU
+// allocator sends both).
 struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink {
     Impl(std::shared_ptr<AllocationRecorder> recorder, FrameCaptureFn capture)
         : ProfilerStateBase(ProfilerConfig(ProfilerState::Disabled)),
@@ -78,9 +81,13 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
                            size_t totalAllocated,
                            size_t totalReserved,
                            c10::Device device) noexcept override {
-        if (device.is_cpu() && d_cpuByTap.load(std::memory_order_relaxed)) {
+        // A thread that holds the recorder's lock (the tap's, in a recorder call) would wait for
+        // itself.
+        if ((device.is_cpu() && d_cpuByTap.load(std::memory_order_relaxed)) || t_inHook ||
+            d_recorder->lock().heldByCaller()) {
             return;
         }
+        InHook inside;
         // CPU reports count only blocks c10 saw while profiling and no reserve; the device
         // allocators report their real totals. CUDA (and ROCm, XPU, MPS, whose allocators
         // are built like it) report under the allocator's device mutex, where walking
@@ -92,7 +99,7 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         // thread), the block inherits the stack of the backward() call (one atomic load).
         record(ptr, allocSize, keyOf(device), static_cast<int64_t>(totalAllocated),
                static_cast<int64_t>(totalReserved), !device.is_cpu(),
-               device.is_cpu() || device.is_privateuseone());
+               device.is_cpu() || device.is_privateuseone(), false);
     }
 
     static DeviceKey keyOf(c10::Device device) noexcept {
@@ -100,34 +107,36 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
     }
 
     void cpuAllocated(void* ptr, size_t size) noexcept override {
-        record(ptr, static_cast<int64_t>(size), kCpu, 0, 0, false, true);
+        record(ptr, static_cast<int64_t>(size), kCpu, 0, 0, false, true, true);
     }
 
-    void cpuFreed(void* ptr) noexcept override { record(ptr, -1, kCpu, 0, 0, false, false); }
+    void cpuFreed(void* ptr) noexcept override { record(ptr, -1, kCpu, 0, 0, false, false, true); }
 
     // No totals: the CPU has no allocator statistics (the report counts tracked bytes).
     void cpuAllocationFailed(size_t size) noexcept override {
         if (d_enabled.load(std::memory_order_relaxed)) {
-            d_recorder->recordOutOfMemory(kCpu, static_cast<int64_t>(size), -1, -1);
+            d_recorder->recordOutOfMemoryHeld(kCpu, static_cast<int64_t>(size), -1, -1);
         }
     }
 
-    // One event, from either path: an allocation when size >= 0, else a free.
+    // One event, from either path: an allocation when size >= 0, else a free. `held`: the
+    // caller (the CPU tap) holds the recorder's lock; otherwise each recorder call takes it.
     void record(void* ptr,
                 int64_t size,
                 DeviceKey key,
                 int64_t allocated,
                 int64_t reserved,
                 bool totals,
-                bool withStack) noexcept {
-        if (!d_enabled.load(std::memory_order_relaxed) || t_inHook) {
+                bool withStack,
+                bool held) noexcept {
+        if (!d_enabled.load(std::memory_order_relaxed)) {
             return;
         }
-        InHook inside;
         if (size >= 0) {
             // Sampling decides first: a skipped allocation costs no stack capture at all.
             const uint64_t weight = d_recorder->sampler().weigh(static_cast<uint64_t>(size));
             if (weight == 0) {
+                // The tap's events have no totals: this takes no lock then.
                 d_recorder->recordSkipped(key, allocated, reserved, totals);
                 return;
             }
@@ -143,9 +152,18 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
                 nodeType = typeid(*node).name();
                 inherited = d_backwardStack.load(std::memory_order_relaxed);
             }
-            d_recorder->recordAlloc(reinterpret_cast<uintptr_t>(ptr), static_cast<uint64_t>(size),
-                                    key, std::span<const RawFrame>(frames, depth), nodeType,
-                                    allocated, reserved, totals, weight, inherited);
+            const auto at = reinterpret_cast<uintptr_t>(ptr);
+            const std::span<const RawFrame> stack(frames, depth);
+            if (held) {
+                d_recorder->recordAllocHeld(at, static_cast<uint64_t>(size), key, stack, nodeType,
+                                            allocated, reserved, totals, weight, inherited);
+            } else {
+                d_recorder->recordAlloc(at, static_cast<uint64_t>(size), key, stack, nodeType,
+                                        allocated, reserved, totals, weight, inherited);
+            }
+        } else if (held) {
+            d_recorder->recordFreeHeld(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
+                                       totals);
         } else {
             d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
                                    totals);

@@ -5,53 +5,38 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <mutex>
-#include <thread>
 
 namespace torchleak {
 
 namespace {
 
 // Concurrency: allocate() and trackedDelete() run on any thread, with or without the GIL. They
-// read the sink (and the late-free log) through an in-flight count: detach() clears the
-// pointer, then waits until no thread is between enter() and leave(), so neither is used after
-// its detach returns. The
-// original allocator and deleter are written once, under g_installMutex, before the tap is
-// published to c10, and never change afterwards (a later attach wraps the same allocator).
+// read the sink (and the late-free log) and call it under cpuTapLock(); detach() clears the
+// pointer under that lock, so once it returns no thread is inside the sink or the log, and
+// none will enter them. The sink's recorder shares the lock: an event takes it once. A thread
+// that holds the lock already (inside the hook, or in a recorder call) is not let in again:
+// its allocation is dropped rather than wait for itself. The original
+// allocator and deleter are written once, under g_installMutex, before the tap is published
+// to c10, and never change afterwards (a later attach wraps the same allocator).
+// Constant-initialised and trivially destructible: there from the library's load to its
+// unload, so a free during the teardown of statics finds it, and no guard is checked on use.
+constinit RecorderLock g_tapLock;
 std::atomic<CpuEventSink*> g_sink{nullptr};
 std::atomic<LateFreeLog*> g_late{nullptr};
-std::atomic<int> g_inFlight{0};
 std::mutex g_installMutex;
 c10::Allocator* g_original = nullptr;
 c10::DeleterFnPtr g_originalDeleter = nullptr;
 
-CpuEventSink* enter() noexcept {
-    g_inFlight.fetch_add(1);
-    CpuEventSink* sink = g_sink.load();
-    if (sink == nullptr) {
-        g_inFlight.fetch_sub(1);
-    }
-    return sink;
-}
-
-void leave() noexcept {
-    g_inFlight.fetch_sub(1);
-}
-
 void trackedDelete(void* ptr) {
-    g_inFlight.fetch_add(1);
-    if (CpuEventSink* sink = g_sink.load()) {
-        sink->cpuFreed(ptr);
-    } else if (LateFreeLog* log = g_late.load()) {
-        log->note(ptr);
+    if (RecorderLock& events = cpuTapLock(); !events.heldByCaller()) {
+        std::lock_guard<RecorderLock> lock(events);
+        if (CpuEventSink* sink = g_sink.load(std::memory_order_relaxed)) {
+            sink->cpuFreed(ptr);
+        } else if (LateFreeLog* log = g_late.load(std::memory_order_relaxed)) {
+            log->note(ptr);
+        }
     }
-    leave();
     g_originalDeleter(ptr);
-}
-
-void waitForInFlight() noexcept {
-    while (g_inFlight.load() != 0) {
-        std::this_thread::yield();
-    }
 }
 
 class TappedCpuAllocator final : public c10::Allocator {
@@ -61,19 +46,22 @@ class TappedCpuAllocator final : public c10::Allocator {
         try {
             data = g_original->allocate(n);
         } catch (...) {
-            if (CpuEventSink* sink = enter()) {
-                sink->cpuAllocationFailed(n);
-                leave();
+            if (RecorderLock& events = cpuTapLock(); !events.heldByCaller()) {
+                std::lock_guard<RecorderLock> lock(events);
+                if (CpuEventSink* sink = g_sink.load(std::memory_order_relaxed)) {
+                    sink->cpuAllocationFailed(n);
+                }
             }
             throw;
         }
         // Only the plain shape (context == pointer, the original deleter): anything else is
         // passed through untouched and unseen rather than guessed at.
         if (data.get() != nullptr && data.get_context() == data.get() &&
-            data.compare_exchange_deleter(g_originalDeleter, &trackedDelete)) {
-            if (CpuEventSink* sink = enter()) {
+            data.compare_exchange_deleter(g_originalDeleter, &trackedDelete) &&
+            !cpuTapLock().heldByCaller()) {
+            std::lock_guard<RecorderLock> lock(cpuTapLock());
+            if (CpuEventSink* sink = g_sink.load(std::memory_order_relaxed)) {
                 sink->cpuAllocated(data.get(), n);
-                leave();
             }
         }
         return data;
@@ -94,6 +82,10 @@ TappedCpuAllocator& tap() {
 
 } // namespace
 
+RecorderLock& cpuTapLock() noexcept {
+    return g_tapLock;
+}
+
 bool attachCpuTap(CpuEventSink* sink) noexcept {
     std::lock_guard<std::mutex> lock(g_installMutex);
     c10::Allocator* current = c10::GetCPUAllocator();
@@ -111,17 +103,20 @@ bool attachCpuTap(CpuEventSink* sink) noexcept {
             return false;
         }
     }
-    g_sink.store(sink);
+    std::lock_guard<RecorderLock> events(cpuTapLock());
+    g_sink.store(sink, std::memory_order_relaxed);
     return true;
 }
 
 void detachCpuTap(CpuEventSink* sink) noexcept {
     std::lock_guard<std::mutex> lock(g_installMutex);
-    CpuEventSink* expected = sink;
-    if (!g_sink.compare_exchange_strong(expected, nullptr)) {
-        return;
+    {
+        std::lock_guard<RecorderLock> events(cpuTapLock());
+        if (g_sink.load(std::memory_order_relaxed) != sink) {
+            return;
+        }
+        g_sink.store(nullptr, std::memory_order_relaxed);
     }
-    waitForInFlight();
     if (c10::GetCPUAllocator() == &tap()) {
         c10::SetCPUAllocator(g_original, 0);
     }
@@ -154,13 +149,16 @@ std::vector<uintptr_t> LateFreeLog::freed() const {
 }
 
 void attachLateFrees(LateFreeLog* log) noexcept {
-    g_late.store(log);
+    std::lock_guard<RecorderLock> events(cpuTapLock());
+    g_late.store(log, std::memory_order_relaxed);
 }
 
+// Under the lock also when another log replaced it: once it is taken, no note is under way.
 void detachLateFrees(LateFreeLog* log) noexcept {
-    LateFreeLog* expected = log;
-    g_late.compare_exchange_strong(expected, nullptr);
-    waitForInFlight(); // also when another log replaced it: a note into it may be under way
+    std::lock_guard<RecorderLock> events(cpuTapLock());
+    if (g_late.load(std::memory_order_relaxed) == log) {
+        g_late.store(nullptr, std::memory_order_relaxed);
+    }
 }
 
 bool cpuTapInstalled() noexcept {

@@ -16,6 +16,8 @@
 //
 // This header names no torch type.
 
+#include "torchleak/recorder_lock.h"
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +26,14 @@
 
 namespace torchleak {
 
-// Where the tap sends events. Called on any thread, noexcept, without the GIL.
+// The lock the tap holds around every event it routes (process lifetime). The sink's recorder
+// takes it as its own (AllocationRecorder(RecorderLock&)), so a CPU event costs one lock: the
+// tap needs it anyway to know the sink is still attached while it calls it.
+RecorderLock& cpuTapLock() noexcept;
+
+// Where the tap sends events. Called on any thread, noexcept, without the GIL, with
+// cpuTapLock() held: a sink must not allocate through c10, nor wait on anything a thread that
+// waits for that lock may hold.
 class CpuEventSink {
   public:
     virtual ~CpuEventSink() = default;
@@ -41,7 +50,7 @@ class CpuEventSink {
 // thread-local path then stays the only one. One sink at a time.
 bool attachCpuTap(CpuEventSink* sink) noexcept;
 
-// Stops routing to `sink`, waits for events in flight on other threads, and puts the original
+// Stops routing to `sink`, waits for the event in flight (its lock), and puts the original
 // allocator back. Blocks allocated meanwhile keep the tap's deleter, which from then on only
 // forwards to the original one.
 void detachCpuTap(CpuEventSink* sink) noexcept;

@@ -36,7 +36,8 @@ ActiveSessionClaim::ActiveSessionClaim(ActiveSessionClaim&& other) noexcept
     : d_session(std::exchange(other.d_session, nullptr)) {}
 
 TrackingSession::TrackingSession(bool captureStacks, uint64_t sampleBytes)
-    : d_recorder(std::make_shared<AllocationRecorder>()), d_captureStacks(captureStacks) {
+    : d_recorder(std::make_shared<AllocationRecorder>(cpuTapLock())),
+      d_captureStacks(captureStacks) {
     d_recorder->setStackRetainer(&retainCodeObjects);
     d_recorder->setSampler(AllocationSampler(sampleBytes));
 }
