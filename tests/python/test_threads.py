@@ -2,6 +2,8 @@
 starts, frees on another thread, backward() on a worker, track() on a non-main thread. c10
 reports only to the allocating thread's PROFILER_STATE, so these ride the CPU allocator tap."""
 
+import subprocess
+import sys
 import threading
 
 import torch
@@ -107,15 +109,22 @@ def test_track_on_a_non_main_thread_records_its_own_and_other_threads_allocation
     assert not _core.cpu_tap_installed()
 
 
+def run_child(tmp_path, source, timeout=300):
+    """Runs `source` in a child interpreter (bounded) and returns its stdout: for what would hang
+    or crash the test process itself."""
+    script = tmp_path / "child.py"
+    script.write_text(source)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_an_allocation_made_while_the_tap_lock_is_held_is_let_through_unrecorded(tmp_path):
     """The tap holds one lock around each event, the recorder's own: an allocation its holder
     made (the hook's own work, if it ever allocated through c10) must pass unrecorded, not wait
     for itself. In a child with a timeout: the regression is a hang."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "held.py"
-    script.write_text(
+    out = run_child(
+        tmp_path,
         "import torch, torchleak\n"
         "from torchleak import _core\n"
         "with torchleak.track() as t:\n"
@@ -125,11 +134,9 @@ def test_an_allocation_made_while_the_tap_lock_is_held_is_let_through_unrecorded
         "    between = t.events\n"
         "    x = torch.empty(1024)\n"
         "    after = t.events\n"
-        "print(before, between, after)\n"
+        "print(before, between, after)\n",
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    before, between, after = map(int, done.stdout.split())
+    before, between, after = map(int, out.split())
     assert between == before  # neither the allocation nor its free was recorded
     assert after > between  # and the tap still records once the lock is given back
 
@@ -138,11 +145,8 @@ def test_sessions_start_and_stop_while_other_threads_allocate(tmp_path):
     """Detaching waits for the event in flight (the tap's lock) and never for more: four
     threads allocate and free all along while the main thread runs 30 short sessions. In a
     child with a timeout: the regression is a crash or a hang."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "churn.py"
-    script.write_text(
+    out = run_child(
+        tmp_path,
         "import threading, torch, torchleak\n"
         "from torchleak import _core\n"
         "stop = threading.Event()\n"
@@ -164,8 +168,6 @@ def test_sessions_start_and_stop_while_other_threads_allocate(tmp_path):
         "for t in threads: t.join(timeout=60)\n"
         "assert not any(t.is_alive() for t in threads)\n"
         "assert not _core.cpu_tap_installed()\n"
-        "print(found)\n"
+        "print(found)\n",
     )
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert int(done.stdout.split()[-1]) == 30  # each session found its own leak
+    assert int(out.split()[-1]) == 30  # each session found its own leak
