@@ -119,8 +119,15 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         }
     }
 
+    // The recorder's lock for one call, unless the caller (the CPU tap) holds it already.
+    std::unique_lock<RecorderLock> lockUnless(bool held) noexcept {
+        return held ? std::unique_lock<RecorderLock>()
+                    : std::unique_lock<RecorderLock>(d_recorder->lock());
+    }
+
     // One event, from either path: an allocation when size >= 0, else a free. `held`: the
-    // caller (the CPU tap) holds the recorder's lock; otherwise each recorder call takes it.
+    // caller (the CPU tap) holds the recorder's lock; otherwise it is taken for the recorder
+    // call only (not around the capture).
     void record(void* ptr,
                 int64_t size,
                 DeviceKey key,
@@ -152,21 +159,15 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
                 nodeType = typeid(*node).name();
                 inherited = d_backwardStack.load(std::memory_order_relaxed);
             }
-            const auto at = reinterpret_cast<uintptr_t>(ptr);
-            const std::span<const RawFrame> stack(frames, depth);
-            if (held) {
-                d_recorder->recordAllocHeld(at, static_cast<uint64_t>(size), key, stack, nodeType,
-                                            allocated, reserved, totals, weight, inherited);
-            } else {
-                d_recorder->recordAlloc(at, static_cast<uint64_t>(size), key, stack, nodeType,
+            std::unique_lock<RecorderLock> lock = lockUnless(held);
+            d_recorder->recordAllocHeld(reinterpret_cast<uintptr_t>(ptr),
+                                        static_cast<uint64_t>(size), key,
+                                        std::span<const RawFrame>(frames, depth), nodeType,
                                         allocated, reserved, totals, weight, inherited);
-            }
-        } else if (held) {
+        } else {
+            std::unique_lock<RecorderLock> lock = lockUnless(held);
             d_recorder->recordFreeHeld(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
                                        totals);
-        } else {
-            d_recorder->recordFree(reinterpret_cast<uintptr_t>(ptr), key, allocated, reserved,
-                                   totals);
         }
     }
 

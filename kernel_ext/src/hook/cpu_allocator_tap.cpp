@@ -11,15 +11,15 @@ namespace torchleak {
 namespace {
 
 // Concurrency: allocate() and trackedDelete() run on any thread, with or without the GIL. They
-// read the sink (and the late-free log) and call it under cpuTapLock(); detach() clears the
-// pointer under that lock, so once it returns no thread is inside the sink or the log, and
-// none will enter them. The sink's recorder shares the lock: an event takes it once. A thread
-// that holds the lock already (inside the hook, or in a recorder call) is not let in again:
-// its allocation is dropped rather than wait for itself. The original
-// allocator and deleter are written once, under g_installMutex, before the tap is published
-// to c10, and never change afterwards (a later attach wraps the same allocator).
-// Constant-initialised and trivially destructible: there from the library's load to its
-// unload, so a free during the teardown of statics finds it, and no guard is checked on use.
+// read the sink (and the late-free log) and call it under g_tapLock (routeEvent); detach()
+// clears the pointer under that lock, so once it returns no thread is inside the sink or the
+// log, and none will enter them. The sink's recorder shares the lock: an event takes it once.
+// The original allocator and deleter are written once, under g_installMutex, before the tap is
+// published to c10, and never change afterwards (a later attach wraps the same allocator).
+//
+// g_tapLock is constant-initialised and trivially destructible: there from the library's load
+// to its unload, so a free during the teardown of statics finds it, and no guard is checked on
+// use.
 constinit RecorderLock g_tapLock;
 std::atomic<CpuEventSink*> g_sink{nullptr};
 std::atomic<LateFreeLog*> g_late{nullptr};
@@ -27,15 +27,25 @@ std::mutex g_installMutex;
 c10::Allocator* g_original = nullptr;
 c10::DeleterFnPtr g_originalDeleter = nullptr;
 
+// Calls fn(sink), the sink attached now or null, under g_tapLock. A thread that holds the lock
+// already (inside the hook, or in a recorder call) is not let in again: its event is dropped
+// rather than wait for itself.
+template <typename Fn> void routeEvent(Fn&& fn) noexcept {
+    if (g_tapLock.heldByCaller()) {
+        return;
+    }
+    std::lock_guard<RecorderLock> lock(g_tapLock);
+    fn(g_sink.load(std::memory_order_relaxed));
+}
+
 void trackedDelete(void* ptr) {
-    if (RecorderLock& events = cpuTapLock(); !events.heldByCaller()) {
-        std::lock_guard<RecorderLock> lock(events);
-        if (CpuEventSink* sink = g_sink.load(std::memory_order_relaxed)) {
+    routeEvent([ptr](CpuEventSink* sink) {
+        if (sink != nullptr) {
             sink->cpuFreed(ptr);
         } else if (LateFreeLog* log = g_late.load(std::memory_order_relaxed)) {
             log->note(ptr);
         }
-    }
+    });
     g_originalDeleter(ptr);
 }
 
@@ -46,23 +56,22 @@ class TappedCpuAllocator final : public c10::Allocator {
         try {
             data = g_original->allocate(n);
         } catch (...) {
-            if (RecorderLock& events = cpuTapLock(); !events.heldByCaller()) {
-                std::lock_guard<RecorderLock> lock(events);
-                if (CpuEventSink* sink = g_sink.load(std::memory_order_relaxed)) {
+            routeEvent([n](CpuEventSink* sink) {
+                if (sink != nullptr) {
                     sink->cpuAllocationFailed(n);
                 }
-            }
+            });
             throw;
         }
         // Only the plain shape (context == pointer, the original deleter): anything else is
         // passed through untouched and unseen rather than guessed at.
         if (data.get() != nullptr && data.get_context() == data.get() &&
-            data.compare_exchange_deleter(g_originalDeleter, &trackedDelete) &&
-            !cpuTapLock().heldByCaller()) {
-            std::lock_guard<RecorderLock> lock(cpuTapLock());
-            if (CpuEventSink* sink = g_sink.load(std::memory_order_relaxed)) {
-                sink->cpuAllocated(data.get(), n);
-            }
+            data.compare_exchange_deleter(g_originalDeleter, &trackedDelete)) {
+            routeEvent([&data, n](CpuEventSink* sink) {
+                if (sink != nullptr) {
+                    sink->cpuAllocated(data.get(), n);
+                }
+            });
         }
         return data;
     }
@@ -103,7 +112,7 @@ bool attachCpuTap(CpuEventSink* sink) noexcept {
             return false;
         }
     }
-    std::lock_guard<RecorderLock> events(cpuTapLock());
+    std::lock_guard<RecorderLock> events(g_tapLock);
     g_sink.store(sink, std::memory_order_relaxed);
     return true;
 }
@@ -111,7 +120,7 @@ bool attachCpuTap(CpuEventSink* sink) noexcept {
 void detachCpuTap(CpuEventSink* sink) noexcept {
     std::lock_guard<std::mutex> lock(g_installMutex);
     {
-        std::lock_guard<RecorderLock> events(cpuTapLock());
+        std::lock_guard<RecorderLock> events(g_tapLock);
         if (g_sink.load(std::memory_order_relaxed) != sink) {
             return;
         }
@@ -149,13 +158,13 @@ std::vector<uintptr_t> LateFreeLog::freed() const {
 }
 
 void attachLateFrees(LateFreeLog* log) noexcept {
-    std::lock_guard<RecorderLock> events(cpuTapLock());
+    std::lock_guard<RecorderLock> events(g_tapLock);
     g_late.store(log, std::memory_order_relaxed);
 }
 
 // Under the lock also when another log replaced it: once it is taken, no note is under way.
 void detachLateFrees(LateFreeLog* log) noexcept {
-    std::lock_guard<RecorderLock> events(cpuTapLock());
+    std::lock_guard<RecorderLock> events(g_tapLock);
     if (g_late.load(std::memory_order_relaxed) == log) {
         g_late.store(nullptr, std::memory_order_relaxed);
     }
