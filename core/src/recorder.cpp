@@ -343,17 +343,14 @@ void AllocationRecorder::forgetBlock(const BlockRecord& rec) noexcept {
 }
 
 // A young block's birth is filed now, in the iteration it was born in (young blocks are all
-// settled before a boundary). A table that cannot grow loses the block, counted as dropped.
+// settled before a boundary). Its slot in the live table is a new one: its allocation took any
+// older block at its address out of the table, and no other young block has that address. A
+// table that cannot grow loses the block, counted as dropped.
 void AllocationRecorder::settle(size_t slot) noexcept {
     const uintptr_t ptr = d_young.pointer(slot);
     const BlockRecord rec = d_young.take(slot);
     try {
-        auto [entry, fresh] = d_live.emplace(ptr);
-        if (!fresh) {
-            // An older block at this address whose free we did not see.
-            removeBlock(*entry);
-            forgetBlock(*entry);
-        }
+        BlockRecord* entry = d_live.emplace(ptr).first;
         try {
             addBlock(rec);
         } catch (...) {

@@ -67,7 +67,6 @@ class YoungBlocks {
     }
 
     uintptr_t pointer(size_t slot) const noexcept { return d_ptrs[slot]; }
-    BlockRecord& record(size_t slot) noexcept { return d_recs[slot]; }
     const BlockRecord& record(size_t slot) const noexcept { return d_recs[slot]; }
 
     // Empties a slot and returns what it held.
