@@ -1,3 +1,4 @@
+#include "group_samples.h"
 #include "torchleak/recorder.h"
 
 #include <catch2/catch.hpp>
@@ -15,18 +16,7 @@ const std::vector<RawFrame> kStackA = {{0xA0, 2}, {0xB0, 4}};
 const std::vector<RawFrame> kStackB = {{0xC0, 6}};
 } // namespace
 
-namespace {
-const GroupSample* groupWithStack(const BoundarySnapshot& b,
-                                  const AllocationRecorder& rec,
-                                  const std::vector<RawFrame>& stack) {
-    for (const GroupSample& g : b.groups) {
-        if (rec.stackFrames(g.key.stack) == stack) {
-            return &g;
-        }
-    }
-    return nullptr;
-}
-} // namespace
+using torchleak::testing::groupWithStack;
 
 TEST_CASE("A block kept per iteration shows up in every boundary's snapshot") {
     AllocationRecorder rec;

@@ -1,3 +1,4 @@
+#include "group_samples.h"
 #include "torchleak/recorder.h"
 
 #include <catch2/catch.hpp>
@@ -12,18 +13,9 @@ namespace {
 constexpr DeviceKey kCpu{0, -1};
 const std::vector<RawFrame> kKept = {{0xA0, 2}};
 const std::vector<RawFrame> kTemp = {{0xB0, 4}};
-
-uint64_t groupBytes(const BoundarySnapshot& b,
-                    const AllocationRecorder& rec,
-                    const std::vector<RawFrame>& stack) {
-    for (const GroupSample& g : b.groups) {
-        if (rec.stackFrames(g.key.stack) == stack) {
-            return g.bytes;
-        }
-    }
-    return 0;
-}
 } // namespace
+
+using torchleak::testing::groupWithStack;
 
 TEST_CASE("A young block is a live block to every reader before it is filed") {
     AllocationRecorder rec;
@@ -42,7 +34,9 @@ TEST_CASE("A young block is a live block to every reader before it is filed") {
     REQUIRE(rec.markHeldAs(blocks, HeldAs::Parameter) == 1);
     REQUIRE(rec.liveBlock(0x1000)->heldAs == HeldAs::Parameter);
     rec.markBoundary();
-    REQUIRE(groupBytes(rec.boundaries()[0], rec, kKept) == 4096);
+    const GroupSample* filed = groupWithStack(rec.boundaries()[0], rec, kKept);
+    REQUIRE(filed != nullptr);
+    REQUIRE(filed->bytes == 4096);
 }
 
 TEST_CASE("A block that outlives the young ones after it is filed under its site") {
@@ -56,9 +50,13 @@ TEST_CASE("A block that outlives the young ones after it is filed under its site
     }
     REQUIRE(rec.liveBlockCount() == 1);
     const BoundarySnapshot& b = rec.markBoundary();
-    REQUIRE(groupBytes(b, rec, kKept) == 1 << 20);
+    const GroupSample* kept = groupWithStack(b, rec, kKept);
+    REQUIRE(kept != nullptr);
+    REQUIRE(kept->bytes == 1 << 20);
     // The temporaries that were filed before their free read zero; the rest never were.
-    REQUIRE(groupBytes(b, rec, kTemp) == 0);
+    const GroupSample* temporaries = groupWithStack(b, rec, kTemp);
+    REQUIRE(temporaries != nullptr);
+    REQUIRE(temporaries->bytes == 0);
     REQUIRE(b.liveBytes == 1 << 20);
     REQUIRE(b.devices[0].peak == (1 << 20) + 3 * YoungBlocks::kSlots * 64);
 }
@@ -82,7 +80,8 @@ TEST_CASE("An address handed out again without its free leaves no block behind, 
     REQUIRE(rec.trackedBytes(kCpu) == 0);
     const BoundarySnapshot& b = rec.markBoundary();
     REQUIRE(b.liveBytes == 0);
-    REQUIRE(groupBytes(b, rec, kKept) == 0);
+    const GroupSample* kept = groupWithStack(b, rec, kKept); // absent when it was never filed
+    REQUIRE((kept == nullptr || kept->bytes == 0));
 }
 
 // Random traffic over a few addresses (so addresses are reused, and some frees are never
