@@ -348,6 +348,13 @@ class Tracker:
     def _mark_boundary(self):
         self._registry.name_held_blocks(self._session, self._warn)
         self.live_bytes = self._session.step()
+        joined = self._session.profiler_slot_joined_at
+        if joined:
+            self._warn(
+                f"a device allocator was registered after tracking started; that device's "
+                f"memory is recorded from the end of iteration {joined} on, and its blocks "
+                f"made before were not seen"
+            )
         self.newly_steady_groups = self._session.newly_steady_groups
         self.stepped_groups = self._session.stepped_groups
         if self._resident is not None:

@@ -3,6 +3,10 @@ called a leak, warm-up then flat is clean, several devices and the CPU in one re
 projection against the device's capacity."""
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -196,3 +200,39 @@ def test_blocks_freed_on_a_thread_without_the_hook_are_reconciled_with_the_alloc
     assert any(w.startswith("fakegpu:0: 6 block(s) (42.0 MiB) were freed on a thread") for w in report.warnings), (
         report.warnings
     )
+
+
+def test_a_device_registered_after_the_start_is_recorded_from_the_next_boundary(tmp_path):
+    # On a CPU-only torch the hook stays out of PROFILER_STATE (the CPU tap carries the CPU);
+    # an out-of-tree backend the tracked script imports later reports only there, so the
+    # next boundary puts the hook in and the report says what was missed.
+    script = tmp_path / "late.py"
+    script.write_text(
+        "import json, sys, torch, torchleak\n"
+        "kept = []\n"
+        "with torchleak.track() as tracker:\n"
+        "    slot_before = tracker._session.hook_in_profiler_slot\n"
+        "    import fakegpu\n"
+        "    fakegpu.install()\n"
+        "    for _ in range(8):\n"
+        "        kept.append(torch.empty(1 << 20, dtype=torch.uint8, device='fakegpu'))\n"
+        "        torchleak.step()\n"
+        "    slot_after = tracker._session.hook_in_profiler_slot\n"
+        "report = tracker.report()\n"
+        "json.dump({'before': slot_before, 'after': slot_after,\n"
+        "           'joined': tracker._session.profiler_slot_joined_at,\n"
+        "           'leaks': [(f.device, f.bytes_per_iteration) for f in report.leaks],\n"
+        "           'warnings': report.warnings}, sys.stdout)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parent))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    device_build = torch.backends.cuda.is_built() or torch.version.hip is not None
+    assert out["before"] is device_build and out["after"] is True
+    if device_build:
+        assert out["joined"] == 0 and not any("registered after" in w for w in out["warnings"])
+    else:
+        assert out["joined"] == 1
+        assert any("recorded from the end of iteration 1 on" in w for w in out["warnings"]), out
+    assert ["fakegpu:0", 1 << 20] in out["leaks"], out

@@ -8,12 +8,18 @@ import torch
 from torchleak import _core, _tracking
 
 
+def hook_installed():
+    """Whether a torchleak hook is in: its reporter in this thread's PROFILER_STATE slot (any
+    torch with a device allocator) or its tap in front of the CPU allocator (every build)."""
+    return _core.profiler_state_installed() or _core.cpu_tap_installed()
+
+
 @contextlib.contextmanager
 def nothing_left_installed():
     """Every test must leave the thread's PROFILER_STATE slot as it found it, and torch's
     functions that tracking wraps (the autograd engine's entry, CUDA history recording) as
-    they were."""
-    assert not _core.profiler_state_installed()
+    they were, and the CPU allocator without the tap."""
+    assert not hook_installed()
     wrapped = [
         (torch.autograd, "_engine_run_backward"),
         (torch.cuda.memory, "_record_memory_history"),
@@ -24,5 +30,5 @@ def nothing_left_installed():
     for (module, name), original in zip(wrapped, before):
         assert getattr(module, name, None) is original, f"{name} was left wrapped"
     assert _tracking._active is None, "a Tracker is still active after the test"
-    assert not _core.profiler_state_installed(), "a hook was left installed"
+    assert not hook_installed(), "a hook was left installed"
     assert _core.pending_hook_removals() == 0

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from ipython_shell import ledger, run
+from hook_checks import hook_installed
 from torchleak import _core
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
@@ -48,7 +49,7 @@ def test_leakcheck_shows_a_live_widget_then_a_report_that_needs_no_kernel(shell)
     progress = shown[-1]["metadata"][REPORT]["progress"]
     assert progress["done"] and progress["k"] == progress["n"] == 5 and not progress["stopped"]
     assert "5 iterations in " in data["text/plain"]
-    assert not _core.profiler_state_installed()
+    assert not hook_installed()
 
 
 def test_leakcheck_writes_json_and_html(shell, tmp_path):
@@ -93,7 +94,7 @@ def test_bad_leakcheck_options_are_usage_errors_with_the_usage_line(shell, line)
     assert not result.success
     assert type(result.error_in_exec).__name__ == "UsageError"
     assert "usage: %%leakcheck [-n N]" in str(result.error_in_exec)
-    assert not _core.profiler_state_installed()
+    assert not hook_installed()
 
 
 @pytest.mark.parametrize(
@@ -149,7 +150,7 @@ def test_watch_mode_ledger_and_leakreport(shell, tmp_path):
     leaks = [f for f in report["findings"] if f["verdict"] == "leak"]
     assert any(f["path_text"].startswith("losses[") for f in leaks)
     assert run(shell, "%leakwatch off").success
-    assert not _core.profiler_state_installed()
+    assert not hook_installed()
     # the report of the watched cells stays available
     assert run(shell, "%leakreport").success
 
@@ -239,10 +240,10 @@ def test_leakwatch_without_argument_shows_state_and_reset_starts_over(shell):
     assert "cell run(s) recorded" in state
     result = run(shell, "%leakwatch reset")
     assert result.success and "reset" in result.output
-    assert _core.profiler_state_installed()  # still watching
+    assert hook_installed()  # still watching
     assert "0 leak(s) so far" in run(shell, "%leakwatch").output
     run(shell, "%leakwatch off")
-    assert not _core.profiler_state_installed()
+    assert not hook_installed()
     assert "cell watch is off" in run(shell, "%leakwatch").output
 
 
@@ -252,7 +253,7 @@ def test_leakcheck_inside_watch_mode_pauses_and_resumes_watching(shell):
     result = run(shell, "%%leakcheck -n 3\nkept.append(torch.ones(16, 1024))\n")
     assert result.success, result.output
     run(shell, "y = 1")
-    assert _core.profiler_state_installed()  # watching again
+    assert hook_installed()  # watching again
     run(shell, "%leakwatch off")
 
 
@@ -266,7 +267,7 @@ def test_an_exception_in_the_cell_still_reports_and_restores_the_hook(shell):
     report = last_bundle(shell)[REPORT]
     assert report["iterations"] == 2
     assert any("RuntimeError" in w for w in report["warnings"])
-    assert not _core.profiler_state_installed()
+    assert not hook_installed()
 
 
 def test_a_failing_body_shows_the_users_frames_and_names_cells_as_in_n(shell):
@@ -371,10 +372,10 @@ def test_a_syntax_error_in_the_body_names_the_cell_not_a_file(shell):
 
 def test_unload_removes_every_hook_and_reload_does_not_double(shell):
     run(shell, "%leakwatch on")
-    assert _core.profiler_state_installed()
+    assert hook_installed()
     handlers = len(shell.events.callbacks["post_run_cell"])
     run(shell, "%unload_ext torchleak")
-    assert not _core.profiler_state_installed()
+    assert not hook_installed()
     assert len(shell.events.callbacks["post_run_cell"]) == handlers - 1
     run(shell, "%load_ext torchleak")
     run(shell, "%reload_ext torchleak")
@@ -394,9 +395,9 @@ def test_torchleak_check_in_a_watched_notebook_preempts_watch_mode(shell):
     )
     assert result.success, result.output
     run(shell, "y = 2")
-    assert _core.profiler_state_installed()  # watching again after the cell
+    assert hook_installed()  # watching again after the cell
     run(shell, "%leakwatch off")
-    assert not _core.profiler_state_installed()
+    assert not hook_installed()
 
 
 def test_magics_work_with_an_initialised_single_rank_process_group(shell, tmp_path):

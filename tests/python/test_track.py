@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import torchleak
+from hook_checks import hook_installed
 from torchleak import _core
 
 MiB = 1 << 20
@@ -176,7 +177,7 @@ def test_hooks_are_removed_after_an_exception_inside_track():
         with torchleak.track():
             torch.ones(10)
             raise ValueError("boom")
-    assert not _core.profiler_state_installed()
+    assert not hook_installed()
 
 
 def test_check_reports_what_it_saw_when_interrupted():
@@ -194,7 +195,7 @@ def test_check_reports_what_it_saw_when_interrupted():
     report = info.value.torchleak_report
     assert report.iterations == 3
     assert any("KeyboardInterrupt" in w for w in report.warnings)
-    assert not _core.profiler_state_installed()
+    assert not hook_installed()
 
 
 def _interrupt_after(iteration):
@@ -290,7 +291,7 @@ def test_profiler_started_inside_track_works_and_the_gap_is_reported():
                     activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
                 ) as prof:
                     torch.ones(300, 300).sum()
-                assert _core.profiler_state_installed()  # torchleak stepped back in
+                assert hook_installed()  # torchleak stepped back in
             torchleak.step()
     # the profiler recorded normally while torchleak stepped aside
     assert any(e.name == "aten::ones" for e in prof.events())
@@ -473,3 +474,27 @@ def test_the_fix_quotes_what_the_loop_appends_not_a_loss_it_never_kept():
     with torchleak.track() as tracker:
         train_fixed(val_losses)
     assert tracker.report().leaks == []
+
+
+def test_the_profiler_slot_holds_the_hook_only_where_a_device_could_report_there():
+    # A device allocator (CUDA's, registered whenever torch is built with it, GPU or not)
+    # reports only through the thread's PROFILER_STATE slot; on a CPU-only build the tap carries
+    # every event and an entry in the slot would only cost c10 a look-up per CPU event.
+    device_build = (
+        torch.backends.cuda.is_built()
+        or torch.version.hip is not None
+        or torch.backends.mps.is_built()
+        or (hasattr(torch, "xpu") and torch.xpu._is_compiled())
+    )
+    kept = []
+    with torchleak.track() as tracker:
+        assert tracker._session.hook_in_profiler_slot is device_build
+        assert _core.profiler_state_installed() is device_build
+        assert _core.cpu_tap_installed()
+        assert tracker._session.hook_on_top
+        for _ in range(8):
+            kept.append(torch.ones(256, 1024))
+            torchleak.step()
+    assert not tracker._session.hook_in_profiler_slot
+    report = tracker.report()
+    assert len(report.leaks) == 1 and not report.warnings, report.warnings

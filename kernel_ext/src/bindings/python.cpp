@@ -145,6 +145,10 @@ PYBIND11_MODULE(_core, m) {
         .def("stop", &python::TrackingSession::stop)
         .def_property_readonly("active", &python::TrackingSession::active)
         .def_property_readonly("hook_on_top", &python::TrackingSession::hookOnTop)
+        .def_property_readonly("hook_in_profiler_slot",
+                               &python::TrackingSession::hookInProfilerSlot)
+        .def_property_readonly("profiler_slot_joined_at",
+                               &python::TrackingSession::profilerSlotJoinedAt)
         .def_property_readonly("iterations", &python::TrackingSession::iterations)
         .def_property_readonly("events", &python::TrackingSession::events)
         .def_property_readonly("allocations", &python::TrackingSession::allocations)

@@ -23,9 +23,11 @@ class AllocatorHook {
   public:
     enum class Removal { Removed, Deferred, AlreadyRemoved };
 
-    // Pushes a reporter under PROFILER_STATE on the calling thread. Throws StateError when a
-    // profiler state (torch.profiler) is already active on this thread: torch casts whatever
-    // sits in that slot to its own state type, so nothing may be pushed on top of it.
+    // Puts the CPU allocator tap in, and pushes a reporter under PROFILER_STATE on the calling
+    // thread when a device allocator could report there (or the tap could not go in). Throws
+    // StateError when a profiler state (torch.profiler) is already active on this thread: torch
+    // casts whatever sits in that slot to its own state type, so nothing may be pushed on top
+    // of it (refused with or without a push, so that a session behaves alike on every build).
     static std::shared_ptr<AllocatorHook> install(std::shared_ptr<AllocationRecorder> recorder,
                                                   FrameCaptureFn capture);
     ~AllocatorHook();
@@ -40,8 +42,15 @@ class AllocatorHook {
     bool active() const noexcept;
     // Whether CPU events came through the CPU allocator tap (cpu_allocator_tap.h).
     bool tapsCpu() const noexcept;
-    // True while our reporter is the nearest PROFILER_STATE on this thread (not shadowed).
+    // True while our reporter is the nearest PROFILER_STATE on this thread (not shadowed), or
+    // when none was pushed (the tap carries every event: nothing can shadow it).
     bool onTop() const noexcept;
+    // Whether the reporter went into the PROFILER_STATE slot.
+    bool inProfilerSlot() const noexcept { return d_pushed; }
+    // A device allocator registered after install() (an out-of-tree backend the tracked script
+    // imported): pushes the reporter now, when called on the installing thread with the slot
+    // empty. Returns true when it did; that device's events before now were not seen.
+    bool joinProfilerSlotForNewDevice() noexcept;
     void setCaptureStacks(bool on) noexcept;
     bool captureStacks() const noexcept;
     // The stack that blocks made inside autograd nodes take when their thread has none of its
@@ -61,9 +70,11 @@ class AllocatorHook {
 
   private:
     explicit AllocatorHook(std::shared_ptr<Impl> impl);
+    void pushReporter();
     std::shared_ptr<Impl> d_impl;
     std::thread::id d_thread;
     bool d_removed = false;
+    bool d_pushed = false;
 };
 
 } // namespace torchleak

@@ -85,6 +85,9 @@ int64_t TrackingSession::step() {
     if (d_paused || !d_hook->onTop()) {
         d_recorder->noteShadowed();
     }
+    if (!d_paused && d_slotJoinedAt == 0 && d_hook->joinProfilerSlotForNewDevice()) {
+        d_slotJoinedAt = d_recorder->iteration() + 1;
+    }
     drainPendingRetains();
     const auto live = static_cast<int64_t>(d_recorder->markBoundary().liveBytes);
     // torch runs an optimizer's post-step hooks only when its step returned: a step that
@@ -156,6 +159,10 @@ bool TrackingSession::active() const noexcept {
 
 bool TrackingSession::hookOnTop() const noexcept {
     return d_hook && d_hook->onTop();
+}
+
+bool TrackingSession::hookInProfilerSlot() const noexcept {
+    return d_hook && d_hook->active() && d_hook->inProfilerSlot();
 }
 
 std::vector<size_t> TrackingSession::markHeldAs(const std::vector<uintptr_t>& blocks, HeldAs held) {

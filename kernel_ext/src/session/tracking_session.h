@@ -56,6 +56,13 @@ class TrackingSession {
     std::string stop(); // "removed", "deferred" or "not-started"/"already-stopped"
     bool active() const noexcept;
     bool hookOnTop() const noexcept;
+    // Whether the running hook sits in PROFILER_STATE (a device could report there); with a
+    // CPU-only torch the CPU tap carries every event and the slot stays empty.
+    bool hookInProfilerSlot() const noexcept;
+    // The iteration (counted from 1) at whose end the hook joined the PROFILER_STATE slot for a
+    // device allocator registered after the start; 0 when it did not. That device's blocks
+    // made before were not recorded.
+    uint32_t profilerSlotJoinedAt() const noexcept { return d_slotJoinedAt; }
     uint32_t iterations() const noexcept { return d_recorder->iteration(); }
     uint64_t events() const noexcept { return d_recorder->eventCount(); }
     uint64_t allocations() const noexcept { return d_recorder->allocationCount(); }
@@ -125,6 +132,7 @@ class TrackingSession {
     bool d_captureStacks;
     bool d_stopped = false;
     bool d_paused = false;
+    uint32_t d_slotJoinedAt = 0;
     bool d_codeReleased = false;
     WalkStats d_lastWalk;
 };
