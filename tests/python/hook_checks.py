@@ -14,6 +14,17 @@ def hook_installed():
     return _core.profiler_state_installed() or _core.cpu_tap_installed()
 
 
+def device_allocator_built():
+    """Whether this torch registers a device allocator at import (CUDA, ROCm, MPS, XPU builds,
+    GPU or not): there the hook also sits in PROFILER_STATE, where those devices report."""
+    return (
+        torch.backends.cuda.is_built()
+        or torch.version.hip is not None
+        or torch.backends.mps.is_built()
+        or (hasattr(torch, "xpu") and torch.xpu._is_compiled())
+    )
+
+
 @contextlib.contextmanager
 def nothing_left_installed():
     """Every test must leave the thread's PROFILER_STATE slot as it found it, and torch's

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torchleak
-from hook_checks import hook_installed
+from hook_checks import device_allocator_built, hook_installed
 from torchleak import _core
 
 MiB = 1 << 20
@@ -480,12 +480,7 @@ def test_the_profiler_slot_holds_the_hook_only_where_a_device_could_report_there
     # A device allocator (CUDA's, registered whenever torch is built with it, GPU or not)
     # reports only through the thread's PROFILER_STATE slot; on a CPU-only build the tap carries
     # every event and an entry in the slot would only cost c10 a look-up per CPU event.
-    device_build = (
-        torch.backends.cuda.is_built()
-        or torch.version.hip is not None
-        or torch.backends.mps.is_built()
-        or (hasattr(torch, "xpu") and torch.xpu._is_compiled())
-    )
+    device_build = device_allocator_built()
     kept = []
     with torchleak.track() as tracker:
         assert tracker._session.hook_in_profiler_slot is device_build

@@ -216,32 +216,32 @@ std::shared_ptr<c10::DebugInfoBase> peekProfilerState() noexcept {
     }
 }
 
-// Whether an out-of-tree (PrivateUse1) allocator is registered: its reports may be gated on
-// memoryProfilingEnabled(). GetAllocator throws for a type with none.
-bool outOfTreeAllocatorPresent() noexcept {
+// Whether c10 has an allocator for `type`. GetAllocator returns null for a type with none in
+// torch 2.11 to 2.15 (a debug-only assertion); older builds threw.
+bool allocatorRegistered(c10::DeviceType type) noexcept {
     try {
-        return c10::GetAllocator(c10::DeviceType::PrivateUse1) != nullptr;
+        return c10::GetAllocator(type) != nullptr;
     } catch (...) {
         return false;
     }
 }
 
+// Whether an out-of-tree (PrivateUse1) allocator is registered: its reports may be gated on
+// memoryProfilingEnabled().
+bool outOfTreeAllocatorPresent() noexcept {
+    return allocatorRegistered(c10::DeviceType::PrivateUse1);
+}
+
 // Whether c10 knows an allocator besides the CPU's (which the tap carries) and Meta's (which
 // holds no memory): a device whose events can only come through the thread's PROFILER_STATE
 // slot. A CUDA or ROCm build registers its caching allocator when torch is imported, GPU or
-// not; a CPU-only build registers none. GetAllocator throws (or returns null) for a type with
-// none.
+// not; a CPU-only build registers none.
 bool deviceAllocatorPresent() noexcept {
     for (int t = 0; t < static_cast<int>(c10::COMPILE_TIME_MAX_DEVICE_TYPES); ++t) {
         const auto type = static_cast<c10::DeviceType>(t);
-        if (type == c10::DeviceType::CPU || type == c10::DeviceType::Meta) {
-            continue;
-        }
-        try {
-            if (c10::GetAllocator(type) != nullptr) {
-                return true;
-            }
-        } catch (...) {
+        if (type != c10::DeviceType::CPU && type != c10::DeviceType::Meta &&
+            allocatorRegistered(type)) {
+            return true;
         }
     }
     return false;
