@@ -37,6 +37,7 @@ SiteSeries survivorSeries(const std::vector<FindingBlock>& blocks,
     s.bytes.assign(n, 0);
     s.born.assign(n, 0);
     s.oldest.assign(n, kNoBirth);
+    s.surviving_since.assign(n, kNoBirth);
     std::vector<int64_t> added(n + 1, 0);
     for (size_t k : mine) {
         const FindingBlock& block = blocks[k];
@@ -45,6 +46,7 @@ SiteSeries survivorSeries(const std::vector<FindingBlock>& blocks,
             continue; // born after the last boundary: in no point yet
         }
         added[first] += static_cast<int64_t>(block.weight);
+        s.surviving_since[first] = std::min(s.surviving_since[first], block.birth);
         if (iterationOf(site.at, first) == block.birth) {
             s.born[first] += static_cast<int64_t>(block.weight);
         }
@@ -57,10 +59,13 @@ SiteSeries survivorSeries(const std::vector<FindingBlock>& blocks,
         running += added[b];
         s.bytes[b] = running;
     }
-    for (uint32_t& o : s.oldest) {
-        o = o == kNoBirth ? 0 : o;
+    for (auto* births : {&s.oldest, &s.surviving_since}) {
+        for (uint32_t& o : *births) {
+            o = o == kNoBirth ? 0 : o;
+        }
     }
-    s.surviving = s.born; // every block counted here is alive now
+    // Every block counted here is alive now: each point's survivors are what it added.
+    s.surviving.assign(added.begin(), added.end() - 1);
     return s;
 }
 
@@ -232,6 +237,7 @@ std::vector<HolderPart> splitByHolder(const std::vector<FindingBlock>& blocks,
     }
     SiteSeries rest = site;
     rest.surviving.clear(); // what is left once the parts are taken out was freed since
+    rest.surviving_since.clear();
     for (HolderPart& part : parts) {
         part.series = survivorSeries(blocks, part.blocks, site);
         for (size_t b = 0; b < n; ++b) {

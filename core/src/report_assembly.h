@@ -126,7 +126,7 @@ class ReportBuilder {
     void setAsideFreedAfterStop();
     void attributeExternalStacks();
     void makeFindings();
-    std::vector<int64_t> survivingOf(const SiteAccumulator& acc) const;
+    void fillSurvivors(SiteAccumulator& acc) const;
     double samplingNoiseOf(const SiteAccumulator& acc) const;
     Classification
     classifyPerRun(const SiteSeries& series, const std::vector<Frame>& stack, Frame& site) const;

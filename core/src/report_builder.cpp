@@ -349,7 +349,7 @@ void ReportBuilder::makeFindings() {
         }
         acc.series.at = d_at;
         acc.series.noise_variance_per_byte = samplingNoiseOf(acc);
-        acc.series.surviving = survivingOf(acc);
+        fillSurvivors(acc);
         Finding f;
         f.site = acc.site;
         Classification c = classifyPerRun(acc.series, acc.stack, f.site);
@@ -372,21 +372,30 @@ void ReportBuilder::makeFindings() {
     }
 }
 
-// Of the site's blocks alive now, the bytes born in the iteration each point ends.
-std::vector<int64_t> ReportBuilder::survivingOf(const SiteAccumulator& acc) const {
+// Of the site's blocks alive now, the bytes born in the iterations each point ends (since the
+// point before it) and the oldest one's birth. On a long run's thinned grid a point stands for
+// the iterations merged into it, and a staircase's step born at a dropped iteration is still
+// that point's: counting only the point's own iteration lost every step that fell between kept
+// points, and with it the staircase's proof. Born after the last boundary: in no point yet.
+void ReportBuilder::fillSurvivors(SiteAccumulator& acc) const {
     std::vector<int64_t> surviving(d_n, 0);
+    std::vector<uint32_t> since(d_n, 0);
     for (const GroupKey& k : acc.groups) {
         auto births = d_survivingByBirth.find(k);
         if (births == d_survivingByBirth.end()) {
             continue;
         }
-        for (size_t b = 0; b < d_n; ++b) {
-            if (auto it = births->second.find(d_at[b]); it != births->second.end()) {
-                surviving[b] += it->second;
+        for (const auto& [iteration, bytes] : births->second) {
+            const auto b = static_cast<size_t>(
+                std::lower_bound(d_at.begin(), d_at.end(), iteration) - d_at.begin());
+            if (b < d_n) {
+                since[b] = surviving[b] > 0 ? std::min(since[b], iteration) : iteration;
+                surviving[b] += bytes;
             }
         }
     }
-    return surviving;
+    acc.series.surviving = std::move(surviving);
+    acc.series.surviving_since = std::move(since);
 }
 
 double ReportBuilder::samplingNoiseOf(const SiteAccumulator& acc) const {

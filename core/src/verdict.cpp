@@ -275,13 +275,28 @@ struct JudgedSeries {
     // point on, so the curve rises one iteration late, whether the name is a local or a
     // global. The oldest block alive at the end tells: born at the knot's own iteration, the
     // leak began there.
+    // On a long run's thinned grid the first point that grew stands for every iteration since
+    // the knot's: its oldest survivor says which of them kept the first block (the grid's stride
+    // off otherwise, 16 iterations at 5,000).
     int64_t keptSince(size_t k) const {
         const int64_t grown = firstGrown(k);
-        if (s.oldest.empty() || s.bytes.back() <= 0 || !(post[k] > 0.0)) {
-            return grown; // nothing was alive at the knot to have begun it
+        if (s.oldest.empty() || s.bytes.back() <= 0) {
+            return grown;
         }
-        const auto oldest = static_cast<int64_t>(s.oldest.back());
-        return oldest >= static_cast<int64_t>(x[k]) && oldest < grown ? oldest : grown;
+        if (post[k] > 0.0) {
+            const auto oldest = static_cast<int64_t>(s.oldest.back());
+            if (oldest >= static_cast<int64_t>(x[k]) && oldest < grown) {
+                return oldest;
+            }
+        }
+        const size_t b = first + k + 1;
+        if (k + 1 < m && x[k + 1] - x[k] > 1.0 && grown == static_cast<int64_t>(x[k]) + 1 &&
+            s.surviving.size() == s.bytes.size() && s.surviving_since.size() == s.bytes.size() &&
+            s.surviving[b] > 0) {
+            const auto since = static_cast<int64_t>(s.surviving_since[b]);
+            return since > grown && since <= static_cast<int64_t>(x[k + 1]) ? since : grown;
+        }
+        return grown;
     }
 
     // The growth since `onset` paused and grew again: no new high (over the noise) for
@@ -316,7 +331,7 @@ struct JudgedSeries {
         const auto grew = std::span(post).first(pauseFrom + 1);
         const size_t start = riseOnset(at, grew);
         return Resumed{pauseTo - 1,
-                       {firstGrown(start), static_cast<int64_t>(at[pauseFrom]),
+                       {keptSince(start), static_cast<int64_t>(at[pauseFrom]),
                         static_cast<int64_t>(std::llround(grew[pauseFrom] - grew[start]))}};
     }
 

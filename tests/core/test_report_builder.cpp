@@ -725,3 +725,111 @@ TEST_CASE("buildReport: a look with an explainer names each finding's holder and
     CHECK(leak["path_text"] == full.findings[0].path_text);
     CHECK(leak["growth_since"]["text"] == growthText(full.findings[0], BoundaryKind::Repeat));
 }
+
+namespace {
+// A staircase of `step` bytes every `every` iterations from `onset` on (an evaluation epoch's
+// leak), beside a working set the loop replaces every iteration, judged from its onset as watch()
+// with its whole budget judges: the first boundary it is a leak at, whether it was ever not one
+// after that, whether the working set ever was, and the report at the end.
+struct JudgedRun {
+    uint32_t confirmedAt = 0;
+    bool flapped = false;
+    bool workingSetLeaked = false;
+    Report last;
+};
+JudgedRun judgeStaircase(uint32_t iterations, uint32_t onset, uint32_t every, int64_t step) {
+    AllocationRecorder rec;
+    const std::vector<RawFrame> kept = {{0x1, 42}};
+    const std::vector<RawFrame> working = {{0x2, 7}};
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ReportInputs in;
+    in.boundary = BoundaryKind::Explicit;
+    in.verdicts_only = true;
+    JudgedRun run;
+    for (uint32_t i = 0; i < iterations; ++i) {
+        const uintptr_t slot = 0x900000 + (i % 2) * 0x100000;
+        rec.recordAlloc(slot, 4 * MiB, kCpu, working, nullptr, 0, 0, false);
+        if (i > 0) {
+            rec.recordFree(0x900000 + ((i + 1) % 2) * 0x100000, kCpu, 0, 0, false);
+        }
+        if (i >= onset && (i - onset) % every == 0) {
+            rec.recordAlloc(0x10000000 + uintptr_t{i} * 0x100000, static_cast<size_t>(step), kCpu,
+                            kept, nullptr, 0, 0, false);
+        }
+        rec.markBoundary();
+        // Every boundary up to a step past the third, every 7th after (a look costs a replay).
+        if (i < onset || (i > onset + 3 * every && (i - onset) % 7 != 0)) {
+            continue;
+        }
+        const Report look = buildReport(rec, in, sym, desc);
+        const auto site = std::find_if(look.findings.begin(), look.findings.end(),
+                                       [](const Finding& f) { return f.site.line == 42; });
+        const bool leak = site != look.findings.end() && site->verdict == Verdict::Leak;
+        if (leak && run.confirmedAt == 0) {
+            run.confirmedAt = i;
+        }
+        run.flapped = run.flapped || (!leak && run.confirmedAt != 0);
+        run.workingSetLeaked =
+            run.workingSetLeaked ||
+            std::any_of(look.findings.begin(), look.findings.end(), [](const Finding& f) {
+                return f.site.line == 7 && f.verdict == Verdict::Leak;
+            });
+    }
+    in.verdicts_only = false;
+    run.last = buildReport(rec, in, sym, desc);
+    return run;
+}
+} // namespace
+
+TEST_CASE("A staircase on a long run's thinned grid is confirmed at its third step, its onset "
+          "and period exact") {
+    // At 1,500 and 5,000 boundaries the history keeps a grid of stride 4 and 16 (plus the newest
+    // 16): watch() confirmed these 48-451 boundaries after the third step, and a step every 25
+    // on a grid of 16 read as irregular (gaps of 16 and 32).
+    for (auto [iterations, onset, every] :
+         {std::tuple{1500u, 500u, 25u}, {5000u, 1667u, 25u}, {5000u, 1500u, 40u}}) {
+        CAPTURE(iterations, onset, every);
+        const JudgedRun run = judgeStaircase(iterations, onset, every, MiB);
+        REQUIRE(run.confirmedAt >= onset + 2 * every);
+        REQUIRE(run.confirmedAt <= onset + 2 * every + 10);
+        REQUIRE_FALSE(run.flapped);
+        REQUIRE_FALSE(run.workingSetLeaked);
+        REQUIRE(run.last.series_iterations.size() <
+                AllocationRecorder::kMaxGridBoundaries + AllocationRecorder::kNewestKept);
+        const auto site = std::find_if(run.last.findings.begin(), run.last.findings.end(),
+                                       [](const Finding& f) { return f.site.line == 42; });
+        REQUIRE(site != run.last.findings.end());
+        REQUIRE(site->verdict == Verdict::Leak);
+        REQUIRE(site->growth_since);
+        REQUIRE(site->growth_since->iteration == static_cast<int64_t>(onset));
+        REQUIRE(site->growth_since->step_bytes == MiB);
+        REQUIRE(site->growth_since->step_every == static_cast<int64_t>(every));
+    }
+}
+
+TEST_CASE("A late leak on a long run's thinned grid is dated at its first kept block, not the "
+          "grid's point") {
+    // 5,000 boundaries keep a grid of stride 16: the onset was named up to 15 iterations early.
+    for (uint32_t onset : {501u, 2503u, 4499u}) {
+        CAPTURE(onset);
+        AllocationRecorder rec;
+        const std::vector<RawFrame> kept = {{0x1, 42}};
+        for (uint32_t i = 0; i < 5000; ++i) {
+            if (i >= onset) {
+                rec.recordAlloc(0x10000000 + uintptr_t{i} * 0x1000, MiB / 4, kCpu, kept, nullptr, 0,
+                                0, false);
+            }
+            rec.markBoundary();
+        }
+        FakeSymbolizer sym;
+        FakeDescriber desc;
+        ReportInputs in;
+        in.boundary = BoundaryKind::Explicit;
+        const Report r = buildReport(rec, in, sym, desc);
+        REQUIRE(r.findings.size() == 1);
+        REQUIRE(r.findings[0].verdict == Verdict::Leak);
+        REQUIRE(r.findings[0].growth_since);
+        REQUIRE(r.findings[0].growth_since->iteration == static_cast<int64_t>(onset));
+    }
+}

@@ -24,10 +24,14 @@ struct SiteSeries {
     // bytes stands for sample_bytes S, which adds S - s per byte (allocation_sampler.h). 0
     // when the site's blocks were recorded whole.
     double noise_variance_per_byte = 0.0;
-    // Of the blocks alive when the report is built, the bytes born in the iteration each point
-    // ends (empty when not known). Blocks kept from every judged iteration are accumulation
-    // seen directly, not a trend inferred through noise.
+    // Of the blocks alive when the report is built, the bytes born in the iterations each point
+    // ends: since the point before it, one iteration where every boundary was kept (empty when
+    // not known). Blocks kept from every judged iteration are accumulation seen directly, not a
+    // trend inferred through noise.
     std::vector<int64_t> surviving = {};
+    // Of those, the birth iteration of the oldest (0 where none survive): on a thinned grid,
+    // the iteration within a point's span at which what it kept began.
+    std::vector<uint32_t> surviving_since = {};
 };
 
 // The false-alarm budget of a verdict taken `judged` iterations past the warm-up: the run's
