@@ -194,6 +194,28 @@ def test_a_staircase_is_announced_at_its_third_step_once_with_its_step():
     assert (since["step_bytes"], since["step_every"], since["iteration"]) == (MiB, 10, 21)
 
 
+def test_a_staircase_late_in_a_long_run_is_announced_at_its_third_step_on_the_thinned_grid():
+    """1 MiB every 25 steps from step 1,000 of 1,500: by then the history is a grid of stride 2
+    (4 at the end), and a step born at a folded iteration counted no survivors, so the default
+    watch() announced bench_shapes' staircases 48-451 boundaries after the third step, at their
+    7th to 24th. Now at the third, once, with its onset and period exact in the final report."""
+    kept, said, taken_back = [], [], []
+    with torchleak.watch(
+        json=None, on_leak=lambda r: said.append(r.iterations), on_withdrawn=lambda r: taken_back.append(r.iterations)
+    ) as w:
+        for i in range(1500):
+            scratch = torch.ones(16 * 1024)  # noqa: F841 - the run's own transients
+            if i >= 1000 and (i - 1000) % 25 == 0:
+                kept.append(torch.ones(256 * 1024))
+            torchleak.step()
+    assert len(said) == 1 and 1050 <= said[0] <= 1050 + 10 and taken_back == [], (said, taken_back)
+    report = w.report(paths=False)
+    assert len(report.series_iterations) < 1500  # thinned
+    [leak] = [f for f in report.leaks if f.site["line"]]
+    since = leak.growth_since
+    assert (since["step_bytes"], since["step_every"], since["iteration"]) == (MiB, 25, 1000)
+
+
 def test_small_blocks_are_sampled_and_estimated(tmp_path):
     """Blocks of 4 KiB under a 64 KiB threshold: about one in 16 is recorded, and the rate
     is still estimated without bias (within sampling noise). 100 steps: with 60, the leak went
