@@ -182,6 +182,18 @@ staircaseOf(std::span<const double> x, std::span<const double> y, double toleran
     }
     const auto [smallest, biggest] = std::minmax_element(sizes.begin(), sizes.end());
     const double narrowest = *std::min_element(gaps.begin(), gaps.end());
+    // Flat between its steps: from each jump to the point before the next (or the end) the level
+    // drifts by no more than the noise allows (twice the tolerance) or half a step. A steady
+    // leak on a grid of stride 4 jumps by four iterations' worth at every kept point and rises
+    // by one iteration's, under the tolerance, at each of the newest 16: without this it read
+    // as "1.5 MiB every 4 iterations".
+    const double drift = std::max(0.5 * upperMedian(sizes), 2.0 * tolerance);
+    for (size_t k = 0; k < jumps.size(); ++k) {
+        const size_t end = k + 1 < jumps.size() ? jumps[k + 1] - 1 : n - 1;
+        if (y[end] - y[jumps[k]] > drift) {
+            return std::nullopt;
+        }
+    }
     const double total = y[n - 1] - y[jumps.front() - 1];
     if (narrowest < 2.0 || longestLeast > 1.5 * shortestMost || *biggest > 2.0 * *smallest ||
         !(total > 0.0) || risen < 0.9 * total) {

@@ -276,8 +276,10 @@ struct JudgedSeries {
     // global. The oldest block alive at the end tells: born at the knot's own iteration, the
     // leak began there.
     // On a long run's thinned grid the first point that grew stands for every iteration since
-    // the knot's: its oldest survivor says which of them kept the first block (the grid's stride
-    // off otherwise, 16 iterations at 5,000).
+    // the knot's: when what it kept is what it rose by, its oldest survivor says which of them
+    // kept the first block (the grid's stride off otherwise, 16 iterations at 5,000). A point
+    // that rose by more than it kept (a saw-tooth whose buffer fills before its floor keeps a
+    // block) is dated as a dense series dates it, from the knot.
     int64_t keptSince(size_t k) const {
         const int64_t grown = firstGrown(k);
         if (s.oldest.empty() || s.bytes.back() <= 0) {
@@ -292,7 +294,8 @@ struct JudgedSeries {
         const size_t b = first + k + 1;
         if (k + 1 < m && x[k + 1] - x[k] > 1.0 && grown == static_cast<int64_t>(x[k]) + 1 &&
             s.surviving.size() == s.bytes.size() && s.surviving_since.size() == s.bytes.size() &&
-            s.surviving[b] > 0) {
+            s.surviving[b] > 0 &&
+            2.0 * static_cast<double>(s.surviving[b]) >= post[k + 1] - post[k]) {
             const auto since = static_cast<int64_t>(s.surviving_since[b]);
             return since > grown && since <= static_cast<int64_t>(x[k + 1]) ? since : grown;
         }

@@ -833,3 +833,64 @@ TEST_CASE("A late leak on a long run's thinned grid is dated at its first kept b
         REQUIRE(r.findings[0].growth_since->iteration == static_cast<int64_t>(onset));
     }
 }
+
+TEST_CASE("On a long run's thinned grid a steady leak is no staircase, and a saw-tooth's onset is "
+          "the dense run's") {
+    FakeSymbolizer sym;
+    FakeDescriber desc;
+    ReportInputs in;
+    in.boundary = BoundaryKind::Explicit;
+    // 384 KiB kept every iteration from 750 of 1,500 (stride 4 at the end): every kept point
+    // jumped by 1.5 MiB, the newest 16 rose by 384 KiB under the tolerance, and the leak read
+    // as "1.5 MiB every 4 iterations since iteration 754".
+    {
+        AllocationRecorder rec;
+        const std::vector<RawFrame> kept = {{0x1, 42}};
+        for (uint32_t i = 0; i < 1500; ++i) {
+            if (i >= 750) {
+                rec.recordAlloc(0x10000000 + uintptr_t{i} * 0x100000, 384 * 1024, kCpu, kept,
+                                nullptr, 0, 0, false);
+            }
+            rec.markBoundary();
+        }
+        const Report r = buildReport(rec, in, sym, desc);
+        REQUIRE(r.findings.size() == 1);
+        REQUIRE(r.findings[0].verdict == Verdict::Leak);
+        REQUIRE(r.findings[0].growth_since);
+        CHECK_FALSE(r.findings[0].growth_since->step_bytes);
+        CHECK(r.findings[0].growth_since->iteration == 750);
+        CHECK(r.findings[0].bytes_per_iteration == 384 * 1024);
+    }
+    // A buffer that gains a block every iteration and is cleared every 10th, one block left
+    // behind: its first kept point rose by a buffer's worth and kept one block. The dense run
+    // dates its growth from its first block (1); the grid's did from the floor's first (10).
+    auto sawTooth = [&](uint32_t iterations) {
+        AllocationRecorder rec;
+        const std::vector<RawFrame> site = {{0x1, 42}};
+        std::vector<uintptr_t> buffer;
+        for (uint32_t i = 0; i < iterations; ++i) {
+            const uintptr_t ptr = 0x10000000 + uintptr_t{i} * 0x10000;
+            if (i > 0) { // from the second iteration, as a loop's first step fills it
+                rec.recordAlloc(ptr, 64 * 1024, kCpu, site, nullptr, 0, 0, false);
+                buffer.push_back(ptr);
+            }
+            if (buffer.size() == 10) {
+                for (size_t k = 0; k + 1 < buffer.size(); ++k) {
+                    rec.recordFree(buffer[k], kCpu, 0, 0, false);
+                }
+                buffer.clear();
+            }
+            rec.markBoundary();
+        }
+        return buildReport(rec, in, sym, desc);
+    };
+    const Report dense = sawTooth(300), grid = sawTooth(5000);
+    REQUIRE(grid.series_iterations.size() < 5000);
+    REQUIRE(dense.findings.size() == 1);
+    REQUIRE(grid.findings.size() == 1);
+    REQUIRE(dense.findings[0].verdict == Verdict::Leak);
+    REQUIRE(grid.findings[0].verdict == Verdict::Leak);
+    REQUIRE(dense.findings[0].growth_since);
+    REQUIRE(grid.findings[0].growth_since);
+    CHECK(grid.findings[0].growth_since->iteration == dense.findings[0].growth_since->iteration);
+}
