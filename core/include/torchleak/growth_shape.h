@@ -47,9 +47,9 @@ struct GrowthShape {
 // regularly (the widest gap at most 1.5 times the narrowest, each gap known within the widths
 // of its two points: a thinned grid moves a step to the next kept point), of like size (the
 // biggest at most twice the smallest), the jumps making nine tenths of the rise from before the
-// first to the end, and nothing falls by more than the tolerance. `first` is the index of the
-// point the first step shows at; `every` is exact on a dense series and the jumps' mean gap on
-// a grid.
+// first to the end, flat between them (drifting by no more than twice the tolerance or half a
+// step), and nothing falls by more than the tolerance. `first` is the index of the point the
+// first step shows at; `every` is exact on a dense series and the jumps' mean gap on a grid.
 struct Staircase {
     size_t first = 0;
     double step = 0.0;      // the median jump, in y units
