@@ -187,7 +187,8 @@ staircaseOf(std::span<const double> x, std::span<const double> y, double toleran
     // leak on a grid of stride 4 jumps by four iterations' worth at every kept point and rises
     // by one iteration's, under the tolerance, at each of the newest 16: without this it read
     // as "1.5 MiB every 4 iterations".
-    const double drift = std::max(0.5 * upperMedian(sizes), 2.0 * tolerance);
+    const double step = upperMedian(sizes);
+    const double drift = std::max(0.5 * step, 2.0 * tolerance);
     for (size_t k = 0; k < jumps.size(); ++k) {
         const size_t end = k + 1 < jumps.size() ? jumps[k + 1] - 1 : n - 1;
         if (y[end] - y[jumps[k]] > drift) {
@@ -204,7 +205,7 @@ staircaseOf(std::span<const double> x, std::span<const double> y, double toleran
     const double every =
         thinned ? (x[jumps.back()] - x[jumps.front()]) / static_cast<double>(jumps.size() - 1)
                 : upperMedian(std::move(gaps));
-    return Staircase{jumps.front(), upperMedian(std::move(sizes)), every, std::move(jumps)};
+    return Staircase{jumps.front(), step, every, std::move(jumps)};
 }
 
 } // namespace torchleak
