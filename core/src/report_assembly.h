@@ -20,34 +20,6 @@
 
 namespace torchleak::assembly {
 
-// Everything known about one site while the report is assembled.
-struct SiteAccumulator {
-    Frame site;
-    std::string device;
-    std::string node;
-    SiteSeries series;
-    std::vector<Frame> stack;
-    uint64_t stackBytes = 0;   // bytes of the group whose stack we show
-    StackToken stackToken = 0; // its stack: on a tie the earlier interned stack is shown
-    uint64_t lastCount = 0;
-    std::vector<GroupKey> groups;
-    std::vector<uintptr_t> externalBlocks; // blocks attributed by an external stack
-    // While the boundaries are replayed: the site's live bytes and oldest birth after the
-    // boundaries replayed so far, and how many series points are written.
-    int64_t current = 0;
-    uint32_t currentOldest = std::numeric_limits<uint32_t>::max();
-    size_t filled = 0;
-    size_t touchedAt = std::numeric_limits<size_t>::max();
-};
-
-// A group's latest sample while the boundaries are replayed, and its site.
-struct GroupReplay {
-    SiteAccumulator* site = nullptr;
-    uint64_t bytes = 0;
-    uint64_t count = 0;
-    uint32_t oldest = 0;
-};
-
 // What a site's live blocks say about the noise sampling adds to its curve.
 struct SampledBytes {
     double weight = 0.0;        // of all its live blocks
@@ -81,6 +53,35 @@ struct SampledBytes {
         double meanSize = sampledSize / sampledCount;
         return sampledWeight / weight * std::max(static_cast<double>(sampleBytes) - meanSize, 0.0);
     }
+};
+
+// Everything known about one site while the report is assembled.
+struct SiteAccumulator {
+    Frame site;
+    std::string device;
+    std::string node;
+    SiteSeries series;
+    std::vector<Frame> stack;
+    uint64_t stackBytes = 0;   // bytes of the group whose stack we show
+    StackToken stackToken = 0; // its stack: on a tie the earlier interned stack is shown
+    uint64_t lastCount = 0;
+    std::vector<GroupKey> groups;
+    std::vector<uintptr_t> externalBlocks; // blocks attributed by an external stack
+    SampledBytes sampled;                  // of its live blocks, under sampling
+    // While the boundaries are replayed: the site's live bytes and oldest birth after the
+    // boundaries replayed so far, and how many series points are written.
+    int64_t current = 0;
+    uint32_t currentOldest = std::numeric_limits<uint32_t>::max();
+    size_t filled = 0;
+    size_t touchedAt = std::numeric_limits<size_t>::max();
+};
+
+// A group's latest sample while the boundaries are replayed, and its site.
+struct GroupReplay {
+    SiteAccumulator* site = nullptr;
+    uint64_t bytes = 0;
+    uint64_t count = 0;
+    uint32_t oldest = 0;
 };
 
 // A live block as the report reads it: one copy of the live table.
@@ -125,9 +126,8 @@ class ReportBuilder {
     void reconcileWithAllocator();
     void setAsideFreedAfterStop();
     void attributeExternalStacks();
-    void makeFindings();
-    void fillSurvivors(SiteAccumulator& acc) const;
-    double samplingNoiseOf(const SiteAccumulator& acc) const;
+    void makeFindings(bool lookOnly);
+    void fillSurvivors();
     Classification
     classifyPerRun(const SiteSeries& series, const std::vector<Frame>& stack, Frame& site) const;
     void gatherLiveBlocks();
@@ -194,10 +194,6 @@ class ReportBuilder {
     std::map<std::string, SiteAccumulator> d_sites; // ordered: findings come out in key order
     std::unordered_map<GroupKey, GroupReplay, GroupKeyHash> d_replay;
     uint32_t d_shadowedIterations = 0;
-    std::unordered_map<GroupKey, SampledBytes, GroupKeyHash> d_sampledBytes;
-    // Live bytes by group and birth iteration.
-    std::unordered_map<GroupKey, std::unordered_map<uint32_t, int64_t>, GroupKeyHash>
-        d_survivingByBirth;
 };
 
 } // namespace torchleak::assembly
