@@ -21,6 +21,8 @@ included, and nothing the scenario allocated before.
   sites N           N lines of one file each keeping a tensor, 30 iterations: the loop under
                     track() and under watch(sample_bytes=0), which announces all N at once
                     (issue #64: at most 3x); the announcement's own seconds (watch's clock).
+  looks N           one look of watch() at the 600th step: N sites that stopped changing beside
+                    one leaking line, then N / 10 sites growing at every step (issue #64).
   model N           %leakwatch in a notebook's state (issue #62): a trained 4-layer encoder,
                     AdamW's state and N tensors alive in all; what cell watch adds to a cell
                     that keeps a tensor and to one that rebinds a name to a new tensor, each
@@ -225,17 +227,22 @@ def scenario_watch(n):
     return {"ms_few_alive": small * 1e3, "ms_many_alive": big * 1e3, "alive": n}
 
 
-def scenario_sites(n, steps=30):
+def _sites_file(n):
+    """N lines of one file, each keeping a 256-byte tensor: N allocation sites."""
     import tempfile
-
-    import torch
-    import torchleak
 
     source = "\n".join("keep.append(torch.ones(64))" for _ in range(n))
     path = os.path.join(tempfile.mkdtemp(prefix="tl_sites_"), "many_sites.py")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(source)
-    code = compile(source, path, "exec")
+    return compile(source, path, "exec")
+
+
+def scenario_sites(n, steps=30):
+    import torch
+    import torchleak
+
+    code = _sites_file(n)
 
     def loop(mode):
         scope = {"torch": torch, "keep": []}
@@ -256,6 +263,40 @@ def scenario_sites(n, steps=30):
         "judging_s": watcher._spent,  # watch's own clock: its looks and the announcement
         "announced": len(watcher.leaks),
     }
+
+
+def scenario_looks(n, steps=600, looks=5):
+    """What one look of watch() costs late in a run (issue #64): N sites that kept a tensor
+    before the first step and never changed again, beside one leaking line; and, in the same
+    process after it, N / 10 sites that each keep a tensor at every step. The median and the
+    minimum of `looks` looks each (the tracker's own look, as watch takes it)."""
+    import torch
+    import torchleak
+
+    code = _sites_file(n)
+    growing = _sites_file(n // 10)
+    result = {}
+    for name, before, every in (("flat", code, None), ("growing", None, growing)):
+        scope = {"torch": torch, "keep": []}
+        leak = []
+        with torchleak.track() as tracker:
+            if before is not None:
+                exec(before, scope)
+            for _ in range(steps):
+                if every is not None:
+                    exec(every, scope)
+                leak.append(torch.ones(256))
+                torchleak.step()
+            tracker._verdicts()
+            seconds = []
+            for _ in range(looks):
+                start = time.perf_counter()
+                tracker._verdicts()
+                seconds.append(time.perf_counter() - start)
+        result[f"{name}_s"] = statistics.median(seconds)
+        result[f"{name}_min_s"] = min(seconds)
+        del scope, leak
+    return result
 
 
 def scenario_model(n, rounds=20):
@@ -307,6 +348,7 @@ SCENARIOS = {
     "watch": scenario_watch,
     "model": scenario_model,
     "sites": scenario_sites,
+    "looks": scenario_looks,
     "load": scenario_load,
 }
 
@@ -341,6 +383,7 @@ def main():
         ("watch", 100_000),
         ("model", 5_000),
         ("sites", 2_000),
+        ("looks", 10_000),
         ("load", 40_000),
     ]
     results = {f"{name} {n}": [] for name, n in plan}
@@ -442,6 +485,16 @@ def main():
             f"track {statistics.median(col('sites 2000', 'track_s')):.2f} s, watch "
             f"{statistics.median(col('sites 2000', 'watch_s')):.2f} s, of which judging "
             f"{statistics.median(col('sites 2000', 'judging_s')):.2f} s (goal <= 3x, issue #64)",
+        ),
+        (
+            "one look of watch(), 600 steps: 10^4 sites that stopped changing",
+            med_min("looks 10000", "flat_s", "{:.3f}") + " s",
+            "beside one leaking line (issue #64)",
+        ),
+        (
+            "one look of watch(), 600 steps: 10^3 sites growing at every step",
+            med_min("looks 10000", "growing_s", "{:.3f}") + " s",
+            "",
         ),
     ]
     width = max(len(r[0]) for r in rows)
