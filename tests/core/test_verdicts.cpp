@@ -313,3 +313,50 @@ TEST_CASE("classify: a leak from the start is dated by the first iteration that 
     REQUIRE(second.growth_since);
     CHECK(second.growth_since->iteration == 1);
 }
+
+TEST_CASE("classify: a judged part that never changed gets a bounded verdict under any settings") {
+    // classify() skips the rules that need a rise when the judged part is flat; these are the
+    // settings under which a rise rule is easiest to meet, and none may ever have fired.
+    AnalysisConfig loose;
+    loose.min_leak_bytes_per_iteration = 0;
+    loose.min_confidence = 0.0;
+    loose.false_alarm_rate = 0.99;
+    for (const AnalysisConfig& config : {AnalysisConfig{}, loose}) {
+        for (size_t n : {3, 4, 9, 40, 300, 545}) {
+            INFO("points " << n);
+            // Kept since the first iteration: warm-up, at any warm-up.
+            SiteSeries kept = series(std::vector<int64_t>(n, 3 * MiB), false);
+            CHECK(classify(kept, 0, config).verdict == Verdict::Warmup);
+            CHECK(classify(kept, 2, config).verdict == Verdict::Warmup);
+            // Grew in warm-up, flat since: its judged part is flat, its rule the warm-up's.
+            std::vector<int64_t> rampThenFlat(n, 8 * MiB);
+            rampThenFlat[0] = MiB;
+            SiteSeries warm = series(rampThenFlat, false);
+            const Classification w = classify(warm, 2, config);
+            CHECK(w.verdict == Verdict::Warmup);
+            CHECK(std::string(w.rule) == "kept since warm-up");
+            // Everything freed by every boundary after a spike in warm-up: transient.
+            std::vector<int64_t> spike(n, 0);
+            spike[0] = 5 * MiB;
+            const Classification t = classify(series(spike), 2, config);
+            CHECK(t.verdict == Verdict::Transient);
+            CHECK(std::string(t.rule) == "all freed");
+            // The same bytes, born again at every boundary: a working set replaced each time.
+            SiteSeries replaced = series(std::vector<int64_t>(n, 2 * MiB), false);
+            for (auto& b : replaced.born) {
+                b = 2 * MiB;
+            }
+            CHECK(std::string(classify(replaced, 0, config).rule) == "replaced every iteration");
+            // Born after the warm-up and flat ever since (its first point is judged): no rise
+            // in the judged part, so the last rule decides, and never a leak.
+            SiteSeries late = series(std::vector<int64_t>(n, MiB), false);
+            for (auto& o : late.oldest) {
+                o = 1;
+            }
+            const Classification p = classify(late, 0, config);
+            CHECK(p.verdict != Verdict::Leak);
+            CHECK(std::string(p.rule) == "grew, then stopped");
+            CHECK(p.bytes_per_iteration == 0);
+        }
+    }
+}
