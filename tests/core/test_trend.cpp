@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 using namespace torchleak;
