@@ -1,3 +1,4 @@
+#include "torchleak/display_text.h"
 #include "torchleak/errors.h"
 #include "torchleak/redaction_fields.h"
 #include "torchleak/report_json.h"
@@ -179,6 +180,16 @@ TEST_CASE("Findings written one at a time lay out as nlohmann's own dump, at eve
     rich.site.runs = {1, 3};
     rich.autograd_node = "MmBackward0 \"x\"";
     rich.allocated_inside = Frame{"lib/\x7f.py", 9, "g", std::nullopt, false, std::nullopt, ""};
+    // A stack frame with every member a frame can have: a package's, its source line, a cell.
+    rich.stack.push_back(Frame{"site-packages/p\\q.py",
+                               3,
+                               "<lambda>",
+                               4,
+                               false,
+                               "x = \"y\"\t# \u00e9t\u00e9 \u202e",
+                               "g",
+                               true,
+                               {2, 4}});
     rich.holder_read = HolderRead{12, "prev = kept[-1]  # \"read\"", "other\tmodule.py"};
     rich.ranks = {0, 3};
     rich.role = MemoryRole::UserHeld;
@@ -195,6 +206,18 @@ TEST_CASE("Findings written one at a time lay out as nlohmann's own dump, at eve
     r.findings.push_back(rich);
     Report none = hostileReport();
     none.findings.clear();
+    const nlohmann::json frame =
+        nlohmann::json::parse(toJson(r))["findings"].back()["stack"].back();
+    CHECK(frame["file"] == "site-packages/p\\q.py");
+    CHECK(frame["line"] == 3);
+    CHECK(frame["function"] == "<lambda>");
+    CHECK(frame["text"] == siteText(rich.stack.back()));
+    CHECK(frame["cell"] == 4);
+    CHECK(frame["user"] == false);
+    CHECK(frame["package"] == true);
+    CHECK(frame["source"] == "x = \"y\"\t# \u00e9t\u00e9 \u202e");
+    CHECK(frame["runs"] == std::vector<int>{2, 4});
+    CHECK(frame.size() == 9);
     for (const Report* report : {&r, &none}) {
         const auto dom = nlohmann::json::parse(toJson(*report));
         for (int indent : {-1, 0, 1, 2, 4}) {
