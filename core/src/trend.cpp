@@ -142,6 +142,10 @@ LineFit fitLine(std::span<const double> xs, std::span<const double> values) {
     return fit;
 }
 
+bool isFlat(std::span<const double> y) {
+    return std::all_of(y.begin(), y.end(), [&](double v) { return v == y.front(); });
+}
+
 double theilSenSlope(std::span<const double> y) {
     return theilSenSlope(indices(y.size()), y);
 }
@@ -150,8 +154,7 @@ double theilSenSlope(std::span<const double> x, std::span<const double> y) {
     const size_t n = std::min(x.size(), y.size());
     // A flat series' every pair has slope 0: a look meets thousands of sites that did not
     // change, and their n^2 pairs were most of its cost.
-    if (n < 2 || std::all_of(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(n),
-                             [&](double v) { return v == y[0]; })) {
+    if (n < 2 || isFlat(y.first(n))) {
         return 0.0;
     }
     std::vector<double> slopes;

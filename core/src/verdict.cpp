@@ -137,7 +137,7 @@ StretchEvidence stretchEvidence(const std::vector<double>& x,
     e.varianceFloor = floor;
     // A flat stretch: slope 0, no trend, no evidence, no rise, what every test below computes
     // for it (their slopes are 0, so each p-value is 1), without their sorts and sums.
-    if (std::all_of(sy.begin(), sy.end(), [&](double v) { return v == sy.front(); })) {
+    if (isFlat(sy)) {
         return e;
     }
     e.slope = theilSenSlope(sx, sy);
@@ -570,8 +570,7 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
     // Most sites of a long run stopped changing long ago (parameters, optimizer state, freed
     // activations): a look at 10^4 of them spent most of its time in the late-leak rule's
     // stretches, which a flat judged part can never meet.
-    const bool unchanged = std::all_of(judged.post.begin(), judged.post.end(),
-                                       [&](double v) { return v == judged.post.front(); });
+    const bool unchanged = isFlat(judged.post);
     for (const NamedVerdictRule& rule : kVerdictRules) {
         if (unchanged && rule.needsARise) {
             continue;

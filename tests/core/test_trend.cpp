@@ -108,3 +108,12 @@ TEST_CASE("Theil-Sen of a flat series is 0 at any length, on a grid or not") {
     std::vector<double> ramp = {0, 4, 8, 12, 16, 17, 18};
     REQUIRE(theilSenSlope(x, ramp) == Approx(1.0));
 }
+
+TEST_CASE("isFlat: every value the first's, the empty series included") {
+    REQUIRE(isFlat(std::vector<double>{}));
+    REQUIRE(isFlat(std::vector<double>{5}));
+    REQUIRE(isFlat(std::vector<double>(545, 65536.0)));
+    REQUIRE_FALSE(isFlat(std::vector<double>{5, 5, 6}));
+    REQUIRE_FALSE(isFlat(std::vector<double>{6, 5, 5}));
+    REQUIRE_FALSE(isFlat(std::vector<double>{std::nan(""), std::nan("")})); // NaN equals nothing
+}

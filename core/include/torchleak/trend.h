@@ -29,6 +29,10 @@ LineFit fitLine(std::span<const double> x, std::span<const double> y);
 // Two-sided p-value of Student's t with `dof` degrees of freedom.
 double studentTwoSidedP(double t, double dof);
 
+// Every value equal to the first (an empty series too): no trend statistic can find growth in
+// it, and the callers that meet thousands of such sites skip the statistics for it.
+bool isFlat(std::span<const double> y);
+
 // Robust trend statistics for growth curves.
 // Theil-Sen: the median of the pairwise slopes (an iteration that frees some or allocates an
 // irregular size does not drag it); Mann-Kendall: the one-sided p-value that the series
