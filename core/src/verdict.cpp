@@ -577,6 +577,13 @@ Classification classify(const SiteSeries& s, int warmup, const AnalysisConfig& c
         }
         if (rule.decide(judged, c)) {
             c.rule = rule.name;
+            // What else could decide for it later reads the same: the rise rules are skipped
+            // while it stays flat, "replaced every iteration" needs births at the last boundary
+            // (an unchanged site has none), and the three below read the last value, the
+            // oldest birth and the flat part's shape, none of which moves.
+            c.settled = unchanged && judged.m >= 2 && !c.growth_since &&
+                        (rule.decide == allFreed || rule.decide == keptSinceWarmup ||
+                         rule.decide == grewThenStopped);
             break;
         }
     }
@@ -638,6 +645,9 @@ bool ownRecord(const Finding& f, uint64_t capacity) {
 }
 
 bool allowListed(const Finding& f, const std::vector<std::string>& allow) {
+    if (allow.empty()) {
+        return false; // asked of every finding of every look
+    }
     std::string site = f.site.file + ":" + std::to_string(f.site.line);
     for (const std::string& pattern : allow) {
         if (globMatch(pattern, site) || globMatch(pattern, f.site.function) ||

@@ -51,6 +51,11 @@ struct Classification {
     // The name of the verdict rule that decided (verdict.cpp's kVerdictRules, tried in order),
     // or null for an empty series: for tests and for a reader of a surprising verdict.
     const char* rule = nullptr;
+    // Decided by a rule that only reads what a site keeps while nothing of it changes (a judged
+    // part that never changed, its last value, its oldest block's birth): the same verdict at
+    // every later boundary until the site changes, thinned grid or not. Watch's looks keep it
+    // (settled_sites.h) rather than judge the site again.
+    bool settled = false;
 };
 
 // The verdict of one site from its series. The first `warmup` iterations are not judged.
