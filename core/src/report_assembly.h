@@ -7,6 +7,7 @@
 #include "torchleak/finding_blocks.h"
 #include "torchleak/holder_split.h"
 #include "torchleak/report_inputs.h"
+#include "torchleak/settled_sites.h"
 #include "torchleak/verdict.h"
 
 #include <algorithm>
@@ -74,6 +75,7 @@ struct SiteAccumulator {
     uint32_t currentOldest = std::numeric_limits<uint32_t>::max();
     size_t filled = 0;
     size_t touchedAt = std::numeric_limits<size_t>::max();
+    const std::string* key = nullptr; // its key in the builder's sites
 };
 
 // A group's latest sample while the boundaries are replayed, and its site.
@@ -110,9 +112,10 @@ class ReportBuilder {
     ReportBuilder(const AllocationRecorder& recorder,
                   const ReportInputs& inputs,
                   StackSymbolizer& symbolizer,
-                  BlockDescriber& describer)
+                  BlockDescriber& describer,
+                  SettledSites* settled = nullptr)
         : d_recorder(recorder), d_inputs(inputs), d_symbolizer(symbolizer), d_describer(describer),
-          d_boundaries(recorder.boundaries()), d_n(d_boundaries.size()) {}
+          d_boundaries(recorder.boundaries()), d_n(d_boundaries.size()), d_settled(settled) {}
 
     Report build(RetentionExplainer* explainer);
 
@@ -121,12 +124,22 @@ class ReportBuilder {
     void startReport();
     void readLiveBlocks();
     void replayBoundaries();
-    static void fillTo(SiteAccumulator& acc, size_t b);
+    bool lookKeepsSettledSites(bool lookOnly) const;
+    std::string settledContext() const;
+    void markChangedSettledSites();
+    bool settledUnchanged(const GroupKey& key) const;
+    void startSeries(SiteAccumulator& acc) const;
+    void fillTo(SiteAccumulator& acc, size_t b) const;
     GroupReplay& replayOf(const GroupKey& key);
     void reconcileWithAllocator();
     void setAsideFreedAfterStop();
     void attributeExternalStacks();
     void makeFindings(bool lookOnly);
+    struct SettledNow {
+        const SiteAccumulator* site;
+        std::optional<Verdict> verdict;
+    };
+    void keepSettledSites(std::vector<SettledNow> now);
     void fillSurvivors();
     Classification
     classifyPerRun(const SiteSeries& series, const std::vector<Frame>& stack, Frame& site) const;
@@ -180,6 +193,8 @@ class ReportBuilder {
     BlockDescriber& d_describer;
     const std::vector<BoundarySnapshot>& d_boundaries;
     const size_t d_n;
+    // The last look's settled sites: read and refilled by a look that may keep them, else null.
+    SettledSites* d_settled;
 
     Report d_report;
     // The findings until publishFindings() moves them into d_report; their blocks stay here

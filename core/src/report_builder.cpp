@@ -41,14 +41,25 @@ constexpr const char* kFreedAfterStopIncomplete =
 } // namespace
 
 Report ReportBuilder::build(RetentionExplainer* explainer) {
+    // A look that names no holder (watch's): its verdicts, nothing of what explains them.
+    const bool lookOnly = d_inputs.verdicts_only && explainer == nullptr;
+    if (d_settled != nullptr) {
+        if (!lookKeepsSettledSites(lookOnly)) {
+            d_settled->clear();
+            d_settled = nullptr;
+        } else if (std::string context = settledContext();
+                   context != d_settled->context || d_n == 0 ||
+                   d_boundaries.back().iteration < d_settled->through) {
+            d_settled->clear();
+            d_settled->context = std::move(context);
+        }
+    }
     startReport();
     readLiveBlocks();
     replayBoundaries();
     reconcileWithAllocator();
     setAsideFreedAfterStop();
     attributeExternalStacks();
-    // A look that names no holder (watch's): its verdicts, nothing of what explains them.
-    const bool lookOnly = d_inputs.verdicts_only && explainer == nullptr;
     makeFindings(lookOnly);
     if (lookOnly) {
         for (FindingDraft& draft : d_drafts) {
@@ -119,12 +130,18 @@ void ReportBuilder::readLiveBlocks() {
 // its running sum, so the replay costs what the boundaries hold, not sites x boundaries x
 // groups.
 void ReportBuilder::replayBoundaries() {
+    if (d_settled != nullptr) {
+        markChangedSettledSites();
+    }
     std::vector<SiteAccumulator*> touched;
     for (size_t b = 0; b < d_n; ++b) {
         const BoundarySnapshot& snap = d_boundaries[b];
         d_shadowedIterations += snap.shadowedIterations;
         touched.clear();
         for (const GroupSample& g : snap.groups) {
+            if (d_settled != nullptr && settledUnchanged(g.key)) {
+                continue; // its finding is the last look's: not named, replayed or judged
+            }
             GroupReplay& r = replayOf(g.key);
             SiteAccumulator& acc = *r.site;
             if (acc.touchedAt != b) {
@@ -168,8 +185,17 @@ void ReportBuilder::replayBoundaries() {
     }
 }
 
+void ReportBuilder::startSeries(SiteAccumulator& acc) const {
+    if (acc.series.bytes.size() != d_n) {
+        acc.series.bytes.assign(d_n, 0);
+        acc.series.born.assign(d_n, 0);
+        acc.series.oldest.assign(d_n, std::numeric_limits<uint32_t>::max());
+    }
+}
+
 // Series points of boundaries that did not touch the site repeat its running state.
-void ReportBuilder::fillTo(SiteAccumulator& acc, size_t b) {
+void ReportBuilder::fillTo(SiteAccumulator& acc, size_t b) const {
+    startSeries(acc);
     for (; acc.filled < b; ++acc.filled) {
         acc.series.bytes[acc.filled] = acc.current;
         acc.series.oldest[acc.filled] = acc.currentOldest;
@@ -332,11 +358,17 @@ void ReportBuilder::attributeExternalStacks() {
 // and shape of its biggest live block.
 void ReportBuilder::makeFindings(bool lookOnly) {
     const uint64_t sampleBytes = d_recorder.sampler().threshold();
+    const uint64_t minBytes = d_inputs.config.min_bytes;
     fillSurvivors();
     d_drafts.reserve(d_sites.size());
+    std::vector<SettledNow> settledNow;
     for (auto& [key, acc] : d_sites) {
         int64_t maxBytes = *std::max_element(acc.series.bytes.begin(), acc.series.bytes.end());
-        if (maxBytes <= 0 || static_cast<uint64_t>(maxBytes) < d_inputs.config.min_bytes) {
+        if (maxBytes <= 0 || static_cast<uint64_t>(maxBytes) < minBytes) {
+            // Thinning only drops points: a site under min_bytes stays under while unchanged.
+            if (d_settled != nullptr) {
+                settledNow.push_back({&acc, std::nullopt});
+            }
             continue;
         }
         for (auto& o : acc.series.oldest) {
@@ -368,7 +400,17 @@ void ReportBuilder::makeFindings(bool lookOnly) {
         f.confidence = c.confidence;
         f.released_periodically = c.released_periodically;
         f.growth_since = c.growth_since;
+        // Kept only while its last point alone holds min_bytes: the point that made the site a
+        // finding may be thinned away later, the newest never is.
+        const int64_t last = acc.series.bytes.back();
+        if (d_settled != nullptr && c.settled && last > 0 &&
+            static_cast<uint64_t>(last) >= minBytes) {
+            settledNow.push_back({&acc, f.verdict});
+        }
         d_drafts.push_back({std::move(f), &acc, {}});
+    }
+    if (d_settled != nullptr) {
+        keepSettledSites(std::move(settledNow));
     }
 }
 
@@ -588,16 +630,16 @@ const std::vector<Frame>& ReportBuilder::framesOf(StackToken token) {
 }
 
 // The accumulator of a site, created with empty series of n boundaries on first use.
+// Its series are started when a boundary first touches it (fillTo).
 SiteAccumulator&
 ReportBuilder::siteFor(const Frame& site, const std::string& device, const std::string& node) {
-    SiteAccumulator& acc = d_sites[siteKey(site, device, node)];
-    if (acc.series.bytes.empty()) {
+    auto [it, fresh] = d_sites.try_emplace(siteKey(site, device, node));
+    SiteAccumulator& acc = it->second;
+    if (fresh) {
+        acc.key = &it->first;
         acc.site = site;
         acc.device = device;
         acc.node = node;
-        acc.series.bytes.assign(d_n, 0);
-        acc.series.born.assign(d_n, 0);
-        acc.series.oldest.assign(d_n, std::numeric_limits<uint32_t>::max());
     }
     return acc;
 }
@@ -608,9 +650,10 @@ Report buildReport(const AllocationRecorder& recorder,
                    const ReportInputs& inputs,
                    StackSymbolizer& symbolizer,
                    BlockDescriber& describer,
-                   RetentionExplainer* explainer) {
+                   RetentionExplainer* explainer,
+                   SettledSites* settled) {
     Report report =
-        assembly::ReportBuilder(recorder, inputs, symbolizer, describer).build(explainer);
+        assembly::ReportBuilder(recorder, inputs, symbolizer, describer, settled).build(explainer);
     if (inputs.live_findings && report.findings.size() > *inputs.live_findings) {
         std::vector<int> first(*inputs.live_findings);
         std::iota(first.begin(), first.end(), 0);

@@ -411,7 +411,8 @@ std::string verdictsJson(const Report& r) {
         out += verdictText(r.findings[i], r.boundary);
     }
     out += "],\"iterations\":" + std::to_string(r.iterations);
-    out += ",\"schema_version\":" + dumped(json(kVerdictsSchema), -1) + "}";
+    out += ",\"schema_version\":" + dumped(json(kVerdictsSchema), -1);
+    out += ",\"settled_left_out\":" + std::to_string(r.settled_left_out) + "}";
     return out;
 }
 

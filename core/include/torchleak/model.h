@@ -484,6 +484,9 @@ struct Report {
     BoundaryKind boundary = BoundaryKind::Explicit;
     std::vector<DeviceTimeline> devices;
     std::vector<Finding> findings;
+    // A look's findings left out of `findings`: settled at an earlier look and unchanged since
+    // (settled_sites.h). 0 in a report, which lists every finding.
+    size_t settled_left_out = 0;
     std::vector<Cause> causes; // the leaks, one entry per root cause, biggest first
     Summary summary;
     std::vector<std::string> warnings; // e.g. events missed while torch.profiler was on top

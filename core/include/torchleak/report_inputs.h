@@ -116,6 +116,10 @@ struct ReportInputs {
     // retention explainer the findings are explained first, and the look names their holders
     // (what a watch that only logs says when it announces).
     bool verdicts_only = false;
+    // A look (no explainer) that may leave out the sites its caller's SettledSites kept
+    // unchanged since its last such look (settled_sites.h): watch's own looks, which act on
+    // leaks and undecided findings only. Any other look lists every finding.
+    bool leave_out_settled = false;
     // torch's next hook handle id (torch.utils.hooks.RemovableHandle.next_id) when tracking
     // started: a hook dict's entries keyed at or above it were registered during the run.
     std::optional<uint64_t> first_hook_id;

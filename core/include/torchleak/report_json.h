@@ -20,7 +20,8 @@ std::string toJson(const Report& report, int indent = -1);
 // A look's verdicts (ReportInputs::verdicts_only), schema `torchleak.verdicts/1`: torchleak's
 // own watch() reads it, nothing outside; per finding its site, device, verdict, bytes and
 // growth (with the core's sentence for it), and its path and holder when the look explained
-// them, in the report's own spellings.
+// them, in the report's own spellings; `settled_left_out` counts the findings a look that keeps
+// settled sites left out (settled_sites.h: never a leak, nor undecided).
 inline constexpr const char* kVerdictsSchema = "torchleak.verdicts/1";
 std::string verdictsJson(const Report& report);
 // Parses a torchleak.report/1 document; throws SchemaError on anything else.
