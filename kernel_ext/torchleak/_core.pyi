@@ -38,6 +38,7 @@ class ReportInputs:
     boundary_runs: list[tuple[str, int]]
     explain_grown_only: bool
     verdicts_only: bool
+    leave_out_settled: bool
     privateuse1_backend: str
     out_of_memory: tuple[str, str, str] | None
     allocator_view_devices: list[str]

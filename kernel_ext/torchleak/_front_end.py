@@ -55,9 +55,11 @@ class TrackerFrontEnd(Protocol):
         the last iteration (cell watch), the out-of-memory error a cell raised, a live view cut
         to `live_findings` findings (%%leakcheck's updates), check()'s arguments as roots."""
 
-    def _verdicts(self, *, paths: bool = False) -> dict[str, Any]:
+    def _verdicts(self, *, paths: bool = False, leave_out_settled: bool = False) -> dict[str, Any]:
         """Run watch's look: each finding's verdict, site, bytes and growth
-        (torchleak.verdicts/1), nothing else of a report; with ``paths``, its path and holder."""
+        (torchleak.verdicts/1), nothing else of a report; with ``paths``, its path and holder;
+        with ``leave_out_settled``, none of the findings settled at an earlier such look and
+        unchanged since (never a leak nor undecided), counted in ``settled_left_out``."""
 
     def _run_iterations(
         self,

@@ -579,11 +579,14 @@ class Tracker:
             self._report = report
         return report
 
-    def _verdicts(self, *, paths: bool = False) -> dict[str, Any]:
+    def _verdicts(self, *, paths: bool = False, leave_out_settled: bool = False) -> dict[str, Any]:
         """watch()'s look: each finding's verdict, site, bytes and growth (torchleak.verdicts/1),
         none of a report's fixes, blocks, causes or text: a look at 10^4 growing sites had built
         and parsed a report of 40 MB. With ``paths``, each finding's path and holder as well
-        (the retaining paths walked, no fix proved): what a watch that only logs announces."""
+        (the retaining paths walked, no fix proved): what a watch that only logs announces.
+        With ``leave_out_settled`` (and no paths), the findings settled at an earlier such look
+        and unchanged since are left out, counted in ``settled_left_out``: never a leak nor
+        undecided, they are not judged again, and a look costs the sites that changed."""
         if self._session is None:
             raise RuntimeError("nothing was tracked: use the Tracker as `with torchleak.track():`")
         text = self._report_text(
@@ -592,6 +595,7 @@ class Tracker:
             described=self._failure,
             shapes=False,
             verdicts_only=True,
+            leave_out_settled=leave_out_settled and not paths,
             live_findings=sys.maxsize if paths else None,  # every finding, none of its blocks listed
         )
         return parse_document(text)
@@ -607,6 +611,7 @@ class Tracker:
         grown_paths_only: bool = False,
         live_findings: int | None = None,
         verdicts_only: bool = False,
+        leave_out_settled: bool = False,
         argument_roots: list[Any] | None = None,
     ) -> str:
         """The core's document for a report (or a look's verdicts), from this run's inputs."""
@@ -645,6 +650,7 @@ class Tracker:
         inputs.resident_memory = self._resident.samples if self._resident is not None else []
         inputs.live_findings = live_findings
         inputs.verdicts_only = verdicts_only
+        inputs.leave_out_settled = leave_out_settled
         inputs.first_hook_id = self._first_hook_id
         if paths:
             _torch_caches.fill(inputs)

@@ -212,6 +212,7 @@ class Watch:
         self._budget = float(budget)
         self._redact = bool(redact)
         self._announced: dict[Any, Any] = {}  # key -> the holder said when it was announced
+        self._last_listed: dict[Any, Any] = {}  # announced key -> its finding at the last look listing it
         self._cue = _CheckCue()
         self._explained = 0.0  # bytes per iteration the standing leaks add, at the last look
         self._new_at_last_look = 0
@@ -287,9 +288,17 @@ class Watch:
 
     def _check(self, tracker):
         """One verdict on the run so far; True when it announced or withdrew a leak."""
-        look = tracker._verdicts()["findings"]
-        by_key = {_key(f): f for f in look}
+        document = tracker._verdicts(leave_out_settled=True)
+        by_key = {_key(f): f for f in document["findings"]}
+        if document.get("settled_left_out"):
+            # A finding left out was settled at an earlier look and has not changed since: what
+            # the look that last listed it said still holds (an announced leak whose thinned
+            # points came to read flat is one).
+            for k in self._announced:
+                if k not in by_key and k in self._last_listed:
+                    by_key[k] = self._last_listed[k]
         new = {k for k, f in by_key.items() if f["verdict"] == "leak"} - set(self._announced)
+        self._last_listed = {k: by_key[k] for k in set(self._announced) | new if k in by_key}
         over = [k for k in self._announced if _stopped(by_key.get(k))]
         self._new_at_last_look = len(new)
         standing = (by_key[k] for k in set(self._announced).union(new) - set(over) if k in by_key)

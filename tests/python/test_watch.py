@@ -425,3 +425,54 @@ def test_many_announced_sites_cost_one_look_not_one_per_rise():
     # The look at the first judged boundary announces all of them; before, the rising and the
     # steady cues asked for 8 more in 30 steps, all finding nothing.
     assert w.checks <= 2, (w.checks, w.cued_checks)
+
+
+def test_a_watch_look_leaves_out_the_sites_settled_at_an_earlier_look_and_still_finds_the_leak(tmp_path):
+    # 200 lines keep a tensor before the first step and never change again: a watch's look
+    # judged all of them at every look (issue #64). A look that may leave them out lists only
+    # what changed; a look that may not still lists every finding.
+    path = tmp_path / "kept_once.py"
+    path.write_text("\n".join("keep.append(torch.ones(1024))" for _ in range(200)))
+    code = compile(path.read_text(), str(path), "exec")
+    g, leak = {"torch": torch, "keep": []}, []
+    with torchleak.watch(json=None, sample_bytes=0) as w:
+        exec(code, g)
+        for _ in range(40):
+            leak.append(torch.ones(4096))
+            torchleak.step()
+        w.tracker._verdicts(leave_out_settled=True)
+        leak.append(torch.ones(4096))
+        torchleak.step()
+        kept = w.tracker._verdicts(leave_out_settled=True)
+        whole = w.tracker._verdicts()
+    assert [line for line in w.leaks if "test_watch.py" in line]  # the leak, announced
+    assert kept["settled_left_out"] >= 200
+    assert whole["settled_left_out"] == 0
+    listed = {f["site"]["text"] for f in kept["findings"]}
+    assert len(whole["findings"]) == len(kept["findings"]) + kept["settled_left_out"]
+    assert {f["site"]["text"] for f in whole["findings"]} >= listed
+    assert any(f["verdict"] == "leak" for f in kept["findings"])
+    assert not any("kept_once.py" in site for site in listed)
+
+
+def test_an_announced_leak_a_look_leaves_out_as_settled_is_not_withdrawn(monkeypatch):
+    # A look leaves out what an earlier look settled and nothing changed since; an announced
+    # leak left out (its thinned points read flat) is what the look that last listed it said,
+    # not "its memory was freed".
+    kept = []
+    with torchleak.watch(json=None) as w:
+        for _ in range(30):
+            kept.append(torch.ones(4096))
+            torchleak.step()
+        assert w.leaks
+        looked = w.tracker._verdicts
+
+        def leaving_everything_out(**kwargs):
+            document = looked(**kwargs)
+            document["settled_left_out"] += len(document["findings"])
+            document["findings"] = []
+            return document
+
+        monkeypatch.setattr(w.tracker, "_verdicts", leaving_everything_out)
+        assert w._check(w.tracker) is False
+    assert w.withdrawn == []

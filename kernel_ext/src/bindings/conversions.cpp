@@ -220,6 +220,7 @@ ReportInputs reportInputs(const ReportRequest& request, const FrameFilter& filte
     in.devices = deviceCapacities(request.capacities, in.privateuse1_backend);
     in.explain_grown_only = request.explain_grown_only;
     in.verdicts_only = request.verdicts_only;
+    in.leave_out_settled = request.leave_out_settled;
     in.torch_caches = {request.autocast_devices, request.dynamo_compiled_frames,
                        request.torchscript_functions};
     in.live_findings = request.live_findings;

@@ -65,6 +65,7 @@ struct ReportRequest {
     std::vector<std::pair<std::string, int>> boundary_runs;
     bool explain_grown_only = false;
     bool verdicts_only = false;
+    bool leave_out_settled = false;
     std::string privateuse1_backend = std::string(kPrivateUse1DefaultName);
     // (error type, message, device) of the out-of-memory error that ended the run.
     std::optional<std::tuple<std::string, std::string, std::string>> out_of_memory;

@@ -119,6 +119,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("boundary_runs", &python::ReportRequest::boundary_runs)
         .def_readwrite("explain_grown_only", &python::ReportRequest::explain_grown_only)
         .def_readwrite("verdicts_only", &python::ReportRequest::verdicts_only)
+        .def_readwrite("leave_out_settled", &python::ReportRequest::leave_out_settled)
         .def_readwrite("privateuse1_backend", &python::ReportRequest::privateuse1_backend)
         .def_readwrite("out_of_memory", &python::ReportRequest::out_of_memory)
         .def_readwrite("allocator_view_devices", &python::ReportRequest::allocator_view_devices)

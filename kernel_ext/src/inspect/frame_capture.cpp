@@ -290,6 +290,23 @@ std::optional<IpythonInputName> parseIpythonInput(const std::string& file) {
 
 } // namespace
 
+std::string FrameFilter::identity() const {
+    std::string text;
+    for (const auto* prefixes : {&libraryPrefixes, &packagePrefixes}) {
+        for (const std::string& prefix : *prefixes) {
+            text += prefix;
+            text += '\x1f';
+        }
+        text += '\x1e';
+    }
+    std::vector<std::pair<std::string, int>> cells(cellFiles.begin(), cellFiles.end());
+    std::sort(cells.begin(), cells.end());
+    for (const auto& [file, count] : cells) {
+        text += file + '\x1f' + std::to_string(count) + '\x1f';
+    }
+    return text;
+}
+
 FileClass FrameFilter::classify(const std::string& file) const {
     FileClass c;
     // A cell re-run is the same code under a new name (<ipython-input-N-HASH>): group by the

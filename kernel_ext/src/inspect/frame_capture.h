@@ -77,6 +77,8 @@ struct FrameFilter {
 
     // The one rule for every frame: captured by the hook or recorded by PyTorch (CUDA).
     FileClass classify(const std::string& file) const;
+    // Everything classify() reads, as one text: equal texts name every frame alike.
+    std::string identity() const;
 };
 
 // The qualified name of a code object's function ("Classifier.forward"). CPython 3.11+ keep

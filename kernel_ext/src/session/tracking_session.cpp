@@ -254,9 +254,19 @@ std::string TrackingSession::reportJson(const ReportInputs& inputs,
             late->freed_after_stop_incomplete = d_lateFrees->overflowed();
         }
     }
+    // Only watch's looks without paths keep settled sites between them; any other look or report
+    // leaves them be. A site is named through the filter: under another, a kept group may belong
+    // elsewhere.
+    const bool keeping = inputs.verdicts_only && inputs.leave_out_settled && !explain;
+    if (keeping) {
+        if (std::string naming = filter.identity(); naming != d_settledNaming) {
+            d_settled.clear();
+            d_settledNaming = std::move(naming);
+        }
+    }
     Report report = buildReport(*d_recorder, late ? *late : inputs, symbolizer,
                                 describeTensors ? static_cast<BlockDescriber&>(tensors) : none,
-                                explain ? &finder : nullptr);
+                                explain ? &finder : nullptr, keeping ? &d_settled : nullptr);
     d_lastWalk = finder.stats();
     return inputs.verdicts_only ? verdictsJson(report) : toJson(report, indent);
 }

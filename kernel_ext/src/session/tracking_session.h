@@ -135,6 +135,10 @@ class TrackingSession {
     uint32_t d_slotJoinedAt = 0;
     bool d_codeReleased = false;
     WalkStats d_lastWalk;
+    // What watch's last look settled, for the next look to keep (settled_sites.h), and the
+    // frame filter's identity it was named under.
+    SettledSites d_settled;
+    std::string d_settledNaming;
 };
 
 } // namespace torchleak::python
