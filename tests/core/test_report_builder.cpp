@@ -1,4 +1,5 @@
 // buildReport end to end on a recorder fed synthetic events, with fake Python collaborators.
+#include "library_frame_symbolizer.h"
 #include "torchleak/display_text.h"
 #include "torchleak/report_builder.h"
 #include "torchleak/report_json.h"
@@ -17,23 +18,7 @@ namespace {
 constexpr DeviceKey kCpu{0, -1};
 constexpr int64_t MiB = 1 << 20;
 
-// Frames whose `code` encodes (file index, line): the test's stand-in for Python code objects.
-class FakeSymbolizer final : public StackSymbolizer {
-  public:
-    std::vector<Frame> symbolize(std::span<const RawFrame> frames) override {
-        std::vector<Frame> out;
-        for (const RawFrame& r : frames) {
-            Frame f;
-            bool library = r.code >= 0x1000;
-            f.file = library ? "/site-packages/torch/nn/modules/linear.py" : "train.py";
-            f.line = r.offset;
-            f.function = library ? "forward" : "step";
-            f.user = !library;
-            out.push_back(f);
-        }
-        return out;
-    }
-};
+using FakeSymbolizer = testing::LibraryFrameSymbolizer;
 
 class FakeDescriber final : public BlockDescriber {
   public:

@@ -1,5 +1,6 @@
 // Watch's looks keep the sites the last look settled (settled_sites.h): each look's verdicts must
 // be the ones a look that keeps nothing writes, at every look of a long, thinned run.
+#include "library_frame_symbolizer.h"
 #include "torchleak/report_builder.h"
 #include "torchleak/report_json.h"
 #include "torchleak/verdict.h"
@@ -14,23 +15,7 @@ namespace {
 constexpr DeviceKey kCpu{0, -1};
 constexpr uint64_t KiB = 1024;
 
-// Frames whose code encodes (file, line); a code of 0x1000 or more is a library frame.
-class FakeSymbolizer final : public StackSymbolizer {
-  public:
-    std::vector<Frame> symbolize(std::span<const RawFrame> frames) override {
-        std::vector<Frame> out;
-        for (const RawFrame& r : frames) {
-            Frame f;
-            const bool library = r.code >= 0x1000;
-            f.file = library ? "/site-packages/torch/nn/modules/linear.py" : "train.py";
-            f.line = r.offset;
-            f.function = library ? "forward" : "step";
-            f.user = !library;
-            out.push_back(f);
-        }
-        return out;
-    }
-};
+using FakeSymbolizer = testing::LibraryFrameSymbolizer;
 
 class NoDescriptions final : public BlockDescriber {
   public:
