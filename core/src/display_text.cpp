@@ -412,6 +412,10 @@ std::string growthText(const Finding& f, BoundaryKind boundary) {
                f.device + " would take over " + groupThousands(kNegligibleIterations) + " " + noun +
                "s to fill";
     }
+    if (g.bounded && f.verdict == Verdict::Undecided) {
+        return "held by a deque of at most " + groupThousands(g.bounded->capacity) + " entries, " +
+               groupThousands(g.bounded->entries) + " of them now: it stops growing when full";
+    }
     if (g.stopped_at && f.verdict == Verdict::Undecided) {
         const int64_t flat = g.flat_iterations;
         return "grew " + formatBytes(static_cast<double>(g.grown_bytes)) + " until " + noun + " " +

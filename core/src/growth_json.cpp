@@ -30,6 +30,9 @@ json growthSinceJson(const Finding& f, BoundaryKind boundary) {
                         {"stopped_at", g.earlier->stopped_at},
                         {"grown_bytes", g.earlier->grown_bytes}};
     }
+    if (g.bounded) {
+        j["bounded"] = {{"capacity", g.bounded->capacity}, {"entries", g.bounded->entries}};
+    }
     return j;
 }
 
@@ -53,6 +56,10 @@ GrowthSince growthSinceFrom(const json& g) {
         since.earlier = GrowthSince::Earlier{e->at("iteration").get<int64_t>(),
                                              e->at("stopped_at").get<int64_t>(),
                                              e->at("grown_bytes").get<int64_t>()};
+    }
+    if (auto b = g.find("bounded"); b != g.end() && b->is_object()) {
+        since.bounded =
+            GrowthSince::Bounded{b->at("capacity").get<int64_t>(), b->at("entries").get<int64_t>()};
     }
     return since;
 }

@@ -11,6 +11,7 @@
 #include "torchleak/suggestion.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <sstream>
 
@@ -534,12 +535,28 @@ void ReportBuilder::finalizeFindings() {
     }
 }
 
-// The machinery rule, then a record of the run's own, then the allow-list.
+// The machinery rule, then a holder that bounds what it keeps and is still filling (too soon to
+// call), then a record of the run's own, then the allow-list.
 void ReportBuilder::settleVerdict(FindingDraft& draft) const {
     Finding& f = draft.finding;
     if (f.verdict != Verdict::Leak && f.total_bytes > 0 && heldByMachinery(f)) {
         f.verdict = Verdict::Leak;
         f.confidence = 0.9;
+    }
+    if (f.verdict == Verdict::Leak && f.holder) {
+        if (auto bound = fillingBoundedHolder(f)) {
+            f.verdict = Verdict::Undecided;
+            f.confidence = 0.5;
+            GrowthSince& g = f.growth_since ? *f.growth_since : f.growth_since.emplace();
+            g.bounded = bound;
+            // Full after its free entries at the rate it fills, and flat as long again: a watch
+            // looks at it again then, when a filled cache reads as one.
+            const double perIteration =
+                std::max({f.holder->entries_per_iteration, f.holder->growth_per_iteration, 1e-3});
+            const double free = static_cast<double>(bound->capacity - bound->entries);
+            g.settles_at = static_cast<int64_t>(d_report.iterations) +
+                           static_cast<int64_t>(std::ceil(2.0 * free / perIteration));
+        }
     }
     if (!draft.site->groups.empty() &&
         ownRecord(f, deviceCapacity(draft.site->groups.front().device, d_inputs.devices))) {

@@ -33,6 +33,18 @@ std::optional<size_t> holderEnd(const Finding& f) {
     return std::nullopt;
 }
 
+std::optional<GrowthSince::Bounded> fillingBoundedHolder(const Finding& f) {
+    const auto end = holderEnd(f);
+    if (!end) {
+        return std::nullopt;
+    }
+    const PathStep& holder = f.path[*end];
+    if (holder.capacity <= 0 || holder.entries < 0 || holder.entries >= holder.capacity) {
+        return std::nullopt;
+    }
+    return GrowthSince::Bounded{holder.capacity, holder.entries};
+}
+
 std::optional<size_t> libraryOwnerStep(const Finding& f) {
     const auto end = holderEnd(f);
     if (!end) {

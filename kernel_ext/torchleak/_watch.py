@@ -213,6 +213,7 @@ class Watch:
         self._redact = bool(redact)
         self._announced: dict[Any, Any] = {}  # key -> the holder said when it was announced
         self._last_listed: dict[Any, Any] = {}  # announced key -> its finding at the last look listing it
+        self._deferred: dict[Any, int] = {}  # key -> the iteration a report said to look at it again
         self._cue = _CheckCue()
         self._explained = 0.0  # bytes per iteration the standing leaks add, at the last look
         self._new_at_last_look = 0
@@ -297,7 +298,10 @@ class Watch:
             for k in self._announced:
                 if k not in by_key and k in self._last_listed:
                     by_key[k] = self._last_listed[k]
-        new = {k for k, f in by_key.items() if f["verdict"] == "leak"} - set(self._announced)
+        # What the report last called too soon, knowing the holder (a bounded deque still
+        # filling), waits for the iteration it said: a look has no holders to tell it again.
+        self._deferred = {k: at for k, at in self._deferred.items() if at > tracker.iterations}
+        new = {k for k, f in by_key.items() if f["verdict"] == "leak"} - set(self._announced) - set(self._deferred)
         self._last_listed = {k: by_key[k] for k in set(self._announced) | new if k in by_key}
         over = [k for k in self._announced if _stopped(by_key.get(k))]
         self._new_at_last_look = len(new)
@@ -320,6 +324,10 @@ class Watch:
             self._withdraw(report, over, written)
         if new:
             self._announce(report, new, written)
+            for f in report.findings:
+                if _key(f) in new and _key(f) not in self._announced:
+                    settles = (f.get("growth_since") or {}).get("settles_at")
+                    self._deferred[_key(f)] = settles or tracker.iterations + _CheckCue.MIN_GAP
         return True
 
     def _report_to_announce(self, tracker, *, announcing, withdrawing):
@@ -365,7 +373,8 @@ class Watch:
                 f"{holder}, +{format_bytes(rate)} per {unit}{onset}",
                 written,
             )
-        self._call("on_leak", self._on_leak, report)
+        if by_holder:
+            self._call("on_leak", self._on_leak, report)
 
     def _withdraw(self, report, keys, written):
         by_key = {_key(f): f for f in report.findings}

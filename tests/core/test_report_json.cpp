@@ -74,6 +74,11 @@ Report hostileReport() {
     stepped.growth_since->step_every = 4;
     stepped.growth_since->earlier = GrowthSince::Earlier{3, 9, 5 << 20};
     r.findings.push_back(stepped);
+    Finding filling = f; // a cache of the last 16 requests, 8 in: too soon to call
+    filling.verdict = Verdict::Undecided;
+    filling.growth_since->settles_at = 24;
+    filling.growth_since->bounded = GrowthSince::Bounded{16, 8};
+    r.findings.push_back(filling);
     DeviceTimeline d;
     d.device = "cpu";
     d.capacity_bytes = 1ull << 34;
@@ -113,8 +118,15 @@ TEST_CASE("JSON has the contract's field names and parses back with nlohmann") {
     REQUIRE(stepped["text"] ==
             "1.0 MiB every 4 iterations since iteration 41; before, it grew 5.0 MiB "
             "from iteration 4 to 10 and paused");
+    const auto& filling = j["findings"][3]["growth_since"];
+    REQUIRE(filling["bounded"]["capacity"] == 16);
+    REQUIRE(filling["bounded"]["entries"] == 8);
+    REQUIRE(filling["settles_at"] == 24);
+    REQUIRE(filling["text"] ==
+            "held by a deque of at most 16 entries, 8 of them now: it stops growing when full");
     REQUIRE_FALSE(f["growth_since"].contains("step_bytes"));
     REQUIRE_FALSE(f["growth_since"].contains("earlier"));
+    REQUIRE_FALSE(f["growth_since"].contains("bounded"));
     REQUIRE(f["site"]["file"] == "dir \"quoted\"/<script>alert('x')</script>.py");
     REQUIRE(f["site"]["cell"].is_null());
     REQUIRE(f["path"][0]["label"] == "losses\n\t\\");

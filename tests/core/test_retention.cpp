@@ -84,6 +84,26 @@ TEST_CASE("No container on the path: no holder") {
     REQUIRE_FALSE(chooseHolder(p, ptrs, 5.0));
 }
 
+TEST_CASE("A holder that bounds its entries is filling until it holds them all") {
+    Finding f;
+    f.verdict = Verdict::Leak;
+    f.path = {step("root", "cache", "collections.deque"), step("index", "[7]", "tuple"),
+              step("index", "[0]", "Tensor")};
+    f.holder = Holder{"cache", "collections.deque", 1.0, std::nullopt};
+    REQUIRE_FALSE(fillingBoundedHolder(f)); // no bound read: an unbounded deque, or a subclass
+    f.path[0].entries = 8;
+    f.path[0].capacity = 16;
+    const auto bound = fillingBoundedHolder(f);
+    REQUIRE(bound);
+    CHECK(bound->capacity == 16);
+    CHECK(bound->entries == 8);
+    f.path[0].entries = 16;
+    CHECK_FALSE(fillingBoundedHolder(f)); // full: growth through it is its entries' own
+    f.path[0].entries = 8;
+    f.holder.reset();
+    CHECK_FALSE(fillingBoundedHolder(f)); // not the holder: nothing says what grows
+}
+
 TEST_CASE("Suggestions follow the pattern of the path") {
     Finding f;
     f.verdict = Verdict::Leak;

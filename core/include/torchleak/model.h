@@ -172,6 +172,10 @@ struct PathStep {
     // C struct (no user code); -1 for anything else. Not part of the report: the holder's
     // entries per iteration come from it.
     int64_t entries = -1;
+    // The most entries it can hold, where the object itself bounds them (a deque's maxlen, read
+    // through the exact type's own getter: no user code); -1 for anything else. Not part of the
+    // report: a leak held by a bounded container still filling is not called one yet.
+    int64_t capacity = -1;
     // The object this step reaches (a Python object's address; 0 for C++ state), so that a
     // fix can be proven by walking again with it cut. Not part of the report.
     uintptr_t object = 0;
@@ -262,6 +266,14 @@ struct GrowthSince {
         int64_t grown_bytes = 0;
     };
     std::optional<Earlier> earlier = std::nullopt;
+    // Undecided because its holder bounds it and is still filling (a deque(maxlen=16) holding
+    // 8): the entries it can hold and holds now. It stops growing when full; a leak through it
+    // then is one of bytes per entry, and is called so.
+    struct Bounded {
+        int64_t capacity = 0;
+        int64_t entries = 0;
+    };
+    std::optional<Bounded> bounded = std::nullopt;
 };
 
 // What the suggested fix was proven to free: the heap walked again from the named roots with

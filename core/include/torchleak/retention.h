@@ -112,6 +112,11 @@ std::vector<PathStep> normalizePath(std::vector<PathStep> steps);
 // The holder's last step on the finding's path, when an entry follows it: the entry the holder
 // keeps per iteration is the next step, its owner the steps before. Nothing without a holder.
 std::optional<size_t> holderEnd(const Finding& f);
+// The holder's bound while it is still filling: a leak-shaped finding whose holder is a
+// container that bounds its own entries (a deque's maxlen) and holds fewer than that. A cache
+// of the last 16 requests grows at every one of its first 16 iterations, which is every sign
+// of a leak a series can show; what holds it says it stops.
+std::optional<GrowthSince::Bounded> fillingBoundedHolder(const Finding& f);
 // The step of the library object the finding's holder is private state of: the nearest step
 // above the holder whose class is a package's, entered by a private attribute (`._history`).
 std::optional<size_t> libraryOwnerStep(const Finding& f);

@@ -193,6 +193,9 @@ std::vector<PathStep> PathBuilder::build(uint32_t i, bool dropRoot) {
                 step.entries = PyDict_GET_SIZE(object);
             } else if (PyAnySet_Check(object)) {
                 step.entries = PySet_GET_SIZE(object);
+            } else if (int64_t capacity = dequeCapacity(object); capacity >= 0) {
+                step.entries = Py_SIZE(object); // a deque's length is its object header's
+                step.capacity = capacity;
             }
         }
         describeTensor(n, step);

@@ -18,9 +18,7 @@
 
 namespace torchleak::python {
 
-namespace {
-
-// collections.deque, looked up once (the collections module is loaded at interpreter start).
+// Looked up once (the collections module is loaded at interpreter start).
 PyTypeObject* dequeType() {
     static PyTypeObject* type = []() -> PyTypeObject* {
         PyObject* collections = PyImport_ImportModule("_collections");
@@ -35,6 +33,23 @@ PyTypeObject* dequeType() {
     }();
     return type;
 }
+
+// Only the exact type: its getter is C, where a subclass could override `maxlen` in Python.
+int64_t dequeCapacity(PyObject* deque) {
+    if (dequeType() == nullptr || Py_TYPE(deque) != dequeType()) {
+        return -1;
+    }
+    PyObject* maxlen = PyObject_GetAttrString(deque, "maxlen");
+    int64_t capacity = -1;
+    if (maxlen != nullptr && PyLong_Check(maxlen)) {
+        capacity = PyLong_AsLongLong(maxlen);
+    }
+    Py_XDECREF(maxlen);
+    PyErr_Clear();
+    return capacity;
+}
+
+namespace {
 
 // A str key as a Python literal.
 std::string keyTextOf(const std::string& s) {
