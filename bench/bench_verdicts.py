@@ -10,8 +10,9 @@ False alarms: clean training and inference loops, each run from its own seed,
   batch-sizes  an MLP on batches of 4-4096 rows, the last batch kept across the boundary as a
                script's loop variable keeps it (one block alive, 1 KiB-1 MiB: sampled or not;
                issue #30's watch-mode reproducer)
-  - under torchleak.watch() with its defaults (blocks under 256 KiB sampled) but judged at every
-    iteration (budget=1.0: the most looks a run can get, so the most chances to cry wolf);
+  - under torchleak.watch() with its defaults (every block recorded, since issue #61) but judged
+    at every iteration (budget=1.0: the most looks a run can get, so the most chances to cry
+    wolf);
   - under torchleak.check(iteration, state, iterations=20, warmup=2).
 A run is a false alarm when anything is called a leak. Goal: 0 in at least 200 clean watch runs.
 Time to verdict: every visible leak case of the suite (LEAK_CASES, which `make bench` sets) that runs under check() (the
