@@ -432,10 +432,9 @@ def _report_the_run(tracker, opts, script, script_args, parsed_options, terminat
                 file=sys.stderr,
             )
     # After SIGTERM (torchrun stopping the job because a rank died) the agent kills what is
-    # still running within seconds: rank 0 waits less for the others.
-    timeout = min(opts["gather_timeout"], 10.0) if terminated.note else opts["gather_timeout"]
-    # A SIGTERM that comes while the ranks wait for each other shortens that wait too.
-    return status, _finish(tracker, opts, failure, timeout, hurry=lambda: terminated.note is not None)
+    # still running 30 s later: the ranks' waits end a fixed time after the signal, whether it
+    # came before the wait or during it.
+    return status, _finish(tracker, opts, failure, opts["gather_timeout"], hurry=lambda: terminated.at)
 
 
 @contextlib.contextmanager

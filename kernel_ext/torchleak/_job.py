@@ -121,9 +121,14 @@ def _keys(job):
     return [f"{prefix}rank/{r}" for r in range(job.world_size)], f"{prefix}merged"
 
 
-# After torchrun's SIGTERM its agent kills what still runs 30 s later: rank 0 then waits at
-# most this long for the others, and the others a little longer for its merge.
-HURRY_SECONDS = 10.0
+# After torchrun's SIGTERM its agent kills what still runs 30 s later (the failed-worker path
+# of torch.distributed.elastic's agent: _stop_workers -> _shutdown(timeout=30)). Rank 0 waits
+# for the others until this long after the signal, which leaves it 10 s to merge and write;
+# the others wait 5 s longer for its merge. Counted from the signal, not from the wait: a rank
+# whose report took seconds to build after the SIGTERM must not wait into the SIGKILL, and one
+# held in a collective until its timeout (the others' failed at once) still has its report
+# merged when it posts 15 s after the signal.
+HURRY_SECONDS = 20.0
 
 
 def exchange(
@@ -140,8 +145,10 @@ def exchange(
     """Post this rank's report; on rank 0, wait up to ``timeout`` seconds for the others' and
     merge; elsewhere, wait a little longer than that for rank 0 to say whether this rank's
     report is in the merge. ``hurry``: a callable that turns true when the job is being stopped
-    (SIGTERM); a wait under way then ends within ``hurry_seconds``. Never raises for the job's
-    sake: a store that is gone (rank 0's process died) leaves each rank with its own report."""
+    (SIGTERM); a wait then ends ``hurry_seconds`` after the signal when what it returns is the
+    signal's ``time.monotonic()`` (a float), else after the wait notices. Never raises for the
+    job's sake: a store that is gone (rank 0's process died) leaves each rank with its own
+    report."""
     rank_keys, merged_key = _keys(job)
     _exchanges[job.rank] = _exchanges.get(job.rank, 0) + 1
     post, sent_note = _post(job, report, status, note, MAX_POST_BYTES if max_post_bytes is None else max_post_bytes)
@@ -291,14 +298,17 @@ def _confirmation(job, merged_key, sent_note):
 
 def _wait_for(store, keys, deadline, hurry=None, hurry_seconds=HURRY_SECONDS):
     """The keys present by the deadline (polled: the store's own wait() cannot say which keys
-    are missing when it times out); once ``hurry()`` is true, by ``hurry_seconds`` from then."""
+    are missing when it times out); once ``hurry()`` is true, by ``hurry_seconds`` after the
+    time it returns (a float), or after now."""
     arrived = []
     pending = list(keys)
     hurried = False
     while True:
-        if not hurried and hurry is not None and hurry():
+        stopped = None if hurried or hurry is None else hurry()
+        if stopped:
             hurried = True
-            deadline = min(deadline, time.monotonic() + hurry_seconds)
+            since = stopped if isinstance(stopped, float) else time.monotonic()
+            deadline = min(deadline, since + hurry_seconds)
         for key in list(pending):
             try:
                 present = store.check([key])

@@ -16,6 +16,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from types import TracebackType
 
@@ -105,6 +106,7 @@ class TerminationSignal:
 
     def __init__(self):
         self.note, self._previous = None, None
+        self.at = None  # time.monotonic() of the first SIGTERM: torchrun's grace counts from it
         self.stops_script = False  # while the script runs, SIGTERM raises SystemExit in it
 
     def __enter__(self):
@@ -115,6 +117,8 @@ class TerminationSignal:
     def _on_signal(self, signum, frame):
         first = self.note is None
         self.note = "terminated by SIGTERM"
+        if first:
+            self.at = time.monotonic()
         if first and self.stops_script:
             raise SystemExit(128 + signum)
 

@@ -200,14 +200,15 @@ class Tracker:
         *,
         failure: BaseException | str | None = None,
         timeout: float | None = None,
-        hurry: Callable[[], bool] | None = None,
+        hurry: Callable[[], bool | float | None] | None = None,
     ) -> Any:
         """In a torch.distributed job, after the block: post this rank's report and, on rank 0,
         merge every rank's (waiting at most ``timeout`` seconds, default the tracker's
         ``gather_timeout``); every rank calls it. Rank 0's ``report()`` is then the merged
         report. ``failure``: the exception that ended this rank's run, or its description.
         ``hurry``: a callable that turns true when the job is being stopped (torchrun's SIGTERM);
-        a wait under way then ends within seconds. Returns the exchange (``.merged``,
+        the wait then ends 20 s after the signal when it returns the signal's
+        ``time.monotonic()``, else 20 s after the wait sees it. Returns the exchange (``.merged``,
         ``.confirmed``: rank 0 merged this rank's report; ``.complete``: all of it, not a
         summary; ``.note``: why not), or None outside a job."""
         if self._job is None:

@@ -149,3 +149,17 @@ def test_a_killed_rank_is_missing_and_the_others_still_report(torchrun, tmp_path
     [leak] = leaks(data)
     assert leak["ranks_text"] == "leaks on rank 2 only"
     assert not list(tmp_path.glob("job.rank*"))  # rank 2's report reached the merge
+
+
+def test_a_rank_held_past_the_sigterm_still_reaches_the_merge(torchrun, tmp_path):
+    """Rank 2's failed all-reduce holds it 12 s after torchrun's SIGTERM (as a rank stuck in C++
+    until its collective's timeout): rank 0, whose own all-reduce failed at once, waits until
+    20 s after the signal, so rank 2's report is merged instead of named missing."""
+    out = torchrun(3, "--json", str(tmp_path / "job.json"), KILL_RANK="1", HELD_RANK="2", LEAK_RANKS="2")
+    assert out.returncode != 0
+    data = load(tmp_path / "job.json")
+    by_rank = {r["rank"]: r for r in data["ranks"]["ranks"]}
+    assert by_rank[1]["status"] == "missing"
+    assert by_rank[2]["status"] == "failed", by_rank[2]
+    assert [f["ranks_text"] for f in leaks(data)] == ["leaks on rank 2 only"]
+    assert not list(tmp_path.glob("job.rank*"))

@@ -97,6 +97,29 @@ def test_a_sigterm_during_the_wait_shortens_it():
     assert missing["note"] == "not posted before the job was stopped (SIGTERM)"
 
 
+def test_the_wait_after_a_sigterm_counts_from_the_signal_not_from_the_wait():
+    # A rank 0 whose report took longer to build than the hurry after the signal must not wait
+    # into torchrun's SIGKILL: its wait ends at once, with what has arrived merged.
+    store = dist.HashStore()
+    signalled = time.monotonic() - 30
+    started = time.monotonic()
+    result = _job.exchange(_job.Job(0, 2, store), rank_report(), timeout=60, hurry=lambda: signalled, hurry_seconds=20)
+    assert time.monotonic() - started < 10
+    [_, missing] = result.merged.to_dict()["ranks"]["ranks"]
+    assert missing["note"] == "not posted before the job was stopped (SIGTERM)"
+    # A rank that posts well after the wait began, within the time after the signal, is merged:
+    # rank 0 waits until the signal's time plus hurry_seconds, not that long after it looked.
+    _job._exchanges.clear()
+    store, reports = dist.HashStore(), [rank_report(), rank_report()]
+    signalled = time.monotonic()
+    late = threading.Timer(1.0, lambda: _job.exchange(_job.Job(1, 2, store), reports[1], timeout=0.1))
+    late.start()
+    time.sleep(0.5)  # rank 0's own report is built after the signal
+    result = _job.exchange(_job.Job(0, 2, store), reports[0], timeout=60, hurry=lambda: signalled, hurry_seconds=5)
+    late.join(timeout=30)
+    assert [r["status"] for r in result.merged.to_dict()["ranks"]["ranks"]] == ["ok", "ok"]
+
+
 def test_a_rank_is_told_when_rank_zero_never_merges():
     results = run_ranks(2, dist.HashStore(), {1: (rank_report(), "ok", "")}, timeout=0.3)
     assert not results[1].confirmed

@@ -3,6 +3,8 @@ LEAK_RANKS=1,2   ranks that keep 256 KiB per step alive (in `kept`, with the gra
 RAISE_RANK=r     this rank raises in step 5
 HANG_RANK=r      this rank hangs after training (never reaches the end)
 KILL_RANK=r      this rank dies in step 5 (SIGKILL: no report, no exit handler)
+HELD_RANK=r      when its collective fails, this rank is held 12 s more with signals blocked (a
+                 rank stuck in C++ until its collective's timeout, deaf to torchrun's SIGTERM)
 STEPS=n          optimizer steps (default 12)
 TRACK_INSIDE=1   the script tracks itself with torchleak.track() (run without the CLI)
 """
@@ -33,7 +35,14 @@ def train():
     for step in range(int(os.environ.get("STEPS", "12"))):
         x, y = torch.randn(32, 64), torch.randn(32, 1)
         loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
+        try:
+            loss.backward()
+        except RuntimeError:
+            if rank in ranks("HELD_RANK"):
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+                time.sleep(12)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            raise
         opt.step()
         opt.zero_grad()
         if rank in ranks("LEAK_RANKS"):
