@@ -18,8 +18,6 @@
 
 namespace torchleak::python {
 
-// collections.deque, or null where it cannot be had.
-PyTypeObject* dequeType();
 // The maxlen of a deque of exactly that type, else (or unbounded) -1. Needs the GIL.
 int64_t dequeCapacity(PyObject* deque);
 

@@ -18,7 +18,9 @@
 
 namespace torchleak::python {
 
-// Looked up once (the collections module is loaded at interpreter start).
+namespace {
+
+// collections.deque, looked up once (the collections module is loaded at interpreter start).
 PyTypeObject* dequeType() {
     static PyTypeObject* type = []() -> PyTypeObject* {
         PyObject* collections = PyImport_ImportModule("_collections");
@@ -33,6 +35,8 @@ PyTypeObject* dequeType() {
     }();
     return type;
 }
+
+} // namespace
 
 // Only the exact type: its getter is C, where a subclass could override `maxlen` in Python.
 int64_t dequeCapacity(PyObject* deque) {
