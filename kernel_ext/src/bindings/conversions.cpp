@@ -147,16 +147,6 @@ pybind11::list birthPhasesList(const std::vector<BoundarySnapshot>& boundaries) 
     return out;
 }
 
-HeldAs parseHeldAs(const std::string& name) {
-    for (HeldAs held : kRegisteredHeldAs) {
-        if (toString(held) == name) {
-            return held;
-        }
-    }
-    throw InvalidArgument("held_as must be one of parameter, gradient, optimizer_state; got '" +
-                          name + "'");
-}
-
 namespace {
 
 BoundaryKind parseBoundary(const std::string& name) {

@@ -41,9 +41,6 @@ pybind11::dict retainingPathsDict(const std::unordered_map<uintptr_t, BlockPath>
 // (birth_phase.h).
 pybind11::list birthPhasesList(const std::vector<BoundarySnapshot>& boundaries);
 
-// "parameter", "gradient" or "optimizer_state", with the accepted names in the error.
-HeldAs parseHeldAs(const std::string& name);
-
 // What Python supplies for a report (torchleak._core.ReportInputs), in Python's own types: one
 // object the Tracker fills field by field, as it fills an AnalysisConfig, turned into the core's
 // ReportInputs (report_inputs.h) in one place, reportInputs below. The walk's own arguments (the

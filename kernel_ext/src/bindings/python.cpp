@@ -174,16 +174,13 @@ PYBIND11_MODULE(_core, m) {
         .def("end_backward", &python::TrackingSession::endBackward)
         .def("begin_optimizer_step", &python::TrackingSession::beginOptimizerStep)
         .def("end_optimizer_step", &python::TrackingSession::endOptimizerStep)
-        .def("mark_held_as",
-             [](python::TrackingSession& self, const std::vector<uintptr_t>& blocks,
-                const std::string& held) {
-                 return self.markHeldAs(blocks, python::parseHeldAs(held));
-             })
-        .def("note_untracked_held",
-             [](python::TrackingSession& self, const std::string& device, const std::string& held,
-                int64_t bytes, const std::string& privateUse1) {
-                 self.noteUntrackedHeld(parseDeviceName(device, privateUse1),
-                                        python::parseHeldAs(held), bytes);
+        .def("name_optimizer_blocks",
+             [](python::TrackingSession& self, const py::list& optimizers) {
+                 std::vector<PyObject*> borrowed; // the caller's list keeps them alive
+                 for (const py::handle& o : optimizers) {
+                     borrowed.push_back(o.ptr());
+                 }
+                 self.nameOptimizerBlocks(borrowed);
              })
         .def(
             "report_json",

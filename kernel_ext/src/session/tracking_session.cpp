@@ -1,6 +1,8 @@
 #include "session/tracking_session.h"
 
 #include "inspect/gc_pause.h"
+#include "inspect/optimizer_tensors.h"
+#include "inspect/tensor_blocks.h"
 #include "inspect/tensor_index.h"
 #include "torchleak/errors.h"
 #include "torchleak/report_json.h"
@@ -165,16 +167,39 @@ bool TrackingSession::hookInProfilerSlot() const noexcept {
     return d_hook && d_hook->active() && d_hook->inProfilerSlot();
 }
 
-std::vector<size_t> TrackingSession::markHeldAs(const std::vector<uintptr_t>& blocks, HeldAs held) {
+void TrackingSession::nameHeldTensors(std::span<const at::Tensor> tensors, HeldAs held) {
+    const std::vector<TensorBlock> named = distinctBlocks(tensors);
+    std::vector<uintptr_t> blocks(named.size());
+    std::transform(named.begin(), named.end(), blocks.begin(),
+                   [](const TensorBlock& b) { return b.block; });
     std::vector<uint8_t> found(blocks.size());
     d_recorder->markHeldAs(blocks, held, found);
-    std::vector<size_t> missing;
-    for (size_t i = 0; i < found.size(); ++i) {
-        if (!found[i]) {
-            missing.push_back(i);
+    std::vector<std::pair<DeviceKey, int64_t>> untracked; // by device: one or two
+    for (size_t i = 0; i < named.size(); ++i) {
+        if (found[i]) {
+            continue;
         }
+        auto device = std::find_if(untracked.begin(), untracked.end(),
+                                   [&](const auto& d) { return d.first == named[i].device; });
+        if (device == untracked.end()) {
+            untracked.emplace_back(named[i].device, 0);
+            device = untracked.end() - 1;
+        }
+        device->second += static_cast<int64_t>(named[i].bytes);
     }
-    return missing;
+    for (const auto& [device, bytes] : untracked) {
+        d_recorder->noteUntrackedHeld(device, held, bytes);
+    }
+}
+
+void TrackingSession::nameOptimizerBlocks(std::span<PyObject* const> optimizers) {
+    OptimizerTensors held;
+    for (PyObject* optimizer : optimizers) {
+        addOptimizerTensors(optimizer, held);
+    }
+    nameHeldTensors(held.parameters, HeldAs::Parameter);
+    nameHeldTensors(held.gradients, HeldAs::Gradient);
+    nameHeldTensors(held.state, HeldAs::OptimizerState);
 }
 
 void TrackingSession::noteOutOfMemory(DeviceKey device,

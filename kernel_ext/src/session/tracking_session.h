@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace torchleak::python {
@@ -94,13 +95,15 @@ class TrackingSession {
     // the phase too, in case a step raised before its post hooks.
     void beginOptimizerStep() noexcept { d_recorder->setPhase(BirthPhase::OptimizerStep); }
     void endOptimizerStep() noexcept { d_recorder->setPhase(BirthPhase::Forward); }
-    // The registry's word before a boundary (recorder.h's markHeldAs). Returns the indices of
-    // the blocks that are no tracked block (made before tracking), for the registry to size.
-    std::vector<size_t> markHeldAs(const std::vector<uintptr_t>& blocks, HeldAs held);
-    // What the registry named that no tracked block is, by device (recorder.h).
-    void noteUntrackedHeld(DeviceKey device, HeldAs held, int64_t bytes) noexcept {
-        d_recorder->noteUntrackedHeld(device, held, bytes);
-    }
+    // The registry's word before a boundary: the blocks of `tensors` are held as `held`
+    // (recorder.h's markHeldAs), and a block that is no tracked block (made before tracking)
+    // counts its storage's bytes as memory held so that no tracked block holds, by device
+    // (noteUntrackedHeld).
+    void nameHeldTensors(std::span<const at::Tensor> tensors, HeldAs held);
+    // The same for everything these torch.optim optimizers hold (optimizer_tensors.h): their
+    // parameters, the parameters' gradients, their state. Throws InvalidArgument for an
+    // optimizer shaped otherwise, before anything is named.
+    void nameOptimizerBlocks(std::span<PyObject* const> optimizers);
     // An out-of-memory seen outside the hook (PyTorch's CUDA OOM observer runs on the failing
     // thread, which may not carry the hook); the allocator's own report of the same failure,
     // through the hook, is kept when there is one. requested < 0: unknown.

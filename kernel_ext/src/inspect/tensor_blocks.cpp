@@ -1,0 +1,52 @@
+#include "inspect/tensor_blocks.h"
+
+#include <algorithm>
+
+namespace torchleak::python {
+
+namespace {
+
+bool blockOf(const at::Tensor& t, TensorBlock& out) noexcept {
+    try {
+        if (!t.defined() || !t.has_storage()) {
+            return false;
+        }
+        const c10::Storage& storage = t.storage();
+        out.block = reinterpret_cast<uintptr_t>(storage.data_ptr().get());
+        out.bytes = storage.nbytes();
+        const c10::Device device = storage.device();
+        out.device =
+            DeviceKey{static_cast<int8_t>(device.type()), static_cast<int8_t>(device.index())};
+        return out.block != 0;
+    } catch (...) {
+        return false; // a storage c10 will not show (a functional or fake tensor's)
+    }
+}
+
+} // namespace
+
+std::vector<TensorBlock> distinctBlocks(std::span<const at::Tensor> tensors) noexcept {
+    std::vector<TensorBlock> out;
+    try {
+        out.reserve(tensors.size());
+        for (const at::Tensor& t : tensors) {
+            if (TensorBlock b; blockOf(t, b)) {
+                out.push_back(b);
+            }
+        }
+        // Views of one block (tied weights, a state that aliases its parameter) name it once;
+        // tensors of one storage agree on its size and device.
+        std::sort(out.begin(), out.end(),
+                  [](const TensorBlock& a, const TensorBlock& b) { return a.block < b.block; });
+        out.erase(std::unique(out.begin(), out.end(),
+                              [](const TensorBlock& a, const TensorBlock& b) {
+                                  return a.block == b.block;
+                              }),
+                  out.end());
+    } catch (...) {
+        out.clear(); // out of memory: every block stays counted by its phase
+    }
+    return out;
+}
+
+} // namespace torchleak::python
