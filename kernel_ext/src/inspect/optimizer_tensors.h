@@ -1,8 +1,8 @@
 #pragma once
 // The tensors a torch.optim optimizer holds, read from its `param_groups` and `state` with the
-// C API: memory by role names their blocks at every boundary (tensor_blocks.h). The same loops
-// in Python took about 60 µs a boundary for the 24 parameters of a 2-layer encoder with AdamW
-// (its 72 state tensors), measured right after the step, when the interpreter's caches are cold.
+// C API: memory by role names their blocks at every boundary (tensor_blocks.h). What that costs
+// is mostly reading these objects cold, right after the step has evicted them: for the 120
+// tensors of a 2-layer encoder with AdamW, 82 µs a boundary in the run, 8 µs timed warm.
 
 #include <ATen/core/Tensor.h>
 #include <Python.h>
