@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -112,6 +113,10 @@ class Tracker:
         # Optimizer steps per iteration (run watch's boundary every N steps).
         self._every = every
         self._steps_seen = 0
+        # Seconds spent in boundaries (the registry, the recorder's boundary, on_boundary: a
+        # watch's looks too), by this tracker's own clock: `make bench` reports it against the
+        # run's time, which rounds on a shared machine cannot resolve to the 1% of a watch.
+        self._boundary_seconds = 0.0
         self._registry = _optimizer_registry.OptimizerRegistry()  # the optimizers seen stepping
         self._sample_bytes = sample_bytes
         # In a torch.distributed job: seconds rank 0 waits for the other ranks' reports when
@@ -334,8 +339,7 @@ class Tracker:
         if not self._explicit_seen and self._session is not None and self._session.active:
             self._steps_seen += 1
             if self._steps_seen % self._every == 0:
-                self._mark_boundary()
-                self._after_boundary()
+                self._end_iteration()
 
     def step(self) -> None:
         """End the current iteration. With ``boundary="auto"``, optimizer steps no longer end
@@ -343,8 +347,15 @@ class Tracker:
         if self._session is None or not self._session.active:
             raise RuntimeError("step() outside an active torchleak.track() block")
         self._explicit_seen = True
-        self._mark_boundary()
-        self._after_boundary()
+        self._end_iteration()
+
+    def _end_iteration(self):
+        begun = time.perf_counter()
+        try:
+            self._mark_boundary()
+            self._after_boundary()
+        finally:
+            self._boundary_seconds += time.perf_counter() - begun
 
     def _mark_boundary(self):
         self._registry.name_held_blocks(self._session, self._warn)

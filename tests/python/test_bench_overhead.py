@@ -19,3 +19,14 @@ def test_the_registry_part_names_an_optimizers_blocks_at_each_boundary():
     times, tensors = load_bench().registry_benchmark(boundaries=2)
     assert len(times) == 2 and all(t >= 0 for t in times)
     assert tensors > 0
+
+
+def test_a_training_run_times_its_boundaries_by_the_trackers_own_clock():
+    bench = load_bench()
+    step = bench.small_transformer_workload()
+    for mode in ("track", "watch"):
+        seconds, counts = bench.training_run(mode, step, 3)
+        assert counts["events"] > 0
+        assert 0 < counts["boundaries"] < 1, (mode, counts)
+    _, counts = bench.training_run("untracked", step, 2)
+    assert counts["boundaries"] == 0
