@@ -1,6 +1,7 @@
 #include "hook/allocator_hook.h"
 
 #include "hook/cpu_allocator_tap.h"
+#include "hook/device_key.h"
 #include "torch_autograd_node.h"
 #include "torchleak/errors.h"
 
@@ -97,13 +98,9 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         // CPU; the capture only reads the calling thread's frames, takes no lock and no GIL.
         // Inside an autograd node on a thread with no stack of its own (a device's autograd
         // thread), the block inherits the stack of the backward() call (one atomic load).
-        record(ptr, allocSize, keyOf(device), static_cast<int64_t>(totalAllocated),
+        record(ptr, allocSize, deviceKeyOf(device), static_cast<int64_t>(totalAllocated),
                static_cast<int64_t>(totalReserved), !device.is_cpu(),
                device.is_cpu() || device.is_privateuseone(), false);
-    }
-
-    static DeviceKey keyOf(c10::Device device) noexcept {
-        return DeviceKey{static_cast<int8_t>(device.type()), static_cast<int8_t>(device.index())};
     }
 
     void cpuAllocated(void* ptr, size_t size) noexcept override {
@@ -181,7 +178,7 @@ struct AllocatorHook::Impl final : public ProfilerStateBase, public CpuEventSink
         if (!d_enabled.load(std::memory_order_relaxed)) {
             return;
         }
-        d_recorder->recordOutOfMemory(keyOf(device), allocSize,
+        d_recorder->recordOutOfMemory(deviceKeyOf(device), allocSize,
                                       static_cast<int64_t>(totalAllocated),
                                       static_cast<int64_t>(totalReserved));
     }

@@ -1,5 +1,6 @@
 #include "inspect/optimizer_tensors.h"
 
+#include "inspect/torch_objects.h"
 #include "torchleak/errors.h"
 
 #include <string>
@@ -32,11 +33,6 @@ class Reference {
     PyObject* d_obj;
 };
 
-bool isTensorObject(PyObject* obj) {
-    auto* type = reinterpret_cast<PyTypeObject*>(THPVariableClass);
-    return type != nullptr && PyObject_TypeCheck(obj, type);
-}
-
 void addParameters(PyObject* params, OptimizerTensors& out) {
     if (!PyList_Check(params) && !PyTuple_Check(params)) {
         throw InvalidArgument("a param group's 'params' is not a list");
@@ -45,7 +41,7 @@ void addParameters(PyObject* params, OptimizerTensors& out) {
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(params);
     PyObject** items = PySequence_Fast_ITEMS(params);
     for (Py_ssize_t i = 0; i < n; ++i) {
-        if (!isTensorObject(items[i])) {
+        if (!isTensor(items[i])) {
             continue;
         }
         const at::Tensor& p = THPVariable_Unpack(items[i]);
@@ -86,7 +82,7 @@ void addOptimizerTensors(PyObject* optimizer, OptimizerTensors& out) {
         PyObject* name = nullptr;
         PyObject* value = nullptr;
         while (PyDict_Next(values, &inner, &name, &value)) {
-            if (isTensorObject(value)) {
+            if (isTensor(value)) {
                 out.state.push_back(THPVariable_Unpack(value));
             }
         }

@@ -1,5 +1,7 @@
 #include "inspect/tensor_blocks.h"
 
+#include "hook/device_key.h"
+
 #include <algorithm>
 
 namespace torchleak::python {
@@ -14,9 +16,7 @@ bool blockOf(const at::Tensor& t, TensorBlock& out) noexcept {
         const c10::Storage& storage = t.storage();
         out.block = reinterpret_cast<uintptr_t>(storage.data_ptr().get());
         out.bytes = storage.nbytes();
-        const c10::Device device = storage.device();
-        out.device =
-            DeviceKey{static_cast<int8_t>(device.type()), static_cast<int8_t>(device.index())};
+        out.device = deviceKeyOf(storage.device());
         return out.block != 0;
     } catch (...) {
         return false; // a storage c10 will not show (a functional or fake tensor's)
@@ -34,8 +34,8 @@ std::vector<TensorBlock> distinctBlocks(std::span<const at::Tensor> tensors) noe
                 out.push_back(b);
             }
         }
-        // Views of one block (tied weights, a state that aliases its parameter) name it once;
-        // tensors of one storage agree on its size and device.
+        // Tensors on one block (a parameter made from another's rows, state entries that view
+        // one another) name it once; tensors of one storage agree on its size and device.
         std::sort(out.begin(), out.end(),
                   [](const TensorBlock& a, const TensorBlock& b) { return a.block < b.block; });
         out.erase(std::unique(out.begin(), out.end(),

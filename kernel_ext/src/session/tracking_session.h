@@ -95,14 +95,10 @@ class TrackingSession {
     // the phase too, in case a step raised before its post hooks.
     void beginOptimizerStep() noexcept { d_recorder->setPhase(BirthPhase::OptimizerStep); }
     void endOptimizerStep() noexcept { d_recorder->setPhase(BirthPhase::Forward); }
-    // The registry's word before a boundary: the blocks of `tensors` are held as `held`
-    // (recorder.h's markHeldAs), and a block that is no tracked block (made before tracking)
-    // counts its storage's bytes as memory held so that no tracked block holds, by device
-    // (noteUntrackedHeld).
-    void nameHeldTensors(std::span<const at::Tensor> tensors, HeldAs held);
-    // The same for everything these torch.optim optimizers hold (optimizer_tensors.h): their
-    // parameters, the parameters' gradients, their state. Throws InvalidArgument for an
-    // optimizer shaped otherwise, before anything is named.
+    // The registry's word before a boundary, for everything these torch.optim optimizers hold
+    // (optimizer_tensors.h): their parameters, the parameters' gradients, their state (see
+    // nameHeldTensors). Throws InvalidArgument for an optimizer shaped otherwise, before
+    // anything is named.
     void nameOptimizerBlocks(std::span<PyObject* const> optimizers);
     // An out-of-memory seen outside the hook (PyTorch's CUDA OOM observer runs on the failing
     // thread, which may not carry the hook); the allocator's own report of the same failure,
@@ -126,6 +122,10 @@ class TrackingSession {
   private:
     // Throws StateError when this session was already started.
     void checkNotStarted() const;
+    // The blocks of `tensors` are held as `held` (recorder.h's markHeldAs), and a block that is
+    // no tracked block (made before tracking) counts its storage's bytes as memory held so that
+    // no tracked block holds, by device (noteUntrackedHeld).
+    void nameHeldTensors(std::span<const at::Tensor> tensors, HeldAs held);
 
     std::optional<ActiveSessionClaim> d_claim;
     std::shared_ptr<AllocationRecorder> d_recorder;
